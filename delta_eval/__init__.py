@@ -1,0 +1,125 @@
+"""delta_eval: delta evaluation of LLM agents.
+
+Replay recent production conversations through a baseline and a candidate configuration, drop the pairs whose
+outputs are equivalent (deterministic checks, then a cheap judge), have a strong judge compare the rest, and write
+everything to Parquet for DuckDB.
+
+Example:
+    >>> import delta_eval as de                                                   # doctest: +SKIP
+    >>> result = de.run(conversations=de.read_conversations("export.jsonl"),      # doctest: +SKIP
+    ...                 baseline=de.Variant(model="openai:gpt-4o"),
+    ...                 candidate=de.Variant(model="openai:gpt-4o", system_prompt="..."),
+    ...                 sample=de.Stratified(n=200, seed=1), out="runs/new-prompt")
+    >>> print(result.win_rate())                                                  # doctest: +SKIP
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from delta_eval import demo
+from delta_eval.adapters.base import GenerateParams, ModelAdapter, ModelRequest, ModelResponse
+from delta_eval.adapters.limits import ModelLimits
+from delta_eval.adapters.registry import register_adapter
+from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.api import VerdictStream, arun, run, stream
+from delta_eval.config import JudgeConfig, RunConfig, SourceConfig, Variant, load_config
+from delta_eval.exceptions import (
+    AuthenticationError,
+    BadRequestError,
+    ConfigError,
+    DeltaEvalError,
+    JudgeError,
+    ProviderError,
+    RateLimitError,
+    RecordError,
+    RunFolderError,
+    TransientError,
+)
+from delta_eval.ingest.source import ConversationSource, read_conversations, read_conversations_sql
+from delta_eval.judges.base import EquivalenceJudge, EquivalenceResult, PairwiseJudge, PairwiseResult
+from delta_eval.matching import MatchOptions
+from delta_eval.metrics import WinRate
+from delta_eval.pipeline import RunProgress
+from delta_eval.pricing import Price
+from delta_eval.replay.tools import RecordedToolSimulator, ToolContext
+from delta_eval.result import RunResult, open_result
+from delta_eval.sampling.stratified import Stratified
+from delta_eval.schema import (
+    Conversation,
+    ErrorRecord,
+    Message,
+    Replay,
+    ReplayPoint,
+    Step,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    TurnOutput,
+    Usage,
+    Verdict,
+)
+from delta_eval.store.views import open_run
+
+try:
+    __version__ = version("delta-eval")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without installing
+    __version__ = "0.0.0"
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequestError",
+    "ConfigError",
+    "Conversation",
+    "ConversationSource",
+    "DeltaEvalError",
+    "EquivalenceJudge",
+    "EquivalenceResult",
+    "ErrorRecord",
+    "GenerateParams",
+    "JudgeConfig",
+    "JudgeError",
+    "MatchOptions",
+    "Message",
+    "ModelAdapter",
+    "ModelLimits",
+    "ModelRequest",
+    "ModelResponse",
+    "PairwiseJudge",
+    "PairwiseResult",
+    "Price",
+    "ProviderError",
+    "RateLimitError",
+    "RecordError",
+    "RecordedToolSimulator",
+    "Replay",
+    "ReplayPoint",
+    "RetryPolicy",
+    "RunConfig",
+    "RunFolderError",
+    "RunProgress",
+    "RunResult",
+    "SourceConfig",
+    "Step",
+    "Stratified",
+    "ToolCall",
+    "ToolContext",
+    "ToolResult",
+    "ToolSpec",
+    "TransientError",
+    "TurnOutput",
+    "Usage",
+    "Variant",
+    "Verdict",
+    "VerdictStream",
+    "WinRate",
+    "__version__",
+    "arun",
+    "demo",
+    "load_config",
+    "open_result",
+    "open_run",
+    "read_conversations",
+    "read_conversations_sql",
+    "register_adapter",
+    "run",
+    "stream",
+]

@@ -1,0 +1,108 @@
+"""One model as the rest of the library sees it: an adapter behind a cache, a limiter and retries.
+
+Order of a call: the response cache first (a hit costs nothing and skips the rate limiter), then a slot from the
+model's limiter, then the adapter, retried by the policy. Successful responses are cached as soon as they arrive,
+so a run killed a moment later has already kept what it paid for. Content-filtered answers are not cached.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from delta_eval.adapters.base import ModelAdapter, ModelRequest, ModelResponse
+from delta_eval.adapters.limits import ModelLimiter
+from delta_eval.adapters.retry import RetryPolicy, call_with_retry
+from delta_eval.exceptions import ProviderError, RateLimitError
+
+__all__ = ["CallResult", "CallStats", "ModelClient", "ResponseCache"]
+
+
+class ResponseCache(Protocol):
+    """Where responses are kept by request key (see :class:`delta_eval.store.cache.SQLiteCache`)."""
+
+    def get(self, key: str) -> ModelResponse | None:
+        """The cached response for ``key``, if any."""
+
+    def put(self, key: str, model: str, response: ModelResponse) -> None:
+        """Keep ``response`` under ``key``."""
+
+
+@dataclass
+class CallStats:
+    """Counters of one model's calls in a run."""
+
+    made: int = 0
+    cached: int = 0
+    retries: int = 0
+    failed: int = 0
+    rate_limited: int = 0
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """A response and how it was obtained."""
+
+    response: ModelResponse
+    cached: bool
+    attempts: int = 0
+
+
+@dataclass
+class ModelClient:
+    """Calls one model through cache, limiter and retry.
+
+    Example::
+
+        client = ModelClient(adapter, ModelLimiter(8), RetryPolicy(), cache)
+        result = await client.generate(request, namespace="baseline")
+    """
+
+    adapter: ModelAdapter
+    limiter: ModelLimiter
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    cache: ResponseCache | None = None
+    stats: CallStats = field(default_factory=CallStats)
+    rng: random.Random = field(default_factory=random.Random)
+
+    @property
+    def model(self) -> str:
+        """The full model id."""
+        return self.adapter.model
+
+    async def generate(self, request: ModelRequest, *, namespace: str = "") -> CallResult:
+        """The response to ``request``; raises :class:`ProviderError` once retries are exhausted."""
+        key = request.cache_key(namespace=namespace)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.stats.cached += 1
+                return CallResult(hit, cached=True)
+
+        async def attempt() -> ModelResponse:
+            async with self.limiter.slot():
+                self.stats.made += 1
+                start = time.perf_counter()
+                try:
+                    response = await self.adapter.generate(request)
+                except RateLimitError:
+                    self.stats.rate_limited += 1
+                    self.limiter.on_rate_limited()
+                    raise
+                self.limiter.on_success()
+                elapsed = (time.perf_counter() - start) * 1000
+                return response.model_copy(update={"latency_ms": elapsed})
+
+        def count_retry(exc: ProviderError, attempt_no: int, delay: float) -> None:
+            self.stats.retries += 1
+
+        try:
+            response, attempts = await call_with_retry(attempt, self.retry, on_retry=count_retry, rng=self.rng)
+        except ProviderError:
+            self.stats.failed += 1
+            raise
+        if self.cache is not None and response.finish_reason != "content_filter":
+            self.cache.put(key, self.model, response)
+        return CallResult(response, cached=False, attempts=attempts)

@@ -1,0 +1,81 @@
+"""The ``delta-eval`` command.
+
+    delta-eval demo [--out DIR] [-n N]     run the bundled demo (simulated models) and print its report
+    delta-eval run CONFIG [--out DIR]      run (or resume) the evaluation a TOML/YAML file describes
+    delta-eval report RUN_DIR              print the report of a run folder
+
+Exit status: 0 when the run completed, 1 on an error or an interrupted run, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from delta_eval.exceptions import DeltaEvalError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="delta-eval", description="Delta evaluation of LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the bundled tau-bench airline demo on simulated models")
+    demo.add_argument("--out", type=Path, help="run folder (default: runs/demo-<time>)")
+    demo.add_argument("-n", type=int, default=100, help="conversations to sample (default 100)")
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--latency-ms", type=float, default=20.0, help="median simulated latency per call")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    run = sub.add_parser("run", help="run or resume the evaluation a config file describes")
+    run.add_argument("config", type=Path, help="a TOML or YAML run configuration")
+    run.add_argument("--out", type=Path, help="run folder (overrides the config's 'out')")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    report = sub.add_parser("report", help="print the report of a run folder")
+    report.add_argument("run_dir", type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``delta-eval`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    # Imported here so that `delta-eval --help` stays instant.
+    from delta_eval.analysis.report import render_report
+    from delta_eval.api import run
+    from delta_eval.demo import demo_config, demo_conversations
+    from delta_eval.result import open_result
+
+    try:
+        if args.command == "report":
+            print(render_report(open_result(args.run_dir)))
+            return 0
+        if args.command == "demo":
+            out = args.out or Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
+            print(
+                f"delta-eval demo: tau-bench airline conversations on SIMULATED models, run folder {out}",
+                file=sys.stderr,
+            )
+            result = run(
+                demo_config(out, n=args.n, seed=args.seed, latency_ms=args.latency_ms),
+                conversations=demo_conversations(),
+                progress=not args.no_progress,
+            )
+        else:
+            result = run(args.config, out=args.out, progress=not args.no_progress)
+        print(render_report(result))
+        return 0 if result.status == "completed" else 1
+    except DeltaEvalError as exc:
+        print(f"delta-eval: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("delta-eval: interrupted; run the same command again to resume", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Run configuration: the two variants, the source, sampling, judging and limits, from Python, TOML or YAML.
+
+Example (TOML)::
+
+    out = "runs/prompt-v2"
+
+    [source]
+    path = "exports/conversations.jsonl"
+    metadata = ["customer_tier", "language"]
+
+    [sample]
+    by = ["customer_tier", "language"]
+    n = 300
+    seed = 7
+
+    [baseline]
+    model = "openai:gpt-4o"
+
+    [candidate]
+    model = "openai:gpt-4o"
+    system_prompt = "You are a helpful airline agent. Today is {{date}}."
+
+Relative paths in a config file are relative to the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+
+from delta_eval.adapters.base import GenerateParams
+from delta_eval.adapters.limits import ModelLimits
+from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.callables import callable_name, resolve_callable
+from delta_eval.exceptions import ConfigError
+from delta_eval.ingest.source import (
+    ConversationSource,
+    load_tools,
+    read_conversations,
+    read_conversations_sql,
+)
+from delta_eval.matching import MatchOptions
+from delta_eval.pricing import Price
+from delta_eval.sampling.stratified import Stratified
+from delta_eval.schema import ToolSpec
+
+__all__ = ["JudgeConfig", "RunConfig", "SourceConfig", "Variant", "load_config"]
+
+Renderer = Callable[..., Any]
+
+
+class Variant(BaseModel):
+    """One side of the comparison: a model and what to change around it.
+
+    - ``model``: ``"prefix:name"``, e.g. ``"openai:gpt-4o"`` or ``"simulated:candidate"``.
+    - ``system_prompt``: replaces the recorded system prompt. ``{{name}}`` is filled from the conversation's
+      metadata (dotted paths allowed), ``{{recorded_system_prompt}}`` is the recorded one.
+    - ``params``: temperature, max_tokens, reasoning_effort, ... (``None`` keeps the provider default).
+    - ``tools``: replaces the recorded tool surface (a list of specs or a JSON file path).
+    - ``render``: a function (or ``"module:function"``) taking a :class:`~delta_eval.replay.render.RenderInput`
+      and returning the messages to send, for teams whose prompt is built by code.
+    - ``provider_options``: passed to the adapter (base URL, API-key variable, simulated behaviours, ...).
+    - ``limits``: this model's concurrency and rate limits.
+
+    Example:
+        >>> Variant(model="simulated:candidate", system_prompt="Be brief. {{recorded_system_prompt}}").model
+        'simulated:candidate'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    model: str
+    name: str = ""
+    system_prompt: str | None = None
+    params: GenerateParams = GenerateParams()
+    tools: tuple[ToolSpec, ...] | None = None
+    render: Renderer | None = None
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+    limits: ModelLimits = ModelLimits()
+
+    @field_validator("model")
+    @classmethod
+    def _has_prefix(cls, value: str) -> str:
+        if ":" not in value:
+            raise ValueError(f"model {value!r} needs a provider prefix, as in 'openai:gpt-4o' or 'simulated:baseline'")
+        return value
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _load_tools(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, Sequence) and not isinstance(value, str)):
+            return None if value is None else load_tools(value)
+        return load_tools(value)
+
+    @field_validator("render", mode="before")
+    @classmethod
+    def _resolve_render(cls, value: Any) -> Any:
+        return None if value is None else resolve_callable(value, "render function")
+
+    @field_serializer("render")
+    def _render_name(self, value: Renderer | None) -> str | None:
+        return None if value is None else callable_name(value)
+
+    def describe(self) -> str:
+        """A one-line summary of what this variant changes."""
+        parts = [self.model]
+        if self.system_prompt is not None:
+            parts.append("system prompt replaced")
+        changed = self.params.model_dump(exclude_defaults=True)
+        if changed:
+            parts.append(", ".join(f"{k}={v}" for k, v in changed.items()))
+        if self.tools is not None:
+            parts.append(f"{len(self.tools)} tools")
+        if self.render is not None:
+            parts.append(f"render={callable_name(self.render)}")
+        return "; ".join(parts)
+
+
+class SourceConfig(BaseModel):
+    """Where the conversations come from, in a config file: a ``path`` or a DuckDB ``sql`` query, and the mapping
+    (see :func:`~delta_eval.ingest.read_conversations`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str | None = None
+    sql: str | None = None
+    database: str | None = None
+    format: str | None = None
+    messages: str = "messages"
+    id: str | None = None
+    metadata: list[str] | dict[str, str] = Field(default_factory=list)
+    tools: str | list[dict[str, Any]] | None = None
+    tools_field: str | None = "tools"
+
+    def open(self) -> ConversationSource:
+        """The conversation source this describes."""
+        mapping: dict[str, Any] = {
+            "messages": self.messages,
+            "id": self.id,
+            "metadata": self.metadata,
+            "tools": self.tools,
+            "tools_field": self.tools_field,
+        }
+        if (self.path is None) == (self.sql is None):
+            raise ConfigError("[source] needs exactly one of 'path' or 'sql'")
+        if self.sql is not None:
+            return read_conversations_sql(self.sql, database=self.database, **mapping)
+        assert self.path is not None
+        return read_conversations(self.path, format=self.format, **mapping)
+
+
+class JudgeConfig(BaseModel):
+    """Stages 2 and 3.
+
+    - ``equivalence``: the stage-2 judge: ``"simulated"`` (a stated rule), ``None`` to skip stage 2, or
+      ``"module:factory"`` returning an :class:`~delta_eval.judges.base.EquivalenceJudge`.
+    - ``judge``: the stage-3 judge, the same way (:class:`~delta_eval.judges.base.PairwiseJudge`).
+    - ``min_confidence``: stage 2 counts an "equivalent" answer only at or above this confidence.
+    - ``order``: ``"random"`` shows the candidate as A or B by a seeded coin per pair; ``"both"`` judges each pair
+      both ways and calls a disagreement a tie.
+    - ``match``: the tolerances of stage 1 and of tool simulation.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    equivalence: Any = "simulated"
+    judge: Any = "simulated"
+    min_confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    order: Literal["random", "both"] = "random"
+    match: MatchOptions = MatchOptions()
+
+    @field_serializer("equivalence", "judge")
+    def _judge_name(self, value: Any) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return str(getattr(value, "name", type(value).__name__))
+
+
+class RunConfig(BaseModel):
+    """Everything a run needs. Only ``baseline``, ``candidate`` and ``out`` (and a source) are required.
+
+    - ``source``: where conversations come from when :func:`~delta_eval.run` is not given them directly.
+    - ``sample``: how to sample them (``None``: every conversation).
+    - ``max_tool_rounds``: tool-call rounds allowed per replayed turn; a turn still calling tools after that is
+      marked ``hit_tool_cap`` and not retried.
+    - ``max_turns_per_conversation``: replay at most this many turns of each sampled conversation (drawn with
+      ``seed``; ``None``: all turns). Pair weights account for it.
+    - ``concurrency``: pairs being replayed at once; ``judge_concurrency``: pairs being judged at once. Each model
+      is further held to its own ``limits``.
+    - ``prices``: per-model prices overriding the built-in table.
+    - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    baseline: Variant
+    candidate: Variant
+    out: Path
+    source: SourceConfig | None = None
+    sample: Stratified | None = None
+    judges: JudgeConfig = JudgeConfig()
+    max_tool_rounds: int = Field(default=5, ge=0)
+    max_turns_per_conversation: int | None = Field(default=None, ge=1)
+    concurrency: int = Field(default=16, ge=1)
+    judge_concurrency: int = Field(default=8, ge=1)
+    seed: int = 0
+    retry: RetryPolicy = RetryPolicy()
+    prices: dict[str, Price] = Field(default_factory=dict)
+    cache: Path | None = None
+    flush_every: int = Field(default=50, ge=1)
+
+    def model_post_init(self, __context: Any) -> None:
+        # Name the sides so that rows say which is which even when both run the same model.
+        if not self.baseline.name:
+            object.__setattr__(self, "baseline", self.baseline.model_copy(update={"name": "baseline"}))
+        if not self.candidate.name:
+            object.__setattr__(self, "candidate", self.candidate.model_copy(update={"name": "candidate"}))
+        if self.baseline.name == self.candidate.name:
+            raise ConfigError(f"baseline and candidate must have different names, both are {self.baseline.name!r}")
+
+    @property
+    def cache_path(self) -> Path:
+        """Where the response cache lives."""
+        return self.cache if self.cache is not None else self.out / "cache.sqlite"
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The parts of the configuration that decide which pairs exist and what they contain.
+
+        A run folder can only be resumed by a configuration with the same fingerprint.
+        """
+        data = self.model_dump(mode="json", exclude={"out", "concurrency", "judge_concurrency", "flush_every", "cache"})
+        for side in ("baseline", "candidate"):
+            data[side].pop("limits", None)
+        data.pop("retry", None)
+        return data
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    def rel(value: Any) -> Any:
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            return str(base / value)
+        return value
+
+    data = dict(data)
+    if "out" in data:
+        data["out"] = rel(data["out"])
+    if "cache" in data:
+        data["cache"] = rel(data["cache"])
+    if isinstance(data.get("source"), Mapping):
+        src = dict(data["source"])
+        for key in ("path", "database"):
+            if key in src:
+                src[key] = rel(src[key])
+        if isinstance(src.get("tools"), str):
+            src["tools"] = rel(src["tools"])
+        data["source"] = src
+    for side in ("baseline", "candidate"):
+        if isinstance(data.get(side), Mapping):
+            variant = dict(data[side])
+            if isinstance(variant.get("tools"), str):
+                variant["tools"] = rel(variant["tools"])
+            if "system_prompt_file" in variant:
+                path = Path(rel(variant.pop("system_prompt_file")))
+                if not path.exists():
+                    raise ConfigError(f"{side}.system_prompt_file not found: {path}")
+                variant["system_prompt"] = path.read_text(encoding="utf-8")
+            data[side] = variant
+    return data
+
+
+def load_config(path: str | Path, **overrides: Any) -> RunConfig:
+    """A :class:`RunConfig` from a TOML or YAML file; keyword arguments override top-level keys.
+
+    A variant may give ``system_prompt_file`` instead of ``system_prompt``. Errors name the file and the key.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise ConfigError(f"{p}: cannot parse: {exc}") from None
+    except Exception as exc:  # yaml.YAMLError does not derive from ValueError
+        raise ConfigError(f"{p}: cannot parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a table of settings at the top level")
+    data = {**_resolve_paths(data, p.parent.resolve()), **overrides}
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{p}: {exc}") from None

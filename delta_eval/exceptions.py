@@ -1,0 +1,112 @@
+"""The exceptions delta_eval raises.
+
+The tree::
+
+    DeltaEvalError
+    ├── ConfigError              a run configuration or variant that cannot work (raised before anything runs)
+    ├── RecordError              one bad input record: names the source, the record and the field
+    ├── RunFolderError           a run folder that cannot be opened, resumed or written
+    ├── JudgeError               a judge's answer that cannot be used (malformed JSON, failed validation)
+    └── ProviderError            a model call failed; ``retryable`` says whether trying again may help
+        ├── RateLimitError       429 / quota: retry after ``retry_after`` seconds if the provider said so
+        ├── TransientError       5xx, timeouts, dropped connections: retry with backoff
+        ├── AuthenticationError  bad or missing credentials: never retried
+        └── BadRequestError      the provider rejected the request itself: never retried
+
+Per-record and per-call errors do not stop a run: they become rows of the run's ``errors`` table. Messages never
+contain credentials.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequestError",
+    "ConfigError",
+    "DeltaEvalError",
+    "JudgeError",
+    "ProviderError",
+    "RateLimitError",
+    "RecordError",
+    "RunFolderError",
+    "TransientError",
+]
+
+
+class DeltaEvalError(Exception):
+    """Base class of every error delta_eval raises on purpose."""
+
+
+class ConfigError(DeltaEvalError, ValueError):
+    """A configuration that cannot work, found before the run starts."""
+
+
+class RunFolderError(DeltaEvalError):
+    """A run folder that cannot be opened, resumed or written."""
+
+
+class JudgeError(DeltaEvalError):
+    """A judge answered, but not in a form that can be used; the pair's verdict records it as an error."""
+
+
+class RecordError(DeltaEvalError, ValueError):
+    """One input record is malformed.
+
+    Example:
+        >>> str(RecordError("conversations.jsonl", "line 7", "messages[3].role", "unknown role 'bot'"))
+        "conversations.jsonl, line 7, field messages[3].role: unknown role 'bot'"
+    """
+
+    def __init__(self, source: str, record: str, field: str, reason: str) -> None:
+        self.source = source
+        self.record = record
+        self.field = field
+        self.reason = reason
+        where = ", ".join(part for part in (source, record, f"field {field}" if field else "") if part)
+        super().__init__(f"{where}: {reason}" if where else reason)
+
+
+class ProviderError(DeltaEvalError):
+    """A model call failed.
+
+    ``retryable`` says whether the same request may succeed later; ``retry_after`` is the wait in seconds the
+    provider asked for, when it said one; ``status`` is the HTTP status when there was one; ``attempts`` is how
+    many times the call was made before giving up.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str = "",
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.model = model
+        self.status = status
+        self.retry_after = retry_after
+        self.attempts = 0
+        prefix = f"{model}: " if model else ""
+        super().__init__(f"{prefix}{message}")
+
+
+class RateLimitError(ProviderError):
+    """The provider is rate limiting us (HTTP 429 or a quota signal)."""
+
+    retryable = True
+
+
+class TransientError(ProviderError):
+    """A failure that usually passes: 5xx, overloaded, timeout, connection reset."""
+
+    retryable = True
+
+
+class AuthenticationError(ProviderError):
+    """Credentials are missing or were refused. Never retried."""
+
+
+class BadRequestError(ProviderError):
+    """The provider rejected the request itself (invalid parameters, context too long, ...). Never retried."""

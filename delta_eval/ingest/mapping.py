@@ -1,0 +1,143 @@
+"""Field mapping: where a source record keeps its messages, id, metadata and tools.
+
+A record is any JSON-like mapping (a JSON object, a Parquet row, a SQL result row). Paths are dotted
+(``info.task.actions``); list items are addressed by number (``turns.0.text``).
+
+Example:
+    >>> m = FieldMapping(messages="traj", id="{task_id}/{trial}", metadata=["task_id", "reward"])
+    >>> conv = m.to_conversation({"task_id": 3, "trial": 1, "reward": 1.0,
+    ...                           "traj": [{"role": "user", "content": "hi"}]}, source="x.json", label="record 0")
+    >>> conv.id, conv.metadata
+    ('3/1', {'task_id': 3, 'reward': 1.0})
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from delta_eval.exceptions import RecordError
+from delta_eval.ingest.openai_chat import parse_messages, parse_tools
+from delta_eval.schema import Conversation, ToolSpec
+
+__all__ = ["MISSING", "FieldMapping", "get_path"]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+def get_path(record: Any, path: str) -> Any:
+    """Follow a dotted path into nested mappings and lists; return :data:`MISSING` where it leads nowhere.
+
+    Example:
+        >>> get_path({"info": {"task": {"actions": [{"name": "book"}]}}}, "info.task.actions.0.name")
+        'book'
+    """
+    cur = record
+    for part in path.split("."):
+        if isinstance(cur, Mapping):
+            if part not in cur:
+                return MISSING
+            cur = cur[part]
+        elif isinstance(cur, Sequence) and not isinstance(cur, str | bytes) and part.lstrip("-").isdigit():
+            idx = int(part)
+            if not -len(cur) <= idx < len(cur):
+                return MISSING
+            cur = cur[idx]
+        else:
+            return MISSING
+    return cur
+
+
+def _maybe_json(value: Any) -> Any:
+    # Parquet and SQL sources often store nested fields as JSON text; accept both shapes.
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+class FieldMapping(BaseModel):
+    """How to read a conversation out of one source record.
+
+    - ``messages``: dotted path to the list of OpenAI-chat messages (default ``messages``).
+    - ``id``: a path to the id field, or a template such as ``"{task_id}/{trial}"`` filled from the record's
+      fields; when ``None``, the record's ``id`` field is used if present, else its position in the source.
+    - ``metadata``: fields to keep beside the conversation, as a list of paths (kept under the path's last part)
+      or a mapping ``{name: path}``.
+    - ``tools``: tool specs offered to every conversation (a list, or a JSON file path given to the reader).
+    - ``tools_field``: dotted path to per-record tool specs; used when present, overriding ``tools``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    messages: str = "messages"
+    id: str | None = None
+    metadata: tuple[str, ...] | dict[str, str] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    tools_field: str | None = "tools"
+
+    def metadata_paths(self) -> dict[str, str]:
+        """The metadata fields to keep, as ``{name: path}``."""
+        if isinstance(self.metadata, dict):
+            return dict(self.metadata)
+        return {path.rsplit(".", 1)[-1]: path for path in self.metadata}
+
+    def conversation_id(self, record: Mapping[str, Any], *, source: str, label: str, position: int) -> str:
+        """The id of one record, following ``id``."""
+        if self.id is None:
+            value = record.get("id")
+            return str(value) if value is not None else str(position)
+        if "{" not in self.id:
+            value = get_path(record, self.id)
+            if value is MISSING or value is None:
+                raise RecordError(source, label, self.id, "the id field is missing")
+            return str(value)
+        try:
+            return _PathFormatter().vformat(self.id, (), record)
+        except KeyError as exc:
+            raise RecordError(source, label, "id", f"id template {self.id!r} needs field {exc}") from None
+        except (IndexError, ValueError, TypeError) as exc:
+            raise RecordError(source, label, "id", f"id template {self.id!r} failed: {exc}") from None
+
+    def to_conversation(self, record: Any, *, source: str, label: str = "", position: int = 0) -> Conversation:
+        """Build a validated :class:`Conversation` from one record, or raise :class:`RecordError`."""
+        if not isinstance(record, Mapping):
+            raise RecordError(source, label, "", f"a record must be an object, not {type(record).__name__}")
+        conv_id = self.conversation_id(record, source=source, label=label, position=position)
+        label = f"{label} (id {conv_id})" if label else f"id {conv_id}"
+        raw_messages = get_path(record, self.messages)
+        if raw_messages is MISSING:
+            raise RecordError(source, label, self.messages, "the messages field is missing")
+        messages = parse_messages(_maybe_json(raw_messages), source=source, record=label, field=self.messages)
+        tools = self.tools
+        if self.tools_field:
+            raw_tools = get_path(record, self.tools_field)
+            if raw_tools is not MISSING and raw_tools is not None:
+                tools = parse_tools(_maybe_json(raw_tools), source=source, record=label, field=self.tools_field)
+        metadata = {}
+        for name, path in self.metadata_paths().items():
+            value = get_path(record, path)
+            metadata[name] = None if value is MISSING else _maybe_json(value)
+        return Conversation(id=conv_id, messages=messages, tools=tools, metadata=metadata, source=source, record=label)
+
+
+class _PathFormatter(string.Formatter):
+    """Lets an id template say ``{info.task.user_id}`` as well as ``{task_id}``."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
+        value = get_path(kwargs, field_name)
+        if value is MISSING:
+            raise KeyError(field_name)
+        return value, field_name

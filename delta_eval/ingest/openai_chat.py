@@ -1,0 +1,164 @@
+"""Parse OpenAI Chat Completions messages and tool specs into canonical types, validating as it goes.
+
+Every problem raises :class:`~delta_eval.exceptions.RecordError` naming the source, the record and the field
+(``messages[4].tool_call_id``), so that a person can find and fix the record.
+
+Real exports have quirks this parser accepts on purpose: tool-call ids reused within a conversation (a result
+answers the most recent open call with that id), ``content`` given as a list of text parts, arguments given as an
+object instead of a JSON string (re-serialised), and ``content`` next to ``tool_calls`` (kept as narration).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from delta_eval.exceptions import RecordError
+from delta_eval.schema import Message, ToolCall, ToolSpec
+
+__all__ = ["parse_messages", "parse_tools"]
+
+_ROLES = ("system", "user", "assistant", "tool")
+# "developer" is OpenAI's newer name for the system role; "function" is the legacy single-tool result role.
+_ROLE_ALIASES = {"developer": "system", "function": "tool"}
+
+
+def _text(value: Any, err: _Err, field: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Sequence):
+        parts: list[str] = []
+        for k, part in enumerate(value):
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") in ("text", "input_text", "output_text"):
+                parts.append(str(part.get("text", "")))
+            else:
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise err(f"{field}[{k}]", f"unsupported content part of type {kind!r} (only text is replayed)")
+        return "".join(parts)
+    raise err(field, f"content must be a string, a list of text parts or null, not {type(value).__name__}")
+
+
+class _Err:
+    def __init__(self, source: str, record: str, prefix: str) -> None:
+        self.source, self.record, self.prefix = source, record, prefix
+
+    def __call__(self, field: str, reason: str) -> RecordError:
+        return RecordError(self.source, self.record, f"{self.prefix}{field}", reason)
+
+
+def _tool_call(raw: Any, err: _Err, field: str) -> ToolCall:
+    if not isinstance(raw, Mapping):
+        raise err(field, f"a tool call must be an object, not {type(raw).__name__}")
+    fn = raw.get("function", raw)  # accept both {function: {name, arguments}} and a flat {name, arguments}
+    if not isinstance(fn, Mapping):
+        raise err(f"{field}.function", "must be an object with name and arguments")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise err(f"{field}.function.name", "missing tool name")
+    call_id = raw.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise err(f"{field}.id", "missing tool call id")
+    args = fn.get("arguments", "{}")
+    if args is None:
+        args = "{}"
+    elif not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False)
+    return ToolCall(id=call_id, name=name, arguments=args)
+
+
+def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str = "messages") -> tuple[Message, ...]:
+    """Parse a list of OpenAI-chat messages, checking roles and that every tool call has exactly one result.
+
+    Example:
+        >>> msgs = parse_messages([
+        ...     {"role": "user", "content": "hi"},
+        ...     {"role": "assistant", "content": None, "tool_calls": [
+        ...         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        ...     {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ...     {"role": "assistant", "content": "done"}])
+        >>> [m.role for m in msgs]
+        ['user', 'assistant', 'tool', 'assistant']
+    """
+    err = _Err(source, record, field)
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise RecordError(source, record, field, f"expected a list of messages, got {type(raw).__name__}")
+    if not raw:
+        raise RecordError(source, record, field, "the conversation has no messages")
+    out: list[Message] = []
+    # Open calls: id -> (message index, call index, name). Ids may repeat across rounds; the latest open one wins.
+    pending: dict[str, tuple[int, int, str]] = {}
+
+    def close_pending() -> None:
+        if pending:
+            i, j, _ = next(iter(pending.values()))
+            raise err(f"[{i}].tool_calls[{j}]", "this tool call has no result: no tool message answers it")
+
+    for i, m in enumerate(raw):
+        if not isinstance(m, Mapping):
+            raise err(f"[{i}]", f"a message must be an object, not {type(m).__name__}")
+        role = m.get("role")
+        role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
+        if role not in _ROLES:
+            raise err(f"[{i}].role", f"unknown role {m.get('role')!r}; expected one of {', '.join(_ROLES)}")
+        content = _text(m.get("content"), err, f"[{i}].content")
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str) and m.get("role") == "function":
+                call_id = m.get("name")  # legacy function messages answer by name
+            if not isinstance(call_id, str) or call_id not in pending:
+                raise err(f"[{i}].tool_call_id", f"tool result {call_id!r} answers no open tool call")
+            _, _, call_name = pending.pop(call_id)
+            name = m.get("name") if isinstance(m.get("name"), str) else call_name
+            out.append(Message(role="tool", content=content or "", tool_call_id=call_id, name=name))
+            continue
+        close_pending()
+        if role == "assistant":
+            raw_calls = m.get("tool_calls") or ()
+            if not isinstance(raw_calls, Sequence) or isinstance(raw_calls, str):
+                raise err(f"[{i}].tool_calls", "must be a list")
+            calls = tuple(_tool_call(c, err, f"[{i}].tool_calls[{j}]") for j, c in enumerate(raw_calls))
+            if not calls and content is None:
+                raise err(f"[{i}].content", "an assistant message needs content or tool calls")
+            for j, c in enumerate(calls):
+                pending[c.id] = (i, j, c.name)
+            out.append(Message(role="assistant", content=content, tool_calls=calls))
+        else:
+            if content is None:
+                raise err(f"[{i}].content", f"a {role} message needs content")
+            out.append(Message(role=role, content=content))
+    close_pending()
+    return tuple(out)
+
+
+def parse_tools(raw: Any, *, source: str = "", record: str = "", field: str = "tools") -> tuple[ToolSpec, ...]:
+    """Parse tool specs given in OpenAI function format (``{"type": "function", "function": {...}}``) or bare.
+
+    Example:
+        >>> parse_tools([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])[0].name
+        'f'
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise RecordError(source, record, field, f"expected a list of tool specs, got {type(raw).__name__}")
+    specs: list[ToolSpec] = []
+    for k, t in enumerate(raw):
+        if isinstance(t, ToolSpec):
+            specs.append(t)
+            continue
+        fn = t.get("function", t) if isinstance(t, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise RecordError(source, record, f"{field}[{k}]", "a tool spec needs a function name")
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        if isinstance(params, str):
+            try:
+                params = json.loads(params)
+            except ValueError as exc:
+                raise RecordError(source, record, f"{field}[{k}].parameters", f"not valid JSON: {exc}") from None
+        if not isinstance(params, Mapping):
+            raise RecordError(source, record, f"{field}[{k}].parameters", "must be a JSON Schema object")
+        specs.append(ToolSpec(name=fn["name"], description=fn.get("description") or "", parameters=dict(params)))
+    return tuple(specs)

@@ -1,0 +1,175 @@
+"""Conversation sources: a re-iterable stream of validated conversations and the errors of bad records.
+
+A source is read lazily and may be iterated more than once (sampling reads it once to count the population and once
+to load the sampled conversations), so a large export never has to fit in memory.
+
+Example:
+    >>> import delta_eval as de
+    >>> convs = de.read_conversations(de.demo.DEMO_CONVERSATIONS, messages="traj", id="{task_id}/{trial}",
+    ...                               metadata=["task_id", "trial", "reward"], tools=de.demo.DEMO_TOOLS)
+    >>> good, bad = convs.load()
+    >>> len(good), len(bad)
+    (200, 0)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from delta_eval.exceptions import ConfigError, RecordError
+from delta_eval.ingest.mapping import FieldMapping
+from delta_eval.ingest.openai_chat import parse_tools
+from delta_eval.ingest.readers import RawRecord, infer_format, iter_json, iter_jsonl, iter_parquet, iter_sql
+from delta_eval.schema import Conversation, ToolSpec
+
+__all__ = ["ConversationSource", "load_tools", "read_conversations", "read_conversations_sql"]
+
+
+class ConversationSource:
+    """A named, re-iterable source of :class:`Conversation` records.
+
+    Iterating yields each good conversation, and a :class:`RecordError` in place of each bad record, in source
+    order. A repeated conversation id is a bad record (the first one wins).
+    """
+
+    def __init__(self, name: str, records: Callable[[], Iterable[RawRecord]], mapping: FieldMapping) -> None:
+        self.name = name
+        self.mapping = mapping
+        self._records = records
+
+    @classmethod
+    def from_conversations(
+        cls, conversations: Iterable[Conversation], name: str = "conversations"
+    ) -> ConversationSource:
+        """Wrap conversations already in memory."""
+        items = list(conversations)
+        for c in items:
+            if not isinstance(c, Conversation):
+                raise ConfigError(f"expected Conversation objects, got {type(c).__name__}")
+        return cls(name, lambda: [(c.record or f"record {i}", c) for i, c in enumerate(items)], FieldMapping())
+
+    def __iter__(self) -> Iterator[Conversation | RecordError]:
+        seen: dict[str, str] = {}
+        for position, (label, raw) in enumerate(self._records()):
+            if isinstance(raw, RecordError):
+                yield raw
+                continue
+            try:
+                conv = (
+                    raw
+                    if isinstance(raw, Conversation)
+                    else self.mapping.to_conversation(raw, source=self.name, label=label, position=position)
+                )
+            except RecordError as exc:
+                yield exc
+                continue
+            if conv.id in seen:
+                yield RecordError(
+                    self.name,
+                    label,
+                    "id",
+                    f"duplicate conversation id {conv.id!r} (first in {seen[conv.id]})",
+                )
+                continue
+            seen[conv.id] = label
+            yield conv
+
+    def load(self) -> tuple[list[Conversation], list[RecordError]]:
+        """Read everything: the good conversations and the errors, each in source order."""
+        good: list[Conversation] = []
+        bad: list[RecordError] = []
+        for item in self:
+            (bad if isinstance(item, RecordError) else good).append(item)  # type: ignore[arg-type]
+        return good, bad
+
+    def __repr__(self) -> str:
+        return f"ConversationSource({self.name!r})"
+
+
+def load_tools(tools: str | Path | Sequence[Any] | None) -> tuple[ToolSpec, ...]:
+    """Tool specs from a JSON file path or a list of specs (OpenAI function format or :class:`ToolSpec`)."""
+    if tools is None:
+        return ()
+    if isinstance(tools, str | Path):
+        path = Path(tools)
+        if not path.exists():
+            raise ConfigError(f"tools file not found: {path}")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ConfigError(f"tools file {path} is not valid JSON: {exc}") from None
+        try:
+            return parse_tools(raw, source=str(path), field="")
+        except RecordError as exc:
+            raise ConfigError(str(exc)) from None
+    return parse_tools(list(tools), source="tools")
+
+
+def _mapping(
+    messages: str,
+    id: str | None,
+    metadata: Sequence[str] | Mapping[str, str] | None,
+    tools: str | Path | Sequence[Any] | None,
+    tools_field: str | None,
+) -> FieldMapping:
+    meta: tuple[str, ...] | dict[str, str] = dict(metadata) if isinstance(metadata, Mapping) else tuple(metadata or ())
+    return FieldMapping(messages=messages, id=id, metadata=meta, tools=load_tools(tools), tools_field=tools_field)
+
+
+def read_conversations(
+    path: str | Path,
+    *,
+    format: str | None = None,
+    messages: str = "messages",
+    id: str | None = None,
+    metadata: Sequence[str] | Mapping[str, str] | None = None,
+    tools: str | Path | Sequence[Any] | None = None,
+    tools_field: str | None = "tools",
+) -> ConversationSource:
+    """Read OpenAI-chat conversations from a JSON list, a JSONL file or Parquet (file or folder).
+
+    Args:
+        path: the file (``.json``, ``.jsonl``/``.ndjson``, optionally ``.gz``; ``.parquet``) or a Parquet folder.
+        format: ``json``, ``jsonl`` or ``parquet`` when the suffix does not tell.
+        messages: dotted path to each record's message list.
+        id: id field path or template (``"{task_id}/{trial}"``); default: the ``id`` field, else the position.
+        metadata: fields to keep, as paths or ``{name: path}``; usable as sampling strata and prompt variables.
+        tools: tool specs for every conversation: a JSON file path or a list.
+        tools_field: per-record tool specs path, used instead of ``tools`` when a record has it.
+
+    Bad records do not raise: they are yielded as :class:`RecordError` and end up in the run's ``errors`` table.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"conversation file not found: {p}")
+    fmt = format or infer_format(p)
+    readers = {"json": iter_json, "jsonl": iter_jsonl, "parquet": iter_parquet}
+    if fmt not in readers:
+        raise ConfigError(f"unknown format {fmt!r}; expected one of {', '.join(readers)}")
+    reader = readers[fmt]
+    return ConversationSource(str(p), lambda: reader(p), _mapping(messages, id, metadata, tools, tools_field))
+
+
+def read_conversations_sql(
+    query: str,
+    *,
+    database: str | None = None,
+    messages: str = "messages",
+    id: str | None = None,
+    metadata: Sequence[str] | Mapping[str, str] | None = None,
+    tools: str | Path | Sequence[Any] | None = None,
+    tools_field: str | None = "tools",
+) -> ConversationSource:
+    """Read conversations from a DuckDB query, e.g. ``SELECT * FROM read_parquet('logs/*.parquet') WHERE ...``.
+
+    Nested columns may be DuckDB lists/structs or JSON text. ``database`` is a DuckDB file opened read-only.
+    The mapping arguments are those of :func:`read_conversations`.
+    """
+    return ConversationSource(
+        f"sql: {' '.join(query.split())[:200]}",
+        lambda: iter_sql(query, database),
+        _mapping(messages, id, metadata, tools, tools_field),
+    )

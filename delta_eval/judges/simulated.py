@@ -1,0 +1,112 @@
+"""Rule-based stand-ins for the LLM stages, for the demo and for tests. Their verdicts follow from stated rules and
+their names say they are simulated; no model is called.
+
+Stage 2 rule (:class:`SimulatedEquivalenceJudge`): outputs whose tool calls differ are not equivalent (confidence
+0.9). Otherwise the word sets of their normalised texts are compared: a Jaccard overlap of at least ``threshold``
+is "equivalent" with the overlap as confidence; below it, "not equivalent" with confidence ``1 - overlap``.
+
+Stage 3 rule (:class:`SimulatedPairwiseJudge`), using the recorded production turn as the reference: each output
+scores the number of leading tool calls that match the recorded calls, minus one for each further call, minus two
+for hitting the tool cap. The higher score wins. On equal scores, the output whose text overlaps the recorded text
+more (Jaccard of word sets) wins if it leads by more than ``margin``; otherwise it is a tie.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from delta_eval.judges.base import EquivalenceResult, PairwiseResult
+from delta_eval.matching import (
+    DEFAULT_MATCH,
+    MatchOptions,
+    call_sequences_equivalent,
+    calls_equivalent,
+    normalize_text,
+)
+from delta_eval.schema import ReplayPoint, TurnOutput
+
+__all__ = ["SimulatedEquivalenceJudge", "SimulatedPairwiseJudge", "word_overlap"]
+
+
+def word_overlap(a: str, b: str) -> float:
+    """Jaccard overlap of the normalised word sets of two texts (1.0 for two empty texts).
+
+    Example:
+        >>> word_overlap("Your flight is booked.", "your flight is booked!")
+        1.0
+    """
+    wa, wb = set(normalize_text(a).split()), set(normalize_text(b).split())
+    if not wa and not wb:
+        return 1.0
+    return len(wa & wb) / len(wa | wb)
+
+
+class SimulatedEquivalenceJudge:
+    """Stage 2 by rule (see the module docstring)."""
+
+    def __init__(self, threshold: float = 0.75, match: MatchOptions = DEFAULT_MATCH) -> None:
+        self.threshold = threshold
+        self.match = match
+        self.name = f"simulated:equivalence-rule(overlap>={threshold})"
+
+    async def equivalent(self, point: ReplayPoint, a: TurnOutput, b: TurnOutput) -> EquivalenceResult:
+        """Equivalent when the calls match and the texts' word overlap reaches the threshold."""
+        if not call_sequences_equivalent(a.tool_calls, b.tool_calls, self.match):
+            return EquivalenceResult(equivalent=False, confidence=0.9, reasoning="simulated rule: tool calls differ")
+        overlap = word_overlap(" ".join(a.texts), " ".join(b.texts))
+        same = overlap >= self.threshold
+        return EquivalenceResult(
+            equivalent=same,
+            confidence=round(overlap if same else 1.0 - overlap, 4),
+            reasoning=f"simulated rule: same tool calls, text word overlap {overlap:.2f} "
+            f"({'>=' if same else '<'} {self.threshold})",
+        )
+
+
+class SimulatedPairwiseJudge:
+    """Stage 3 by rule, against the recorded turn (see the module docstring)."""
+
+    def __init__(self, margin: float = 0.05, match: MatchOptions = DEFAULT_MATCH) -> None:
+        self.margin = margin
+        self.match = match
+        self.name = "simulated:judge-rule(recorded-reference)"
+
+    def _score(self, out: TurnOutput, point: ReplayPoint) -> tuple[int, str]:
+        recorded = point.recorded.tool_calls
+        calls = out.tool_calls
+        follow = 0
+        for mine, ref in zip(calls, recorded, strict=False):
+            if not calls_equivalent(mine, ref, self.match):
+                break
+            follow += 1
+        extra = len(calls) - follow
+        capped = bool(out.steps) and not out.steps[-1].tool_results and bool(out.steps[-1].tool_calls)
+        score = follow - extra - (2 if capped else 0)
+        note = (
+            f"{follow}/{len(recorded)} recorded calls followed, {extra} other calls{', hit tool cap' if capped else ''}"
+        )
+        return score, note
+
+    async def compare(self, point: ReplayPoint, a: TurnOutput, b: TurnOutput) -> PairwiseResult:
+        """The better of A and B by the stated rule."""
+        score_a, note_a = self._score(a, point)
+        score_b, note_b = self._score(b, point)
+        reference = point.recorded.final_text or ""
+        winner: Literal["A", "B", "tie"]
+        if score_a != score_b:
+            winner = "A" if score_a > score_b else "B"
+            why = f"tool calls: A {note_a}; B {note_b}"
+            confidence = min(1.0, 0.6 + 0.2 * abs(score_a - score_b))
+        else:
+            text_a = word_overlap(" ".join(a.texts), reference)
+            text_b = word_overlap(" ".join(b.texts), reference)
+            diff = text_a - text_b
+            winner = "tie" if abs(diff) <= self.margin else ("A" if diff > 0 else "B")
+            why = f"tool calls equal ({note_a}); text overlap with the recorded reply A {text_a:.2f}, B {text_b:.2f}"
+            confidence = round(min(1.0, 0.5 + abs(diff)), 4)
+        return PairwiseResult(
+            winner=winner,
+            confidence=confidence,
+            reasoning=f"simulated rule: {why} -> {winner}",
+            raw={"score_a": score_a, "score_b": score_b},
+        )

@@ -1,0 +1,129 @@
+"""Deterministic equivalence of tool calls and texts, shared by tool simulation and the stage-1 judge.
+
+Arguments are compared as canonical JSON with the type tolerance function-calling benchmarks use: ``1``, ``1.0``
+and (by default) ``"1"`` are the same number; strings are compared after trimming; an argument set to ``null``
+equals an argument left out. Texts are compared after Unicode normalisation, case folding, dropping punctuation
+and collapsing whitespace.
+
+Example:
+    >>> from delta_eval.schema import ToolCall
+    >>> a = ToolCall(id="1", name="book", arguments='{"n": 1, "cabin": "economy "}')
+    >>> b = ToolCall(id="2", name="book", arguments='{"cabin": "economy", "n": "1.0"}')
+    >>> calls_equivalent(a, b)
+    True
+    >>> normalize_text("Sure -- I'll  help!") == normalize_text("sure, i'll help")
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from delta_eval.schema import ToolCall
+
+__all__ = [
+    "MatchOptions",
+    "arguments_equivalent",
+    "call_sequences_equivalent",
+    "calls_equivalent",
+    "canonical_arguments",
+    "normalize_text",
+    "texts_equivalent",
+]
+
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_SPACE = re.compile(r"\s+")
+
+
+class MatchOptions(BaseModel):
+    """Tolerances of deterministic matching.
+
+    - ``numeric_strings``: ``"1"`` equals ``1`` (``1`` and ``1.0`` are always equal).
+    - ``strip_strings``: compare strings without leading and trailing whitespace.
+    - ``case_sensitive``: compare argument strings with case; texts are always compared case-folded.
+    - ``null_is_missing``: an argument set to ``null`` equals one that is left out.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    numeric_strings: bool = True
+    strip_strings: bool = True
+    case_sensitive: bool = True
+    null_is_missing: bool = True
+
+
+DEFAULT_MATCH = MatchOptions()
+
+
+def _canon(value: Any, opts: MatchOptions) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        f = float(value)
+        if math.isfinite(f) and f == int(f) and abs(f) < 2**53:
+            return ("num", int(f))
+        return ("num", f)
+    if isinstance(value, str):
+        s = value.strip() if opts.strip_strings else value
+        if opts.numeric_strings and _NUMBER.match(s):
+            return _canon(float(s), opts)
+        return s if opts.case_sensitive else s.casefold()
+    if isinstance(value, dict):
+        return {
+            "obj": sorted(
+                ((str(k), _canon(v, opts)) for k, v in value.items() if not (opts.null_is_missing and v is None)),
+                key=lambda kv: kv[0],
+            )
+        }
+    if isinstance(value, list | tuple):
+        return ["list", *(_canon(v, opts) for v in value)]
+    return repr(value)
+
+
+def canonical_arguments(call: ToolCall, opts: MatchOptions = DEFAULT_MATCH) -> str:
+    """A string that is equal for two calls exactly when their arguments are equivalent under ``opts``.
+
+    Arguments that are not valid JSON are compared as their raw text, whitespace-collapsed.
+    """
+    if not call.arguments_valid:
+        return "raw:" + _SPACE.sub(" ", call.arguments.strip())
+    return json.dumps(_canon(call.parsed_arguments, opts), ensure_ascii=False, separators=(",", ":"))
+
+
+def arguments_equivalent(a: ToolCall, b: ToolCall, opts: MatchOptions = DEFAULT_MATCH) -> bool:
+    """Whether two calls' arguments are equivalent (see :class:`MatchOptions`)."""
+    return canonical_arguments(a, opts) == canonical_arguments(b, opts)
+
+
+def calls_equivalent(a: ToolCall, b: ToolCall, opts: MatchOptions = DEFAULT_MATCH) -> bool:
+    """Same tool and equivalent arguments. Call ids are ignored: they are random per response."""
+    return a.name == b.name and arguments_equivalent(a, b, opts)
+
+
+def call_sequences_equivalent(a: Sequence[ToolCall], b: Sequence[ToolCall], opts: MatchOptions = DEFAULT_MATCH) -> bool:
+    """The same calls in the same order."""
+    return len(a) == len(b) and all(calls_equivalent(x, y, opts) for x, y in zip(a, b, strict=True))
+
+
+def normalize_text(text: str | None) -> str:
+    """Text as compared: NFKC, case-folded, punctuation removed, whitespace collapsed.
+
+    Symbols stay: ``$30`` and ``€30`` differ.
+    """
+    if not text:
+        return ""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    kept = "".join(" " if unicodedata.category(ch)[0] == "P" else ch for ch in text)
+    return _SPACE.sub(" ", kept).strip()
+
+
+def texts_equivalent(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two sequences of texts say the same words once normalised (how they split into messages aside)."""
+    return normalize_text(" ".join(a)) == normalize_text(" ".join(b))

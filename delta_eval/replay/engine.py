@@ -1,0 +1,160 @@
+"""Replay one assistant turn under one variant: call the model, simulate its tools, until it speaks in plain text.
+
+A turn gets at most ``max_tool_rounds`` rounds of tool calls; if the model still calls tools after that, the calls
+are kept (without results), the replay is marked ``hit_tool_cap`` with finish reason ``tool_cap``, and nothing is
+retried. A provider failure that outlives its retries ends the replay with ``finish_reason="error"`` and an error
+row; whatever steps were made before it are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from delta_eval.adapters.client import ModelClient
+from delta_eval.config import Variant
+from delta_eval.exceptions import ProviderError, RecordError
+from delta_eval.pricing import Price, cost, price_for
+from delta_eval.replay.render import build_request
+from delta_eval.replay.tools import ToolContext, ToolSimulator, run_simulator
+from delta_eval.schema import (
+    ErrorRecord,
+    Message,
+    Replay,
+    ReplayPoint,
+    Side,
+    Step,
+    ToolCall,
+    TurnOutput,
+    Usage,
+)
+
+__all__ = ["Replayer", "recorded_replay"]
+
+
+def recorded_replay(point: ReplayPoint) -> Replay:
+    """The production turn, in the shape of a replay (``side="recorded"``), kept beside the two replays."""
+    return Replay(
+        pair_id=point.point_id,
+        conversation_id=point.conversation_id,
+        turn_index=point.turn_index,
+        side="recorded",
+        variant="recorded",
+        model="recorded",
+        output=point.recorded,
+        finish_reason="stop" if point.recorded.final_text is not None else "end",
+    )
+
+
+@dataclass
+class Replayer:
+    """Replays turns under one variant through one model client.
+
+    Example::
+
+        replayer = Replayer(client, variant, RecordedToolSimulator(), max_tool_rounds=5)
+        replay, error = await replayer.replay(point, side="candidate")
+    """
+
+    client: ModelClient
+    variant: Variant
+    simulator: ToolSimulator
+    max_tool_rounds: int = 5
+    prices: Mapping[str, Price] | None = None
+    source: str = ""
+
+    async def replay(self, point: ReplayPoint, side: Side) -> tuple[Replay, ErrorRecord | None]:
+        """The replay of ``point``, and the error row when it failed."""
+        steps: list[Step] = []
+        usage = Usage()
+        latency = 0.0
+        ttft: float | None = None
+        calls = cached = 0
+        final_text: str | None = None
+        finish = "stop"
+        hit_cap = False
+
+        def done(error: Exception | None = None) -> tuple[Replay, ErrorRecord | None]:
+            replay = Replay(
+                pair_id=point.point_id,
+                conversation_id=point.conversation_id,
+                turn_index=point.turn_index,
+                side=side,
+                variant=self.variant.name,
+                model=self.variant.model,
+                output=TurnOutput(steps=tuple(steps), final_text=final_text),
+                finish_reason="error" if error is not None else finish,
+                hit_tool_cap=hit_cap,
+                usage=usage,
+                cost_usd=cost(usage, price_for(self.variant.model, self.prices)),
+                latency_ms=latency,
+                ttft_ms=ttft,
+                model_calls=calls,
+                cached_calls=cached,
+                error=None if error is None else str(error),
+                error_type=None if error is None else type(error).__name__,
+            )
+            row = None
+            if error is not None:
+                row = ErrorRecord(
+                    stage="replay",
+                    message=f"{side} replay of {point.point_id} failed: {error}",
+                    source=getattr(error, "source", "") or self.source,
+                    record=getattr(error, "record", "") or point.point_id,
+                    field=getattr(error, "field", ""),
+                    conversation_id=point.conversation_id,
+                    pair_id=point.point_id,
+                    error_type=type(error).__name__,
+                    attempts=getattr(error, "attempts", 0),
+                )
+            return replay, row
+
+        try:
+            request = build_request(point, self.variant, self.source)
+        except RecordError as exc:
+            return done(exc)
+        messages: list[Message] = list(request.messages)
+        previous: list[ToolCall] = []
+        diverged = False
+        for round_no in range(self.max_tool_rounds + 1):
+            try:
+                # Keyed by pair and side too: two pairs that happen to send the same request are still two draws.
+                result = await self.client.generate(
+                    request.model_copy(update={"messages": tuple(messages)}),
+                    namespace=f"{side}:{point.point_id}",
+                )
+            except ProviderError as exc:
+                return done(exc)
+            response = result.response
+            calls += 1
+            cached += int(result.cached)
+            usage = usage + response.usage
+            latency += response.latency_ms
+            if ttft is None:
+                ttft = response.ttft_ms
+            reply = response.message
+            if not reply.tool_calls:
+                final_text = reply.content
+                finish = response.finish_reason
+                break
+            if round_no == self.max_tool_rounds:
+                steps.append(Step(text=reply.content, tool_calls=reply.tool_calls))
+                hit_cap = True
+                finish = "tool_cap"
+                break
+            results = []
+            for call in reply.tool_calls:
+                ctx = ToolContext(
+                    point=point, position=len(previous), previous_calls=tuple(previous), diverged=diverged
+                )
+                res = await run_simulator(self.simulator, call, ctx)
+                res = res.model_copy(update={"call_id": call.id, "name": call.name})
+                diverged = diverged or res.source != "recorded"
+                previous.append(call)
+                results.append(res)
+            steps.append(Step(text=reply.content, tool_calls=reply.tool_calls, tool_results=tuple(results)))
+            messages.append(Message(role="assistant", content=reply.content, tool_calls=reply.tool_calls))
+            messages.extend(
+                Message(role="tool", tool_call_id=r.call_id, name=r.name, content=r.content) for r in results
+            )
+        return done()

@@ -1,0 +1,87 @@
+"""Replay points: the assistant turns of a recorded conversation.
+
+A turn starts at an assistant message that follows a user (or system) message and runs until the assistant next
+speaks in plain text: assistant messages with tool calls and the tool results that answer them, then the final text.
+A turn that ends without final text (the conversation stops after a tool result, or the user speaks) keeps its
+steps and has no final text. The context of a turn is every message before it, exactly as recorded.
+
+Example:
+    >>> from delta_eval.schema import Conversation, Message
+    >>> conv = Conversation(id="c", messages=(
+    ...     Message(role="system", content="policy"), Message(role="user", content="hi"),
+    ...     Message(role="assistant", content="hello"), Message(role="user", content="bye"),
+    ...     Message(role="assistant", content="goodbye")))
+    >>> [(p.point_id, len(p.context), p.recorded.final_text) for p in replay_points(conv)]
+    [('c#0', 2, 'hello'), ('c#1', 4, 'goodbye')]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+
+from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolResult, TurnOutput
+
+__all__ = ["point_id", "replay_points", "select_turns"]
+
+
+def point_id(conversation_id: str, turn_index: int) -> str:
+    """The id of a replay point (and of its pair): ``"{conversation_id}#{turn_index}"``."""
+    return f"{conversation_id}#{turn_index}"
+
+
+def _turn(messages: Sequence[Message], start: int) -> tuple[TurnOutput, int]:
+    """The turn starting at ``messages[start]`` (an assistant message) and the index just past it."""
+    steps: list[Step] = []
+    i = start
+    while i < len(messages) and messages[i].role == "assistant":
+        m = messages[i]
+        i += 1
+        if not m.tool_calls:
+            return TurnOutput(steps=tuple(steps), final_text=m.content), i
+        results = []
+        while i < len(messages) and messages[i].role == "tool":
+            t = messages[i]
+            results.append(ToolResult(call_id=t.tool_call_id or "", name=t.name or "", content=t.content or ""))
+            i += 1
+        steps.append(Step(text=m.content, tool_calls=m.tool_calls, tool_results=tuple(results)))
+    return TurnOutput(steps=tuple(steps)), i
+
+
+def replay_points(conversation: Conversation) -> Iterator[ReplayPoint]:
+    """Every assistant turn of ``conversation`` as a :class:`ReplayPoint`, in order."""
+    messages = conversation.messages
+    i = 0
+    turn_index = 0
+    while i < len(messages):
+        if messages[i].role != "assistant":
+            i += 1
+            continue
+        recorded, end = _turn(messages, i)
+        yield ReplayPoint(
+            point_id=point_id(conversation.id, turn_index),
+            conversation_id=conversation.id,
+            turn_index=turn_index,
+            message_index=i,
+            context=messages[:i],
+            recorded=recorded,
+            tools=conversation.tools,
+            metadata=conversation.metadata,
+        )
+        turn_index += 1
+        i = end
+
+
+def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) -> list[ReplayPoint]:
+    """At most ``max_turns`` of a conversation's points, drawn reproducibly (by ``md5(seed:point_id)``), in order.
+
+    ``None`` keeps them all.
+    """
+    if max_turns is None or len(points) <= max_turns:
+        return points
+
+    def rank(p: ReplayPoint) -> str:
+        return hashlib.md5(f"{seed}:{p.point_id}".encode(), usedforsecurity=False).hexdigest()
+
+    keep = {p.point_id for p in sorted(points, key=rank)[:max_turns]}
+    return [p for p in points if p.point_id in keep]

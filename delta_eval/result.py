@@ -1,0 +1,88 @@
+"""A run's outputs, read back from its folder: counts, win rates, and a DuckDB connection for everything else.
+
+Example:
+    >>> result = open_result("runs/demo")                    # doctest: +SKIP
+    >>> print(result.win_rate())                              # doctest: +SKIP
+    >>> result.connect().sql("SELECT * FROM pairs WHERE outcome = 'baseline'").df()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from delta_eval.exceptions import RunFolderError
+from delta_eval.metrics import WinRate, win_rate, win_rates_by
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.views import open_run
+
+__all__ = ["RunResult", "open_result"]
+
+
+class RunResult:
+    """The outputs of one run folder."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._folder = RunFolder(self.path)
+        manifest = self._folder.manifest()
+        if manifest is None:
+            raise RunFolderError(f"{self.path} is not a delta_eval run folder (no manifest.json)")
+        self.manifest: dict[str, Any] = manifest
+
+    @property
+    def status(self) -> str:
+        """``completed``, ``interrupted``, ``failed`` or ``running``."""
+        return str(self.manifest.get("status", "unknown"))
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """Counts recorded in the manifest when the run ended (read, sampled, pairs by stage and outcome, errors)."""
+        return dict(self.manifest.get("counts", {}))
+
+    def table(self, name: Literal["replays", "verdicts", "errors", "conversations", "strata"]) -> pa.Table:
+        """One dataset of the run as an Arrow table (``.to_pandas()`` for a DataFrame)."""
+        return self._folder.read(name)
+
+    def win_rate(
+        self,
+        *,
+        over: Literal["judged", "all"] = "all",
+        weighted: bool = False,
+        method: Literal["auto", "wilson", "bootstrap"] = "auto",
+        confidence: float = 0.95,
+        by: str | None = None,
+    ) -> Any:
+        """The candidate's win rate with a confidence interval (see :mod:`delta_eval.metrics`).
+
+        ``over="all"`` counts pairs found equivalent as ties; ``"judged"`` only pairs the judge decided.
+        ``weighted=True`` reweights to the population by the sampling weights. ``by="stratum"`` (or another
+        verdict column) returns one :class:`WinRate` per value.
+        """
+        verdicts = self.table("verdicts")
+        options: dict[str, Any] = {
+            "over": over,
+            "weighted": weighted,
+            "method": method,
+            "confidence": confidence,
+            "seed": int(self.manifest.get("seed", 0)),
+        }
+        if by is not None:
+            return win_rates_by(verdicts, by, **options)
+        result: WinRate = win_rate(verdicts, **options)
+        return result
+
+    def connect(self) -> Any:
+        """A DuckDB connection with views ``replays``, ``verdicts``, ``errors``, ``conversations``, ``strata``,
+        ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`)."""
+        return open_run(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunResult({str(self.path)!r}, status={self.status!r}, pairs={self.counts.get('pairs', 0)})"
+
+
+def open_result(path: str | Path) -> RunResult:
+    """The :class:`RunResult` of an existing run folder."""
+    return RunResult(path)

@@ -1,0 +1,114 @@
+"""The population table: one small row per conversation of the source, which sampling runs its SQL on.
+
+Reading the source to build it keeps only ids, metadata and strata, never messages, so the population of a large
+export fits in memory where the export would not. Bad records and failing stratum functions become error rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from delta_eval.exceptions import RecordError
+from delta_eval.ingest.source import ConversationSource
+from delta_eval.sampling.stratified import Stratified
+from delta_eval.schema import Conversation, ErrorRecord
+
+__all__ = ["RESERVED_COLUMNS", "build_population", "iter_selected", "stratum_value"]
+
+RESERVED_COLUMNS = ("position", "conversation_id", "n_messages", "metadata")
+
+
+def stratum_value(value: Any) -> str | None:
+    """A metadata or stratum value as the text it is grouped by (JSON for anything but strings)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def build_population(
+    source: ConversationSource | Iterable[Conversation | RecordError],
+    spec: Stratified,
+    on_error: Callable[[ErrorRecord], None],
+    counters: Mapping[str, Callable[[Conversation], int]] | None = None,
+) -> pa.Table:
+    """Read the source once and return the population table (positions follow the source's iteration order).
+
+    ``counters`` adds integer columns computed per conversation (the pipeline counts replay points this way).
+    """
+    functions = spec.python_strata()
+    counters = counters or {}
+    rows: dict[str, list[Any]] = {name: [] for name in RESERVED_COLUMNS}
+    counted: dict[str, list[int]] = {name: [] for name in counters}
+    extra: dict[str, list[str | None]] = {}
+    count = 0
+
+    def put(name: str, value: str | None) -> None:
+        col = extra.setdefault(name, [None] * count)
+        col.append(value)
+
+    for position, item in enumerate(source):
+        if isinstance(item, RecordError):
+            on_error(ErrorRecord.from_record_error(item))
+            continue
+        derived: dict[str, str | None] = {}
+        try:
+            for name, fn in functions.items():
+                derived[name] = stratum_value(fn(item))
+        except Exception as exc:  # a user's function: any failure is that record's error, not the run's
+            on_error(
+                ErrorRecord(
+                    stage="sample",
+                    message=f"derived stratum {name!r} failed on conversation {item.id!r}: {type(exc).__name__}: {exc}",
+                    source=item.source,
+                    record=item.record,
+                    field=name,
+                    conversation_id=item.id,
+                    error_type=type(exc).__name__,
+                )
+            )
+            continue
+        rows["position"].append(position)
+        rows["conversation_id"].append(item.id)
+        rows["n_messages"].append(len(item.messages))
+        rows["metadata"].append(json.dumps(item.metadata, ensure_ascii=False, default=str))
+        for name, count_fn in counters.items():
+            counted[name].append(count_fn(item))
+        for key, value in item.metadata.items():
+            if key not in RESERVED_COLUMNS and key not in functions and key not in counters:
+                put(key, stratum_value(value))
+        for name, value in derived.items():
+            put(name, value)
+        count += 1
+        for col in extra.values():
+            if len(col) < count:
+                col.append(None)
+    table = pa.table(
+        {
+            "position": pa.array(rows["position"], pa.int64()),
+            "conversation_id": pa.array(rows["conversation_id"], pa.string()),
+            "n_messages": pa.array(rows["n_messages"], pa.int32()),
+            "metadata": pa.array(rows["metadata"], pa.string()),
+            **{name: pa.array(values, pa.int64()) for name, values in counted.items()},
+            **{name: pa.array(values, pa.string()) for name, values in extra.items()},
+        }
+    )
+    return table
+
+
+def iter_selected(
+    source: ConversationSource | Iterable[Conversation | RecordError], positions: Iterable[int]
+) -> Iterable[tuple[int, Conversation]]:
+    """The conversations at the given positions, read again from the source in one pass."""
+    wanted = set(positions)
+    if not wanted:
+        return
+    last = max(wanted)
+    for position, item in enumerate(source):
+        if position in wanted and isinstance(item, Conversation):
+            yield position, item
+        if position >= last:
+            return

@@ -1,0 +1,213 @@
+"""Stratified sampling with proportional allocation, executed in DuckDB SQL.
+
+The population is one row per conversation (id, position, metadata, stratum columns). Each stratum ``h`` of size
+``N_h`` gets ``n_h`` draws by proportional allocation (largest remainder, so the sizes add up to ``n`` exactly, with
+at least ``min_per_stratum`` where the stratum has that many); inside a stratum, conversations are ordered by
+``md5(seed:id)`` and the first ``n_h`` are taken, so a sample is reproducible across machines and DuckDB versions,
+and growing ``n`` only adds conversations. Every sampled conversation carries its stratum weight ``N_h / n_h``, so
+estimates can be reweighted to the population.
+
+Example:
+    >>> allocate({"a": 80, "b": 15, "c": 5}, n=10)
+    {'a': 8, 'b': 1, 'c': 1}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from delta_eval.callables import callable_name, resolve_callable
+from delta_eval.exceptions import ConfigError
+from delta_eval.schema import Conversation
+
+__all__ = ["DerivedStratum", "SampleResult", "Stratified", "StratumRow", "allocate", "draw_sample"]
+
+StratumFunction = Callable[[Conversation], Any]
+DerivedStratum = str | StratumFunction
+
+
+class Stratified(BaseModel):
+    """How to sample conversations: stratify by ``by`` and draw ``n`` in proportion to each stratum's size.
+
+    ``by`` names metadata fields or entries of ``derived``. A derived stratum is a SQL expression over the population
+    table (metadata fields are VARCHAR columns; ``metadata`` is the whole record as JSON), a Python function of the
+    :class:`Conversation`, or, in a config file, ``{function = "module:function"}``.
+
+    Example:
+        >>> Stratified(by=["reward"], n=100, seed=7).n
+        100
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    by: tuple[str, ...] = ()
+    n: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    min_per_stratum: int = Field(default=1, ge=0)
+    derived: dict[str, DerivedStratum] = Field(default_factory=dict)
+
+    @field_validator("derived", mode="before")
+    @classmethod
+    def _functions_from_tables(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for name, spec in value.items():
+                if isinstance(spec, Mapping):
+                    if "sql" in spec:
+                        out[name] = str(spec["sql"])
+                    elif "function" in spec:
+                        out[name] = resolve_callable(str(spec["function"]), f"derived stratum {name!r}")
+                    else:
+                        raise ValueError(f"derived stratum {name!r} needs 'sql' or 'function'")
+                else:
+                    out[name] = spec
+            return out
+        return value
+
+    @field_serializer("derived")
+    def _derived_names(self, value: dict[str, DerivedStratum]) -> dict[str, Any]:
+        return {k: v if isinstance(v, str) else {"function": callable_name(v)} for k, v in value.items()}
+
+    def python_strata(self) -> dict[str, StratumFunction]:
+        """The derived strata computed in Python, by name."""
+        return {k: v for k, v in self.derived.items() if callable(v) and not isinstance(v, str)}
+
+    def sql_strata(self) -> dict[str, str]:
+        """The derived strata computed in SQL, by name."""
+        return {k: v for k, v in self.derived.items() if isinstance(v, str)}
+
+
+def allocate(counts: Mapping[str, int], n: int | None, min_per_stratum: int = 1) -> dict[str, int]:
+    """Proportional allocation of ``n`` draws over strata of the given sizes (largest-remainder rounding).
+
+    Every stratum gets at least ``min(min_per_stratum, N_h)`` when ``n`` allows it; no stratum gets more than its
+    size; the total is ``min(n, sum of sizes)``. ``n=None`` takes everything.
+    """
+    total = sum(counts.values())
+    if n is None or n >= total:
+        return dict(counts)
+    alloc = {h: 0 for h in counts}
+    floor_total = sum(min(min_per_stratum, c) for c in counts.values())
+    if floor_total > n:
+        # Too few draws to give every stratum its minimum: favour the largest strata, ties broken by name.
+        for h in sorted(counts, key=lambda h: (-counts[h], h))[:n]:
+            alloc[h] = 1
+        return alloc
+    # Strata whose proportional share falls below the minimum get the minimum; the rest share what is left.
+    fixed: dict[str, int] = {}
+    while True:
+        free = [h for h in counts if h not in fixed]
+        n_free = n - sum(fixed.values())
+        pop_free = sum(counts[h] for h in free)
+        targets = {h: n_free * counts[h] / pop_free for h in free} if pop_free else {}
+        newly = {h: min(min_per_stratum, counts[h]) for h in free if targets[h] < min(min_per_stratum, counts[h])}
+        if not newly:
+            break
+        fixed.update(newly)
+    alloc.update(fixed)
+    for h, t in targets.items():
+        alloc[h] = min(counts[h], math.floor(t))
+    # Largest remainder first; a stratum already full passes its draw on.
+    order = sorted(targets, key=lambda h: (-(targets[h] - math.floor(targets[h])), -counts[h], h))
+    short = n - sum(alloc.values())
+    while short > 0:
+        progressed = False
+        for h in order:
+            if short and alloc[h] < counts[h]:
+                alloc[h] += 1
+                short -= 1
+                progressed = True
+        if not progressed:
+            break
+    return alloc
+
+
+class StratumRow(BaseModel):
+    """One stratum: its key, population size, sample size and weight (``population / sampled``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stratum: str
+    population: int
+    sampled: int
+    weight: float
+
+
+class SampleResult(BaseModel):
+    """Which conversations were drawn (position -> stratum and weight) and the strata table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    selected: dict[int, tuple[str, float]]
+    strata: tuple[StratumRow, ...]
+    population: int
+
+
+def _stratum_sql(spec: Stratified, columns: set[str]) -> str:
+    if not spec.by:
+        return "'all'"
+    parts = []
+    for name in spec.by:
+        if name not in columns:
+            known = ", ".join(sorted(columns - {"position", "conversation_id", "metadata"})) or "none"
+            raise ConfigError(f"stratum {name!r} is neither a metadata field nor a derived stratum (known: {known})")
+        parts.append(f"'{name}=' || coalesce(CAST(\"{name}\" AS VARCHAR), '(missing)')")
+    return " || ', ' || ".join(parts)
+
+
+def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
+    """Draw the sample from a population table (``position``, ``conversation_id``, ``metadata`` and strata columns).
+
+    SQL-derived strata are evaluated here, in DuckDB; a SQL error is a :class:`ConfigError` naming the stratum.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.register("population_raw", population)
+        select = ["*"]
+        for name, expr in spec.sql_strata().items():
+            select.append(f'({expr}) AS "{name}"')
+        try:
+            con.execute(f"CREATE TABLE population AS SELECT {', '.join(select)} FROM population_raw")
+        except duckdb.Error as exc:
+            raise ConfigError(f"a derived stratum's SQL failed: {exc}") from None
+        columns = {row[0] for row in con.execute("DESCRIBE population").fetchall()}
+        key = _stratum_sql(spec, columns)
+        con.execute(f"CREATE TABLE keyed AS SELECT position, conversation_id, {key} AS stratum FROM population")
+        counts = dict(con.execute("SELECT stratum, count(*) FROM keyed GROUP BY stratum").fetchall())
+        alloc = allocate(counts, spec.n, spec.min_per_stratum)
+        con.register(
+            "allocation",
+            pa.table({"stratum": list(alloc), "n_h": list(alloc.values())}),
+        )
+        rows = con.execute(
+            """
+            SELECT position, stratum FROM (
+                SELECT k.position, k.stratum, a.n_h,
+                       row_number() OVER (PARTITION BY k.stratum ORDER BY md5(? || ':' || k.conversation_id)) AS rank
+                FROM keyed k JOIN allocation a USING (stratum)
+            ) WHERE rank <= n_h
+            ORDER BY position
+            """,
+            [str(spec.seed)],
+        ).fetchall()
+    finally:
+        con.close()
+    strata = tuple(
+        StratumRow(
+            stratum=h,
+            population=counts[h],
+            sampled=alloc[h],
+            weight=counts[h] / alloc[h] if alloc[h] else 0.0,
+        )
+        for h in sorted(counts)
+    )
+    weights = {row.stratum: row.weight for row in strata}
+    selected = {int(pos): (h, weights[h]) for pos, h in rows}
+    return SampleResult(selected=selected, strata=strata, population=sum(counts.values()))

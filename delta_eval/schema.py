@@ -1,0 +1,269 @@
+"""Canonical types that every stage speaks.
+
+Adapters translate to and from a provider's wire format at the edge; everything stored or passed between stages is
+one of these types, so any recorded conversation can replay on any model.
+
+The shapes follow OpenAI Chat Completions (the most common export format) with two deliberate differences:
+tool-call arguments are kept as the exact raw string the model produced (parsed on demand, flagged when not valid
+JSON, never lost), and a tool result carries where it came from during a replay (recorded, simulated, custom).
+
+Example:
+    >>> call = ToolCall(id="c1", name="get_user", arguments='{"user_id": "mia"}')
+    >>> call.parsed_arguments
+    {'user_id': 'mia'}
+    >>> ToolCall(id="c2", name="f", arguments="{oops").arguments_valid
+    False
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from delta_eval.exceptions import RecordError
+
+__all__ = [
+    "Conversation",
+    "ErrorRecord",
+    "Message",
+    "Outcome",
+    "Replay",
+    "ReplayPoint",
+    "Role",
+    "Side",
+    "Stage",
+    "Step",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "TurnOutput",
+    "Usage",
+    "Verdict",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+Side = Literal["baseline", "candidate", "recorded"]
+Stage = Literal["deterministic", "equivalence", "judge", "error"]
+Outcome = Literal["equivalent", "candidate", "baseline", "tie", "error"]
+ResultSource = Literal["recorded", "simulated", "custom"]
+ErrorStage = Literal["ingest", "sample", "replay", "judge", "run"]
+
+_INVALID = object()
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(_Frozen):
+    """One function call made by the assistant.
+
+    ``arguments`` is the raw JSON text as produced; ``parsed_arguments`` parses it lazily and is ``None`` when the
+    text is not valid JSON (``arguments_valid`` tells which).
+    """
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    @cached_property
+    def _parsed(self) -> Any:
+        try:
+            return json.loads(self.arguments) if self.arguments.strip() else {}
+        except ValueError:
+            return _INVALID
+
+    @property
+    def arguments_valid(self) -> bool:
+        """Whether ``arguments`` is valid JSON."""
+        return self._parsed is not _INVALID
+
+    @property
+    def parsed_arguments(self) -> Any:
+        """The arguments as Python values, or ``None`` when they are not valid JSON."""
+        parsed = self._parsed
+        return None if parsed is _INVALID else parsed
+
+
+class Message(_Frozen):
+    """One chat message in canonical form.
+
+    ``tool_calls`` is set on assistant messages that call tools; ``tool_call_id`` and ``name`` on tool results.
+    """
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ToolSpec(_Frozen):
+    """A tool the assistant may call: its name, description and JSON Schema parameters."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class Conversation(_Frozen):
+    """A recorded conversation: messages, the tools it offered, and metadata fields kept from the source."""
+
+    id: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    source: str = ""
+    record: str = ""
+
+
+class ToolResult(_Frozen):
+    """The result a tool call got: recorded in production, simulated in a replay, or from a custom simulator."""
+
+    call_id: str
+    name: str
+    content: str
+    source: ResultSource = "recorded"
+
+
+class Step(_Frozen):
+    """One round of an assistant turn: what the assistant said and called, and what its calls returned."""
+
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+
+
+class TurnOutput(_Frozen):
+    """What the assistant did in one turn: tool-call rounds, then the final text (if it got that far)."""
+
+    steps: tuple[Step, ...] = ()
+    final_text: str | None = None
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """All tool calls of the turn, in order."""
+        return tuple(call for step in self.steps for call in step.tool_calls)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """Every text the assistant wrote in the turn, in order (narration beside tool calls, then the final text)."""
+        out = [step.text for step in self.steps if step.text]
+        if self.final_text:
+            out.append(self.final_text)
+        return tuple(out)
+
+
+class ReplayPoint(_Frozen):
+    """One assistant turn of a recorded conversation, ready to replay.
+
+    ``context`` is every message before the turn, exactly as recorded; ``recorded`` is what production did in the
+    turn, kept for reference and for tool simulation, and never put into a prompt.
+    """
+
+    point_id: str
+    conversation_id: str
+    turn_index: int
+    message_index: int
+    context: tuple[Message, ...]
+    recorded: TurnOutput
+    tools: tuple[ToolSpec, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Usage(_Frozen):
+    """Token usage normalised across providers.
+
+    ``input_tokens`` counts every prompt token, cached ones included (``cached_input_tokens`` says how many of them
+    were cached); ``output_tokens`` counts every generated token, reasoning included (``reasoning_tokens`` says how
+    many). Nothing is counted twice.
+    """
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+
+class Replay(_Frozen):
+    """One side of a pair: a turn replayed with a variant (or, for ``side="recorded"``, the production turn)."""
+
+    pair_id: str
+    conversation_id: str
+    turn_index: int
+    side: Side
+    variant: str
+    model: str
+    output: TurnOutput
+    finish_reason: str
+    hit_tool_cap: bool = False
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None
+    model_calls: int = 0
+    cached_calls: int = 0
+    error: str | None = None
+    error_type: str | None = None
+
+
+class Verdict(_Frozen):
+    """The decision on one pair: which stage decided, what it decided, how sure, and why.
+
+    ``outcome`` is ``equivalent`` when stage 1 or 2 found the outputs the same; ``candidate``, ``baseline`` or
+    ``tie`` when the judge compared them; ``error`` when the pair could not be decided (the reason is in ``error``).
+    """
+
+    pair_id: str
+    conversation_id: str
+    turn_index: int
+    stage: Stage
+    outcome: Outcome
+    confidence: float | None = None
+    reasoning: str = ""
+    judge: str = ""
+    candidate_position: Literal["A", "B", "both"] | None = None
+    stratum: str = ""
+    weight: float = 1.0
+    judge_usage: Usage = Usage()
+    judge_cost_usd: float | None = None
+    judge_latency_ms: float = 0.0
+    error: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorRecord(_Frozen):
+    """A row of the run's ``errors`` table: what failed, where, and why, so nothing is dropped silently."""
+
+    stage: ErrorStage
+    message: str
+    source: str = ""
+    record: str = ""
+    field: str = ""
+    conversation_id: str | None = None
+    pair_id: str | None = None
+    error_type: str = ""
+    attempts: int = 0
+
+    @classmethod
+    def from_record_error(cls, exc: RecordError, stage: ErrorStage = "ingest") -> ErrorRecord:
+        """The row for a bad input record."""
+        return cls(
+            stage=stage,
+            message=str(exc),
+            source=exc.source,
+            record=exc.record,
+            field=exc.field,
+            error_type=type(exc).__name__,
+        )

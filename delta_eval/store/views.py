@@ -1,0 +1,82 @@
+"""DuckDB views over a run folder.
+
+:func:`open_run` returns an in-memory DuckDB connection with one view per dataset (``replays``, ``verdicts``,
+``errors``, ``conversations``, ``strata``) over the committed Parquet files, and two conveniences:
+
+- ``pairs``: one row per pair, the verdict beside the baseline, candidate and recorded final texts, tool-call
+  counts, costs and latencies;
+- ``tool_calls``: one row per tool call of every replay (side, step, position, name, arguments, result source).
+
+Example:
+    >>> con = open_run("runs/demo")                                    # doctest: +SKIP
+    >>> con.sql("SELECT stage, outcome, count(*) FROM verdicts GROUP BY ALL").show()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from delta_eval.exceptions import RunFolderError
+from delta_eval.store.folder import MANIFEST, RunFolder
+from delta_eval.store.tables import DATASETS, SCHEMAS
+
+__all__ = ["open_run"]
+
+_PAIRS = """
+CREATE VIEW pairs AS
+SELECT v.*,
+       b.final_text AS baseline_text, c.final_text AS candidate_text, r.final_text AS recorded_text,
+       b.n_tool_calls AS baseline_tool_calls, c.n_tool_calls AS candidate_tool_calls,
+       r.n_tool_calls AS recorded_tool_calls,
+       b.cost_usd AS baseline_cost_usd, c.cost_usd AS candidate_cost_usd,
+       b.latency_ms AS baseline_latency_ms, c.latency_ms AS candidate_latency_ms,
+       b.hit_tool_cap AS baseline_hit_tool_cap, c.hit_tool_cap AS candidate_hit_tool_cap
+FROM verdicts v
+LEFT JOIN replays b ON b.pair_id = v.pair_id AND b.side = 'baseline'
+LEFT JOIN replays c ON c.pair_id = v.pair_id AND c.side = 'candidate'
+LEFT JOIN replays r ON r.pair_id = v.pair_id AND r.side = 'recorded'
+"""
+
+_TOOL_CALLS = """
+CREATE VIEW tool_calls AS
+WITH steps AS (
+    SELECT pair_id, conversation_id, turn_index, side, model,
+           unnest(steps) AS step, generate_subscripts(steps, 1) AS step_index
+    FROM replays
+), calls AS (
+    SELECT pair_id, conversation_id, turn_index, side, model, step_index,
+           unnest(step.tool_calls) AS call, generate_subscripts(step.tool_calls, 1) AS call_index,
+           step.tool_results AS results
+    FROM steps
+)
+SELECT pair_id, conversation_id, turn_index, side, model, step_index, call_index,
+       call.name AS name, call.arguments AS arguments, call.arguments_valid AS arguments_valid,
+       list_filter(results, lambda r: r.call_id = call.id)[1].source AS result_source,
+       list_filter(results, lambda r: r.call_id = call.id)[1].content AS result
+FROM calls
+"""
+
+
+def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
+    """A DuckDB connection with views over the run folder's datasets (see the module docstring).
+
+    The views cover the batches committed when it is called; call it again to see a run that is still going.
+    """
+    import duckdb
+
+    folder = RunFolder(Path(run_dir))
+    if not (folder.path / MANIFEST).exists():
+        raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
+    con = duckdb.connect(database)
+    for name in DATASETS:
+        files = folder.committed_files(name)
+        if files:
+            paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{paths}], union_by_name = true)")
+        else:
+            con.register(f"_{name}_empty", SCHEMAS[name].empty_table())
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_empty")
+    con.execute(_PAIRS)
+    con.execute(_TOOL_CALLS)
+    return con

@@ -1,0 +1,69 @@
+"""An index from a conversation prefix to what was recorded next, for the ``simulated:`` model.
+
+The simulated model is a stand-in for a real one in demos and tests: to answer plausibly it looks up the context
+it is given among the recorded conversations and finds what production said next. This is a side channel of the
+simulation only; real adapters never see it, and it never enters a prompt.
+
+Prefixes are fingerprinted without the system prompt (a variant may replace it) and without tool-call ids (random
+per response), with arguments in canonical JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+
+from delta_eval.matching import canonical_arguments
+from delta_eval.schema import Conversation, Message
+
+__all__ = ["RecordingIndex", "prefix_keys"]
+
+
+def _fingerprint(m: Message) -> str:
+    calls = [[c.name, canonical_arguments(c)] for c in m.tool_calls]
+    return json.dumps([m.role, m.content or "", calls], ensure_ascii=False, separators=(",", ":"))
+
+
+def prefix_keys(messages: Sequence[Message]) -> list[str]:
+    """Key of every prefix of the non-system messages: ``keys[i]`` covers the first ``i`` of them."""
+    h = hashlib.sha256()
+    keys = [h.hexdigest()]
+    for m in messages:
+        if m.role == "system":
+            continue
+        h.update(_fingerprint(m).encode("utf-8"))
+        h.update(b"\x00")
+        keys.append(h.hexdigest())
+    return keys
+
+
+class RecordingIndex:
+    """Maps a conversation prefix to the assistant message recorded right after it.
+
+    Example:
+        >>> idx = RecordingIndex()
+        >>> idx.add([Conversation(id="c", messages=(Message(role="user", content="hi"),
+        ...                                         Message(role="assistant", content="hello")))])
+        >>> idx.next_message([Message(role="system", content="new prompt"), Message(role="user", content="hi")]).content
+        'hello'
+    """
+
+    def __init__(self) -> None:
+        self._next: dict[str, Message] = {}
+
+    def __len__(self) -> int:
+        return len(self._next)
+
+    def add(self, conversations: Iterable[Conversation]) -> None:
+        """Index every assistant message of the conversations by the prefix before it."""
+        for conv in conversations:
+            non_system = [m for m in conv.messages if m.role != "system"]
+            keys = prefix_keys(non_system)
+            for i, m in enumerate(non_system):
+                if m.role == "assistant":
+                    self._next.setdefault(keys[i], m)
+
+    def next_message(self, messages: Sequence[Message]) -> Message | None:
+        """The recorded assistant message that followed exactly these messages, if any."""
+        return self._next.get(prefix_keys(messages)[-1])
