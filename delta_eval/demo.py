@@ -84,7 +84,7 @@ def demo_config(out: str | Path = "runs/demo", n: int = 100, seed: int = 7, late
         sample=Stratified(by=["task_type"], n=n, seed=seed, derived={"task_type": airline_task_type}),
         baseline=Variant(
             model="simulated:baseline",
-            provider_options={"reword_rate": 0.05, "latency_ms": latency_ms, "seed": seed},
+            provider_options={"reword_rate": 0.1, "skip_tool_rate": 0.02, "latency_ms": latency_ms, "seed": seed},
         ),
         candidate=Variant(
             model="simulated:candidate",

@@ -22,6 +22,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -92,9 +93,17 @@ def canonical_arguments(call: ToolCall, opts: MatchOptions = DEFAULT_MATCH) -> s
 
     Arguments that are not valid JSON are compared as their raw text, whitespace-collapsed.
     """
-    if not call.arguments_valid:
-        return "raw:" + _SPACE.sub(" ", call.arguments.strip())
-    return json.dumps(_canon(call.parsed_arguments, opts), ensure_ascii=False, separators=(",", ":"))
+    return _canonical(call.arguments, opts)
+
+
+@lru_cache(maxsize=65536)
+def _canonical(arguments: str, opts: MatchOptions) -> str:
+    # Cached by the raw text: replays fingerprint the same recorded calls many times.
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return "raw:" + _SPACE.sub(" ", arguments.strip())
+    return json.dumps(_canon(parsed, opts), ensure_ascii=False, separators=(",", ":"))
 
 
 def arguments_equivalent(a: ToolCall, b: ToolCall, opts: MatchOptions = DEFAULT_MATCH) -> bool:

@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import json
-from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -69,23 +68,25 @@ class ToolCall(_Frozen):
     name: str
     arguments: str = "{}"
 
-    @cached_property
-    def _parsed(self) -> Any:
-        try:
-            return json.loads(self.arguments) if self.arguments.strip() else {}
-        except ValueError:
-            return _INVALID
-
     @property
     def arguments_valid(self) -> bool:
         """Whether ``arguments`` is valid JSON."""
-        return self._parsed is not _INVALID
+        return _parse_arguments(self.arguments) is not _INVALID
 
     @property
     def parsed_arguments(self) -> Any:
-        """The arguments as Python values, or ``None`` when they are not valid JSON."""
-        parsed = self._parsed
+        """The arguments as Python values (parsed afresh on each access), or ``None`` when they are not valid JSON."""
+        parsed = _parse_arguments(self.arguments)
         return None if parsed is _INVALID else parsed
+
+
+def _parse_arguments(text: str) -> Any:
+    # Parsed on demand and never cached on the instance: model_copy() would carry a stale cache to a copy whose
+    # arguments were changed.
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError:
+        return _INVALID
 
 
 class Message(_Frozen):

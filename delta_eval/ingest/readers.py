@@ -19,7 +19,7 @@ __all__ = ["FORMATS", "RawRecord", "infer_format", "iter_json", "iter_jsonl", "i
 RawRecord = tuple[str, Any]
 FORMATS = ("json", "jsonl", "parquet")
 _BATCH_ROWS = 1024
-_ARROW_READERS = ("to_arrow_reader", "fetch_record_batch")
+_ARROW_READERS = ("to_arrow_reader", "fetch_arrow_reader")
 
 
 def infer_format(path: Path) -> str:
@@ -94,9 +94,9 @@ def iter_sql(query: str, database: str | None = None) -> Iterator[RawRecord]:
     con = duckdb.connect(database or ":memory:", read_only=database is not None)
     try:
         try:
-            cursor = con.execute(query)
-            # DuckDB 2.0 renamed fetch_record_batch to to_arrow_reader; take whichever this version has.
-            to_reader = next(m for m in (getattr(cursor, n, None) for n in _ARROW_READERS) if m is not None)
+            relation = con.sql(query)
+            # DuckDB 2.0 renamed fetch_arrow_reader to to_arrow_reader; take whichever this version has.
+            to_reader = next(m for m in (getattr(relation, n, None) for n in _ARROW_READERS) if m is not None)
             reader = to_reader(_BATCH_ROWS)
         except duckdb.Error as exc:
             raise ConfigError(f"the source query failed: {exc}") from None

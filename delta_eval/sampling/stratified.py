@@ -85,19 +85,17 @@ class Stratified(BaseModel):
 def allocate(counts: Mapping[str, int], n: int | None, min_per_stratum: int = 1) -> dict[str, int]:
     """Proportional allocation of ``n`` draws over strata of the given sizes (largest-remainder rounding).
 
-    Every stratum gets at least ``min(min_per_stratum, N_h)`` when ``n`` allows it; no stratum gets more than its
-    size; the total is ``min(n, sum of sizes)``. ``n=None`` takes everything.
+    Every stratum gets at least ``min(min_per_stratum, N_h)`` when ``n`` allows it (when it does not, the minimum is
+    lowered until it does); no stratum gets more than its size; the total is ``min(n, sum of sizes)``. ``n=None``
+    takes everything.
     """
     total = sum(counts.values())
     if n is None or n >= total:
         return dict(counts)
     alloc = {h: 0 for h in counts}
-    floor_total = sum(min(min_per_stratum, c) for c in counts.values())
-    if floor_total > n:
-        # Too few draws to give every stratum its minimum: favour the largest strata, ties broken by name.
-        for h in sorted(counts, key=lambda h: (-counts[h], h))[:n]:
-            alloc[h] = 1
-        return alloc
+    # Too few draws for every stratum's minimum: lower the minimum until it fits (down to plain proportions).
+    while min_per_stratum > 0 and sum(min(min_per_stratum, c) for c in counts.values()) > n:
+        min_per_stratum -= 1
     # Strata whose proportional share falls below the minimum get the minimum; the rest share what is left.
     fixed: dict[str, int] = {}
     while True:

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import delta_eval as de
+from delta_eval.replay.points import replay_points, select_turns
+from tests.conftest import tool_turn_conversation
+
+
+def test_a_turn_runs_until_the_assistant_speaks_in_plain_text() -> None:
+    conv = tool_turn_conversation()
+    points = list(replay_points(conv))
+    assert [p.point_id for p in points] == ["c1#0", "c1#1"]
+    first = points[0]
+    assert first.context == conv.messages[:2]
+    assert [c.name for c in first.recorded.tool_calls] == ["get_reservation"]
+    assert first.recorded.steps[0].tool_results[0].content == '{"flight": "HAT001"}'
+    assert first.recorded.final_text == "Your reservation ABC123 is on flight HAT001."
+    assert points[1].context == conv.messages[:6]
+    assert points[1].recorded.final_text == "You're welcome."
+
+
+def test_tau_bench_points_cover_every_assistant_message(tau_conversations: list[de.Conversation]) -> None:
+    n_points = n_messages = n_no_text = 0
+    for conv in tau_conversations:
+        for p in replay_points(conv):
+            n_points += 1
+            # context is exactly the recorded prefix, never the answer
+            assert conv.messages[: p.message_index] == p.context
+            assert conv.messages[p.message_index].role == "assistant"
+            n_messages += len(p.recorded.steps) + (p.recorded.final_text is not None)
+            n_no_text += p.recorded.final_text is None
+    assert n_messages == 2454
+    assert 1200 < n_points < 1500
+    # 51 conversations end on a tool result: those turns have no final text
+    assert n_no_text >= 51
+
+
+def test_select_turns_is_seeded_and_keeps_order(tau_conversations: list[de.Conversation]) -> None:
+    points = list(replay_points(tau_conversations[0]))
+    picked = select_turns(points, 3, seed=1)
+    assert len(picked) == 3
+    assert picked == select_turns(points, 3, seed=1)
+    assert [p.turn_index for p in picked] == sorted(p.turn_index for p in picked)
+    assert select_turns(points, None, seed=1) == points

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import delta_eval as de
+from delta_eval.demo import airline_task_type
+from delta_eval.exceptions import ConfigError
+from delta_eval.sampling import build_population, draw_sample, iter_selected
+from delta_eval.schema import ErrorRecord
+
+
+def sample(source: de.ConversationSource, spec: de.Stratified) -> tuple[object, list[ErrorRecord]]:
+    errors: list[ErrorRecord] = []
+    population = build_population(source, spec, errors.append)
+    return draw_sample(population, spec), errors
+
+
+def test_proportional_sample_is_seeded_reproducible_and_weighted(tau_source: de.ConversationSource) -> None:
+    spec = de.Stratified(by=["task_type"], n=50, seed=7, derived={"task_type": airline_task_type})
+    first, errors = sample(tau_source, spec)
+    again, _ = sample(tau_source, spec)
+    other, _ = sample(tau_source, spec.model_copy(update={"seed": 8}))
+    assert errors == []
+    assert first.selected == again.selected
+    assert first.selected != other.selected
+    assert len(first.selected) == 50
+    assert first.population == 200
+    by_stratum = Counter(h for h, _ in first.selected.values())
+    for row in first.strata:
+        assert by_stratum[row.stratum] == row.sampled
+        assert row.weight == pytest.approx(row.population / row.sampled)
+    # Weights reweight the sample back to the population size.
+    assert sum(w for _, w in first.selected.values()) == pytest.approx(200)
+
+
+def test_growing_n_only_adds_conversations(tau_source: de.ConversationSource) -> None:
+    small, _ = sample(tau_source, de.Stratified(by=["reward"], n=20, seed=3))
+    large, _ = sample(tau_source, de.Stratified(by=["reward"], n=60, seed=3))
+    assert set(small.selected) <= set(large.selected)
+
+
+def test_sql_derived_stratum_over_metadata(tau_source: de.ConversationSource) -> None:
+    spec = de.Stratified(
+        by=["outcome"],
+        n=40,
+        derived={"outcome": "CASE WHEN reward = '1.0' THEN 'solved' ELSE 'failed' END"},
+    )
+    result, _ = sample(tau_source, spec)
+    assert {row.stratum: row.population for row in result.strata} == {"outcome=failed": 116, "outcome=solved": 84}
+
+
+def test_selected_conversations_are_read_back_by_position(tau_source: de.ConversationSource) -> None:
+    result, _ = sample(tau_source, de.Stratified(n=5, seed=1))
+    picked = list(iter_selected(tau_source, result.selected))
+    assert [p for p, _ in picked] == sorted(result.selected)
+
+
+def test_unknown_stratum_and_bad_sql_are_config_errors(tau_source: de.ConversationSource) -> None:
+    with pytest.raises(ConfigError, match="neither a metadata field nor a derived stratum"):
+        sample(tau_source, de.Stratified(by=["nope"], n=5))
+    with pytest.raises(ConfigError, match="derived stratum's SQL failed"):
+        sample(tau_source, de.Stratified(by=["x"], n=5, derived={"x": "no_such_column + 1"}))
+
+
+def test_failing_stratum_function_is_an_error_row_not_a_crash(tau_source: de.ConversationSource) -> None:
+    def fragile(conv: de.Conversation) -> str:
+        if conv.id.startswith("3/"):
+            raise KeyError("missing")
+        return "ok"
+
+    result, errors = sample(tau_source, de.Stratified(by=["k"], derived={"k": fragile}))
+    assert result.population == 196
+    assert len(errors) == 4
+    assert errors[0].stage == "sample" and errors[0].field == "k" and errors[0].conversation_id == "3/0"
+
+
+def test_config_file_form_of_derived_strata() -> None:
+    spec = de.Stratified.model_validate(
+        {"by": ["t", "s"], "derived": {"t": {"function": "delta_eval.demo:airline_task_type"}, "s": {"sql": "1"}}}
+    )
+    assert spec.python_strata()["t"] is airline_task_type
+    assert spec.sql_strata() == {"s": "1"}
+    assert spec.model_dump(mode="json")["derived"]["t"] == {"function": "delta_eval.demo:airline_task_type"}
