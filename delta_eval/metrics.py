@@ -56,7 +56,10 @@ def wilson_interval(p: float, n: int, confidence: float = 0.95) -> tuple[float, 
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At p = 0 or 1 the bound is exactly 0 or 1; floating point would leave a hair off it.
+    lo = 0.0 if p <= 0 else max(0.0, centre - half)
+    hi = 1.0 if p >= 1 else min(1.0, centre + half)
+    return lo, hi
 
 
 def bootstrap_interval(

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import anyio
+import pytest
+
+import delta_eval as de
+from delta_eval.adapters.base import ModelRequest
+from delta_eval.adapters.client import ModelClient
+from delta_eval.adapters.limits import ModelLimiter
+from delta_eval.adapters.retry import RetryPolicy, call_with_retry
+from delta_eval.exceptions import AuthenticationError, ProviderError, RateLimitError, TransientError
+from delta_eval.schema import Message
+from delta_eval.store.cache import SQLiteCache
+from delta_eval.testing import ScriptedAdapter
+
+REQUEST = ModelRequest(model="scripted:m", messages=(Message(role="user", content="hi"),))
+
+
+def test_retry_after_is_a_floor_on_the_wait() -> None:
+    policy = RetryPolicy(initial_wait=1.0, max_wait=8.0)
+    rng = random.Random(0)
+    waits = [policy.wait(k, None, rng) for k in range(1, 6)]
+    assert all(0 <= w <= min(8.0, 2 ** (k - 1)) for k, w in enumerate(waits, start=1))
+    assert policy.wait(1, 30.0, rng) >= 30.0
+    assert policy.wait(1, 10_000.0, rng) == policy.max_retry_after
+
+
+def test_retryable_errors_are_retried_until_success() -> None:
+    attempts: list[float] = []
+    retried: list[tuple[int, float]] = []
+
+    async def flaky() -> str:
+        attempts.append(anyio.current_time())
+        if len(attempts) < 3:
+            raise TransientError("503", status=503) if len(attempts) == 1 else RateLimitError("429", retry_after=0.05)
+        return "ok"
+
+    async def main() -> tuple[str, int]:
+        return await call_with_retry(
+            flaky, RetryPolicy(initial_wait=0.0), on_retry=lambda e, n, d: retried.append((n, d))
+        )
+
+    assert anyio.run(main) == ("ok", 3)
+    assert [n for n, _ in retried] == [1, 2]
+    assert retried[1][1] >= 0.05  # Retry-After honoured
+    assert attempts[2] - attempts[1] >= 0.05
+
+
+def test_non_retryable_error_raises_at_once_with_attempts() -> None:
+    async def denied() -> str:
+        raise AuthenticationError("bad key", status=401)
+
+    with pytest.raises(AuthenticationError) as info:
+        anyio.run(call_with_retry, denied, RetryPolicy())
+    assert info.value.attempts == 1
+
+
+def test_cache_hit_skips_the_adapter_and_survives_reopening(tmp_path: Path) -> None:
+    cache = SQLiteCache(tmp_path / "cache.sqlite")
+    adapter = ScriptedAdapter("scripted:m", ["first answer"])
+    client = ModelClient(adapter, ModelLimiter(2), cache=cache)
+    first = anyio.run(client.generate, REQUEST)
+    assert not first.cached and first.response.message.content == "first answer"
+    cache.close()
+
+    reopened = SQLiteCache(tmp_path / "cache.sqlite")
+    again = ModelClient(ScriptedAdapter("scripted:m", []), ModelLimiter(2), cache=reopened)
+    hit = anyio.run(again.generate, REQUEST)
+    assert hit.cached and hit.response.message.content == "first answer"
+    assert again.stats.made == 0 and again.stats.cached == 1
+    # a different namespace is a different call
+    with pytest.raises(IndexError):
+        anyio.run(lambda: again.generate(REQUEST, namespace="other"))
+    reopened.close()
+
+
+def test_cache_key_covers_request_and_namespace() -> None:
+    other = REQUEST.model_copy(update={"params": de.GenerateParams(temperature=0.5)})
+    assert REQUEST.cache_key() == REQUEST.model_copy().cache_key()
+    assert REQUEST.cache_key() != other.cache_key()
+    assert REQUEST.cache_key(namespace="a") != REQUEST.cache_key(namespace="b")
+
+
+def test_limiter_caps_concurrency() -> None:
+    in_flight = peak = 0
+
+    class Slow(ScriptedAdapter):
+        async def generate(self, request: ModelRequest) -> de.ModelResponse:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await anyio.sleep(0.01)
+            in_flight -= 1
+            return await super().generate(request)
+
+    client = ModelClient(Slow("scripted:m", lambda r: "x"), ModelLimiter(3))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(12):
+                tg.start_soon(client.generate, REQUEST)
+
+    anyio.run(main)
+    assert peak == 3
+    assert client.stats.made == 12
+
+
+def test_adaptive_concurrency_halves_once_per_cooldown_and_grows_back() -> None:
+    limiter = ModelLimiter(16, cooldown=60.0)
+    limiter.on_rate_limited()
+    limiter.on_rate_limited()  # same burst: one signal
+    assert limiter.concurrency == 8
+    for _ in range(8):
+        limiter.on_success()
+    assert limiter.concurrency == 9
+    fixed = ModelLimiter(16, adaptive=False)
+    fixed.on_rate_limited()
+    assert fixed.concurrency == 16
+
+
+def test_rate_limited_calls_are_counted_and_signal_the_limiter() -> None:
+    adapter = ScriptedAdapter("scripted:m", [RateLimitError("429", retry_after=0.0), "ok"])
+    limiter = ModelLimiter(8)
+    client = ModelClient(adapter, limiter, RetryPolicy(initial_wait=0.0))
+    result = anyio.run(client.generate, REQUEST)
+    assert result.attempts == 2
+    assert client.stats.rate_limited == 1 and client.stats.retries == 1 and limiter.concurrency == 4
+
+
+def test_provider_errors_carry_status_and_never_credentials() -> None:
+    err = ProviderError("boom", model="openai:gpt-4o", status=500)
+    assert str(err) == "openai:gpt-4o: boom"
+    assert not err.retryable and RateLimitError("x").retryable and TransientError("x").retryable

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import delta_eval as de
+from delta_eval.exceptions import RunFolderError
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.tables import error_row, replay_row, turn_output_from_steps, verdict_row
+from delta_eval.schema import Step, ToolCall, ToolResult, TurnOutput
+
+
+def verdict(pair: str) -> dict[str, object]:
+    return verdict_row(de.Verdict(pair_id=pair, conversation_id="c", turn_index=0, stage="judge", outcome="tie"))
+
+
+def test_only_committed_batches_are_read_and_recover_removes_the_rest(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.write_manifest({"status": "running"})
+    folder.add("verdicts", [verdict("a"), verdict("b")])
+    assert folder.commit() == 1
+    # A killed process: part file renamed into place, commit never written.
+    folder.add("verdicts", [verdict("c")])
+    folder.commit()
+    (tmp_path / "_commits" / "000002.json").unlink()
+    (tmp_path / "verdicts" / ".part-000003.abc.tmp").write_bytes(b"half")
+    assert RunFolder(tmp_path).read("verdicts").column("pair_id").to_pylist() == ["a", "b"]
+
+    again = RunFolder(tmp_path)
+    removed = again.recover()
+    assert {p.name for p in removed} == {"part-000002.parquet", ".part-000003.abc.tmp"}
+    again.add("verdicts", [verdict("c")])
+    assert again.commit() == 2
+    assert again.read("verdicts").column("pair_id").to_pylist() == ["a", "b", "c"]
+
+
+def test_empty_commit_writes_nothing_and_empty_reads_have_schema(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    assert folder.commit() is None
+    assert folder.read("replays").num_rows == 0
+    assert "steps" in folder.read("replays").column_names
+
+
+def test_steps_round_trip_through_parquet(tmp_path: Path) -> None:
+    out = TurnOutput(
+        steps=(Step(text="checking", tool_calls=(ToolCall(id="1", name="f", arguments='{"a": '),),
+                    tool_results=(ToolResult(call_id="1", name="f", content="r", source="simulated"),)),),
+        final_text="done",
+    )
+    r = de.Replay(pair_id="p", conversation_id="c", turn_index=0, side="candidate", variant="v", model="m",
+                  output=out, finish_reason="stop")
+    folder = RunFolder(tmp_path)
+    folder.add("replays", [replay_row(r)])
+    folder.add("errors", [error_row(de.ErrorRecord(stage="replay", message="m"))])
+    folder.commit()
+    row = folder.read("replays").to_pylist()[0]
+    assert row["steps"][0]["tool_calls"][0]["arguments_valid"] is False
+    assert turn_output_from_steps(row["steps"], row["final_text"]) == out
+
+
+def test_open_run_views(tmp_path: Path) -> None:
+    with pytest.raises(RunFolderError, match="not a delta_eval run folder"):
+        de.open_run(tmp_path)
+    folder = RunFolder(tmp_path)
+    folder.write_manifest({"status": "completed"})
+    con = de.open_run(tmp_path)
+    for view in ("replays", "verdicts", "errors", "conversations", "strata", "pairs", "tool_calls"):
+        assert con.execute(f"SELECT count(*) FROM {view}").fetchone() == (0,)
+    folder.add("verdicts", [verdict("x")])
+    folder.commit()
+    assert de.open_run(tmp_path).execute("SELECT pair_id, outcome FROM pairs").fetchall() == [("x", "tie")]
+
+
+def test_damaged_commit_is_reported(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.add("verdicts", [verdict("a")])
+    folder.commit()
+    (tmp_path / "_commits" / "000001.json").write_text("{")
+    with pytest.raises(RunFolderError, match="damaged"):
+        folder.commits()
+    assert os.path.exists(tmp_path / "verdicts" / "part-000001.parquet")
