@@ -13,7 +13,8 @@ Example:
     >>> print(result.win_rate())                                                  # doctest: +SKIP
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from delta_eval import demo
 from delta_eval.adapters.base import GenerateParams, ModelAdapter, ModelRequest, ModelResponse
@@ -60,8 +61,8 @@ from delta_eval.schema import (
 from delta_eval.store.views import open_run
 
 try:
-    __version__ = version("delta-eval")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without installing
+    __version__ = _version("delta-eval")
+except _PackageNotFoundError:  # pragma: no cover - running from a source tree without installing
     __version__ = "0.0.0"
 
 __all__ = [

@@ -13,7 +13,6 @@ the response cache. Running again on the same folder resumes: finished pairs are
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -148,6 +147,7 @@ class _Run:
         self.manifest: dict[str, Any] = {}
         self._adapters: list[ModelAdapter] = []
         self._clients: dict[str, ModelClient] = {}
+        self._client_variants: list[tuple[Variant, ModelClient]] = []
         self._since_commit = 0
         self._last_commit = time.monotonic()
 
@@ -209,7 +209,7 @@ class _Run:
         for stage in errors.column("stage").to_pylist():
             errors_by_stage[stage] = errors_by_stage.get(stage, 0) + 1
         cache = self._cache
-        calls = {model: asdict(client.stats) for model, client in self._clients.items()}
+        calls = {name: asdict(client.stats) for name, client in self._clients.items()}
         session = self.manifest["sessions"][-1]
         session.update(
             {
@@ -221,9 +221,11 @@ class _Run:
                 "cache": {"hits": cache.hits, "misses": cache.misses, "writes": cache.writes} if cache else {},
             }
         )
-        made = sum(
-            s.get("calls", {}).get(m, {}).get("made", 0) for s in self.manifest["sessions"] for m in s.get("calls", {})
-        )
+        totals: dict[str, int] = {}
+        for past in self.manifest["sessions"]:
+            for stats in past.get("calls", {}).values():
+                for name, value in stats.items():
+                    totals[name] = totals.get(name, 0) + value
         self.manifest.update(
             {
                 "status": status,
@@ -239,7 +241,7 @@ class _Run:
                     "by_outcome": by_outcome,
                     "errors": errors.num_rows,
                     "errors_by_stage": errors_by_stage,
-                    "model_calls_made": made,
+                    "calls": totals,
                 },
             }
         )
@@ -278,9 +280,10 @@ class _Run:
     # -- models ----------------------------------------------------------------------------------------------
 
     def client_for(self, variant: Variant, limiters: dict[str, ModelLimiter], cache: SQLiteCache) -> ModelClient:
-        key = json.dumps([variant.model, variant.provider_options], sort_keys=True, default=str)
-        if key in self._clients:
-            return self._clients[key]
+        # One client per model and options: a model both sides use shares its client, limiter and statistics.
+        for existing_variant, client in self._client_variants:
+            if (existing_variant.model, existing_variant.provider_options) == (variant.model, variant.provider_options):
+                return client
         adapter = create_adapter(variant.model, variant.provider_options, AdapterContext(recordings=self.recordings))
         self._adapters.append(adapter)
         if variant.model not in limiters:
@@ -291,7 +294,9 @@ class _Run:
                 adaptive=limits.adaptive,
             )
         client = ModelClient(adapter, limiters[variant.model], self.config.retry, cache)
-        self._clients[key] = client
+        name = variant.model if variant.model not in self._clients else f"{variant.model} ({variant.name})"
+        self._clients[name] = client
+        self._client_variants.append((variant, client))
         return client
 
     # -- stages ----------------------------------------------------------------------------------------------

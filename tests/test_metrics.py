@@ -10,13 +10,16 @@ outcomes = st.sampled_from(["candidate", "baseline", "tie", "equivalent", "error
 
 
 def rows(outs: list[str], weight: float = 1.0) -> list[dict[str, object]]:
-    return [{"outcome": o, "weight": weight, "conversation_id": f"c{i // 3}", "stratum": f"s{i % 2}"}
-            for i, o in enumerate(outs)]
+    return [
+        {"outcome": o, "weight": weight, "conversation_id": f"c{i // 3}", "stratum": f"s{i % 2}"}
+        for i, o in enumerate(outs)
+    ]
 
 
 def test_wilson_known_values() -> None:
     lo, hi = wilson_interval(0.5, 100)
-    assert lo == pytest.approx(0.4038, abs=1e-4) and hi == pytest.approx(0.5962, abs=1e-4)
+    assert lo == pytest.approx(0.4038, abs=1e-4)
+    assert hi == pytest.approx(0.5962, abs=1e-4)
     assert wilson_interval(0.0, 10)[0] == 0.0
     assert wilson_interval(1.0, 10)[1] == 1.0
     assert wilson_interval(0.3, 0) == (0.0, 1.0)
@@ -25,7 +28,8 @@ def test_wilson_known_values() -> None:
 @given(st.floats(0, 1), st.integers(1, 10_000))
 def test_wilson_contains_the_estimate(p: float, n: int) -> None:
     lo, hi = wilson_interval(p, n)
-    assert 0.0 <= lo <= p + 1e-12 and p - 1e-12 <= hi <= 1.0
+    assert 0.0 <= lo <= p + 1e-12
+    assert p - 1e-12 <= hi <= 1.0
 
 
 def test_win_rate_counts_ties_as_half_and_equivalents_only_over_all() -> None:
@@ -40,10 +44,13 @@ def test_win_rate_counts_ties_as_half_and_equivalents_only_over_all() -> None:
 
 
 def test_weighted_uses_weights_and_the_bootstrap() -> None:
-    data = [{"outcome": "candidate", "weight": 3.0, "conversation_id": "a", "stratum": "x"},
-            {"outcome": "baseline", "weight": 1.0, "conversation_id": "b", "stratum": "y"}]
+    data = [
+        {"outcome": "candidate", "weight": 3.0, "conversation_id": "a", "stratum": "x"},
+        {"outcome": "baseline", "weight": 1.0, "conversation_id": "b", "stratum": "y"},
+    ]
     w = win_rate(data, weighted=True)
-    assert w.estimate == pytest.approx(0.75) and w.method == "bootstrap"
+    assert w.estimate == pytest.approx(0.75)
+    assert w.method == "bootstrap"
 
 
 @settings(max_examples=40, deadline=None)
@@ -69,5 +76,6 @@ def test_cluster_bootstrap_is_wider_when_turns_of_a_conversation_agree() -> None
 def test_per_stratum_and_scores() -> None:
     by = win_rates_by(rows(["candidate", "baseline", "candidate", "candidate"]))
     assert [(w.stratum, w.estimate) for w in by] == [("s0", 1.0), ("s1", 0.5)]
-    assert score_of("equivalent", "judged") is None and score_of("tie") == 0.5
+    assert score_of("equivalent", "judged") is None
+    assert score_of("tie") == 0.5
     assert win_rate([]).estimate is None

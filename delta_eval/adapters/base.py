@@ -77,13 +77,16 @@ class ModelRequest(BaseModel):
     tools: tuple[ToolSpec, ...] = ()
     params: GenerateParams = GenerateParams()
 
-    def cache_key(self, *, namespace: str = "") -> str:
-        """A stable hash of everything that determines the answer (and ``namespace``, e.g. the variant side).
+    def cache_key(self, *, namespace: str = "", identity: dict[str, Any] | None = None) -> str:
+        """A stable hash of everything that determines the answer, with ``namespace`` (which side of which pair)
+        and the adapter's ``identity`` (see :meth:`ModelAdapter.cache_identity`).
 
         Two requests with the same key are the same call: it is what the response cache is keyed by.
         """
         payload = self.model_dump(mode="json", exclude_defaults=False)
-        blob = json.dumps([namespace, payload], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        blob = json.dumps(
+            [namespace, identity or {}, payload], sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+        )
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -116,6 +119,14 @@ class ModelAdapter(ABC):
     @abstractmethod
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Make one call. Raise a :class:`~delta_eval.exceptions.ProviderError` subclass on failure."""
+
+    def cache_identity(self) -> dict[str, Any]:
+        """What, besides the request, decides this adapter's answers (an endpoint, a deployment, ...).
+
+        It is part of every response-cache key, so that two configurations of one model id never share answers.
+        Never put credentials here.
+        """
+        return {}
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing to close
         """Release connections. Called once when the run ends."""

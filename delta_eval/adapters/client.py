@@ -32,9 +32,14 @@ class ResponseCache(Protocol):
 
 @dataclass
 class CallStats:
-    """Counters of one model's calls in a run."""
+    """Counters of one model's calls in a run.
+
+    ``made`` counts every attempt sent to the provider (failed ones included); ``answered`` the attempts that came
+    back with a response (what a provider bills); ``cached`` the calls served from the response cache instead.
+    """
 
     made: int = 0
+    answered: int = 0
     cached: int = 0
     retries: int = 0
     failed: int = 0
@@ -74,7 +79,7 @@ class ModelClient:
 
     async def generate(self, request: ModelRequest, *, namespace: str = "") -> CallResult:
         """The response to ``request``; raises :class:`ProviderError` once retries are exhausted."""
-        key = request.cache_key(namespace=namespace)
+        key = request.cache_key(namespace=namespace, identity=self.adapter.cache_identity())
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
@@ -92,6 +97,7 @@ class ModelClient:
                     self.limiter.on_rate_limited()
                     raise
                 self.limiter.on_success()
+                self.stats.answered += 1
                 elapsed = (time.perf_counter() - start) * 1000
                 return response.model_copy(update={"latency_ms": elapsed})
 

@@ -114,12 +114,11 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
     finally:
         con.close()
     lines.append("")
-    calls = sum(
-        s.get("calls", {}).get(model, {}).get("made", 0) for s in m.get("sessions", []) for model in s.get("calls", {})
-    )
-    hits = sum(s.get("cache", {}).get("hits", 0) for s in m.get("sessions", []))
+    calls = counts.get("calls", {})
     lines.append(
-        f"model calls    made {calls}, served from cache {hits} (over {len(m.get('sessions', []))} session(s))"
+        f"model calls    answered {calls.get('answered', 0)} ({calls.get('made', 0)} attempts, "
+        f"{calls.get('retries', 0)} retried, {calls.get('rate_limited', 0)} rate-limited), "
+        f"from cache {calls.get('cached', 0)}; {len(m.get('sessions', []))} session(s)"
     )
     if errors:
         lines.append("errors         " + ", ".join(f"{stage} {n}" for stage, n in errors) + "  (see the errors table)")

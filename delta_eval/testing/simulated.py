@@ -129,6 +129,10 @@ class SimulatedAdapter(ModelAdapter):
         self.recordings = recordings if recordings is not None else RecordingIndex()
         self._attempts: Counter[str] = Counter()
 
+    def cache_identity(self) -> dict[str, Any]:
+        """The behaviours that change answers (latency and failure rates do not)."""
+        return self.behaviour.model_dump(include={"reword_rate", "skip_tool_rate", "change_args_rate", "seed"})
+
     def _rng(self, *parts: object) -> random.Random:
         digest = hashlib.sha256(json.dumps([self.behaviour.seed, self.model, *parts], default=str).encode()).digest()
         return random.Random(int.from_bytes(digest[:8], "big"))

@@ -63,14 +63,17 @@ def test_cache_hit_skips_the_adapter_and_survives_reopening(tmp_path: Path) -> N
     adapter = ScriptedAdapter("scripted:m", ["first answer"])
     client = ModelClient(adapter, ModelLimiter(2), cache=cache)
     first = anyio.run(client.generate, REQUEST)
-    assert not first.cached and first.response.message.content == "first answer"
+    assert not first.cached
+    assert first.response.message.content == "first answer"
     cache.close()
 
     reopened = SQLiteCache(tmp_path / "cache.sqlite")
     again = ModelClient(ScriptedAdapter("scripted:m", []), ModelLimiter(2), cache=reopened)
     hit = anyio.run(again.generate, REQUEST)
-    assert hit.cached and hit.response.message.content == "first answer"
-    assert again.stats.made == 0 and again.stats.cached == 1
+    assert hit.cached
+    assert hit.response.message.content == "first answer"
+    assert again.stats.made == 0
+    assert again.stats.cached == 1
     # a different namespace is a different call
     with pytest.raises(IndexError):
         anyio.run(lambda: again.generate(REQUEST, namespace="other"))
@@ -127,10 +130,14 @@ def test_rate_limited_calls_are_counted_and_signal_the_limiter() -> None:
     client = ModelClient(adapter, limiter, RetryPolicy(initial_wait=0.0))
     result = anyio.run(client.generate, REQUEST)
     assert result.attempts == 2
-    assert client.stats.rate_limited == 1 and client.stats.retries == 1 and limiter.concurrency == 4
+    assert client.stats.rate_limited == 1
+    assert client.stats.retries == 1
+    assert limiter.concurrency == 4
 
 
 def test_provider_errors_carry_status_and_never_credentials() -> None:
     err = ProviderError("boom", model="openai:gpt-4o", status=500)
     assert str(err) == "openai:gpt-4o: boom"
-    assert not err.retryable and RateLimitError("x").retryable and TransientError("x").retryable
+    assert not err.retryable
+    assert RateLimitError("x").retryable
+    assert TransientError("x").retryable

@@ -42,7 +42,9 @@ def test_faithful_model_says_what_production_said(
 def test_same_request_same_answer_and_behaviours_change_it(
     tau_conversations: list[de.Conversation], index: RecordingIndex
 ) -> None:
-    points = [p for c in tau_conversations[:40] for p in replay_points(c) if p.recorded.final_text and not p.recorded.steps]
+    points = [
+        p for c in tau_conversations[:40] for p in replay_points(c) if p.recorded.final_text and not p.recorded.steps
+    ]
     noisy = SimulatedAdapter("simulated:m", SimulatedBehaviour(reword_rate=1.0), index)
     answers = [noisy.respond(request_for(p)).content for p in points]
     assert answers == [noisy.respond(request_for(p)).content for p in points]

@@ -45,8 +45,15 @@ def test_jsonl_with_broken_lines_keeps_good_records_and_names_bad_ones(tmp_path:
         json.dumps({**good_record(2), "messages": [{"role": "robot", "content": "x"}]}),
         json.dumps(good_record(3)),
         "",
-        json.dumps({**good_record(4), "messages": [{"role": "user", "content": "x"},
-                                                   {"role": "tool", "tool_call_id": "nope", "content": "r"}]}),
+        json.dumps(
+            {
+                **good_record(4),
+                "messages": [
+                    {"role": "user", "content": "x"},
+                    {"role": "tool", "tool_call_id": "nope", "content": "r"},
+                ],
+            }
+        ),
         json.dumps(good_record(0)),  # duplicate id
     ]
     path.write_text("\n".join(lines) + "\n")
@@ -67,11 +74,18 @@ def test_jsonl_with_broken_lines_keeps_good_records_and_names_bad_ones(tmp_path:
 
 def test_id_template_and_missing_field(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
-    path.write_text(json.dumps([{"a": 1, "b": {"c": "z"}, "messages": [{"role": "user", "content": "q"}]},
-                                {"a": 2, "messages": [{"role": "user", "content": "q"}]}]))
+    path.write_text(
+        json.dumps(
+            [
+                {"a": 1, "b": {"c": "z"}, "messages": [{"role": "user", "content": "q"}]},
+                {"a": 2, "messages": [{"role": "user", "content": "q"}]},
+            ]
+        )
+    )
     good, bad = de.read_conversations(path, id="{a}-{b.c}").load()
     assert [c.id for c in good] == ["1-z"]
-    assert bad[0].field == "id" and "needs field 'b.c'" in bad[0].reason
+    assert bad[0].field == "id"
+    assert "needs field 'b.c'" in bad[0].reason
 
 
 def test_parquet_with_nested_columns_and_json_text(tmp_path: Path) -> None:

@@ -15,12 +15,21 @@ from delta_eval.replay.points import replay_points
 from delta_eval.schema import Step, ToolCall, TurnOutput
 from tests.conftest import tool_turn_conversation
 
-POINT = list(replay_points(tool_turn_conversation()))[0]
+POINT = next(iter(replay_points(tool_turn_conversation())))
 
 
 def replay(side: str, output: TurnOutput, error: str | None = None) -> de.Replay:
-    return de.Replay(pair_id=POINT.point_id, conversation_id="c1", turn_index=0, side=side, variant=side,  # type: ignore[arg-type]
-                     model="scripted:m", output=output, finish_reason="error" if error else "stop", error=error)
+    return de.Replay(
+        pair_id=POINT.point_id,
+        conversation_id="c1",
+        turn_index=0,
+        side=side,
+        variant=side,  # type: ignore[arg-type]
+        model="scripted:m",
+        output=output,
+        finish_reason="error" if error else "stop",
+        error=error,
+    )
 
 
 def text(t: str) -> TurnOutput:
@@ -59,9 +68,17 @@ def decide(cascade: JudgeCascade, base: de.Replay, cand: de.Replay) -> tuple[de.
 
 def test_stage1_decides_deterministic_equivalents() -> None:
     judge = PrefersText()
-    verdict, errors = decide(JudgeCascade(None, judge), replay("baseline", text("Done!")), replay("candidate", text("done")))
-    assert (verdict.stage, verdict.outcome, verdict.judge, verdict.weight) == ("deterministic", "equivalent", "deterministic", 2.0)
-    assert judge.seen == [] and errors == []
+    verdict, errors = decide(
+        JudgeCascade(None, judge), replay("baseline", text("Done!")), replay("candidate", text("done"))
+    )
+    assert (verdict.stage, verdict.outcome, verdict.judge, verdict.weight) == (
+        "deterministic",
+        "equivalent",
+        "deterministic",
+        2.0,
+    )
+    assert judge.seen == []
+    assert errors == []
 
 
 def test_stage2_counts_only_confident_equivalents() -> None:
@@ -77,8 +94,11 @@ def test_stage2_counts_only_confident_equivalents() -> None:
 def test_stage2_failure_is_recorded_and_the_pair_goes_on() -> None:
     cascade = JudgeCascade(FixedEquivalence(JudgeError("malformed JSON")), PrefersText())
     verdict, errors = decide(cascade, replay("baseline", text("a")), replay("candidate", text("best")))
-    assert verdict.stage == "judge" and verdict.outcome == "candidate"
-    assert len(errors) == 1 and errors[0].stage == "judge" and "malformed JSON" in errors[0].message
+    assert verdict.stage == "judge"
+    assert verdict.outcome == "candidate"
+    assert len(errors) == 1
+    assert errors[0].stage == "judge"
+    assert "malformed JSON" in errors[0].message
 
 
 def test_positions_are_seeded_and_mapped_back() -> None:
@@ -87,8 +107,9 @@ def test_positions_are_seeded_and_mapped_back() -> None:
     assert candidate_is_a(7, "p1") == candidate_is_a(7, "p1")
     for seed in range(6):
         judge = PrefersText()
-        verdict, _ = decide(JudgeCascade(None, judge, seed=seed), replay("baseline", text("meh")),
-                            replay("candidate", text("best")))
+        verdict, _ = decide(
+            JudgeCascade(None, judge, seed=seed), replay("baseline", text("meh")), replay("candidate", text("best"))
+        )
         assert verdict.outcome == "candidate"
         assert verdict.candidate_position == ("A" if candidate_is_a(seed, POINT.point_id) else "B")
         assert judge.seen[0][0 if verdict.candidate_position == "A" else 1] == "best"
@@ -101,18 +122,25 @@ def test_both_orders_disagreeing_is_a_tie() -> None:
         async def compare(self, point: de.ReplayPoint, a: TurnOutput, b: TurnOutput) -> PairwiseResult:
             return PairwiseResult(winner="A", confidence=0.8)
 
-    verdict, _ = decide(JudgeCascade(None, AlwaysA(), order="both"), replay("baseline", text("x")),
-                        replay("candidate", text("y")))
+    verdict, _ = decide(
+        JudgeCascade(None, AlwaysA(), order="both"), replay("baseline", text("x")), replay("candidate", text("y"))
+    )
     assert (verdict.outcome, verdict.candidate_position) == ("tie", "both")
     assert verdict.details["position_inconsistent"] is True
-    consistent, _ = decide(JudgeCascade(None, PrefersText(), order="both"), replay("baseline", text("x")),
-                           replay("candidate", text("best")))
+    consistent, _ = decide(
+        JudgeCascade(None, PrefersText(), order="both"),
+        replay("baseline", text("x")),
+        replay("candidate", text("best")),
+    )
     assert consistent.outcome == "candidate"
 
 
 def test_failed_replay_and_failed_judge_are_error_verdicts() -> None:
-    verdict, _ = decide(JudgeCascade(None, PrefersText()), replay("baseline", text("x"), error="429 after 6 attempts"),
-                        replay("candidate", text("y")))
+    verdict, _ = decide(
+        JudgeCascade(None, PrefersText()),
+        replay("baseline", text("x"), error="429 after 6 attempts"),
+        replay("candidate", text("y")),
+    )
     assert (verdict.stage, verdict.outcome) == ("error", "error")
     assert "baseline replay failed: 429 after 6 attempts" in (verdict.error or "")
 
@@ -122,8 +150,11 @@ def test_failed_replay_and_failed_judge_are_error_verdicts() -> None:
         async def compare(self, point: de.ReplayPoint, a: TurnOutput, b: TurnOutput) -> PairwiseResult:
             raise JudgeError("answer is not JSON")
 
-    verdict, errors = decide(JudgeCascade(None, Broken()), replay("baseline", text("x")), replay("candidate", text("y")))
-    assert verdict.outcome == "error" and "answer is not JSON" in (verdict.error or "")
+    verdict, errors = decide(
+        JudgeCascade(None, Broken()), replay("baseline", text("x")), replay("candidate", text("y"))
+    )
+    assert verdict.outcome == "error"
+    assert "answer is not JSON" in (verdict.error or "")
     assert errors[0].pair_id == POINT.point_id
 
 
@@ -136,8 +167,13 @@ def test_deterministic_reasons_say_what_differs() -> None:
     assert deterministic_equivalence(a, text("ok")).reason == "1 vs 0 tool calls"
 
 
-@pytest.mark.parametrize(("a", "b", "equivalent"), [("Your flight is booked.", "your flight is booked", True),
-                                                     ("Your flight is booked.", "I could not book it.", False)])
+@pytest.mark.parametrize(
+    ("a", "b", "equivalent"),
+    [
+        ("Your flight is booked.", "your flight is booked", True),
+        ("Your flight is booked.", "I could not book it.", False),
+    ],
+)
 def test_simulated_equivalence_rule(a: str, b: str, equivalent: bool) -> None:
     result = anyio.run(SimulatedEquivalenceJudge().equivalent, POINT, text(a), text(b))
     assert result.equivalent is equivalent
@@ -146,8 +182,10 @@ def test_simulated_equivalence_rule(a: str, b: str, equivalent: bool) -> None:
 
 def test_simulated_judge_prefers_following_the_recording() -> None:
     recorded = POINT.recorded
-    wrong = TurnOutput(steps=(Step(tool_calls=(ToolCall(id="z", name="get_reservation", arguments='{"id": "X"}'),)),),
-                       final_text="Done")
+    wrong = TurnOutput(
+        steps=(Step(tool_calls=(ToolCall(id="z", name="get_reservation", arguments='{"id": "X"}'),)),),
+        final_text="Done",
+    )
     result = anyio.run(SimulatedPairwiseJudge().compare, POINT, wrong, recorded)
     assert result.winner == "B"
     assert "1/1 recorded calls followed" in result.reasoning

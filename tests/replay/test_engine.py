@@ -19,7 +19,9 @@ from tests.conftest import tool_turn_conversation
 FAST = de.RetryPolicy(initial_wait=0.0, max_wait=0.0)
 
 
-def replayer(script: list[object], max_tool_rounds: int = 5, simulator: object = None) -> tuple[Replayer, ScriptedAdapter]:
+def replayer(
+    script: list[object], max_tool_rounds: int = 5, simulator: object = None
+) -> tuple[Replayer, ScriptedAdapter]:
     adapter = ScriptedAdapter("scripted:m", script)  # type: ignore[arg-type]
     client = ModelClient(adapter, ModelLimiter(4), FAST)
     variant = de.Variant(model="scripted:m", name="candidate")
@@ -37,7 +39,8 @@ def test_matching_call_gets_the_recorded_result() -> None:
     assert replay.output.final_text == "It is HAT001."
     result = replay.output.steps[0].tool_results[0]
     assert (result.source, result.content, result.call_id) == ("recorded", '{"flight": "HAT001"}', "x9")
-    assert replay.model_calls == 2 and replay.finish_reason == "stop"
+    assert replay.model_calls == 2
+    assert replay.finish_reason == "stop"
     # the second request carries the call and its result
     second = adapter.requests[1].messages
     assert second[-2].tool_calls[0].id == "x9"
@@ -67,7 +70,8 @@ def test_tool_cap_marks_the_turn_and_stops() -> None:
     r, adapter = replayer(calls, max_tool_rounds=2)
     replay, error = anyio.run(r.replay, first_point(), "candidate")
     assert error is None
-    assert replay.hit_tool_cap and replay.finish_reason == "tool_cap"
+    assert replay.hit_tool_cap
+    assert replay.finish_reason == "tool_cap"
     assert len(replay.output.steps) == 3
     assert replay.output.steps[-1].tool_results == ()
     assert len(adapter.requests) == 3  # two rounds with results, then the capped one; never retried
@@ -86,15 +90,20 @@ def test_custom_simulator_sync_or_async() -> None:
 def test_provider_failure_after_retries_is_an_error_replay_and_row() -> None:
     r, adapter = replayer([RateLimitError("slow down", retry_after=0.0)] * 6)
     replay, error = anyio.run(r.replay, first_point(), "candidate")
-    assert replay.finish_reason == "error" and replay.error_type == "RateLimitError"
-    assert error is not None and error.stage == "replay" and error.attempts == 6 and error.pair_id == "c1#0"
+    assert replay.finish_reason == "error"
+    assert replay.error_type == "RateLimitError"
+    assert error is not None
+    assert error.stage == "replay"
+    assert error.attempts == 6
+    assert error.pair_id == "c1#0"
     assert len(adapter.requests) == 6
 
 
 def test_non_retryable_failure_is_not_retried() -> None:
     r, adapter = replayer([BadRequestError("context too long", status=400)])
     replay, error = anyio.run(r.replay, first_point(), "candidate")
-    assert error is not None and error.attempts == 1
+    assert error is not None
+    assert error.attempts == 1
     assert len(adapter.requests) == 1
     assert "context too long" in (replay.error or "")
 
@@ -104,8 +113,10 @@ def test_template_error_is_recorded_without_calling_the_model() -> None:
     variant = de.Variant(model="scripted:m", name="candidate", system_prompt="{{nope}}")
     r = Replayer(ModelClient(adapter, ModelLimiter(1), FAST), variant, RecordedToolSimulator())
     replay, error = anyio.run(r.replay, first_point(), "candidate")
-    assert replay.finish_reason == "error" and replay.error_type == "RecordError"
-    assert error is not None and error.field == "metadata.nope"
+    assert replay.finish_reason == "error"
+    assert replay.error_type == "RecordError"
+    assert error is not None
+    assert error.field == "metadata.nope"
     assert adapter.requests == []
 
 
@@ -113,5 +124,6 @@ def test_template_error_is_recorded_without_calling_the_model() -> None:
 def test_usage_and_cost_accumulate(cached: bool) -> None:
     r, _ = replayer([tool_call_message("get_reservation", '{"id":"ABC123"}'), "done"])
     replay, _ = anyio.run(r.replay, first_point(), "candidate")
-    assert replay.usage.input_tokens == 20 and replay.usage.output_tokens == 10
+    assert replay.usage.input_tokens == 20
+    assert replay.usage.output_tokens == 10
     assert replay.cost_usd is None  # scripted:m has no price: unknown, not zero

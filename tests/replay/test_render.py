@@ -25,7 +25,7 @@ def test_recorded_context_is_sent_unchanged_by_default() -> None:
 
 
 def test_system_prompt_template_is_filled_from_metadata() -> None:
-    v = de.Variant(model="simulated:x", system_prompt="Tier {{tier}}. {{ recorded_system_prompt }} JSON: {\"a\": 1}")
+    v = de.Variant(model="simulated:x", system_prompt='Tier {{tier}}. {{ recorded_system_prompt }} JSON: {"a": 1}')
     req = build_request(point(), v)
     assert req.messages[0] == Message(
         role="system", content='Tier gold. You are an airline agent. Today is 2024-05-15. JSON: {"a": 1}'
@@ -47,8 +47,10 @@ def test_tools_replaced_and_render_function_applied() -> None:
 
     def render(inp: RenderInput) -> list[dict[str, str]]:
         seen.append(inp)
-        return [{"role": "system", "content": f"rendered for {inp.metadata['tier']}"},
-                *({"role": m.role, "content": m.content or ""} for m in inp.messages if m.role == "user")]
+        return [
+            {"role": "system", "content": f"rendered for {inp.metadata['tier']}"},
+            *({"role": m.role, "content": m.content or ""} for m in inp.messages if m.role == "user"),
+        ]
 
     v = de.Variant(model="simulated:x", tools=[{"name": "only_tool"}], render=render)
     req = build_request(point(), v)

@@ -73,7 +73,9 @@ def test_failing_stratum_function_is_an_error_row_not_a_crash(tau_source: de.Con
     result, errors = sample(tau_source, de.Stratified(by=["k"], derived={"k": fragile}))
     assert result.population == 196
     assert len(errors) == 4
-    assert errors[0].stage == "sample" and errors[0].field == "k" and errors[0].conversation_id == "3/0"
+    assert errors[0].stage == "sample"
+    assert errors[0].field == "k"
+    assert errors[0].conversation_id == "3/0"
 
 
 def test_config_file_form_of_derived_strata() -> None:

@@ -7,9 +7,9 @@ import pytest
 
 import delta_eval as de
 from delta_eval.exceptions import RunFolderError
+from delta_eval.schema import Step, ToolCall, ToolResult, TurnOutput
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.tables import error_row, replay_row, turn_output_from_steps, verdict_row
-from delta_eval.schema import Step, ToolCall, ToolResult, TurnOutput
 
 
 def verdict(pair: str) -> dict[str, object]:
@@ -45,12 +45,25 @@ def test_empty_commit_writes_nothing_and_empty_reads_have_schema(tmp_path: Path)
 
 def test_steps_round_trip_through_parquet(tmp_path: Path) -> None:
     out = TurnOutput(
-        steps=(Step(text="checking", tool_calls=(ToolCall(id="1", name="f", arguments='{"a": '),),
-                    tool_results=(ToolResult(call_id="1", name="f", content="r", source="simulated"),)),),
+        steps=(
+            Step(
+                text="checking",
+                tool_calls=(ToolCall(id="1", name="f", arguments='{"a": '),),
+                tool_results=(ToolResult(call_id="1", name="f", content="r", source="simulated"),),
+            ),
+        ),
         final_text="done",
     )
-    r = de.Replay(pair_id="p", conversation_id="c", turn_index=0, side="candidate", variant="v", model="m",
-                  output=out, finish_reason="stop")
+    r = de.Replay(
+        pair_id="p",
+        conversation_id="c",
+        turn_index=0,
+        side="candidate",
+        variant="v",
+        model="m",
+        output=out,
+        finish_reason="stop",
+    )
     folder = RunFolder(tmp_path)
     folder.add("replays", [replay_row(r)])
     folder.add("errors", [error_row(de.ErrorRecord(stage="replay", message="m"))])

@@ -1,0 +1,85 @@
+"""A run killed with SIGKILL mid-way resumes on the same folder: no duplicate, no missing pair, nothing re-asked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+
+
+def cached_responses(run_dir: Path) -> int:
+    con = sqlite3.connect(run_dir / "cache.sqlite")
+    try:
+        return int(con.execute("SELECT count(*) FROM responses").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_sigkill_then_resume(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "delta_eval",
+        "demo",
+        "--out",
+        str(out),
+        "-n",
+        "30",
+        "--latency-ms",
+        "40",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        # Wait until the population batch and at least two batches of pairs are committed.
+        while time.monotonic() < deadline and len(list((out / "_commits").glob("*.json"))) < 3:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    killed = de.open_result(out)
+    assert killed.status == "running"  # the process never got to say otherwise
+    kept = killed.table("verdicts").num_rows
+    paid_before_kill = cached_responses(out)
+    assert kept > 0
+    assert paid_before_kill > 0
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = de.open_result(out)
+    assert result.status == "completed"
+    con = result.connect()
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
+    replays, replay_keys = con.execute("SELECT count(*), count(DISTINCT (pair_id, side)) FROM replays").fetchone()
+    assert total == distinct == result.counts["pairs_planned"]
+    assert replays == replay_keys == 3 * total
+    assert con.execute("SELECT count(DISTINCT conversation_id) FROM conversations").fetchone() == (30,)
+    assert con.execute("SELECT count(*) FROM conversations").fetchone() == (30,)
+    assert result.manifest["sessions"][-1]["resumed_pairs"] == kept
+
+    # The same run uninterrupted asks for exactly as many distinct answers; the resumed session asked only for
+    # those the killed one had not already cached.
+    fresh = de.run(demo_config(tmp_path / "fresh", n=30, latency_ms=0.0), conversations=demo_conversations())
+    needed = cached_responses(fresh.path)
+    resumed = result.manifest["sessions"][-1]
+    answered_after = sum(s["answered"] for s in resumed["calls"].values())
+    assert cached_responses(out) == needed
+    assert answered_after == needed - paid_before_kill
+    assert resumed["cache"]["hits"] >= 1
+    assert result.win_rate() == fresh.win_rate()

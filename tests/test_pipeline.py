@@ -1,0 +1,181 @@
+"""End to end: the real pipeline on the bundled tau-bench data, real Parquet files and a real DuckDB."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.exceptions import RunFolderError
+
+
+def small_config(out: Path, n: int = 12, **changes: Any) -> de.RunConfig:
+    cfg = demo_config(out, n=n, latency_ms=0.0)
+    return cfg.model_copy(update=changes) if changes else cfg
+
+
+def test_demo_run_numbers_rederive_with_sql(tmp_path: Path) -> None:
+    result = de.run(small_config(tmp_path / "run"), conversations=demo_conversations())
+    assert result.status == "completed"
+    counts = result.counts
+    assert (counts["read"], counts["population"], counts["sampled"]) == (200, 200, 12)
+    assert counts["pairs"] == counts["pairs_planned"] > 0
+    con = de.open_run(result.path)
+    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (counts["pairs"],) * 2
+    assert con.execute("SELECT count(*) FROM replays").fetchone() == (3 * counts["pairs"],)
+    assert con.execute("SELECT count(*) FROM conversations").fetchone() == (12,)
+    by_stage = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage").fetchall())
+    assert by_stage == counts["by_stage"]
+    sql_rate = con.execute(
+        "SELECT avg(CASE outcome WHEN 'candidate' THEN 1 WHEN 'baseline' THEN 0 ELSE 0.5 END) "
+        "FROM verdicts WHERE outcome <> 'error'"
+    ).fetchone()[0]
+    assert result.win_rate().estimate == pytest.approx(sql_rate)
+    judged = con.execute(
+        "SELECT avg(CASE outcome WHEN 'candidate' THEN 1 WHEN 'baseline' THEN 0 ELSE 0.5 END) FROM verdicts "
+        "WHERE stage = 'judge'"
+    ).fetchone()[0]
+    assert result.win_rate(over="judged").estimate == pytest.approx(judged)
+    # weights: sampled conversations stand for the population
+    assert con.execute("SELECT sum(weight) FROM conversations").fetchone()[0] == pytest.approx(200)
+    # the recorded answer sits beside the replays, and the candidate really differs from the baseline
+    assert con.execute("SELECT count(*) FROM replays WHERE side = 'recorded'").fetchone() == (counts["pairs"],)
+    assert by_stage.get("judge", 0) > 0
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert manifest["config"]["baseline"]["model"] == "simulated:baseline"
+    assert manifest["versions"]["python"]
+
+
+def test_rerun_of_a_completed_run_pays_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "run", n=6)
+    first = de.run(cfg, conversations=demo_conversations())
+    second = de.run(cfg, conversations=demo_conversations())
+    assert second.counts["pairs"] == first.counts["pairs"]
+    session = second.manifest["sessions"][-1]
+    assert session["resumed_pairs"] == first.counts["pairs"]
+    assert all(stats["made"] == 0 for stats in session["calls"].values())
+
+
+def test_interrupted_run_resumes_without_duplicates_or_repaid_calls(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "run", n=20, flush_every=5)
+    seen: list[str] = []
+
+    async def stop_early() -> None:
+        async with de.stream(cfg, conversations=demo_conversations()) as verdicts:
+            async for v in verdicts:
+                seen.append(v.pair_id)
+                if len(seen) == 30:
+                    break
+
+    anyio.run(stop_early)
+    interrupted = de.open_result(cfg.out)
+    assert interrupted.status == "interrupted"
+    kept = interrupted.counts["pairs"]
+    assert 30 <= kept < interrupted.counts["pairs_planned"]
+    answered_before = sum(s["answered"] for s in interrupted.manifest["sessions"][0]["calls"].values())
+
+    resumed = de.run(cfg, conversations=demo_conversations())
+    assert resumed.status == "completed"
+    con = resumed.connect()
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
+    assert total == distinct == resumed.counts["pairs_planned"]
+    assert con.execute("SELECT count(*) FROM conversations").fetchone() == (20,)
+    session = resumed.manifest["sessions"][-1]
+    assert session["resumed_pairs"] == kept
+
+    fresh = de.run(small_config(tmp_path / "fresh", n=20), conversations=demo_conversations())
+    answered_fresh = sum(s["answered"] for s in fresh.manifest["sessions"][0]["calls"].values())
+    answered_after = sum(s["answered"] for s in session["calls"].values())
+    # Nothing answered before the stop is asked again (simulated calls with no latency are never cut mid-flight).
+    assert answered_before + answered_after == answered_fresh
+    assert resumed.win_rate() == fresh.win_rate()
+
+
+def test_broken_jsonl_export_replays_every_good_record(tmp_path: Path, tau_raw: list[dict[str, Any]]) -> None:
+    lines = [json.dumps({"id": f"conv-{i}", "messages": r["traj"], "tier": i % 2}) for i, r in enumerate(tau_raw[:6])]
+    lines.insert(2, '{"id": "half-written", "messages": [{"role": "user"')
+    bad_role = {"id": "bad-role", "messages": [{"role": "customer", "content": "hi"}]}
+    orphan = {
+        "id": "orphan",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "r"}],
+    }
+    lines += [json.dumps(bad_role), json.dumps(orphan)]
+    path = tmp_path / "export.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    source = de.read_conversations(path, metadata=["tier"], tools=de.demo.DEMO_TOOLS)
+    result = de.run(
+        conversations=source,
+        out=tmp_path / "run",
+        baseline=de.Variant(model="simulated:a"),
+        candidate=de.Variant(model="simulated:b", provider_options={"reword_rate": 0.5}),
+    )
+    con = result.connect()
+    replayed = {row[0] for row in con.execute("SELECT DISTINCT conversation_id FROM verdicts").fetchall()}
+    assert replayed == {f"conv-{i}" for i in range(6)}
+    errors = con.execute("SELECT stage, source, record, field, message FROM errors ORDER BY record").fetchall()
+    assert [(e[0], e[2].split(" (")[0], e[3]) for e in errors] == [
+        ("ingest", "line 3", ""),
+        ("ingest", "line 8", "messages[0].role"),
+        ("ingest", "line 9", "messages[1].tool_call_id"),
+    ]
+    assert all(e[1] == str(path) for e in errors)
+    assert "unknown role 'customer'" in errors[1][4]
+    assert result.counts["read_errors"] == 3
+
+
+def test_stream_yields_each_verdict_once(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "run", n=5)
+
+    async def collect() -> tuple[list[de.Verdict], de.RunResult | None]:
+        out = []
+        stream = de.stream(cfg, conversations=demo_conversations())
+        async for v in stream:
+            out.append(v)
+        return out, stream.result
+
+    verdicts, result = anyio.run(collect)
+    assert result is not None
+    assert result.status == "completed"
+    assert len(verdicts) == len({v.pair_id for v in verdicts}) == result.counts["pairs"]
+
+
+def test_a_different_config_cannot_reuse_a_folder(tmp_path: Path) -> None:
+    de.run(small_config(tmp_path / "run", n=3), conversations=demo_conversations())
+    with pytest.raises(RunFolderError, match="different configuration"):
+        de.run(small_config(tmp_path / "run", n=4), conversations=demo_conversations())
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match="not a delta_eval run folder"):
+        de.run(small_config(tmp_path / "other", n=3), conversations=demo_conversations())
+
+
+def test_run_works_inside_a_running_event_loop(tmp_path: Path) -> None:
+    # As in Jupyter, where an event loop is already running in the main thread.
+    async def notebook_cell() -> de.RunResult:
+        return de.run(small_config(tmp_path / "run", n=3), conversations=demo_conversations())
+
+    assert anyio.run(notebook_cell).status == "completed"
+
+
+def test_provider_failures_become_error_verdicts_and_rows(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "run", n=4).model_copy(
+        update={
+            "candidate": de.Variant(
+                model="simulated:flaky", name="candidate", provider_options={"server_error_rate": 1.0}
+            ),
+            "retry": de.RetryPolicy(max_attempts=2, initial_wait=0.0),
+        }
+    )
+    result = de.run(cfg, conversations=demo_conversations())
+    con = result.connect()
+    assert con.execute("SELECT DISTINCT stage, outcome FROM verdicts").fetchall() == [("error", "error")]
+    rows = con.execute("SELECT stage, error_type, attempts FROM errors").fetchall()
+    assert len(rows) == result.counts["pairs"]
+    assert set(rows) == {("replay", "TransientError", 2)}
+    assert result.win_rate().estimate is None
+    assert result.win_rate().errors == result.counts["pairs"]
