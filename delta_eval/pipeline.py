@@ -368,8 +368,8 @@ class _Run:
                 setattr(self.progress, attr, getattr(self.progress, attr) + 1)
                 await write.send(("pair", pair))
 
-    def _commit(self) -> None:
-        if self.folder.commit() is not None:
+    def _committed(self, batch: int | None) -> None:
+        if batch is not None:
             self.progress.written += self._since_commit
             self._since_commit = 0
             self._last_commit = time.monotonic()
@@ -396,10 +396,12 @@ class _Run:
                         if out is not None:
                             await out
                     if self._since_commit >= self.config.flush_every or time.monotonic() - self._last_commit > 5.0:
-                        self._commit()
+                        # Parquet encoding releases the GIL: on a thread, replays go on while a batch is written.
+                        # Only this task adds rows, and it waits here, so the batch cannot change under the write.
+                        self._committed(await anyio.to_thread.run_sync(self.folder.commit))
         finally:
-            # Runs on cancellation too: keep every pair that finished.
-            self._commit()
+            # Runs on cancellation too (synchronously, so it cannot be cancelled): keep every finished pair.
+            self._committed(self.folder.commit())
 
     # -- the whole run ---------------------------------------------------------------------------------------
 

@@ -83,11 +83,13 @@ class ModelRequest(BaseModel):
 
         Two requests with the same key are the same call: it is what the response cache is keyed by.
         """
-        payload = self.model_dump(mode="json", exclude_defaults=False)
-        blob = json.dumps(
-            [namespace, identity or {}, payload], sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
-        )
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        # pydantic's own JSON (fields in declaration order) is stable and far cheaper than json.dumps over
+        # model_dump on large contexts; the key is computed for every call.
+        head = json.dumps([namespace, identity or {}], sort_keys=True, separators=(",", ":"), default=str)
+        digest = hashlib.sha256(head.encode("utf-8"))
+        digest.update(b"\x00")
+        digest.update(self.model_dump_json().encode("utf-8"))
+        return digest.hexdigest()
 
 
 class ModelResponse(BaseModel):

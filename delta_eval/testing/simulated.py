@@ -137,10 +137,10 @@ class SimulatedAdapter(ModelAdapter):
         digest = hashlib.sha256(json.dumps([self.behaviour.seed, self.model, *parts], default=str).encode()).digest()
         return random.Random(int.from_bytes(digest[:8], "big"))
 
-    def respond(self, request: ModelRequest) -> Message:
-        """The assistant message for ``request`` (no latency, no failures)."""
+    def respond(self, request: ModelRequest, key: str | None = None) -> Message:
+        """The assistant message for ``request`` (no latency, no failures); ``key`` is its cache key if known."""
         b = self.behaviour
-        rng = self._rng(request.cache_key())
+        rng = self._rng(key or request.cache_key())
         recorded = self.recordings.next_message(request.messages)
         if recorded is None:
             return Message(role="assistant", content=self._generic_reply(request))
@@ -188,7 +188,7 @@ class SimulatedAdapter(ModelAdapter):
             )
         if draw < b.rate_limit_rate + b.server_error_rate:
             raise TransientError("simulated 500: internal server error", model=self.model, status=500)
-        message = self.respond(request)
+        message = self.respond(request, key)
         prompt_chars = sum(len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages)
         out_chars = len(message.content or "") + sum(len(c.arguments) + len(c.name) for c in message.tool_calls)
         return ModelResponse(
