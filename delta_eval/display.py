@@ -20,8 +20,8 @@ __all__ = ["ProgressDisplay", "stage_counts"]
 def stage_counts(p: RunProgress) -> str:
     """The per-stage counts of a run, on one line."""
     return (
-        f"replayed {p.replayed} | stage 1 {p.deterministic}, stage 2 {p.equivalence}, judge {p.judged}, "
-        f"errors {p.failed} | written {p.written}"
+        f"replayed {p.replayed} | stage1 {p.deterministic} stage2 {p.equivalence} judge {p.judged} "
+        f"error {p.failed} | saved {p.written}"
     )
 
 
@@ -31,7 +31,7 @@ class _RunBar(Progress):
         self.task: TaskID | None = None
         super().__init__(
             TextColumn("[bold]{task.description}"),
-            BarColumn(),
+            BarColumn(bar_width=24),
             MofNCompleteColumn(),
             TextColumn("{task.fields[stages]}"),
             TimeElapsedColumn(),

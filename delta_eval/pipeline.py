@@ -40,7 +40,7 @@ from delta_eval.replay.points import replay_points, select_turns
 from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
 from delta_eval.sampling.population import build_population, iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified, draw_sample
-from delta_eval.schema import Conversation, ErrorRecord, Replay, ReplayPoint, Verdict
+from delta_eval.schema import Conversation, ErrorRecord, Replay, ReplayPoint, Side, Verdict
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.tables import conversation_row, error_row, replay_row, verdict_row
@@ -122,6 +122,12 @@ def _source_of(
     return ConversationSource.from_conversations(conversations)
 
 
+async def _replay_side(
+    replayer: Replayer, point: ReplayPoint, side: Side, into: dict[Side, tuple[Replay, ErrorRecord | None]]
+) -> None:
+    into[side] = await replayer.replay(point, side)
+
+
 class _Run:
     """One execution of a run configuration against a run folder."""
 
@@ -150,11 +156,13 @@ class _Run:
         self._client_variants: list[tuple[Variant, ModelClient]] = []
         self._since_commit = 0
         self._last_commit = time.monotonic()
+        self._cache: SQLiteCache | None = None
 
     # -- folder and manifest ---------------------------------------------------------------------------------
 
     def open_folder(self) -> None:
-        fingerprint = self.config.fingerprint()
+        # A folder resumes only the same configuration on the same source.
+        fingerprint = {**self.config.fingerprint(), "source_name": self.source.name}
         previous = self.folder.manifest()
         if previous is None:
             if self.folder.path.exists() and any(p for p in self.folder.path.iterdir() if p.name != "cache.sqlite"):
@@ -265,7 +273,8 @@ class _Run:
         planned = pc.sum(
             population.filter(pc.is_in(population["position"], pa.array(sorted(selected), pa.int64())))["n_pairs"]
         ).as_py()
-        self.progress.read = population.num_rows + sum(1 for e in errors if e.stage == "ingest")
+        # Records whose stratum function failed were read fine: they count as read, not as bad records.
+        self.progress.read = population.num_rows + len(errors)
         self.progress.read_errors = sum(1 for e in errors if e.stage == "ingest")
         self.progress.population = result.population
         self.progress.sampled = len(result.selected)
@@ -339,16 +348,12 @@ class _Run:
     ) -> None:
         async with recv, send:
             async for pair in recv:
-
-                async def side(replayer: Replayer, name: str, pair: _Pair = pair) -> None:
-                    replay, error = await replayer.replay(pair.point, name)  # type: ignore[arg-type]
-                    setattr(pair, name, replay)
-                    if error is not None:
-                        pair.errors.append(error)
-
+                done: dict[Side, tuple[Replay, ErrorRecord | None]] = {}
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(side, baseline, "baseline")
-                    tg.start_soon(side, candidate, "candidate")
+                    tg.start_soon(_replay_side, baseline, pair.point, "baseline", done)
+                    tg.start_soon(_replay_side, candidate, pair.point, "candidate", done)
+                pair.baseline, pair.candidate = done["baseline"][0], done["candidate"][0]
+                pair.errors.extend(error for _, error in done.values() if error is not None)
                 self.progress.replayed += 1
                 await send.send(pair)
 
@@ -404,8 +409,6 @@ class _Run:
             self._committed(self.folder.commit())
 
     # -- the whole run ---------------------------------------------------------------------------------------
-
-    _cache: SQLiteCache | None = None
 
     async def execute(self) -> dict[str, Any]:
         started = time.monotonic()
