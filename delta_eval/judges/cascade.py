@@ -12,11 +12,11 @@ seeded by (seed, pair id), so the same run always shows the same order and half 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from delta_eval.exceptions import JudgeError, ProviderError
-from delta_eval.judges.base import EquivalenceJudge, PairwiseJudge, PairwiseResult
+from delta_eval.judges.base import EquivalenceJudge, EquivalenceResult, PairwiseJudge, PairwiseResult
 from delta_eval.judges.deterministic import deterministic_equivalence
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions
 from delta_eval.schema import ErrorRecord, Outcome, Replay, ReplayPoint, Usage, Verdict
@@ -29,8 +29,28 @@ def candidate_is_a(seed: int, pair_id: str) -> bool:
     return hashlib.sha256(f"{seed}:{pair_id}".encode()).digest()[0] & 1 == 1
 
 
-def _add_cost(a: float | None, b: float | None) -> float | None:
-    return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+@dataclass
+class _Spent:
+    """What judging a pair has cost so far, and the notes it left."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = None
+    latency_ms: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, result: EquivalenceResult | PairwiseResult) -> None:
+        self.usage = self.usage + result.usage
+        if result.cost_usd is not None:
+            self.cost = (self.cost or 0.0) + result.cost_usd
+        self.latency_ms += result.latency_ms
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "judge_usage": self.usage,
+            "judge_cost_usd": self.cost,
+            "judge_latency_ms": self.latency_ms,
+            "details": self.details,
+        }
 
 
 @dataclass
@@ -84,10 +104,7 @@ class JudgeCascade:
             ), []
 
         errors: list[ErrorRecord] = []
-        usage = Usage()
-        cost: float | None = None
-        latency = 0.0
-        details: dict[str, Any] = {"stage1": det.reason}
+        spent = _Spent(details={"stage1": det.reason})
         cand_a = candidate_is_a(self.seed, point.point_id)
         a, b = (candidate, baseline) if cand_a else (baseline, candidate)
 
@@ -97,25 +114,17 @@ class JudgeCascade:
             except (ProviderError, JudgeError) as exc:
                 errors.append(self._error(point, f"equivalence judge failed, pair sent to the judge: {exc}", exc))
             else:
-                usage, cost, latency = usage + eq.usage, _add_cost(cost, eq.cost_usd), latency + eq.latency_ms
-                details["stage2"] = {
+                spent.add(eq)
+                spent.details["stage2"] = {
                     "equivalent": eq.equivalent,
                     "confidence": eq.confidence,
                     "reasoning": eq.reasoning,
                     "judge": self.equivalence.name,
                 }
                 if eq.equivalent and eq.confidence >= self.min_confidence:
+                    fields = {"confidence": eq.confidence, "reasoning": eq.reasoning, "judge": self.equivalence.name}
                     return Verdict(
-                        **base,
-                        stage="equivalence",
-                        outcome="equivalent",
-                        confidence=eq.confidence,
-                        reasoning=eq.reasoning,
-                        judge=self.equivalence.name,
-                        judge_usage=usage,
-                        judge_cost_usd=cost,
-                        judge_latency_ms=latency,
-                        details=details,
+                        **base, **spent.fields(), stage="equivalence", outcome="equivalent", **fields
                     ), errors
 
         try:
@@ -123,51 +132,32 @@ class JudgeCascade:
             second = await self.judge.compare(point, b.output, a.output) if self.order == "both" else None
         except (ProviderError, JudgeError) as exc:
             errors.append(self._error(point, f"judge failed: {exc}", exc))
-            return Verdict(
-                **base,
-                stage="error",
-                outcome="error",
-                error=f"judge failed: {exc}",
-                judge=self.judge.name,
-                judge_usage=usage,
-                judge_cost_usd=cost,
-                judge_latency_ms=latency,
-                details=details,
-            ), errors
+            said = {"error": f"judge failed: {exc}", "judge": self.judge.name}
+            return Verdict(**base, **spent.fields(), stage="error", outcome="error", **said), errors
 
         outcome = self._map(first, cand_a)
         confidence = first.confidence
         reasoning = first.reasoning
         results = [first] if second is None else [first, second]
         for r in results:
-            usage, cost, latency = usage + r.usage, _add_cost(cost, r.cost_usd), latency + r.latency_ms
-        details["judge_raw"] = [r.raw for r in results]
+            spent.add(r)
+        spent.details["judge_raw"] = [r.raw for r in results]
         position: Literal["A", "B", "both"] = "A" if cand_a else "B"
         if second is not None:
             position = "both"
             swapped = self._map(second, not cand_a)
-            details["order_outcomes"] = [outcome, swapped]
+            spent.details["order_outcomes"] = [outcome, swapped]
+            confidence = min(first.confidence, second.confidence)
             if swapped != outcome:
-                details["position_inconsistent"] = True
-                outcome, confidence = "tie", min(first.confidence, second.confidence)
+                spent.details["position_inconsistent"] = True
                 reasoning = (
-                    f"the two orders disagree ({details['order_outcomes'][0]} vs {swapped}): tie. "
+                    f"the two orders disagree ({outcome} vs {swapped}): tie. "
                     f"First: {first.reasoning} Second: {second.reasoning}"
                 )
-            else:
-                confidence = min(first.confidence, second.confidence)
+                outcome = "tie"
+        said = {"confidence": confidence, "reasoning": reasoning, "judge": self.judge.name}
         return Verdict(
-            **base,
-            stage="judge",
-            outcome=outcome,
-            confidence=confidence,
-            reasoning=reasoning,
-            judge=self.judge.name,
-            candidate_position=position,
-            judge_usage=usage,
-            judge_cost_usd=cost,
-            judge_latency_ms=latency,
-            details=details,
+            **base, **spent.fields(), stage="judge", outcome=outcome, candidate_position=position, **said
         ), errors
 
     @staticmethod
