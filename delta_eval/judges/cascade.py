@@ -132,7 +132,7 @@ class JudgeCascade:
             second = await self.judge.compare(point, b.output, a.output) if self.order == "both" else None
         except (ProviderError, JudgeError) as exc:
             errors.append(self._error(point, f"judge failed: {exc}", exc))
-            said = {"error": f"judge failed: {exc}", "judge": self.judge.name}
+            said: dict[str, Any] = {"error": f"judge failed: {exc}", "judge": self.judge.name}
             return Verdict(**base, **spent.fields(), stage="error", outcome="error", **said), errors
 
         outcome = self._map(first, cand_a)
