@@ -50,12 +50,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from delta_eval.demo import demo_config, demo_conversations
     from delta_eval.result import open_result
 
+    out = (
+        args.out
+        if args.command == "demo" and args.out
+        else Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
+    )
     try:
         if args.command == "report":
             print(render_report(open_result(args.run_dir)))
             return 0
         if args.command == "demo":
-            out = args.out or Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
             print(
                 f"delta-eval demo: tau-bench airline conversations on SIMULATED models, run folder {out}",
                 file=sys.stderr,
@@ -73,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"delta-eval: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("delta-eval: interrupted; run the same command again to resume", file=sys.stderr)
+        again = f"delta-eval demo --out {out}" if args.command == "demo" else "the same command"
+        print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
         return 1
 
 

@@ -25,6 +25,7 @@ Relative paths in a config file are relative to the file.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -48,9 +49,33 @@ from delta_eval.pricing import Price
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.schema import ToolSpec
 
-__all__ = ["JudgeConfig", "RunConfig", "SourceConfig", "Variant", "load_config"]
+__all__ = ["JudgeConfig", "RunConfig", "SourceConfig", "Variant", "load_config", "redact_secrets"]
 
 Renderer = Callable[..., Any]
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|credential)", re.IGNORECASE)
+REDACTED = "***"
+
+
+def redact_secrets(value: Any) -> Any:
+    """``value`` with every entry whose key names a secret (``api_key``, ``token``, ...) replaced by ``***``.
+
+    Names of environment variables that hold a secret (``api_key_env``) are kept: they are not secrets.
+
+    Example:
+        >>> redact_secrets({"api_key": "sk-123", "api_key_env": "OPENAI_API_KEY", "base_url": "http://x"})
+        {'api_key': '***', 'api_key_env': 'OPENAI_API_KEY', 'base_url': 'http://x'}
+    """
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED
+            if _SECRET_KEY.search(str(k)) and not str(k).lower().endswith("_env") and v is not None
+            else redact_secrets(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_secrets(v) for v in value]
+    return value
 
 
 class Variant(BaseModel):
@@ -100,6 +125,12 @@ class Variant(BaseModel):
     @classmethod
     def _resolve_render(cls, value: Any) -> Any:
         return None if value is None else resolve_callable(value, "render function")
+
+    @field_serializer("provider_options")
+    def _without_secrets(self, value: dict[str, Any]) -> dict[str, Any]:
+        # Manifests and reports serialise the config: a key given inline must never reach them.
+        redacted: dict[str, Any] = redact_secrets(value)
+        return redacted
 
     @field_serializer("render")
     def _render_name(self, value: Renderer | None) -> str | None:

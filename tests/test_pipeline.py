@@ -179,3 +179,30 @@ def test_provider_failures_become_error_verdicts_and_rows(tmp_path: Path) -> Non
     assert set(rows) == {("replay", "TransientError", 2)}
     assert result.win_rate().estimate is None
     assert result.win_rate().errors == result.counts["pairs"]
+
+
+def test_inline_credentials_never_reach_the_run_folder(tmp_path: Path) -> None:
+    from delta_eval.adapters.base import ModelAdapter, ModelRequest, ModelResponse
+    from delta_eval.adapters.registry import register_adapter
+    from delta_eval.schema import Message
+
+    class KeyedEcho(ModelAdapter):
+        def __init__(self, model: str, api_key: str) -> None:
+            super().__init__(model)
+            self._api_key = api_key
+
+        async def generate(self, request: ModelRequest) -> ModelResponse:
+            assert self._api_key == "sk-very-secret-123"
+            return ModelResponse(message=Message(role="assistant", content="ok"))
+
+    register_adapter("keyed-test", lambda model, options, context: KeyedEcho(model, options["api_key"]))
+    secret = "sk-very-secret-123"
+    cfg = small_config(tmp_path / "run", n=2).model_copy(
+        update={"candidate": de.Variant(model="keyed-test:m", name="candidate", provider_options={"api_key": secret})}
+    )
+    result = de.run(cfg, conversations=demo_conversations())
+    assert result.status == "completed"
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    assert result.manifest["config"]["candidate"]["provider_options"] == {"api_key": "***"}
