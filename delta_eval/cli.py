@@ -10,6 +10,7 @@ Exit status: 0 when the run completed, 1 on an error or an interrupted run, 2 on
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -77,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"delta-eval: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        again = f"delta-eval demo --out {out}" if args.command == "demo" else "the same command"
+        given = list(sys.argv[1:] if argv is None else argv)
+        if args.command == "demo" and args.out is None:
+            given += ["--out", str(out)]
+        again = "delta-eval " + shlex.join(given)
         print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
         return 1
 
