@@ -490,6 +490,8 @@ async def execute(
     ``conversations`` overrides ``config.source``. ``on_verdict`` is called with each verdict as its pair is
     written; ``progress`` receives live counters.
     """
+    # Validate again: a config changed with model_copy(update=...) skipped validation (and side naming).
+    config = RunConfig.model_validate(dict(config))
     source = _source_of(conversations, config)
     run = _Run(
         config,

@@ -165,9 +165,8 @@ def test_run_works_inside_a_running_event_loop(tmp_path: Path) -> None:
 def test_provider_failures_become_error_verdicts_and_rows(tmp_path: Path) -> None:
     cfg = small_config(tmp_path / "run", n=4).model_copy(
         update={
-            "candidate": de.Variant(
-                model="simulated:flaky", name="candidate", provider_options={"server_error_rate": 1.0}
-            ),
+            # no name: the run names it after its side even though model_copy skipped validation
+            "candidate": de.Variant(model="simulated:flaky", provider_options={"server_error_rate": 1.0}),
             "retry": de.RetryPolicy(max_attempts=2, initial_wait=0.0),
         }
     )
@@ -177,6 +176,7 @@ def test_provider_failures_become_error_verdicts_and_rows(tmp_path: Path) -> Non
     rows = con.execute("SELECT stage, error_type, attempts FROM errors").fetchall()
     assert len(rows) == result.counts["pairs"]
     assert set(rows) == {("replay", "TransientError", 2)}
+    assert con.execute("SELECT DISTINCT variant FROM replays WHERE side = 'candidate'").fetchall() == [("candidate",)]
     assert result.win_rate().estimate is None
     assert result.win_rate().errors == result.counts["pairs"]
 
