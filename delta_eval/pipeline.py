@@ -181,6 +181,10 @@ class _Run:
                     "configuration, or choose another 'out'"
                 )
             sessions = list(previous.get("sessions", []))
+            for past in sessions:
+                if "ended_at" not in past:
+                    # That process never got to record its end: it was killed (SIGKILL, power, OOM).
+                    past["status"] = "killed"
             self.folder.recover()
             verdicts = self.folder.read("verdicts", ["pair_id"])
             self.done_pairs = set(verdicts.column("pair_id").to_pylist())
@@ -418,6 +422,7 @@ class _Run:
         try:
             sample = await anyio.to_thread.run_sync(self.sample)
             self._cache = SQLiteCache(self.config.cache_path)
+            self.manifest["sessions"][-1]["cached_responses_at_start"] = len(self._cache)
             limiters: dict[str, ModelLimiter] = {}
             baseline = Replayer(
                 self.client_for(self.config.baseline, limiters, self._cache),

@@ -71,7 +71,11 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     assert replays == replay_keys == 3 * total
     assert con.execute("SELECT count(DISTINCT conversation_id) FROM conversations").fetchone() == (30,)
     assert con.execute("SELECT count(*) FROM conversations").fetchone() == (30,)
-    assert result.manifest["sessions"][-1]["resumed_pairs"] == kept
+    sessions = result.manifest["sessions"]
+    assert [s["status"] for s in sessions] == ["killed", "completed"]
+    assert sessions[-1]["resumed_pairs"] == kept
+    assert sessions[-1]["cached_responses_at_start"] == paid_before_kill
+    assert "session 1: killed" in done.stdout
 
     # The same run uninterrupted asks for exactly as many distinct answers; the resumed session asked only for
     # those the killed one had not already cached.

@@ -120,6 +120,16 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
         f"{calls.get('retries', 0)} retried, {calls.get('rate_limited', 0)} rate-limited), "
         f"from cache {calls.get('cached', 0)}; {len(m.get('sessions', []))} session(s)"
     )
+    sessions = m.get("sessions", [])
+    if len(sessions) > 1:
+        for k, s in enumerate(sessions, start=1):
+            done = s.get("calls", {})
+            answered = sum(c.get("answered", 0) for c in done.values()) if done else None
+            lines.append(
+                f"  session {k}: {s.get('status', '?'):11s} resumed {s.get('resumed_pairs', 0)} pairs, "
+                f"{s.get('cached_responses_at_start', 0)} responses already cached, "
+                + (f"{answered} answered, {s.get('cache', {}).get('hits', 0)} from cache" if done else "no record")
+            )
     if errors:
         lines.append("errors         " + ", ".join(f"{stage} {n}" for stage, n in errors) + "  (see the errors table)")
     else:
