@@ -59,13 +59,6 @@ class GenerateParams(BaseModel):
     tool_choice: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
-    def merged(self, override: GenerateParams) -> GenerateParams:
-        """These parameters with every field ``override`` sets replacing ours."""
-        data = self.model_dump(exclude_unset=True)
-        other = override.model_dump(exclude_unset=True)
-        extra = {**data.pop("extra", {}), **other.pop("extra", {})}
-        return GenerateParams(**{**data, **other, "extra": extra})
-
 
 class ModelRequest(BaseModel):
     """A canonical request: the model, the messages, the tools offered and the parameters."""

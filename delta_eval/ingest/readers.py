@@ -8,16 +8,15 @@ malformed JSON line). Readers stream: JSONL, Parquet and SQL never hold more tha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from delta_eval.exceptions import ConfigError, RecordError
 
-__all__ = ["FORMATS", "RawRecord", "infer_format", "iter_json", "iter_jsonl", "iter_parquet", "iter_sql"]
+__all__ = ["READERS", "RawRecord", "infer_format", "iter_json", "iter_jsonl", "iter_parquet", "iter_sql"]
 
 RawRecord = tuple[str, Any]
-FORMATS = ("json", "jsonl", "parquet")
 _BATCH_ROWS = 1024
 _ARROW_READERS = ("to_arrow_reader", "fetch_arrow_reader")
 
@@ -107,3 +106,11 @@ def iter_sql(query: str, database: str | None = None) -> Iterator[RawRecord]:
                 row += 1
     finally:
         con.close()
+
+
+#: The file readers by format name.
+READERS: dict[str, Callable[[Path], Iterator[RawRecord]]] = {
+    "json": iter_json,
+    "jsonl": iter_jsonl,
+    "parquet": iter_parquet,
+}

@@ -22,7 +22,7 @@ from typing import Any
 from delta_eval.exceptions import ConfigError, RecordError
 from delta_eval.ingest.mapping import FieldMapping
 from delta_eval.ingest.openai_chat import parse_tools
-from delta_eval.ingest.readers import RawRecord, infer_format, iter_json, iter_jsonl, iter_parquet, iter_sql
+from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
 from delta_eval.schema import Conversation, ToolSpec
 
 __all__ = ["ConversationSource", "load_tools", "read_conversations", "read_conversations_sql"]
@@ -146,10 +146,9 @@ def read_conversations(
     if not p.exists():
         raise ConfigError(f"conversation file not found: {p}")
     fmt = format or infer_format(p)
-    readers = {"json": iter_json, "jsonl": iter_jsonl, "parquet": iter_parquet}
-    if fmt not in readers:
-        raise ConfigError(f"unknown format {fmt!r}; expected one of {', '.join(readers)}")
-    reader = readers[fmt]
+    if fmt not in READERS:
+        raise ConfigError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
+    reader = READERS[fmt]
     return ConversationSource(str(p), lambda: reader(p), _mapping(messages, id, metadata, tools, tools_field))
 
 
