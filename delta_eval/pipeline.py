@@ -59,6 +59,7 @@ class RunProgress:
     read: int = 0
     read_errors: int = 0
     population: int = 0
+    excluded: int = 0
     sampled: int = 0
     pairs_total: int = 0
     pairs_resumed: int = 0
@@ -246,6 +247,7 @@ class _Run:
                     "read": self.progress.read,
                     "read_errors": self.progress.read_errors,
                     "population": self.progress.population,
+                    "excluded_by_where": self.progress.excluded,
                     "sampled": self.progress.sampled,
                     "pairs_planned": self.progress.pairs_total,
                     "pairs": verdicts.num_rows,
@@ -281,6 +283,7 @@ class _Run:
         self.progress.read = population.num_rows + len(errors)
         self.progress.read_errors = sum(1 for e in errors if e.stage == "ingest")
         self.progress.population = result.population
+        self.progress.excluded = result.excluded
         self.progress.sampled = len(result.selected)
         self.progress.pairs_total = int(planned or 0)
         if not self.population_committed:

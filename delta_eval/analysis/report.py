@@ -67,7 +67,9 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
     lines.append("")
     lines.append(
         f"conversations  read {counts.get('read', 0)} ({counts.get('read_errors', 0)} bad records), "
-        f"population {counts.get('population', 0)}, sampled {counts.get('sampled', 0)}"
+        f"population {counts.get('population', 0)}"
+        + (f" ({counts['excluded_by_where']} left out by 'where')" if counts.get("excluded_by_where") else "")
+        + f", sampled {counts.get('sampled', 0)}"
     )
     by_stage = counts.get("by_stage", {})
     pairs = counts.get("pairs", 0)

@@ -38,6 +38,10 @@ class Stratified(BaseModel):
     table (metadata fields are VARCHAR columns; ``metadata`` is the whole record as JSON), a Python function of the
     :class:`Conversation`, or, in a config file, ``{function = "module:function"}``.
 
+    ``where`` keeps only the conversations a SQL condition over the same table holds for, before anything is
+    counted: the population is what passes it (for recent traffic, e.g.
+    ``CAST(created_at AS TIMESTAMP) >= now() - INTERVAL 7 DAY``).
+
     Example:
         >>> Stratified(by=["reward"], n=100, seed=7).n
         100
@@ -50,6 +54,7 @@ class Stratified(BaseModel):
     seed: int = 0
     min_per_stratum: int = Field(default=1, ge=0)
     derived: dict[str, DerivedStratum] = Field(default_factory=dict)
+    where: str | None = None
 
     @field_validator("derived", mode="before")
     @classmethod
@@ -137,13 +142,15 @@ class StratumRow(BaseModel):
 
 
 class SampleResult(BaseModel):
-    """Which conversations were drawn (position -> stratum and weight) and the strata table."""
+    """Which conversations were drawn (position -> stratum and weight), the strata table, the population size and
+    how many conversations the ``where`` condition left out."""
 
     model_config = ConfigDict(frozen=True)
 
     selected: dict[int, tuple[str, float]]
     strata: tuple[StratumRow, ...]
     population: int
+    excluded: int = 0
 
 
 def _stratum_sql(spec: Stratified, columns: set[str]) -> str:
@@ -172,9 +179,15 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
         for name, expr in spec.sql_strata().items():
             select.append(f'({expr}) AS "{name}"')
         try:
-            con.execute(f"CREATE TABLE population AS SELECT {', '.join(select)} FROM population_raw")
+            con.execute(f"CREATE TABLE derived AS SELECT {', '.join(select)} FROM population_raw")
         except duckdb.Error as exc:
             raise ConfigError(f"a derived stratum's SQL failed: {exc}") from None
+        try:
+            con.execute(f"CREATE TABLE population AS SELECT * FROM derived WHERE {spec.where or 'true'}")
+        except duckdb.Error as exc:
+            raise ConfigError(f"the sample's 'where' condition failed: {exc}") from None
+        kept = con.execute("SELECT count(*) FROM population").fetchone()
+        excluded = population.num_rows - (kept[0] if kept else 0)
         columns = {row[0] for row in con.execute("DESCRIBE population").fetchall()}
         key = _stratum_sql(spec, columns)
         con.execute(f"CREATE TABLE keyed AS SELECT position, conversation_id, {key} AS stratum FROM population")
@@ -208,4 +221,4 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
     )
     weights = {row.stratum: row.weight for row in strata}
     selected = {int(pos): (h, weights[h]) for pos, h in rows}
-    return SampleResult(selected=selected, strata=strata, population=sum(counts.values()))
+    return SampleResult(selected=selected, strata=strata, population=sum(counts.values()), excluded=excluded)

@@ -85,3 +85,15 @@ def test_config_file_form_of_derived_strata() -> None:
     assert spec.python_strata()["t"] is airline_task_type
     assert spec.sql_strata() == {"s": "1"}
     assert spec.model_dump(mode="json")["derived"]["t"] == {"function": "delta_eval.demo:airline_task_type"}
+
+
+def test_where_filters_the_population_before_counting(tau_source: de.ConversationSource) -> None:
+    spec = de.Stratified(by=["reward"], n=20, seed=1, where="reward = '1.0' OR trial = '0'")
+    result, _ = sample(tau_source, spec)
+    # 84 solved, plus the unsolved first trials
+    assert result.population + result.excluded == 200
+    assert result.excluded > 0
+    picked = list(iter_selected(tau_source, result.selected))
+    assert all(c.metadata["reward"] == 1.0 or c.metadata["trial"] == 0 for _, c in picked)
+    with pytest.raises(ConfigError, match="'where' condition failed"):
+        sample(tau_source, de.Stratified(where="no_such_column > 1"))
