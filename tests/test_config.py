@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import delta_eval as de
+from delta_eval.config import load_config, redact_secrets
+from delta_eval.exceptions import ConfigError
+
+
+def test_yaml_config_with_a_sql_source_and_relative_paths(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    path = tmp_path / "conf" / "eval.yaml"
+    path.write_text(
+        f"""
+out: runs/x
+source:
+  sql: SELECT * FROM read_json('{de.demo.DEMO_CONVERSATIONS}') WHERE task_id < 3
+  messages: traj
+  id: "{{task_id}}/{{trial}}"
+  metadata: [task_id]
+baseline: {{model: "simulated:a", params: {{temperature: 0.3}}}}
+candidate: {{model: "simulated:b", tools: "{de.demo.DEMO_TOOLS}"}}
+sample: {{n: 4, seed: 2}}
+"""
+    )
+    cfg = load_config(path)
+    assert cfg.out == tmp_path / "conf" / "runs" / "x"
+    assert cfg.baseline.params.temperature == 0.3
+    assert cfg.candidate.tools is not None
+    assert len(cfg.candidate.tools) == 14
+    assert cfg.source is not None
+    good, bad = cfg.source.open().load()
+    assert (len(good), bad) == (12, [])
+    assert load_config(path, out=tmp_path / "elsewhere").out == tmp_path / "elsewhere"
+
+
+def test_config_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        'out = "x"\n[baseline]\nmodel = "simulated:a"\ntemprature = 1\n[candidate]\nmodel = "simulated:b"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+    assert "temprature" in str(info.value)
+    path.write_text("out = [")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="exactly one of 'path' or 'sql'"):
+        de.SourceConfig().open()
+
+
+def test_sides_are_named_and_must_differ() -> None:
+    cfg = de.RunConfig(baseline=de.Variant(model="simulated:a"), candidate=de.Variant(model="simulated:a"), out="x")
+    assert (cfg.baseline.name, cfg.candidate.name) == ("baseline", "candidate")
+    with pytest.raises(ValueError, match="different names"):
+        de.RunConfig(
+            baseline=de.Variant(model="simulated:a", name="v"),
+            candidate=de.Variant(model="simulated:b", name="v"),
+            out="x",
+        )
+
+
+def test_secrets_are_redacted_wherever_they_nest() -> None:
+    value = {"api_key": "sk-1", "headers": {"Authorization": "Bearer x"}, "api_key_env": "KEY", "n": [{"token": 1}]}
+    assert redact_secrets(value) == {
+        "api_key": "***",
+        "headers": {"Authorization": "***"},
+        "api_key_env": "KEY",
+        "n": [{"token": "***"}],
+    }
