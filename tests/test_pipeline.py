@@ -206,3 +206,42 @@ def test_inline_credentials_never_reach_the_run_folder(tmp_path: Path) -> None:
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
     assert result.manifest["config"]["candidate"]["provider_options"] == {"api_key": "***"}
+
+
+def test_a_stalled_judge_holds_back_replays(tmp_path: Path) -> None:
+    """Backpressure: with the judge stuck, only the pairs that fit in the bounded streams get replayed."""
+    from delta_eval.judges.base import PairwiseResult
+
+    release = anyio.Event()
+
+    class StuckJudge:
+        name = "stuck"
+
+        async def compare(self, point: de.ReplayPoint, a: de.TurnOutput, b: de.TurnOutput) -> PairwiseResult:
+            await release.wait()
+            return PairwiseResult(winner="tie", confidence=0.5)
+
+    cfg = small_config(tmp_path / "run", n=30).model_copy(
+        update={
+            "concurrency": 2,
+            "judge_concurrency": 1,
+            "judges": de.JudgeConfig(equivalence=None, judge=StuckJudge()),
+            "candidate": de.Variant(model="simulated:c", provider_options={"reword_rate": 1.0, "skip_tool_rate": 1.0}),
+        }
+    )
+    progress = de.RunProgress()
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: de.arun(cfg, conversations=demo_conversations(), progress=progress))
+            await anyio.sleep(1.5)
+            # The one judge worker holds a pair; behind it: 1 in its inbox, and 2 replay workers each holding
+            # a finished pair. Only pairs stage 1 settled before the judge stuck got past; nothing else is replayed,
+            # however many pairs are planned.
+            assert progress.pairs_total > 100
+            assert 1 <= progress.replayed - progress.deterministic <= 1 + 1 + 2
+            assert progress.written == 0
+            release.set()
+
+    anyio.run(main)
+    assert de.open_result(cfg.out).status == "completed"
