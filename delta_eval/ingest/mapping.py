@@ -59,7 +59,7 @@ def get_path(record: Any, path: str) -> Any:
 
 
 def _maybe_json(value: Any) -> Any:
-    # Parquet and SQL sources often store nested fields as JSON text; accept both shapes.
+    # Parquet and SQL sources often store messages and tools as JSON text; accept both shapes.
     if isinstance(value, str) and value[:1] in ("[", "{"):
         try:
             return json.loads(value)
@@ -129,7 +129,8 @@ class FieldMapping(BaseModel):
         metadata = {}
         for name, path in self.metadata_paths().items():
             value = get_path(record, path)
-            metadata[name] = None if value is MISSING else _maybe_json(value)
+            # Kept exactly as found: a string that happens to look like JSON stays a string.
+            metadata[name] = None if value is MISSING else value
         return Conversation(id=conv_id, messages=messages, tools=tools, metadata=metadata, source=source, record=label)
 
 
