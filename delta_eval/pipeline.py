@@ -211,7 +211,7 @@ class _Run:
 
     def finish_manifest(self, status: str, started: float) -> dict[str, Any]:
         folder = self.folder
-        verdicts = folder.read("verdicts", ["stage", "outcome"])
+        verdicts = folder.read("verdicts", ["stage", "outcome", "conversation_id"])
         by_stage: dict[str, int] = {}
         by_outcome: dict[str, int] = {}
         for row in verdicts.to_pylist():
@@ -251,6 +251,7 @@ class _Run:
                     "sampled": self.progress.sampled,
                     "pairs_planned": self.progress.pairs_total,
                     "pairs": verdicts.num_rows,
+                    "conversations_replayed": len(set(verdicts.column("conversation_id").to_pylist())),
                     "by_stage": by_stage,
                     "by_outcome": by_outcome,
                     "errors": errors.num_rows,

@@ -25,6 +25,7 @@ def test_demo_run_numbers_rederive_with_sql(tmp_path: Path) -> None:
     counts = result.counts
     assert (counts["read"], counts["population"], counts["sampled"]) == (200, 200, 12)
     assert counts["pairs"] == counts["pairs_planned"] > 0
+    assert counts["conversations_replayed"] == 12
     con = de.open_run(result.path)
     assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (counts["pairs"],) * 2
     assert con.execute("SELECT count(*) FROM replays").fetchone() == (3 * counts["pairs"],)

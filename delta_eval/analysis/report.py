@@ -73,7 +73,10 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
     )
     by_stage = counts.get("by_stage", {})
     pairs = counts.get("pairs", 0)
-    lines.append(f"pairs          replayed and decided {pairs} (planned {counts.get('pairs_planned', 0)})")
+    lines.append(
+        f"pairs          replayed and decided {pairs} (planned {counts.get('pairs_planned', 0)}), "
+        f"from {counts.get('conversations_replayed', 0)} conversations"
+    )
     lines.append(
         f"  stage 1 deterministic equivalent  {by_stage.get('deterministic', 0):6d}\n"
         f"  stage 2 equivalence judge         {by_stage.get('equivalence', 0):6d}\n"
