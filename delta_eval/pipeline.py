@@ -155,6 +155,8 @@ class _Run:
         self._adapters: list[ModelAdapter] = []
         self._clients: dict[str, ModelClient] = {}
         self._client_variants: list[tuple[Variant, ModelClient]] = []
+        # One limiter per model id: a provider's limits apply to the model, whichever variant calls it.
+        self._limiters: dict[str, ModelLimiter] = {}
         self._since_commit = 0
         self._last_commit = time.monotonic()
         self._cache: SQLiteCache | None = None
@@ -296,13 +298,20 @@ class _Run:
 
     # -- models ----------------------------------------------------------------------------------------------
 
-    def client_for(self, variant: Variant, limiters: dict[str, ModelLimiter], cache: SQLiteCache) -> ModelClient:
+    def replayer_for(self, variant: Variant, cache: SQLiteCache) -> Replayer:
+        c = self.config
+        return Replayer(
+            self.client_for(variant, cache), variant, self.simulator, c.max_tool_rounds, c.prices, self.source.name
+        )
+
+    def client_for(self, variant: Variant, cache: SQLiteCache) -> ModelClient:
         # One client per model and options: a model both sides use shares its client, limiter and statistics.
         for existing_variant, client in self._client_variants:
             if (existing_variant.model, existing_variant.provider_options) == (variant.model, variant.provider_options):
                 return client
         adapter = create_adapter(variant.model, variant.provider_options, AdapterContext(recordings=self.recordings))
         self._adapters.append(adapter)
+        limiters = self._limiters
         if variant.model not in limiters:
             limits = variant.limits
             limiters[variant.model] = ModelLimiter(
@@ -427,23 +436,8 @@ class _Run:
             sample = await anyio.to_thread.run_sync(self.sample)
             self._cache = SQLiteCache(self.config.cache_path)
             self.manifest["sessions"][-1]["cached_responses_at_start"] = len(self._cache)
-            limiters: dict[str, ModelLimiter] = {}
-            baseline = Replayer(
-                self.client_for(self.config.baseline, limiters, self._cache),
-                self.config.baseline,
-                self.simulator,
-                self.config.max_tool_rounds,
-                self.config.prices,
-                self.source.name,
-            )
-            candidate = Replayer(
-                self.client_for(self.config.candidate, limiters, self._cache),
-                self.config.candidate,
-                self.simulator,
-                self.config.max_tool_rounds,
-                self.config.prices,
-                self.source.name,
-            )
+            baseline = self.replayer_for(self.config.baseline, self._cache)
+            candidate = self.replayer_for(self.config.candidate, self._cache)
             j = self.config.judges
             cascade = JudgeCascade(
                 resolve_equivalence_judge(j.equivalence, j.match),
