@@ -22,8 +22,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from delta_eval.exceptions import RecordError
-
 __all__ = [
     "Conversation",
     "ErrorRecord",
@@ -258,13 +256,34 @@ class ErrorRecord(_Frozen):
     attempts: int = 0
 
     @classmethod
-    def from_record_error(cls, exc: RecordError, stage: ErrorStage = "ingest") -> ErrorRecord:
-        """The row for a bad input record."""
+    def from_exception(
+        cls,
+        exc: BaseException,
+        stage: ErrorStage,
+        *,
+        message: str | None = None,
+        source: str = "",
+        record: str = "",
+        field: str = "",
+        conversation_id: str | None = None,
+        pair_id: str | None = None,
+    ) -> ErrorRecord:
+        """The row for ``exc``. Where the exception knows its place (a record error's source, record and field; a
+        provider error's attempts), that wins; the keyword arguments fill in what it does not know.
+
+        Example:
+            >>> from delta_eval.exceptions import RecordError
+            >>> ErrorRecord.from_exception(RecordError("f.jsonl", "line 2", "messages", "bad"), "ingest").field
+            'messages'
+        """
         return cls(
             stage=stage,
-            message=str(exc),
-            source=exc.source,
-            record=exc.record,
-            field=exc.field,
+            message=str(exc) if message is None else message,
+            source=getattr(exc, "source", "") or source,
+            record=getattr(exc, "record", "") or record,
+            field=getattr(exc, "field", "") or field,
+            conversation_id=conversation_id,
+            pair_id=pair_id,
             error_type=type(exc).__name__,
+            attempts=getattr(exc, "attempts", 0),
         )

@@ -168,12 +168,11 @@ class JudgeCascade:
 
     @staticmethod
     def _error(point: ReplayPoint, message: str, exc: Exception) -> ErrorRecord:
-        return ErrorRecord(
-            stage="judge",
+        return ErrorRecord.from_exception(
+            exc,
+            "judge",
             message=message,
             record=point.point_id,
             conversation_id=point.conversation_id,
             pair_id=point.point_id,
-            error_type=type(exc).__name__,
-            attempts=getattr(exc, "attempts", 0),
         )

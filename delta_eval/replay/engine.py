@@ -96,16 +96,14 @@ class Replayer:
             )
             row = None
             if error is not None:
-                row = ErrorRecord(
-                    stage="replay",
+                row = ErrorRecord.from_exception(
+                    error,
+                    "replay",
                     message=f"{side} replay of {point.point_id} failed: {error}",
-                    source=getattr(error, "source", "") or self.source,
-                    record=getattr(error, "record", "") or point.point_id,
-                    field=getattr(error, "field", ""),
+                    source=self.source,
+                    record=point.point_id,
                     conversation_id=point.conversation_id,
                     pair_id=point.point_id,
-                    error_type=type(error).__name__,
-                    attempts=getattr(error, "attempts", 0),
                 )
             return replay, row
 

@@ -52,7 +52,7 @@ def build_population(
 
     for position, item in enumerate(source):
         if isinstance(item, RecordError):
-            on_error(ErrorRecord.from_record_error(item))
+            on_error(ErrorRecord.from_exception(item, "ingest"))
             continue
         derived: dict[str, str | None] = {}
         try:
@@ -60,14 +60,14 @@ def build_population(
                 derived[name] = stratum_value(fn(item))
         except Exception as exc:  # a user's function: any failure is that record's error, not the run's
             on_error(
-                ErrorRecord(
-                    stage="sample",
+                ErrorRecord.from_exception(
+                    exc,
+                    "sample",
                     message=f"derived stratum {name!r} failed on conversation {item.id!r}: {type(exc).__name__}: {exc}",
                     source=item.source,
                     record=item.record,
                     field=name,
                     conversation_id=item.id,
-                    error_type=type(exc).__name__,
                 )
             )
             continue

@@ -90,7 +90,9 @@ def test_any_record_is_a_conversation_or_a_record_error(record: dict[str, Any]) 
 @given(st.lists(st.text(max_size=40) | json_values.map(json.dumps), min_size=1, max_size=8))
 def test_jsonl_lines_of_anything(tmp_path: Path, lines: list[str]) -> None:
     path = tmp_path / "fuzz.jsonl"
-    path.write_text("\n".join(line.replace("\n", " ") for line in lines) + "\n", encoding="utf-8")
+    # One element, one line: text-mode reading also ends lines at a bare carriage return.
+    one_per_line = (line.replace("\r", " ").replace("\n", " ") for line in lines)
+    path.write_text("\n".join(one_per_line) + "\n", encoding="utf-8")
     items = list(de.read_conversations(path))
     assert all(isinstance(i, de.Conversation | RecordError) for i in items)
     assert len(items) <= len(lines)
