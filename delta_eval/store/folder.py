@@ -76,13 +76,17 @@ class RunFolder:
                 raise RunFolderError(f"{f} is damaged ({exc}); remove it to drop that batch") from None
         return out
 
-    def committed_files(self, dataset: str) -> list[Path]:
-        """The committed part files of ``dataset``."""
-        return [self.path / rel for c in self.commits() for rel in c["files"].get(dataset, [])]
+    def committed_files(self) -> dict[str, list[Path]]:
+        """The committed part files of every dataset (reading the commit files once)."""
+        files: dict[str, list[Path]] = {name: [] for name in DATASETS}
+        for c in self.commits():
+            for name, rels in c["files"].items():
+                files.setdefault(name, []).extend(self.path / rel for rel in rels)
+        return files
 
     def read(self, dataset: str, columns: list[str] | None = None) -> pa.Table:
         """All committed rows of ``dataset`` (an empty table with the right schema when there are none)."""
-        files = self.committed_files(dataset)
+        files = self.committed_files()[dataset]
         schema = SCHEMAS[dataset]
         if not files:
             return schema.empty_table().select(columns) if columns else schema.empty_table()
@@ -104,9 +108,8 @@ class RunFolder:
 
     def recover(self) -> list[Path]:
         """Delete part and temporary files that no commit names (left by a killed process); return them."""
-        committed = {
-            (self.path / rel).resolve() for c in self.commits() for files in c["files"].values() for rel in files
-        }
+        commits = self.commits()
+        committed = {(self.path / rel).resolve() for c in commits for files in c["files"].values() for rel in files}
         removed = []
         for name in (*DATASETS, _COMMITS, "."):
             folder = self.path / name
@@ -117,7 +120,7 @@ class RunFolder:
                 if f.name.endswith(".tmp") or stray_part:
                     f.unlink()
                     removed.append(f)
-        batches = [int(c["batch"]) for c in self.commits()]
+        batches = [int(c["batch"]) for c in commits]
         self._next_batch = max(batches, default=0) + 1
         return removed
 

@@ -69,8 +69,9 @@ def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
     con = duckdb.connect(database)
+    committed = folder.committed_files()
     for name in DATASETS:
-        files = folder.committed_files(name)
+        files = committed[name]
         if files:
             paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{paths}], union_by_name = true)")
