@@ -173,27 +173,28 @@ class _Run:
                     f"{self.folder.path} exists and is not a delta_eval run folder; choose an empty or new 'out'"
                 )
             sessions: list[dict[str, Any]] = []
-        elif previous.get("fingerprint") != fingerprint and self.folder.read("verdicts", ["pair_id"]).num_rows == 0:
-            # Nothing was decided under the old configuration (it failed early): start afresh.
-            self.folder.reset()
-            sessions = []
         else:
+            decided = set(self.folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
             if previous.get("fingerprint") != fingerprint:
-                raise RunFolderError(
-                    f"{self.folder.path} holds a run with a different configuration; resume it with the same "
-                    "configuration, or choose another 'out'"
-                )
-            sessions = list(previous.get("sessions", []))
-            for past in sessions:
-                if "ended_at" not in past:
-                    # That process never got to record its end: it was killed (SIGKILL, power, OOM).
-                    past["status"] = "killed"
-            self.folder.recover()
-            verdicts = self.folder.read("verdicts", ["pair_id"])
-            self.done_pairs = set(verdicts.column("pair_id").to_pylist())
-            convs = self.folder.read("conversations", ["conversation_id"])
-            self.done_conversations = set(convs.column("conversation_id").to_pylist())
-            self.population_committed = any(c.get("kind") == "population" for c in self.folder.commits())
+                if decided:
+                    raise RunFolderError(
+                        f"{self.folder.path} holds a run with a different configuration; resume it with the same "
+                        "configuration, or choose another 'out'"
+                    )
+                # Nothing was decided under the old configuration (it failed early): start afresh.
+                self.folder.reset()
+                sessions = []
+            else:
+                sessions = list(previous.get("sessions", []))
+                for past in sessions:
+                    if "ended_at" not in past:
+                        # That process never got to record its end: it was killed (SIGKILL, power, OOM).
+                        past["status"] = "killed"
+                self.folder.recover()
+                self.done_pairs = decided
+                convs = self.folder.read("conversations", ["conversation_id"])
+                self.done_conversations = set(convs.column("conversation_id").to_pylist())
+                self.population_committed = any(c.get("kind") == "population" for c in self.folder.commits())
         self.progress.pairs_resumed = len(self.done_pairs)
         sessions.append({"started_at": _now(), "resumed_pairs": len(self.done_pairs)})
         self.manifest = {
