@@ -79,7 +79,7 @@ def run_pipeline(path: Path, out: Path, concurrency: int) -> dict[str, Any]:
 def run_bare(path: Path, concurrency: int) -> dict[str, Any]:
     import anyio
 
-    from delta_eval.adapters.base import ModelRequest
+    from delta_eval.calls import ModelRequest
     from delta_eval.replay.points import replay_points
     from delta_eval.replay.tools import RecordedToolSimulator, ToolContext
     from delta_eval.schema import Message

@@ -17,12 +17,13 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from delta_eval import demo
-from delta_eval.adapters.base import GenerateParams, ModelAdapter, ModelRequest, ModelResponse
+from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.registry import register_adapter
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.api import VerdictStream, arun, run, stream
-from delta_eval.config import JudgeConfig, RunConfig, SourceConfig, Variant, load_config
+from delta_eval.calls import GenerateParams, ModelRequest, ModelResponse
+from delta_eval.config import JudgeConfig, RunConfig, load_config
 from delta_eval.exceptions import (
     AuthenticationError,
     BadRequestError,
@@ -37,6 +38,7 @@ from delta_eval.exceptions import (
 )
 from delta_eval.ingest.source import ConversationSource, read_conversations, read_conversations_sql
 from delta_eval.judges.base import EquivalenceJudge, EquivalenceResult, PairwiseJudge, PairwiseResult
+from delta_eval.mapping import FieldMapping, SourceConfig
 from delta_eval.matching import MatchOptions
 from delta_eval.metrics import WinRate
 from delta_eval.pipeline import RunProgress
@@ -59,6 +61,7 @@ from delta_eval.schema import (
     Verdict,
 )
 from delta_eval.store.views import open_run
+from delta_eval.variant import Variant
 
 try:
     __version__ = _version("delta-eval")
@@ -75,6 +78,7 @@ __all__ = [
     "EquivalenceJudge",
     "EquivalenceResult",
     "ErrorRecord",
+    "FieldMapping",
     "GenerateParams",
     "JudgeConfig",
     "JudgeError",

@@ -25,163 +25,22 @@ Relative paths in a config file are relative to the file.
 
 from __future__ import annotations
 
-import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
-from delta_eval.adapters.base import GenerateParams
-from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.retry import RetryPolicy
-from delta_eval.callables import callable_name, resolve_callable
 from delta_eval.exceptions import ConfigError
-from delta_eval.ingest.source import (
-    ConversationSource,
-    load_tools,
-    read_conversations,
-    read_conversations_sql,
-)
+from delta_eval.mapping import SourceConfig
 from delta_eval.matching import MatchOptions
 from delta_eval.pricing import Price
 from delta_eval.sampling.stratified import Stratified
-from delta_eval.schema import ToolSpec
+from delta_eval.variant import Variant
 
-__all__ = ["JudgeConfig", "RunConfig", "SourceConfig", "Variant", "load_config", "redact_secrets"]
-
-Renderer = Callable[..., Any]
-
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|credential)", re.IGNORECASE)
-REDACTED = "***"
-
-
-def redact_secrets(value: Any) -> Any:
-    """``value`` with every entry whose key names a secret (``api_key``, ``token``, ...) replaced by ``***``.
-
-    Names of environment variables that hold a secret (``api_key_env``) are kept: they are not secrets.
-
-    Example:
-        >>> redact_secrets({"api_key": "sk-123", "api_key_env": "OPENAI_API_KEY", "base_url": "http://x"})
-        {'api_key': '***', 'api_key_env': 'OPENAI_API_KEY', 'base_url': 'http://x'}
-    """
-    if isinstance(value, Mapping):
-        return {
-            k: REDACTED
-            if _SECRET_KEY.search(str(k)) and not str(k).lower().endswith("_env") and v is not None
-            else redact_secrets(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact_secrets(v) for v in value]
-    return value
-
-
-class Variant(BaseModel):
-    """One side of the comparison: a model and what to change around it.
-
-    - ``model``: ``"prefix:name"``, e.g. ``"openai:gpt-4o"`` or ``"simulated:candidate"``.
-    - ``system_prompt``: replaces the recorded system prompt. ``{{name}}`` is filled from the conversation's
-      metadata (dotted paths allowed), ``{{recorded_system_prompt}}`` is the recorded one.
-    - ``params``: temperature, max_tokens, reasoning_effort, ... (``None`` keeps the provider default).
-    - ``tools``: replaces the recorded tool surface (a list of specs or a JSON file path).
-    - ``render``: a function (or ``"module:function"``) taking a :class:`~delta_eval.replay.render.RenderInput`
-      and returning the messages to send, for teams whose prompt is built by code.
-    - ``provider_options``: passed to the adapter (base URL, API-key variable, simulated behaviours, ...).
-    - ``limits``: this model's concurrency and rate limits.
-
-    Example:
-        >>> Variant(model="simulated:candidate", system_prompt="Be brief. {{recorded_system_prompt}}").model
-        'simulated:candidate'
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-    model: str
-    name: str = ""
-    system_prompt: str | None = None
-    params: GenerateParams = GenerateParams()
-    tools: tuple[ToolSpec, ...] | None = None
-    render: Renderer | None = None
-    provider_options: dict[str, Any] = Field(default_factory=dict)
-    limits: ModelLimits = ModelLimits()
-
-    @field_validator("model")
-    @classmethod
-    def _has_prefix(cls, value: str) -> str:
-        if ":" not in value:
-            raise ValueError(f"model {value!r} needs a provider prefix, as in 'openai:gpt-4o' or 'simulated:baseline'")
-        return value
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _load_tools(cls, value: Any) -> Any:
-        if value is None or (isinstance(value, Sequence) and not isinstance(value, str)):
-            return None if value is None else load_tools(value)
-        return load_tools(value)
-
-    @field_validator("render", mode="before")
-    @classmethod
-    def _resolve_render(cls, value: Any) -> Any:
-        return None if value is None else resolve_callable(value, "render function")
-
-    @field_serializer("provider_options")
-    def _without_secrets(self, value: dict[str, Any]) -> dict[str, Any]:
-        # Manifests and reports serialise the config: a key given inline must never reach them.
-        redacted: dict[str, Any] = redact_secrets(value)
-        return redacted
-
-    @field_serializer("render")
-    def _render_name(self, value: Renderer | None) -> str | None:
-        return None if value is None else callable_name(value)
-
-    def describe(self) -> str:
-        """A one-line summary of what this variant changes."""
-        parts = [self.model]
-        if self.system_prompt is not None:
-            parts.append("system prompt replaced")
-        changed = self.params.model_dump(exclude_defaults=True)
-        if changed:
-            parts.append(", ".join(f"{k}={v}" for k, v in changed.items()))
-        if self.tools is not None:
-            parts.append(f"{len(self.tools)} tools")
-        if self.render is not None:
-            parts.append(f"render={callable_name(self.render)}")
-        return "; ".join(parts)
-
-
-class SourceConfig(BaseModel):
-    """Where the conversations come from, in a config file: a ``path`` or a DuckDB ``sql`` query, and the mapping
-    (see :func:`~delta_eval.ingest.read_conversations`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    path: str | None = None
-    sql: str | None = None
-    database: str | None = None
-    format: str | None = None
-    messages: str = "messages"
-    id: str | None = None
-    metadata: list[str] | dict[str, str] = Field(default_factory=list)
-    tools: str | list[dict[str, Any]] | None = None
-    tools_field: str | None = "tools"
-
-    def open(self) -> ConversationSource:
-        """The conversation source this describes."""
-        mapping: dict[str, Any] = {
-            "messages": self.messages,
-            "id": self.id,
-            "metadata": self.metadata,
-            "tools": self.tools,
-            "tools_field": self.tools_field,
-        }
-        if (self.path is None) == (self.sql is None):
-            raise ConfigError("[source] needs exactly one of 'path' or 'sql'")
-        if self.sql is not None:
-            return read_conversations_sql(self.sql, database=self.database, **mapping)
-        assert self.path is not None
-        return read_conversations(self.path, format=self.format, **mapping)
+__all__ = ["JudgeConfig", "RunConfig", "load_config"]
 
 
 class JudgeConfig(BaseModel):

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from delta_eval.adapters.retry import RetryPolicy
-from delta_eval.config import RunConfig, Variant
+from delta_eval.config import RunConfig
 from delta_eval.ingest.source import ConversationSource, read_conversations
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.schema import Conversation
+from delta_eval.variant import Variant
 
 __all__ = [
     "DEMO_CONVERSATIONS",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -30,9 +30,9 @@ from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.limits import ModelLimiter
 from delta_eval.adapters.registry import AdapterContext, create_adapter
-from delta_eval.config import RunConfig, Variant
+from delta_eval.config import RunConfig
 from delta_eval.exceptions import RunFolderError
-from delta_eval.ingest.source import ConversationSource
+from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.judges.cascade import JudgeCascade
 from delta_eval.judges.resolve import resolve_equivalence_judge, resolve_pairwise_judge
 from delta_eval.replay.engine import Replayer, recorded_replay
@@ -45,6 +45,7 @@ from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.tables import conversation_row, error_row, replay_row, verdict_row
 from delta_eval.testing.recordings import RecordingIndex
+from delta_eval.variant import Variant
 
 __all__ = ["RunProgress", "execute"]
 
@@ -117,7 +118,7 @@ def _source_of(
     if conversations is None:
         if config.source is None:
             raise RunFolderError("no conversations given and the config has no [source]")
-        return config.source.open()
+        return open_source(config.source)
     if isinstance(conversations, ConversationSource):
         return conversations
     return ConversationSource.from_conversations(conversations)
@@ -225,7 +226,7 @@ class _Run:
         for stage in errors.column("stage").to_pylist():
             errors_by_stage[stage] = errors_by_stage.get(stage, 0) + 1
         cache = self._cache
-        calls = {name: asdict(client.stats) for name, client in self._clients.items()}
+        calls = {name: client.stats.model_dump() for name, client in self._clients.items()}
         session = self.manifest["sessions"][-1]
         session.update(
             {
@@ -353,7 +354,7 @@ class _Run:
                     )
                     await write.send(("conversation", row))
                 for point in points:
-                    if point.point_id in self.done_pairs:
+                    if point.pair_id in self.done_pairs:
                         continue
                     await send.send(_Pair(point, stratum, pair_weight))
 

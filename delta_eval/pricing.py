@@ -1,9 +1,11 @@
 """Prices per model, and the cost of a call from its normalised usage.
 
-Prices are US dollars per million tokens: ``input`` for uncached prompt tokens, ``cached_input`` for cached ones,
-``output`` for generated tokens (reasoning included). The built-in table holds list prices as published by the
+Prices are US dollars per million tokens: ``input`` for uncached prompt tokens, ``cached_input`` for tokens read
+from the provider's prompt cache, ``cache_write`` for tokens written to it, ``output`` for generated tokens
+(reasoning included). The built-in table holds list prices as published by the
 providers at the date in :data:`PRICES_AS_OF`; pass ``prices=`` to a run to override or extend it (a run's own
-table wins). A model with no known price has cost ``None``, never a made-up zero.
+table wins). A model with no known price has cost ``None``, never a made-up zero, and so has any total that includes it
+(:func:`total_cost`, :class:`Spend`): a partly priced set of calls has an unknown cost, not a partial sum.
 
 Example:
     >>> from delta_eval.schema import Usage
@@ -14,25 +16,28 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.schema import Usage
 
-__all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "cost", "price_for"]
+__all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
 
 PRICES_AS_OF = "2025-06"
 
 
 class Price(BaseModel):
-    """USD per million tokens. ``cached_input`` defaults to ``input`` when a provider has no cache discount."""
+    """USD per million tokens. ``cached_input`` and ``cache_write`` default to ``input`` when a provider prices
+    prompt-cache reads or writes no differently."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
 
 
 DEFAULT_PRICES: dict[str, Price] = {
@@ -63,9 +68,67 @@ def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price
 
 
 def cost(usage: Usage, price: Price | None) -> float | None:
-    """Dollars for ``usage`` at ``price`` (cached prompt tokens at the cached rate); ``None`` without a price."""
+    """Dollars for ``usage`` at ``price`` (cache reads and writes at their rates); ``None`` without a price.
+
+    Example:
+        >>> written = Usage(input_tokens=1_000_000, cache_write_tokens=1_000_000)
+        >>> cost(written, Price(input=3.0, output=15.0, cache_write=3.75))
+        3.75
+    """
     if price is None:
         return None
-    cached_rate = price.cached_input if price.cached_input is not None else price.input
-    uncached = max(0, usage.input_tokens - usage.cached_input_tokens)
-    return (uncached * price.input + usage.cached_input_tokens * cached_rate + usage.output_tokens * price.output) / 1e6
+    read_rate = price.cached_input if price.cached_input is not None else price.input
+    write_rate = price.cache_write if price.cache_write is not None else price.input
+    uncached = max(0, usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens)
+    dollars = (
+        uncached * price.input
+        + usage.cached_input_tokens * read_rate
+        + usage.cache_write_tokens * write_rate
+        + usage.output_tokens * price.output
+    )
+    return dollars / 1e6
+
+
+def total_cost(costs: Iterable[float | None]) -> float | None:
+    """The sum of ``costs``, or ``None`` when any of them is unknown (an empty set costs 0).
+
+    Example:
+        >>> total_cost([0.5, 0.25]), total_cost([0.5, None])
+        (0.75, None)
+    """
+    total = 0.0
+    for c in costs:
+        if c is None:
+            return None
+        total += c
+    return total
+
+
+@dataclass
+class Spend:
+    """What a set of model calls used: tokens, dollars, time, and how many calls (served from the cache or not).
+
+    The one place usage and cost are summed, for replays and judges alike: ``cost_usd`` becomes ``None`` as soon as
+    one call of unknown price is added, so a partly priced set never reports a partial sum.
+
+    Example:
+        >>> spend = Spend()
+        >>> spend.add(Usage(input_tokens=100), cost_usd=0.01, latency_ms=120.0)
+        >>> spend.add(Usage(output_tokens=5), cost_usd=None, latency_ms=80.0, cached=True)
+        >>> spend.usage.input_tokens, spend.cost_usd, spend.latency_ms, spend.calls, spend.cached_calls
+        (100, None, 200.0, 2, 1)
+    """
+
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = 0.0
+    latency_ms: float = 0.0
+    calls: int = 0
+    cached_calls: int = 0
+
+    def add(self, usage: Usage, *, cost_usd: float | None, latency_ms: float = 0.0, cached: bool = False) -> None:
+        """Count one call."""
+        self.usage = self.usage + usage
+        self.cost_usd = total_cost((self.cost_usd, cost_usd))
+        self.latency_ms += latency_ms
+        self.calls += 1
+        self.cached_calls += int(cached)

@@ -27,6 +27,7 @@ __all__ = [
     "ErrorRecord",
     "Message",
     "Outcome",
+    "ReasoningState",
     "Replay",
     "ReplayPoint",
     "Role",
@@ -87,10 +88,28 @@ def _parse_arguments(text: str) -> Any:
         return _INVALID
 
 
+class ReasoningState(_Frozen):
+    """Reasoning state a provider returned with an assistant message, kept opaque and sent back unchanged.
+
+    Thinking models need it to continue a turn across tool rounds (Anthropic's signed ``thinking`` blocks, Gemini's
+    ``thoughtSignature``, the Responses API's ``reasoning`` items). Only adapters of ``provider`` read ``data``; any
+    other provider never sees it. ``summary`` is a readable summary of the reasoning where the provider gives one.
+
+    Example:
+        >>> ReasoningState(provider="gemini", data={"thought_signature": "CiQB"}).provider
+        'gemini'
+    """
+
+    provider: str
+    data: Any = None
+    summary: str | None = None
+
+
 class Message(_Frozen):
     """One chat message in canonical form.
 
-    ``tool_calls`` is set on assistant messages that call tools; ``tool_call_id`` and ``name`` on tool results.
+    ``tool_calls`` is set on assistant messages that call tools; ``tool_call_id`` and ``name`` on tool results;
+    ``reasoning`` on assistant messages of thinking models (see :class:`ReasoningState`).
     """
 
     role: Role
@@ -98,6 +117,7 @@ class Message(_Frozen):
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning: ReasoningState | None = None
 
 
 class ToolSpec(_Frozen):
@@ -160,10 +180,11 @@ class ReplayPoint(_Frozen):
     """One assistant turn of a recorded conversation, ready to replay.
 
     ``context`` is every message before the turn, exactly as recorded; ``recorded`` is what production did in the
-    turn, kept for reference and for tool simulation, and never put into a prompt.
+    turn, kept for reference and for tool simulation, and never put into a prompt. ``pair_id`` names the pair of
+    replays made from this point (``"{conversation_id}#{turn_index}"``).
     """
 
-    point_id: str
+    pair_id: str
     conversation_id: str
     turn_index: int
     message_index: int
@@ -176,27 +197,34 @@ class ReplayPoint(_Frozen):
 class Usage(_Frozen):
     """Token usage normalised across providers.
 
-    ``input_tokens`` counts every prompt token, cached ones included (``cached_input_tokens`` says how many of them
-    were cached); ``output_tokens`` counts every generated token, reasoning included (``reasoning_tokens`` says how
-    many). Nothing is counted twice.
+    ``input_tokens`` counts every prompt token: read from the provider's prompt cache (``cached_input_tokens``),
+    written to it (``cache_write_tokens``, priced apart by some providers), and neither. ``output_tokens`` counts
+    every generated token, reasoning included (``reasoning_tokens`` says how many). Nothing is counted twice.
+
+    Example:
+        >>> Usage(input_tokens=10, output_tokens=2) + Usage(input_tokens=5, cached_input_tokens=4)
+        Usage(input_tokens=15, cached_input_tokens=4, cache_write_tokens=0, output_tokens=2, reasoning_tokens=0)
     """
 
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-        )
+        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
+
+    def __repr__(self) -> str:
+        return f"Usage({', '.join(f'{k}={v}' for k, v in self)})"
 
 
 class Replay(_Frozen):
-    """One side of a pair: a turn replayed with a variant (or, for ``side="recorded"``, the production turn)."""
+    """One side of a pair: a turn replayed with a variant (or, for ``side="recorded"``, the production turn).
+
+    ``model`` is the model id asked for; ``served_model`` the one the provider says answered (the last call's);
+    ``request_ids`` the provider's id of each call of the turn, in order.
+    """
 
     pair_id: str
     conversation_id: str
@@ -213,6 +241,8 @@ class Replay(_Frozen):
     ttft_ms: float | None = None
     model_calls: int = 0
     cached_calls: int = 0
+    served_model: str | None = None
+    request_ids: tuple[str, ...] = ()
     error: str | None = None
     error_type: str | None = None
 

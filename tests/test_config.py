@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 
 import delta_eval as de
-from delta_eval.config import load_config, redact_secrets
+from delta_eval.config import load_config
 from delta_eval.exceptions import ConfigError
+from delta_eval.ingest import open_source
+from delta_eval.redact import redact_secrets
 
 
 def test_yaml_config_with_a_sql_source_and_relative_paths(tmp_path: Path) -> None:
@@ -31,7 +33,7 @@ sample: {{n: 4, seed: 2}}
     assert cfg.candidate.tools is not None
     assert len(cfg.candidate.tools) == 14
     assert cfg.source is not None
-    good, bad = cfg.source.open().load()
+    good, bad = open_source(cfg.source).load()
     assert (len(good), bad) == (12, [])
     assert load_config(path, out=tmp_path / "elsewhere").out == tmp_path / "elsewhere"
 
@@ -50,8 +52,11 @@ def test_config_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml")
+    with pytest.raises(ValueError, match="exactly one of 'path' or 'sql'"):
+        de.SourceConfig()
+    path.write_text('out = "x"\n[source]\nsql = "SELECT 1"\npath = "a.jsonl"\n')
     with pytest.raises(ConfigError, match="exactly one of 'path' or 'sql'"):
-        de.SourceConfig().open()
+        load_config(path)
 
 
 def test_sides_are_named_and_must_differ() -> None:

@@ -183,8 +183,9 @@ def test_provider_failures_become_error_verdicts_and_rows(tmp_path: Path) -> Non
 
 
 def test_inline_credentials_never_reach_the_run_folder(tmp_path: Path) -> None:
-    from delta_eval.adapters.base import ModelAdapter, ModelRequest, ModelResponse
+    from delta_eval.adapters.base import ModelAdapter
     from delta_eval.adapters.registry import register_adapter
+    from delta_eval.calls import ModelRequest, ModelResponse
     from delta_eval.schema import Message
 
     class KeyedEcho(ModelAdapter):

@@ -1,7 +1,7 @@
 """The adapter protocol: a canonical request in, a canonical response out.
 
-An adapter translates :class:`ModelRequest` into one provider's wire format and the provider's answer back into a
-:class:`ModelResponse`, normalising usage and mapping failures to the
+An adapter translates a :class:`~delta_eval.calls.ModelRequest` into one provider's wire format and the provider's
+answer back into a :class:`~delta_eval.calls.ModelResponse`, normalising usage and mapping failures to the
 :class:`~delta_eval.exceptions.ProviderError` classes (which say whether a retry may help). It does not retry,
 rate-limit or cache: :class:`~delta_eval.adapters.client.ModelClient` does that once, for every provider.
 
@@ -15,87 +15,12 @@ Example (a whole adapter)::
 
 from __future__ import annotations
 
-import hashlib
-import json
 from abc import ABC, abstractmethod
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from delta_eval.calls import ModelRequest, ModelResponse
 
-from delta_eval.schema import Message, ToolSpec, Usage
-
-__all__ = [
-    "FinishReason",
-    "GenerateParams",
-    "ModelAdapter",
-    "ModelRequest",
-    "ModelResponse",
-    "split_model_id",
-]
-
-FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
-
-
-def split_model_id(model: str) -> tuple[str, str]:
-    """``"openai:gpt-4o"`` -> ``("openai", "gpt-4o")``."""
-    prefix, sep, name = model.partition(":")
-    return (prefix, name) if sep else ("", model)
-
-
-class GenerateParams(BaseModel):
-    """Sampling and output parameters, in provider-neutral terms; ``extra`` passes provider-specific ones through.
-
-    ``None`` means "the provider's default".
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] | None = None
-    reasoning_effort: str | None = None
-    tool_choice: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
-
-
-class ModelRequest(BaseModel):
-    """A canonical request: the model, the messages, the tools offered and the parameters."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str
-    messages: tuple[Message, ...]
-    tools: tuple[ToolSpec, ...] = ()
-    params: GenerateParams = GenerateParams()
-
-    def cache_key(self, *, namespace: str = "", identity: dict[str, Any] | None = None) -> str:
-        """A stable hash of everything that determines the answer, with ``namespace`` (which side of which pair)
-        and the adapter's ``identity`` (see :meth:`ModelAdapter.cache_identity`).
-
-        Two requests with the same key are the same call: it is what the response cache is keyed by.
-        """
-        # pydantic's own JSON (fields in declaration order) is stable and far cheaper than json.dumps over
-        # model_dump on large contexts; the key is computed for every call.
-        head = json.dumps([namespace, identity or {}], sort_keys=True, separators=(",", ":"), default=str)
-        digest = hashlib.sha256(head.encode("utf-8"))
-        digest.update(b"\x00")
-        digest.update(self.model_dump_json().encode("utf-8"))
-        return digest.hexdigest()
-
-
-class ModelResponse(BaseModel):
-    """A canonical response: the assistant message, why it stopped, normalised usage and timing."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    message: Message
-    finish_reason: FinishReason = "stop"
-    usage: Usage = Usage()
-    latency_ms: float = 0.0
-    ttft_ms: float | None = None
-    served_model: str = ""
+__all__ = ["ModelAdapter"]
 
 
 class ModelAdapter(ABC):

@@ -12,12 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from delta_eval.adapters.base import ModelAdapter, ModelRequest, ModelResponse
+from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.limits import ModelLimiter
 from delta_eval.adapters.retry import RetryPolicy, call_with_retry
+from delta_eval.calls import CallStats, ModelRequest, ModelResponse
 from delta_eval.exceptions import ProviderError, RateLimitError
 
-__all__ = ["CallResult", "CallStats", "ModelClient", "ResponseCache"]
+__all__ = ["CallResult", "ModelClient", "ResponseCache"]
 
 
 class ResponseCache(Protocol):
@@ -28,22 +29,6 @@ class ResponseCache(Protocol):
 
     def put(self, key: str, model: str, response: ModelResponse) -> None:
         """Keep ``response`` under ``key``."""
-
-
-@dataclass
-class CallStats:
-    """Counters of one model's calls in a run.
-
-    ``made`` counts every attempt sent to the provider (failed ones included); ``answered`` the attempts that came
-    back with a response (what a provider bills); ``cached`` the calls served from the response cache instead.
-    """
-
-    made: int = 0
-    answered: int = 0
-    cached: int = 0
-    retries: int = 0
-    failed: int = 0
-    rate_limited: int = 0
 
 
 @dataclass(frozen=True)

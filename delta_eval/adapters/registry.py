@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from delta_eval.adapters.base import ModelAdapter, split_model_id
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.calls import split_model_id
 from delta_eval.exceptions import ConfigError
 
 __all__ = ["AdapterContext", "AdapterFactory", "create_adapter", "known_prefixes", "register_adapter"]

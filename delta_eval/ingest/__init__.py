@@ -1,21 +1,10 @@
-"""Readers that turn a production export into canonical conversations: JSON, JSONL, Parquet, a DuckDB query."""
+"""The first stage: read a production export into canonical conversations.
 
-from delta_eval.ingest.mapping import FieldMapping, get_path
-from delta_eval.ingest.openai_chat import parse_messages, parse_tools
-from delta_eval.ingest.source import (
-    ConversationSource,
-    load_tools,
-    read_conversations,
-    read_conversations_sql,
-)
+Readers for JSON, JSONL (optionally gzipped), Parquet and any DuckDB query yield records; the source maps each
+through its :class:`~delta_eval.mapping.FieldMapping` and validates it (:mod:`delta_eval.chat_format`). A bad record
+becomes a :class:`~delta_eval.exceptions.RecordError` naming the source, the record and the field, never a crash.
+"""
 
-__all__ = [
-    "ConversationSource",
-    "FieldMapping",
-    "get_path",
-    "load_tools",
-    "parse_messages",
-    "parse_tools",
-    "read_conversations",
-    "read_conversations_sql",
-]
+from delta_eval.ingest.source import ConversationSource, open_source, read_conversations, read_conversations_sql
+
+__all__ = ["ConversationSource", "open_source", "read_conversations", "read_conversations_sql"]

@@ -14,18 +14,16 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from delta_eval.exceptions import ConfigError, RecordError
-from delta_eval.ingest.mapping import FieldMapping
-from delta_eval.ingest.openai_chat import parse_tools
 from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
-from delta_eval.schema import Conversation, ToolSpec
+from delta_eval.mapping import FieldMapping, SourceConfig
+from delta_eval.schema import Conversation
 
-__all__ = ["ConversationSource", "load_tools", "read_conversations", "read_conversations_sql"]
+__all__ = ["ConversationSource", "open_source", "read_conversations", "read_conversations_sql"]
 
 
 class ConversationSource:
@@ -89,25 +87,6 @@ class ConversationSource:
         return f"ConversationSource({self.name!r})"
 
 
-def load_tools(tools: str | Path | Sequence[Any] | None) -> tuple[ToolSpec, ...]:
-    """Tool specs from a JSON file path or a list of specs (OpenAI function format or :class:`ToolSpec`)."""
-    if tools is None:
-        return ()
-    if isinstance(tools, str | Path):
-        path = Path(tools)
-        if not path.exists():
-            raise ConfigError(f"tools file not found: {path}")
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ConfigError(f"tools file {path} is not valid JSON: {exc}") from None
-        try:
-            return parse_tools(raw, source=str(path), field="")
-        except RecordError as exc:
-            raise ConfigError(str(exc)) from None
-    return parse_tools(list(tools), source="tools")
-
-
 def _mapping(
     messages: str,
     id: str | None,
@@ -116,7 +95,7 @@ def _mapping(
     tools_field: str | None,
 ) -> FieldMapping:
     meta: tuple[str, ...] | dict[str, str] = dict(metadata) if isinstance(metadata, Mapping) else tuple(metadata or ())
-    return FieldMapping(messages=messages, id=id, metadata=meta, tools=load_tools(tools), tools_field=tools_field)
+    return FieldMapping(messages=messages, id=id, metadata=meta, tools=tools, tools_field=tools_field)
 
 
 def read_conversations(
@@ -142,14 +121,17 @@ def read_conversations(
 
     Bad records do not raise: they are yielded as :class:`RecordError` and end up in the run's ``errors`` table.
     """
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"conversation file not found: {p}")
-    fmt = format or infer_format(p)
+    return _file_source(Path(path), format, _mapping(messages, id, metadata, tools, tools_field))
+
+
+def _file_source(path: Path, format: str | None, mapping: FieldMapping) -> ConversationSource:
+    if not path.exists():
+        raise ConfigError(f"conversation file not found: {path}")
+    fmt = format or infer_format(path)
     if fmt not in READERS:
         raise ConfigError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
     reader = READERS[fmt]
-    return ConversationSource(str(p), lambda: reader(p), _mapping(messages, id, metadata, tools, tools_field))
+    return ConversationSource(str(path), lambda: reader(path), mapping)
 
 
 def read_conversations_sql(
@@ -167,8 +149,23 @@ def read_conversations_sql(
     Nested columns may be DuckDB lists/structs or JSON text. ``database`` is a DuckDB file opened read-only.
     The mapping arguments are those of :func:`read_conversations`.
     """
-    return ConversationSource(
-        f"sql: {' '.join(query.split())[:200]}",
-        lambda: iter_sql(query, database),
-        _mapping(messages, id, metadata, tools, tools_field),
-    )
+    return _sql_source(query, database, _mapping(messages, id, metadata, tools, tools_field))
+
+
+def _sql_source(query: str, database: str | None, mapping: FieldMapping) -> ConversationSource:
+    return ConversationSource(f"sql: {' '.join(query.split())[:200]}", lambda: iter_sql(query, database), mapping)
+
+
+def open_source(config: SourceConfig) -> ConversationSource:
+    """The conversation source a :class:`~delta_eval.mapping.SourceConfig` describes (a config file's ``[source]``).
+
+    Example:
+        >>> import delta_eval as de
+        >>> source = open_source(de.SourceConfig(path=de.demo.DEMO_CONVERSATIONS, messages="traj"))
+        >>> source.name.endswith("gpt-4o-airline.json")
+        True
+    """
+    if config.sql is not None:
+        return _sql_source(config.sql, config.database, config)
+    assert config.path is not None  # the config validates that it has one of the two
+    return _file_source(config.path, config.format, config)

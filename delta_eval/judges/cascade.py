@@ -81,7 +81,7 @@ class JudgeCascade:
     ) -> tuple[Verdict, list[ErrorRecord]]:
         """The verdict on one pair, and any error rows produced on the way."""
         base: dict[str, Any] = {
-            "pair_id": point.point_id,
+            "pair_id": point.pair_id,
             "conversation_id": point.conversation_id,
             "turn_index": point.turn_index,
             "stratum": stratum,
@@ -105,7 +105,7 @@ class JudgeCascade:
 
         errors: list[ErrorRecord] = []
         spent = _Spent(details={"stage1": det.reason})
-        cand_a = candidate_is_a(self.seed, point.point_id)
+        cand_a = candidate_is_a(self.seed, point.pair_id)
         a, b = (candidate, baseline) if cand_a else (baseline, candidate)
 
         if self.equivalence is not None:
@@ -172,7 +172,7 @@ class JudgeCascade:
             exc,
             "judge",
             message=message,
-            record=point.point_id,
+            record=point.pair_id,
             conversation_id=point.conversation_id,
-            pair_id=point.point_id,
+            pair_id=point.pair_id,
         )

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from delta_eval.adapters.client import ModelClient
-from delta_eval.config import Variant
 from delta_eval.exceptions import ProviderError, RecordError
 from delta_eval.pricing import Price, cost, price_for
 from delta_eval.replay.render import build_request
@@ -28,6 +27,7 @@ from delta_eval.schema import (
     TurnOutput,
     Usage,
 )
+from delta_eval.variant import Variant
 
 __all__ = ["Replayer", "recorded_replay"]
 
@@ -35,7 +35,7 @@ __all__ = ["Replayer", "recorded_replay"]
 def recorded_replay(point: ReplayPoint) -> Replay:
     """The production turn, in the shape of a replay (``side="recorded"``), kept beside the two replays."""
     return Replay(
-        pair_id=point.point_id,
+        pair_id=point.pair_id,
         conversation_id=point.conversation_id,
         turn_index=point.turn_index,
         side="recorded",
@@ -76,7 +76,7 @@ class Replayer:
 
         def done(error: Exception | None = None) -> tuple[Replay, ErrorRecord | None]:
             replay = Replay(
-                pair_id=point.point_id,
+                pair_id=point.pair_id,
                 conversation_id=point.conversation_id,
                 turn_index=point.turn_index,
                 side=side,
@@ -99,11 +99,11 @@ class Replayer:
                 row = ErrorRecord.from_exception(
                     error,
                     "replay",
-                    message=f"{side} replay of {point.point_id} failed: {error}",
+                    message=f"{side} replay of {point.pair_id} failed: {error}",
                     source=self.source,
-                    record=point.point_id,
+                    record=point.pair_id,
                     conversation_id=point.conversation_id,
-                    pair_id=point.point_id,
+                    pair_id=point.pair_id,
                 )
             return replay, row
 
@@ -119,7 +119,7 @@ class Replayer:
                 # Keyed by pair and side too: two pairs that happen to send the same request are still two draws.
                 result = await self.client.generate(
                     request.model_copy(update={"messages": tuple(messages)}),
-                    namespace=f"{side}:{point.point_id}",
+                    namespace=f"{side}:{point.pair_id}",
                 )
             except ProviderError as exc:
                 return done(exc)

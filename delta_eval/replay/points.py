@@ -11,7 +11,7 @@ Example:
     ...     Message(role="system", content="policy"), Message(role="user", content="hi"),
     ...     Message(role="assistant", content="hello"), Message(role="user", content="bye"),
     ...     Message(role="assistant", content="goodbye")))
-    >>> [(p.point_id, len(p.context), p.recorded.final_text) for p in replay_points(conv)]
+    >>> [(p.pair_id, len(p.context), p.recorded.final_text) for p in replay_points(conv)]
     [('c#0', 2, 'hello'), ('c#1', 4, 'goodbye')]
 """
 
@@ -22,10 +22,10 @@ from collections.abc import Iterator, Sequence
 
 from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolResult, TurnOutput
 
-__all__ = ["point_id", "replay_points", "select_turns"]
+__all__ = ["pair_id", "replay_points", "select_turns"]
 
 
-def point_id(conversation_id: str, turn_index: int) -> str:
+def pair_id(conversation_id: str, turn_index: int) -> str:
     """The id of a replay point (and of its pair): ``"{conversation_id}#{turn_index}"``."""
     return f"{conversation_id}#{turn_index}"
 
@@ -59,7 +59,7 @@ def replay_points(conversation: Conversation) -> Iterator[ReplayPoint]:
             continue
         recorded, end = _turn(messages, i)
         yield ReplayPoint(
-            point_id=point_id(conversation.id, turn_index),
+            pair_id=pair_id(conversation.id, turn_index),
             conversation_id=conversation.id,
             turn_index=turn_index,
             message_index=i,
@@ -73,7 +73,7 @@ def replay_points(conversation: Conversation) -> Iterator[ReplayPoint]:
 
 
 def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) -> list[ReplayPoint]:
-    """At most ``max_turns`` of a conversation's points, drawn reproducibly (by ``md5(seed:point_id)``), in order.
+    """At most ``max_turns`` of a conversation's points, drawn reproducibly (by ``md5(seed:pair_id)``), in order.
 
     ``None`` keeps them all.
     """
@@ -81,7 +81,7 @@ def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) ->
         return points
 
     def rank(p: ReplayPoint) -> str:
-        return hashlib.md5(f"{seed}:{p.point_id}".encode(), usedforsecurity=False).hexdigest()
+        return hashlib.md5(f"{seed}:{p.pair_id}".encode(), usedforsecurity=False).hexdigest()
 
-    keep = {p.point_id for p in sorted(points, key=rank)[:max_turns]}
-    return [p for p in points if p.point_id in keep]
+    keep = {p.pair_id for p in sorted(points, key=rank)[:max_turns]}
+    return [p for p in points if p.pair_id in keep]

@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from delta_eval.adapters.base import ModelRequest
-from delta_eval.config import Variant
+from delta_eval.calls import ModelRequest
+from delta_eval.chat_format import parse_messages
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.mapping import MISSING, get_path
-from delta_eval.ingest.openai_chat import parse_messages
+from delta_eval.paths import MISSING, get_path
 from delta_eval.schema import Message, ReplayPoint, ToolSpec
+from delta_eval.variant import Variant
 
 __all__ = ["RenderInput", "build_request", "fill_template"]
 

@@ -13,7 +13,7 @@ Example:
     >>> from delta_eval.schema import ToolCall, TurnOutput, Step, ToolResult, ReplayPoint
     >>> rec = TurnOutput(steps=(Step(tool_calls=(ToolCall(id="a", name="f", arguments='{"x": 1}'),),
     ...                              tool_results=(ToolResult(call_id="a", name="f", content="42"),)),))
-    >>> point = ReplayPoint(point_id="c#0", conversation_id="c", turn_index=0, message_index=1, context=(),
+    >>> point = ReplayPoint(pair_id="c#0", conversation_id="c", turn_index=0, message_index=1, context=(),
     ...                     recorded=rec)
     >>> sim = RecordedToolSimulator()
     >>> sim(ToolCall(id="z", name="f", arguments='{"x": 1.0}'), ToolContext(point=point, position=0)).content

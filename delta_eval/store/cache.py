@@ -8,7 +8,7 @@ and holds a single-writer lock on its file. The run's queryable outputs are Parq
 Example:
     >>> import tempfile, pathlib
     >>> from delta_eval.schema import Message
-    >>> from delta_eval.adapters.base import ModelResponse
+    >>> from delta_eval.calls import ModelResponse
     >>> cache = SQLiteCache(pathlib.Path(tempfile.mkdtemp()) / "cache.sqlite")
     >>> cache.put("k", "simulated:x", ModelResponse(message=Message(role="assistant", content="hi")))
     >>> cache.get("k").message.content
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from delta_eval.adapters.base import ModelResponse
+from delta_eval.calls import ModelResponse
 
 __all__ = ["SQLiteCache"]
 

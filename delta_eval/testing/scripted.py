@@ -6,7 +6,7 @@ kept in ``requests`` so a test can check exactly what was sent.
 
 Example:
     >>> import anyio
-    >>> from delta_eval.adapters.base import ModelRequest
+    >>> from delta_eval.calls import ModelRequest
     >>> from delta_eval.schema import Message
     >>> model = ScriptedAdapter("scripted:m", ["hello"])
     >>> anyio.run(model.generate, ModelRequest(model="scripted:m", messages=(Message(role="user", content="hi"),))
@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from delta_eval.adapters.base import ModelAdapter, ModelRequest, ModelResponse
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.schema import Message, ToolCall, Usage
 
 __all__ = ["ScriptedAdapter", "tool_call_message"]

@@ -35,7 +35,8 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from delta_eval.adapters.base import ModelAdapter, ModelRequest, ModelResponse
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import RateLimitError, TransientError
 from delta_eval.schema import Message, ToolCall, Usage
 from delta_eval.testing.recordings import RecordingIndex

@@ -7,10 +7,10 @@ import anyio
 import pytest
 
 import delta_eval as de
-from delta_eval.adapters.base import ModelRequest
 from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.limits import ModelLimiter
 from delta_eval.adapters.retry import RetryPolicy, call_with_retry
+from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import AuthenticationError, ProviderError, RateLimitError, TransientError
 from delta_eval.schema import Message
 from delta_eval.store.cache import SQLiteCache

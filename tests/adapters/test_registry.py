@@ -7,8 +7,8 @@ import anyio
 import pytest
 
 import delta_eval as de
-from delta_eval.adapters.base import ModelRequest
 from delta_eval.adapters.registry import AdapterContext, create_adapter, known_prefixes, register_adapter
+from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ConfigError
 from delta_eval.schema import Message
 from delta_eval.testing import ScriptedAdapter

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import delta_eval as de
+from delta_eval.chat_format import parse_messages
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.mapping import FieldMapping
-from delta_eval.ingest.openai_chat import parse_messages
+from delta_eval.mapping import FieldMapping
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
 json_values = st.recursive(

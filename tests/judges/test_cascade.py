@@ -20,7 +20,7 @@ POINT = next(iter(replay_points(tool_turn_conversation())))
 
 def replay(side: str, output: TurnOutput, error: str | None = None) -> de.Replay:
     return de.Replay(
-        pair_id=POINT.point_id,
+        pair_id=POINT.pair_id,
         conversation_id="c1",
         turn_index=0,
         side=side,
@@ -111,7 +111,7 @@ def test_positions_are_seeded_and_mapped_back() -> None:
             JudgeCascade(None, judge, seed=seed), replay("baseline", text("meh")), replay("candidate", text("best"))
         )
         assert verdict.outcome == "candidate"
-        assert verdict.candidate_position == ("A" if candidate_is_a(seed, POINT.point_id) else "B")
+        assert verdict.candidate_position == ("A" if candidate_is_a(seed, POINT.pair_id) else "B")
         assert judge.seen[0][0 if verdict.candidate_position == "A" else 1] == "best"
 
 
@@ -155,7 +155,7 @@ def test_failed_replay_and_failed_judge_are_error_verdicts() -> None:
     )
     assert verdict.outcome == "error"
     assert "answer is not JSON" in (verdict.error or "")
-    assert errors[0].pair_id == POINT.point_id
+    assert errors[0].pair_id == POINT.pair_id
 
 
 def test_deterministic_reasons_say_what_differs() -> None:

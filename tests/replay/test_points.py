@@ -8,7 +8,7 @@ from tests.conftest import tool_turn_conversation
 def test_a_turn_runs_until_the_assistant_speaks_in_plain_text() -> None:
     conv = tool_turn_conversation()
     points = list(replay_points(conv))
-    assert [p.point_id for p in points] == ["c1#0", "c1#1"]
+    assert [p.pair_id for p in points] == ["c1#0", "c1#1"]
     first = points[0]
     assert first.context == conv.messages[:2]
     assert [c.name for c in first.recorded.tool_calls] == ["get_reservation"]

@@ -1,4 +1,7 @@
-"""Parse OpenAI Chat Completions messages and tool specs into canonical types, validating as it goes.
+"""The OpenAI-chat spelling of the canonical types: parse messages and tool specs, validating as they go.
+
+It is the format of most production exports (read by ``ingest/``), of tool files, and of what a user's render
+function may return (read by ``replay/``), so it sits beside the schema rather than in any one stage.
 
 Every problem raises :class:`~delta_eval.exceptions.RecordError` naming the source, the record and the field
 (``messages[4].tool_call_id``), so that a person can find and fix the record.
@@ -12,12 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from delta_eval.exceptions import RecordError
+from delta_eval.exceptions import ConfigError, RecordError
 from delta_eval.schema import Message, ToolCall, ToolSpec
 
-__all__ = ["parse_messages", "parse_tools"]
+__all__ = ["load_tools", "parse_messages", "parse_tools"]
 
 _ROLES = ("system", "user", "assistant", "tool")
 # "developer" is OpenAI's newer name for the system role; "function" is the legacy single-tool result role.
@@ -162,3 +166,25 @@ def parse_tools(raw: Any, *, source: str = "", record: str = "", field: str = "t
             raise RecordError(source, record, f"{field}[{k}].parameters", "must be a JSON Schema object")
         specs.append(ToolSpec(name=fn["name"], description=fn.get("description") or "", parameters=dict(params)))
     return tuple(specs)
+
+
+def load_tools(tools: str | Path | Sequence[Any] | None) -> tuple[ToolSpec, ...]:
+    """Tool specs from a JSON file path or a list of specs (OpenAI function format or :class:`ToolSpec`).
+
+    A missing or malformed file is a :class:`~delta_eval.exceptions.ConfigError` naming it.
+    """
+    if tools is None:
+        return ()
+    if isinstance(tools, str | Path):
+        path = Path(tools)
+        if not path.exists():
+            raise ConfigError(f"tools file not found: {path}")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ConfigError(f"tools file {path} is not valid JSON: {exc}") from None
+        try:
+            return parse_tools(raw, source=str(path), field="")
+        except RecordError as exc:
+            raise ConfigError(str(exc)) from None
+    return parse_tools(list(tools), source="tools")

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
+from delta_eval.chat_format import parse_messages, parse_tools
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.openai_chat import parse_messages, parse_tools
 
 
 def call(call_id: str, name: str = "f", arguments: Any = "{}") -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""Field mapping: where a source record keeps its messages, id, metadata and tools.
+"""Where conversations come from and how to read them: a :class:`SourceConfig` (a file or a DuckDB query) and the
+:class:`FieldMapping` of its records (where each keeps its messages, id, metadata and tools).
 
 A record is any JSON-like mapping (a JSON object, a Parquet row, a SQL result row). Paths are dotted
-(``info.task.actions``); list items are addressed by number (``turns.0.text``).
+(``info.task.actions``); list items are addressed by number (``turns.0.text``). These are descriptions: the readers
+in :mod:`delta_eval.ingest` open a source by them.
 
 Example:
     >>> m = FieldMapping(messages="traj", id="{task_id}/{trial}", metadata=["task_id", "reward"])
@@ -15,47 +17,18 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from delta_eval.chat_format import load_tools, parse_messages, parse_tools
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.openai_chat import parse_messages, parse_tools
+from delta_eval.paths import MISSING, get_path
 from delta_eval.schema import Conversation, ToolSpec
 
-__all__ = ["MISSING", "FieldMapping", "get_path"]
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-
-
-def get_path(record: Any, path: str) -> Any:
-    """Follow a dotted path into nested mappings and lists; return :data:`MISSING` where it leads nowhere.
-
-    Example:
-        >>> get_path({"info": {"task": {"actions": [{"name": "book"}]}}}, "info.task.actions.0.name")
-        'book'
-    """
-    cur = record
-    for part in path.split("."):
-        if isinstance(cur, Mapping):
-            if part not in cur:
-                return MISSING
-            cur = cur[part]
-        elif isinstance(cur, Sequence) and not isinstance(cur, str | bytes) and part.lstrip("-").isdigit():
-            idx = int(part)
-            if not -len(cur) <= idx < len(cur):
-                return MISSING
-            cur = cur[idx]
-        else:
-            return MISSING
-    return cur
+__all__ = ["FieldMapping", "SourceConfig"]
 
 
 def _maybe_json(value: Any) -> Any:
@@ -76,17 +49,22 @@ class FieldMapping(BaseModel):
       fields; when ``None``, the record's ``id`` field is used if present, else its position in the source.
     - ``metadata``: fields to keep beside the conversation, as a list of paths (kept under the path's last part)
       or a mapping ``{name: path}``.
-    - ``tools``: tool specs offered to every conversation (a list, or a JSON file path given to the reader).
+    - ``tools``: tool specs offered to every conversation (a list, or the path of a JSON file holding one).
     - ``tools_field``: dotted path to per-record tool specs; used when present, overriding ``tools``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     messages: str = "messages"
     id: str | None = None
     metadata: tuple[str, ...] | dict[str, str] = ()
     tools: tuple[ToolSpec, ...] = ()
     tools_field: str | None = "tools"
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _load_tools(cls, value: Any) -> Any:
+        return load_tools(value)
 
     def metadata_paths(self) -> dict[str, str]:
         """The metadata fields to keep, as ``{name: path}``."""
@@ -142,3 +120,24 @@ class _PathFormatter(string.Formatter):
         if value is MISSING:
             raise KeyError(field_name)
         return value, field_name
+
+
+class SourceConfig(FieldMapping):
+    """A source of conversations: a file (``path``: JSON, JSONL or Parquet, see ``format``) or a DuckDB ``sql``
+    query over any file DuckDB reads (or the tables of ``database``), and the field mapping of its records.
+
+    Example:
+        >>> SourceConfig(path="exports/conversations.jsonl", metadata=["tier"]).metadata
+        ('tier',)
+    """
+
+    path: Path | None = None
+    sql: str | None = None
+    database: str | None = None
+    format: str | None = None
+
+    @model_validator(mode="after")
+    def _one_place(self) -> SourceConfig:
+        if (self.path is None) == (self.sql is None):
+            raise ValueError("a source needs exactly one of 'path' or 'sql'")
+        return self

@@ -1,0 +1,181 @@
+"""Canonical model calls: what a model is asked (:class:`ModelRequest` with its :class:`GenerateParams`) and what
+it answers (:class:`ModelResponse`), in provider-neutral terms.
+
+They sit beside :mod:`delta_eval.schema` so that every stage (replay, judges, the response cache in ``store/``) can
+speak them without importing ``adapters/``; adapters translate them to and from a provider's wire format.
+
+The response cache is keyed by :meth:`ModelRequest.cache_key`: a hash of an explicit canonical form of the request
+(:meth:`ModelRequest.canonical`) in which every field still at its default is left out, under a format version.
+Adding an optional field in a later version therefore leaves the keys of existing requests, and so every cached
+answer, unchanged; only setting the new field changes a key.
+
+Example:
+    >>> from delta_eval.schema import Message
+    >>> request = ModelRequest(model="openai:gpt-4o", messages=(Message(role="user", content="hi"),))
+    >>> request.canonical()
+    {'model': 'openai:gpt-4o', 'messages': [{'role': 'user', 'content': 'hi'}]}
+    >>> GenerateParams(tool_choice={"name": "get_user"}).tool_choice
+    NamedToolChoice(name='get_user')
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from delta_eval.schema import Message, ToolSpec, Usage
+
+__all__ = [
+    "CACHE_KEY_VERSION",
+    "CallStats",
+    "FinishReason",
+    "GenerateParams",
+    "ModelRequest",
+    "ModelResponse",
+    "NamedToolChoice",
+    "ReasoningEffort",
+    "ResponseFormat",
+    "ToolChoice",
+    "split_model_id",
+]
+
+#: Bumped only when the canonical form changes meaning; every cache key includes it.
+CACHE_KEY_VERSION = 1
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+def split_model_id(model: str) -> tuple[str, str]:
+    """``"openai:gpt-4o"`` -> ``("openai", "gpt-4o")``.
+
+    Example:
+        >>> split_model_id("anthropic:claude-sonnet-4-5")
+        ('anthropic', 'claude-sonnet-4-5')
+    """
+    prefix, sep, name = model.partition(":")
+    return (prefix, name) if sep else ("", model)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NamedToolChoice(_Frozen):
+    """Force a call to one named tool."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"NamedToolChoice(name={self.name!r})"
+
+
+#: ``"auto"`` (the model decides), ``"none"`` (no tool calls), ``"required"`` (at least one call), or one tool.
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class ResponseFormat(_Frozen):
+    """The shape the answer must take: free ``text``, any ``json_object``, or JSON matching ``json_schema``.
+
+    Example:
+        >>> ResponseFormat(name="verdict", json_schema={"type": "object"}).type
+        'json_schema'
+    """
+
+    type: Literal["text", "json_object", "json_schema"] = "json_schema"
+    name: str = "response"
+    json_schema: dict[str, Any] | None = None
+    strict: bool = True
+
+    @model_validator(mode="after")
+    def _schema_matches_type(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("a json_schema response format needs json_schema, and only it takes one")
+        return self
+
+    @classmethod
+    def from_model(cls, model: builtins.type[BaseModel], name: str | None = None) -> ResponseFormat:
+        """The format of answers that validate as ``model`` (its JSON Schema, strict)."""
+        return cls(name=name or model.__name__, json_schema=model.model_json_schema())
+
+
+class GenerateParams(_Frozen):
+    """Sampling and output parameters, in provider-neutral terms; ``extra`` passes provider-specific ones through.
+
+    ``None`` means "the provider's default". ``max_tokens`` bounds everything generated, reasoning included.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelRequest(_Frozen):
+    """A canonical request: the model, the messages, the tools offered and the parameters."""
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    params: GenerateParams = GenerateParams()
+
+    def canonical(self) -> dict[str, Any]:
+        """The request as the cache sees it: every field that decides the answer, with defaults left out."""
+        data: dict[str, Any] = self.model_dump(mode="json", exclude_defaults=True)
+        return data
+
+    def cache_key(self, *, namespace: str = "", identity: dict[str, Any] | None = None) -> str:
+        """A stable hash of everything that determines the answer, with ``namespace`` (which side of which pair)
+        and the adapter's ``identity`` (see :meth:`~delta_eval.adapters.base.ModelAdapter.cache_identity`).
+
+        Two requests with the same key are the same call: it is what the response cache is keyed by.
+        """
+        payload = [CACHE_KEY_VERSION, namespace, identity or {}, self.canonical()]
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ModelResponse(_Frozen):
+    """A canonical response: the assistant message, why it stopped, normalised usage and timing.
+
+    ``served_model`` is the model the provider says answered (it may differ from the one asked for, e.g. a dated
+    snapshot); ``request_id`` is the provider's id of the call, for support tickets and logs.
+    """
+
+    message: Message
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Usage()
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None
+    served_model: str = ""
+    request_id: str | None = None
+
+
+class CallStats(BaseModel):
+    """Counters of one model's calls in a run.
+
+    ``made`` counts every attempt sent to the provider (failed ones included); ``answered`` the attempts that came
+    back with a response (what a provider bills); ``cached`` the calls served from the response cache instead.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    made: int = 0
+    answered: int = 0
+    cached: int = 0
+    retries: int = 0
+    failed: int = 0
+    rate_limited: int = 0
+
+    def __add__(self, other: CallStats) -> CallStats:
+        return CallStats(**{name: getattr(self, name) + getattr(other, name) for name in CallStats.model_fields})
