@@ -16,14 +16,24 @@ Example:
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from delta_eval import demo
+from delta_eval import demo, testing
 from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.limits import ModelLimits
-from delta_eval.adapters.registry import register_adapter
+from delta_eval.adapters.pool import ModelPool
+from delta_eval.adapters.registry import AdapterContext, AdapterFactory, register_adapter
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.api import VerdictStream, arun, run, stream
-from delta_eval.calls import GenerateParams, ModelRequest, ModelResponse
-from delta_eval.config import JudgeConfig, RunConfig, load_config
+from delta_eval.calls import (
+    FinishReason,
+    GenerateParams,
+    ModelRequest,
+    ModelResponse,
+    NamedToolChoice,
+    ResponseFormat,
+    ToolChoice,
+)
+from delta_eval.config import RunConfig, load_config
 from delta_eval.exceptions import (
     AuthenticationError,
     BadRequestError,
@@ -34,22 +44,35 @@ from delta_eval.exceptions import (
     RateLimitError,
     RecordError,
     RunFolderError,
+    ToolSimulationError,
     TransientError,
 )
-from delta_eval.ingest.source import ConversationSource, read_conversations, read_conversations_sql
-from delta_eval.judges.base import EquivalenceJudge, EquivalenceResult, PairwiseJudge, PairwiseResult
+from delta_eval.ingest.source import ConversationSource, open_source, read_conversations, read_conversations_sql
+from delta_eval.judges.base import (
+    EquivalenceJudge,
+    EquivalenceResult,
+    PairView,
+    PairwiseJudge,
+    PairwiseResult,
+    SideView,
+)
+from delta_eval.judges.config import JudgeConfig
+from delta_eval.judges.context import JudgeContext
 from delta_eval.mapping import FieldMapping, SourceConfig
 from delta_eval.matching import MatchOptions
 from delta_eval.metrics import WinRate
-from delta_eval.pipeline import RunProgress
-from delta_eval.pricing import Price
-from delta_eval.replay.tools import RecordedToolSimulator, ToolContext
+from delta_eval.pricing import Price, Spend
+from delta_eval.progress import RunProgress
+from delta_eval.replay.render import RenderInput
+from delta_eval.replay.tools import RecordedToolSimulator, ToolContext, ToolSimulator
 from delta_eval.result import RunResult, open_result
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.schema import (
     Conversation,
     ErrorRecord,
+    Judgement,
     Message,
+    ReasoningState,
     Replay,
     ReplayPoint,
     Step,
@@ -60,7 +83,9 @@ from delta_eval.schema import (
     Usage,
     Verdict,
 )
+from delta_eval.store.manifest import RunCounts, RunManifest
 from delta_eval.store.views import open_run
+from delta_eval.testing import ScriptedAdapter, SimulatedAdapter
 from delta_eval.variant import Variant
 
 try:
@@ -69,6 +94,8 @@ except _PackageNotFoundError:  # pragma: no cover - running from a source tree w
     __version__ = "0.0.0"
 
 __all__ = [
+    "AdapterContext",
+    "AdapterFactory",
     "AuthenticationError",
     "BadRequestError",
     "ConfigError",
@@ -79,35 +106,54 @@ __all__ = [
     "EquivalenceResult",
     "ErrorRecord",
     "FieldMapping",
+    "FinishReason",
     "GenerateParams",
     "JudgeConfig",
+    "JudgeContext",
     "JudgeError",
+    "Judgement",
     "MatchOptions",
     "Message",
     "ModelAdapter",
+    "ModelClient",
     "ModelLimits",
+    "ModelPool",
     "ModelRequest",
     "ModelResponse",
+    "NamedToolChoice",
+    "PairView",
     "PairwiseJudge",
     "PairwiseResult",
     "Price",
     "ProviderError",
     "RateLimitError",
+    "ReasoningState",
     "RecordError",
     "RecordedToolSimulator",
+    "RenderInput",
     "Replay",
     "ReplayPoint",
+    "ResponseFormat",
     "RetryPolicy",
     "RunConfig",
+    "RunCounts",
     "RunFolderError",
+    "RunManifest",
     "RunProgress",
     "RunResult",
+    "ScriptedAdapter",
+    "SideView",
+    "SimulatedAdapter",
     "SourceConfig",
+    "Spend",
     "Step",
     "Stratified",
     "ToolCall",
+    "ToolChoice",
     "ToolContext",
     "ToolResult",
+    "ToolSimulationError",
+    "ToolSimulator",
     "ToolSpec",
     "TransientError",
     "TurnOutput",
@@ -122,9 +168,11 @@ __all__ = [
     "load_config",
     "open_result",
     "open_run",
+    "open_source",
     "read_conversations",
     "read_conversations_sql",
     "register_adapter",
     "run",
     "stream",
+    "testing",
 ]

@@ -28,9 +28,10 @@ from pydantic import ValidationError
 from delta_eval.config import RunConfig, load_config
 from delta_eval.exceptions import ConfigError
 from delta_eval.ingest.source import ConversationSource
-from delta_eval.pipeline import RunProgress, execute
+from delta_eval.progress import RunProgress
 from delta_eval.replay.tools import ToolSimulator
 from delta_eval.result import RunResult
+from delta_eval.runner import execute
 from delta_eval.schema import Conversation, Verdict
 
 __all__ = ["VerdictStream", "arun", "make_config", "run", "stream"]

@@ -28,46 +28,19 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.exceptions import ConfigError
+from delta_eval.judges.config import JudgeConfig
 from delta_eval.mapping import SourceConfig
-from delta_eval.matching import MatchOptions
 from delta_eval.pricing import Price
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.variant import Variant
 
-__all__ = ["JudgeConfig", "RunConfig", "load_config"]
-
-
-class JudgeConfig(BaseModel):
-    """Stages 2 and 3.
-
-    - ``equivalence``: the stage-2 judge: ``"simulated"`` (a stated rule), ``None`` to skip stage 2, or
-      ``"module:factory"`` returning an :class:`~delta_eval.judges.base.EquivalenceJudge`.
-    - ``judge``: the stage-3 judge, the same way (:class:`~delta_eval.judges.base.PairwiseJudge`).
-    - ``min_confidence``: stage 2 counts an "equivalent" answer only at or above this confidence.
-    - ``order``: ``"random"`` shows the candidate as A or B by a seeded coin per pair; ``"both"`` judges each pair
-      both ways and calls a disagreement a tie.
-    - ``match``: the tolerances of stage 1 and of tool simulation.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-    equivalence: Any = "simulated"
-    judge: Any = "simulated"
-    min_confidence: float = Field(default=0.8, ge=0.0, le=1.0)
-    order: Literal["random", "both"] = "random"
-    match: MatchOptions = MatchOptions()
-
-    @field_serializer("equivalence", "judge")
-    def _judge_name(self, value: Any) -> str | None:
-        if value is None or isinstance(value, str):
-            return value
-        return str(getattr(value, "name", type(value).__name__))
+__all__ = ["RunConfig", "load_config"]
 
 
 class RunConfig(BaseModel):
@@ -120,12 +93,13 @@ class RunConfig(BaseModel):
     def fingerprint(self) -> dict[str, Any]:
         """The parts of the configuration that decide which pairs exist and what they contain.
 
-        A run folder can only be resumed by a configuration with the same fingerprint.
+        A run folder can only be resumed by a configuration with the same fingerprint. Fields at their defaults are
+        left out, so that a later version adding an optional field can still resume this version's folders.
         """
-        data = self.model_dump(mode="json", exclude={"out", "concurrency", "judge_concurrency", "flush_every", "cache"})
+        operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry"}
+        data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)
-        data.pop("retry", None)
         return data
 
 

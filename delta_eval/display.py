@@ -1,4 +1,4 @@
-"""A live progress display of a run on the terminal (rich), polling :class:`~delta_eval.pipeline.RunProgress`.
+"""A live progress display of a run on the terminal (rich), polling :class:`~delta_eval.progress.RunProgress`.
 
 One bar for pairs, with the per-stage counts beside it: how many pairs were replayed, decided by stage 1
 (deterministic), stage 2 (equivalence) and stage 3 (judge), ended in error, and written to disk.
@@ -12,7 +12,7 @@ from types import TracebackType
 from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from delta_eval.pipeline import RunProgress
+from delta_eval.progress import RunProgress
 
 __all__ = ["ProgressDisplay", "stage_counts"]
 
@@ -20,8 +20,8 @@ __all__ = ["ProgressDisplay", "stage_counts"]
 def stage_counts(p: RunProgress) -> str:
     """The per-stage counts of a run, on one line."""
     return (
-        f"replayed {p.replayed} | stage1 {p.deterministic} stage2 {p.equivalence} judge {p.judged} "
-        f"error {p.failed} | saved {p.written}"
+        f"replayed {p.replayed} | stage1 {p.deterministic} stage2 {p.equivalence} judge {p.judge} "
+        f"error {p.error} | saved {p.written}"
     )
 
 

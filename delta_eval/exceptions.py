@@ -7,6 +7,7 @@ The tree::
     ├── RecordError              one bad input record: names the source, the record and the field
     ├── RunFolderError           a run folder that cannot be opened, resumed or written
     ├── JudgeError               a judge's answer that cannot be used (malformed JSON, failed validation)
+    ├── ToolSimulationError      a tool simulator failed on a replayed call (that replay ends in error)
     └── ProviderError            a model call failed; ``retryable`` says whether trying again may help
         ├── RateLimitError       429 / quota: retry after ``retry_after`` seconds if the provider said so
         ├── TransientError       5xx, timeouts, dropped connections: retry with backoff
@@ -29,6 +30,7 @@ __all__ = [
     "RateLimitError",
     "RecordError",
     "RunFolderError",
+    "ToolSimulationError",
     "TransientError",
 ]
 
@@ -47,6 +49,10 @@ class RunFolderError(DeltaEvalError):
 
 class JudgeError(DeltaEvalError):
     """A judge answered, but not in a form that can be used; the pair's verdict records it as an error."""
+
+
+class ToolSimulationError(DeltaEvalError):
+    """A tool simulator failed on a replayed call; the replay ends with this error instead of the run."""
 
 
 class RecordError(DeltaEvalError, ValueError):

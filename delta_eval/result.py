@@ -16,6 +16,7 @@ import pyarrow as pa
 from delta_eval.exceptions import RunFolderError
 from delta_eval.metrics import WinRate, win_rate, win_rates_by
 from delta_eval.store.folder import RunFolder
+from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.views import open_run
 
 __all__ = ["RunResult", "open_result"]
@@ -30,19 +31,21 @@ class RunResult:
         manifest = self._folder.manifest()
         if manifest is None:
             raise RunFolderError(f"{self.path} is not a delta_eval run folder (no manifest.json)")
-        self.manifest: dict[str, Any] = manifest
+        self.manifest: RunManifest = manifest
 
     @property
-    def status(self) -> str:
-        """``completed``, ``interrupted``, ``failed`` or ``running``."""
-        return str(self.manifest.get("status", "unknown"))
+    def status(self) -> RunStatus:
+        """``completed``, ``interrupted``, ``failed`` or ``running`` (a session is still going, or was killed)."""
+        return self.manifest.status
 
     @property
-    def counts(self) -> dict[str, Any]:
+    def counts(self) -> RunCounts:
         """Counts recorded in the manifest when the run ended (read, sampled, pairs by stage and outcome, errors)."""
-        return dict(self.manifest.get("counts", {}))
+        return self.manifest.counts
 
-    def table(self, name: Literal["replays", "verdicts", "errors", "conversations", "strata"]) -> pa.Table:
+    def table(
+        self, name: Literal["replays", "verdicts", "judgements", "errors", "conversations", "strata"]
+    ) -> pa.Table:
         """One dataset of the run as an Arrow table (``.to_pandas()`` for a DataFrame)."""
         return self._folder.read(name)
 
@@ -67,7 +70,7 @@ class RunResult:
             "weighted": weighted,
             "method": method,
             "confidence": confidence,
-            "seed": int(self.manifest.get("seed", 0)),
+            "seed": self.manifest.seed,
         }
         if by is not None:
             return win_rates_by(verdicts, by, **options)
@@ -75,12 +78,12 @@ class RunResult:
         return result
 
     def connect(self) -> Any:
-        """A DuckDB connection with views ``replays``, ``verdicts``, ``errors``, ``conversations``, ``strata``,
-        ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`)."""
+        """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,
+        ``strata``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`)."""
         return open_run(self.path)
 
     def __repr__(self) -> str:
-        return f"RunResult({str(self.path)!r}, status={self.status!r}, pairs={self.counts.get('pairs', 0)})"
+        return f"RunResult({str(self.path)!r}, status={self.status!r}, pairs={self.counts.pairs})"
 
 
 def open_result(path: str | Path) -> RunResult:

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,15 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "Conversation",
     "ErrorRecord",
+    "Judgement",
     "Message",
     "Outcome",
     "ReasoningState",
     "Replay",
     "ReplayPoint",
     "Role",
+    "SampledConversation",
     "Side",
     "Stage",
     "Step",
+    "Stratum",
     "ToolCall",
     "ToolResult",
     "ToolSpec",
@@ -176,6 +180,54 @@ class TurnOutput(_Frozen):
         return tuple(out)
 
 
+class SampledConversation(_Frozen):
+    """A conversation of the sample as a run keeps it: where it came from, its stratum and sampling weight, how many
+    turns it has and how many of them are replayed (``n_pairs``), and its content."""
+
+    conversation_id: str
+    source: str = ""
+    record: str = ""
+    position: int
+    stratum: str
+    weight: float
+    n_messages: int
+    n_turns: int
+    n_pairs: int
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+
+    @classmethod
+    def of(
+        cls, conversation: Conversation, *, position: int, stratum: str, weight: float, n_turns: int, n_pairs: int
+    ) -> SampledConversation:
+        """The record of ``conversation``, drawn at ``position`` of its source into ``stratum``."""
+        c = conversation
+        return cls(
+            conversation_id=c.id,
+            source=c.source,
+            record=c.record,
+            position=position,
+            stratum=stratum,
+            weight=weight,
+            n_messages=len(c.messages),
+            n_turns=n_turns,
+            n_pairs=n_pairs,
+            metadata=c.metadata,
+            messages=c.messages,
+            tools=c.tools,
+        )
+
+
+class Stratum(_Frozen):
+    """One stratum of the sample: its key, population size, sample size and weight (``population / sampled``)."""
+
+    stratum: str
+    population: int
+    sampled: int
+    weight: float
+
+
 class ReplayPoint(_Frozen):
     """One assistant turn of a recorded conversation, ready to replay.
 
@@ -272,6 +324,33 @@ class Verdict(_Frozen):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class Judgement(_Frozen):
+    """One call of a stage-2 or stage-3 judge on a pair: a row of the run's ``judgements`` table.
+
+    A pair judged in both orders, or by a panel, has one row per call, so what each call said is kept even where
+    the verdict combines them. ``answer`` is what the judge said in its own terms (stage 2: ``equivalent``,
+    ``different`` or ``unsure``; stage 3: ``A``, ``B`` or ``tie``; ``error`` when the call failed); ``outcome`` is
+    that answer in the run's terms (``equivalent``, or ``candidate``, ``baseline``, ``tie``), given where the
+    candidate was shown (``candidate_position``). ``raw`` is the judge's own record of its answer.
+    """
+
+    pair_id: str
+    conversation_id: str
+    turn_index: int
+    stage: Literal["equivalence", "judge"]
+    judge: str
+    candidate_position: Literal["A", "B"]
+    answer: str
+    outcome: Outcome | None = None
+    confidence: float | None = None
+    reasoning: str = ""
+    raw: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    error: str | None = None
+
+
 class ErrorRecord(_Frozen):
     """A row of the run's ``errors`` table: what failed, where, and why, so nothing is dropped silently."""
 
@@ -284,6 +363,7 @@ class ErrorRecord(_Frozen):
     pair_id: str | None = None
     error_type: str = ""
     attempts: int = 0
+    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @classmethod
     def from_exception(

@@ -52,7 +52,7 @@ model = "simulated:base"
 [candidate]
 model = "simulated:cand"
 system_prompt_file = "prompt.txt"
-provider_options = {{ reword_rate = 0.5 }}
+provider_options = {{ reword_rate = 0.5, skip_tool_rate = 0.5 }}
 
 [judges]
 order = "both"
@@ -62,13 +62,21 @@ order = "both"
     out = capsys.readouterr().out
     assert "sampled 10" in out
     result = de.open_result(tmp_path / "runs" / "cfg")
-    assert result.manifest["config"]["candidate"]["system_prompt"].startswith("Be brief.")
+    assert result.manifest.config["candidate"]["system_prompt"].startswith("Be brief.")
     con = result.connect()
     assert con.execute("SELECT max(n_pairs) FROM conversations").fetchone()[0] <= 2
-    assert con.execute("SELECT DISTINCT candidate_position FROM verdicts WHERE stage = 'judge'").fetchall() in (
-        [("both",)],
-        [],
-    )
+    # order = "both": every pair that reached stage 3 was judged twice, once with the candidate in each position
+    judged = con.execute("SELECT count(*) FROM verdicts WHERE stage = 'judge'").fetchone()[0]
+    assert judged > 0
+    assert con.execute("SELECT DISTINCT candidate_position FROM verdicts WHERE stage = 'judge'").fetchall() == [
+        ("both",)
+    ]
+    per_pair = con.execute(
+        "SELECT list(candidate_position ORDER BY candidate_position) FROM judgements WHERE stage = 'judge' "
+        "GROUP BY pair_id"
+    ).fetchall()
+    assert len(per_pair) == judged
+    assert {tuple(row[0]) for row in per_pair} == {("A", "B")}
 
 
 def test_errors_exit_nonzero_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,23 +67,23 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     con = result.connect()
     total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
     replays, replay_keys = con.execute("SELECT count(*), count(DISTINCT (pair_id, side)) FROM replays").fetchone()
-    assert total == distinct == result.counts["pairs_planned"]
+    assert total == distinct == result.counts.pairs_planned
     assert replays == replay_keys == 3 * total
     assert con.execute("SELECT count(DISTINCT conversation_id) FROM conversations").fetchone() == (30,)
     assert con.execute("SELECT count(*) FROM conversations").fetchone() == (30,)
-    sessions = result.manifest["sessions"]
-    assert [s["status"] for s in sessions] == ["killed", "completed"]
-    assert sessions[-1]["resumed_pairs"] == kept
-    assert sessions[-1]["cached_responses_at_start"] == paid_before_kill
+    sessions = result.manifest.sessions
+    assert [s.status for s in sessions] == ["killed", "completed"]
+    assert sessions[-1].resumed_pairs == kept
+    assert sessions[-1].cached_responses_at_start == paid_before_kill
     assert "session 1: killed" in done.stdout
 
     # The same run uninterrupted asks for exactly as many distinct answers; the resumed session asked only for
     # those the killed one had not already cached.
     fresh = de.run(demo_config(tmp_path / "fresh", n=30, latency_ms=0.0), conversations=demo_conversations())
     needed = cached_responses(fresh.path)
-    resumed = result.manifest["sessions"][-1]
-    answered_after = sum(s["answered"] for s in resumed["calls"].values())
+    resumed = result.manifest.sessions[-1]
+    answered_after = resumed.answered
     assert cached_responses(out) == needed
     assert answered_after == needed - paid_before_kill
-    assert resumed["cache"]["hits"] >= 1
+    assert resumed.cache.hits >= 1
     assert result.win_rate() == fresh.win_rate()

@@ -23,15 +23,15 @@ def test_demo_run_numbers_rederive_with_sql(tmp_path: Path) -> None:
     result = de.run(small_config(tmp_path / "run"), conversations=demo_conversations())
     assert result.status == "completed"
     counts = result.counts
-    assert (counts["read"], counts["population"], counts["sampled"]) == (200, 200, 12)
-    assert counts["pairs"] == counts["pairs_planned"] > 0
-    assert counts["conversations_replayed"] == 12
+    assert (counts.read, counts.population, counts.sampled) == (200, 200, 12)
+    assert counts.pairs == counts.pairs_planned > 0
+    assert counts.conversations_replayed == 12
     con = de.open_run(result.path)
-    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (counts["pairs"],) * 2
-    assert con.execute("SELECT count(*) FROM replays").fetchone() == (3 * counts["pairs"],)
+    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (counts.pairs,) * 2
+    assert con.execute("SELECT count(*) FROM replays").fetchone() == (3 * counts.pairs,)
     assert con.execute("SELECT count(*) FROM conversations").fetchone() == (12,)
     by_stage = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage").fetchall())
-    assert by_stage == counts["by_stage"]
+    assert by_stage == counts.by_stage
     sql_rate = con.execute(
         "SELECT avg(CASE outcome WHEN 'candidate' THEN 1 WHEN 'baseline' THEN 0 ELSE 0.5 END) "
         "FROM verdicts WHERE outcome <> 'error'"
@@ -45,7 +45,7 @@ def test_demo_run_numbers_rederive_with_sql(tmp_path: Path) -> None:
     # weights: sampled conversations stand for the population
     assert con.execute("SELECT sum(weight) FROM conversations").fetchone()[0] == pytest.approx(200)
     # the recorded answer sits beside the replays, and the candidate really differs from the baseline
-    assert con.execute("SELECT count(*) FROM replays WHERE side = 'recorded'").fetchone() == (counts["pairs"],)
+    assert con.execute("SELECT count(*) FROM replays WHERE side = 'recorded'").fetchone() == (counts.pairs,)
     assert by_stage.get("judge", 0) > 0
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["config"]["baseline"]["model"] == "simulated:baseline"
@@ -56,10 +56,10 @@ def test_rerun_of_a_completed_run_pays_nothing_and_writes_nothing(tmp_path: Path
     cfg = small_config(tmp_path / "run", n=6)
     first = de.run(cfg, conversations=demo_conversations())
     second = de.run(cfg, conversations=demo_conversations())
-    assert second.counts["pairs"] == first.counts["pairs"]
-    session = second.manifest["sessions"][-1]
-    assert session["resumed_pairs"] == first.counts["pairs"]
-    assert all(stats["made"] == 0 for stats in session["calls"].values())
+    assert second.counts.pairs == first.counts.pairs
+    session = second.manifest.sessions[-1]
+    assert session.resumed_pairs == first.counts.pairs
+    assert all(stats.made == 0 for stats in session.calls.values())
 
 
 def test_interrupted_run_resumes_without_duplicates_or_repaid_calls(tmp_path: Path) -> None:
@@ -76,22 +76,22 @@ def test_interrupted_run_resumes_without_duplicates_or_repaid_calls(tmp_path: Pa
     anyio.run(stop_early)
     interrupted = de.open_result(cfg.out)
     assert interrupted.status == "interrupted"
-    kept = interrupted.counts["pairs"]
-    assert 30 <= kept < interrupted.counts["pairs_planned"]
-    answered_before = sum(s["answered"] for s in interrupted.manifest["sessions"][0]["calls"].values())
+    kept = interrupted.counts.pairs
+    assert 30 <= kept < interrupted.counts.pairs_planned
+    answered_before = interrupted.manifest.sessions[0].answered
 
     resumed = de.run(cfg, conversations=demo_conversations())
     assert resumed.status == "completed"
     con = resumed.connect()
     total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
-    assert total == distinct == resumed.counts["pairs_planned"]
+    assert total == distinct == resumed.counts.pairs_planned
     assert con.execute("SELECT count(*) FROM conversations").fetchone() == (20,)
-    session = resumed.manifest["sessions"][-1]
-    assert session["resumed_pairs"] == kept
+    session = resumed.manifest.sessions[-1]
+    assert session.resumed_pairs == kept
 
     fresh = de.run(small_config(tmp_path / "fresh", n=20), conversations=demo_conversations())
-    answered_fresh = sum(s["answered"] for s in fresh.manifest["sessions"][0]["calls"].values())
-    answered_after = sum(s["answered"] for s in session["calls"].values())
+    answered_fresh = fresh.manifest.sessions[0].answered
+    answered_after = session.answered
     # Nothing answered before the stop is asked again (simulated calls with no latency are never cut mid-flight).
     assert answered_before + answered_after == answered_fresh
     assert resumed.win_rate() == fresh.win_rate()
@@ -126,7 +126,7 @@ def test_broken_jsonl_export_replays_every_good_record(tmp_path: Path, tau_raw: 
     ]
     assert all(e[1] == str(path) for e in errors)
     assert "unknown role 'customer'" in errors[1][4]
-    assert result.counts["read_errors"] == 3
+    assert result.counts.read_errors == 3
 
 
 def test_stream_yields_each_verdict_once(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_stream_yields_each_verdict_once(tmp_path: Path) -> None:
     verdicts, result = anyio.run(collect)
     assert result is not None
     assert result.status == "completed"
-    assert len(verdicts) == len({v.pair_id for v in verdicts}) == result.counts["pairs"]
+    assert len(verdicts) == len({v.pair_id for v in verdicts}) == result.counts.pairs
 
 
 def test_a_different_config_cannot_reuse_a_folder(tmp_path: Path) -> None:
@@ -175,11 +175,11 @@ def test_provider_failures_become_error_verdicts_and_rows(tmp_path: Path) -> Non
     con = result.connect()
     assert con.execute("SELECT DISTINCT stage, outcome FROM verdicts").fetchall() == [("error", "error")]
     rows = con.execute("SELECT stage, error_type, attempts FROM errors").fetchall()
-    assert len(rows) == result.counts["pairs"]
+    assert len(rows) == result.counts.pairs
     assert set(rows) == {("replay", "TransientError", 2)}
     assert con.execute("SELECT DISTINCT variant FROM replays WHERE side = 'candidate'").fetchall() == [("candidate",)]
     assert result.win_rate().estimate is None
-    assert result.win_rate().errors == result.counts["pairs"]
+    assert result.win_rate().errors == result.counts.pairs
 
 
 def test_inline_credentials_never_reach_the_run_folder(tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ def test_inline_credentials_never_reach_the_run_folder(tmp_path: Path) -> None:
     for path in (tmp_path / "run").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
-    assert result.manifest["config"]["candidate"]["provider_options"] == {"api_key": "***"}
+    assert result.manifest.config["candidate"]["provider_options"] == {"api_key": "***"}
 
 
 def test_a_stalled_judge_holds_back_replays(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_a_stalled_judge_holds_back_replays(tmp_path: Path) -> None:
     class StuckJudge:
         name = "stuck"
 
-        async def compare(self, point: de.ReplayPoint, a: de.TurnOutput, b: de.TurnOutput) -> PairwiseResult:
+        async def compare(self, pair: de.PairView) -> PairwiseResult:
             entered.set()
             await release.wait()
             return PairwiseResult(winner="tie", confidence=0.5)

@@ -18,21 +18,22 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.calls import split_model_id
 from delta_eval.exceptions import ConfigError
 
 __all__ = ["AdapterContext", "AdapterFactory", "create_adapter", "known_prefixes", "register_adapter"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdapterContext:
     """What a run offers adapters besides their options.
 
-    ``recordings`` is the index of recorded conversations that the ``simulated:`` model answers from; real
-    providers ignore it.
+    ``recordings`` is the index of recorded conversations that the ``simulated:`` model answers from; a run builds
+    it only when a side uses a ``simulated:`` model, and real providers ignore it.
     """
 
-    recordings: Any = None
+    recordings: RecordingIndex | None = None
 
 
 AdapterFactory = Callable[[str, Mapping[str, Any], AdapterContext], ModelAdapter]

@@ -1,25 +1,212 @@
-"""Factory of the ``simulated:`` adapter (the model itself lives in :mod:`delta_eval.testing.simulated`).
+"""The ``simulated:`` model: a deterministic, seeded stand-in for an LLM, for demos and tests (no network, no cost).
 
-Options are the fields of :class:`~delta_eval.testing.simulated.SimulatedBehaviour`; a misspelt one is a
+Given a context, it finds among the recorded conversations what production said next (see
+:class:`~delta_eval.adapters.recordings.RecordingIndex`) and says that: the same tool call with the same arguments,
+or the same reply. Named behaviours make it differ, each at a rate, so that a simulated candidate really differs
+from a simulated baseline:
+
+- ``reword_rate``: a reply is reworded: sometimes only in case and punctuation, sometimes with synonyms, sometimes
+  with added sentences.
+- ``skip_tool_rate``: instead of the recorded tool call, it answers in text.
+- ``change_args_rate``: it makes the recorded call with one argument changed.
+- ``latency_ms`` / ``latency_sigma``: each call sleeps for a log-normal time with that median.
+- ``rate_limit_rate`` / ``server_error_rate``: a call fails with a 429 (with Retry-After) or a 500.
+
+Where the context matches no recording (the replay diverged), it writes a short generic reply that claims nothing.
+Every choice is drawn from a hash of (seed, model id, request), so the same request always gets the same answer;
+failures are drawn per attempt, so a retried call can succeed. Usage is estimated at four characters per token.
+
+Options of ``simulated:`` model ids are the fields of :class:`SimulatedBehaviour`; a misspelt one is a
 :class:`~delta_eval.exceptions.ConfigError`.
+
+Example:
+    >>> b = SimulatedBehaviour(reword_rate=0.3, skip_tool_rate=0.05)
+    >>> b.reword_rate
+    0.3
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import random
+import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
-from delta_eval.exceptions import ConfigError
-from delta_eval.testing.simulated import SimulatedAdapter, SimulatedBehaviour
+from delta_eval.calls import ModelRequest, ModelResponse
+from delta_eval.exceptions import ConfigError, RateLimitError, TransientError
+from delta_eval.schema import Message, ToolCall, Usage
 
-__all__ = ["create"]
+__all__ = ["SimulatedAdapter", "SimulatedBehaviour", "create", "reword"]
+
+_Rate = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class SimulatedBehaviour(BaseModel):
+    """How a simulated model departs from the recordings. Rates are probabilities per call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reword_rate: float = _Rate
+    skip_tool_rate: float = _Rate
+    change_args_rate: float = _Rate
+    rate_limit_rate: float = _Rate
+    server_error_rate: float = _Rate
+    retry_after_s: float = Field(default=0.0, ge=0.0)
+    latency_ms: float = Field(default=0.0, ge=0.0)
+    latency_sigma: float = Field(default=0.5, ge=0.0)
+    seed: int = 0
+
+
+_SYNONYMS = [
+    (r"\bCould you please\b", "Can you"),
+    (r"\bcould you please\b", "can you"),
+    (r"\bI'll\b", "I will"),
+    (r"\bI'm\b", "I am"),
+    (r"\bassist\b", "help"),
+    (r"\bprovide\b", "share"),
+    (r"\bconfirm\b", "verify"),
+    (r"\bThank you\b", "Thanks"),
+    (r"\bhowever\b", "but"),
+    (r"\bwould you like\b", "do you want"),
+]
+_OPENERS = ["Certainly.", "Of course.", "Thanks for your patience.", "Understood."]
+_CLOSERS = ["Let me know if there is anything else I can do.", "Is there anything else you need?"]
+
+
+def reword(text: str, rng: random.Random) -> str:
+    """A reworded reply: light (case and punctuation), synonyms, or added sentences, chosen by ``rng``."""
+    style = rng.random()
+    if style < 0.34:
+        changed = text.rstrip(".!") + ("!" if not text.endswith("!") else ".")
+        return changed[:1].lower() + changed[1:] if rng.random() < 0.5 else changed
+    if style < 0.67:
+        out = text
+        for pattern, repl in _SYNONYMS:
+            out = re.sub(pattern, repl, out)
+        if out != text:
+            return out
+    return f"{rng.choice(_OPENERS)} {text} {rng.choice(_CLOSERS)}"
+
+
+def _change_one_argument(call: ToolCall, rng: random.Random) -> ToolCall:
+    args = call.parsed_arguments
+    if not isinstance(args, dict) or not args:
+        return call.model_copy(update={"arguments": json.dumps({"note": "changed"})})
+    key = sorted(args)[rng.randrange(len(args))]
+    value = args[key]
+    if isinstance(value, bool):
+        new: Any = not value
+    elif isinstance(value, int | float):
+        new = value + 1
+    elif isinstance(value, str):
+        new = value[:-1] + ("X" if not value.endswith("X") else "Y") if value else "X"
+    else:
+        new = None
+    return call.model_copy(update={"arguments": json.dumps({**args, key: new}, ensure_ascii=False)})
+
+
+def _tokens(chars: int) -> int:
+    return math.ceil(chars / 4)
+
+
+class SimulatedAdapter(ModelAdapter):
+    """The ``simulated:`` adapter. ``recordings`` is the index it answers from (empty: generic replies only)."""
+
+    max_concurrency = 64
+
+    def __init__(
+        self,
+        model: str,
+        behaviour: SimulatedBehaviour | None = None,
+        recordings: RecordingIndex | None = None,
+    ) -> None:
+        super().__init__(model)
+        self.behaviour = behaviour or SimulatedBehaviour()
+        self.recordings = recordings if recordings is not None else RecordingIndex()
+        self._attempts: Counter[str] = Counter()
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The behaviours that change answers (latency and failure rates do not)."""
+        return self.behaviour.model_dump(include={"reword_rate", "skip_tool_rate", "change_args_rate", "seed"})
+
+    def _rng(self, *parts: object) -> random.Random:
+        digest = hashlib.sha256(json.dumps([self.behaviour.seed, self.model, *parts], default=str).encode()).digest()
+        return random.Random(int.from_bytes(digest[:8], "big"))
+
+    def respond(self, request: ModelRequest, key: str | None = None) -> Message:
+        """The assistant message for ``request`` (no latency, no failures); ``key`` is its cache key if known."""
+        b = self.behaviour
+        rng = self._rng(key or request.cache_key())
+        recorded = self.recordings.next_message(request.messages)
+        if recorded is None:
+            return Message(role="assistant", content=self._generic_reply(request))
+        if recorded.tool_calls:
+            if rng.random() < b.skip_tool_rate:
+                return Message(
+                    role="assistant",
+                    content="Before I go ahead, could you confirm the details of your request once more?",
+                )
+            calls = []
+            for k, call in enumerate(recorded.tool_calls):
+                call_id = f"sim_{rng.getrandbits(48):012x}_{k}"
+                new = call.model_copy(update={"id": call_id})
+                if rng.random() < b.change_args_rate:
+                    new = _change_one_argument(new, rng)
+                calls.append(new)
+            return Message(role="assistant", content=recorded.content, tool_calls=tuple(calls))
+        text = recorded.content or ""
+        if rng.random() < b.reword_rate:
+            text = reword(text, rng)
+        return Message(role="assistant", content=text)
+
+    @staticmethod
+    def _generic_reply(request: ModelRequest) -> str:
+        last = request.messages[-1] if request.messages else None
+        if last is not None and last.role == "tool":
+            return (
+                "I'm sorry, I wasn't able to complete that step just now. "
+                "Could you tell me how you would like to proceed?"
+            )
+        return "Could you tell me a little more about what you need, so I can help?"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Answer after the simulated latency, or fail as the behaviour says."""
+        b = self.behaviour
+        key = request.cache_key()
+        self._attempts[key] += 1
+        rng = self._rng(key, "attempt", self._attempts[key])
+        if b.latency_ms > 0:
+            await anyio.sleep(rng.lognormvariate(math.log(b.latency_ms), b.latency_sigma) / 1000)
+        draw = rng.random()
+        if draw < b.rate_limit_rate:
+            raise RateLimitError(
+                "simulated 429: rate limit reached", model=self.model, status=429, retry_after=b.retry_after_s
+            )
+        if draw < b.rate_limit_rate + b.server_error_rate:
+            raise TransientError("simulated 500: internal server error", model=self.model, status=500)
+        message = self.respond(request, key)
+        prompt_chars = sum(len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages)
+        out_chars = len(message.content or "") + sum(len(c.arguments) + len(c.name) for c in message.tool_calls)
+        return ModelResponse(
+            message=message,
+            finish_reason="tool_calls" if message.tool_calls else "stop",
+            usage=Usage(input_tokens=_tokens(prompt_chars), output_tokens=_tokens(out_chars)),
+            served_model=self.model,
+        )
 
 
 def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> SimulatedAdapter:
-    """A simulated model answering from ``context.recordings``."""
+    """The factory of ``simulated:`` model ids: a simulated model answering from ``context.recordings``."""
     try:
         behaviour = SimulatedBehaviour(**options)
     except ValidationError as exc:

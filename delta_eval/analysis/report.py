@@ -10,24 +10,22 @@ from statistics import median
 from typing import Any
 
 from delta_eval.metrics import WinRate
+from delta_eval.pricing import total_cost
 from delta_eval.result import RunResult
 
 __all__ = ["render_report", "simulated_parts"]
 
 
 def simulated_parts(result: RunResult) -> list[str]:
-    """Which parts of the run were simulated (models and judges), for the report to say so plainly."""
-    cfg = result.manifest.get("config", {})
-    parts = []
-    for side in ("baseline", "candidate"):
-        model = cfg.get(side, {}).get("model", "")
-        if model.startswith("simulated:"):
-            parts.append(f"{side} model ({model})")
-    judges = cfg.get("judges", {})
-    for key, label in (("equivalence", "stage-2 equivalence judge"), ("judge", "stage-3 judge")):
-        value = judges.get(key)
-        if isinstance(value, str) and value.startswith("simulated"):
-            parts.append(label)
+    """Which parts of the run were stand-ins (simulated models, rule-based judges), for the report to say so."""
+    m = result.manifest
+    parts = [
+        f"{side} model ({model})"
+        for side, model in (("baseline", m.baseline_model), ("candidate", m.candidate_model))
+        if model.startswith("simulated:")
+    ]
+    judges = (("stage-2 equivalence judge", m.equivalence_judge), ("stage-3 judge", m.judge))
+    parts += [f"{label} (rule-based)" for label, name in judges if name is not None and name.startswith("rule")]
     return parts
 
 
@@ -41,7 +39,7 @@ def _side_stats(con: Any) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = con.execute(
         """
         SELECT side, model, count(*) AS replays, sum(model_calls) AS calls, sum(cached_calls) AS cached,
-               sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens, sum(cost_usd) AS cost,
+               sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens, list(cost_usd) AS costs,
                list(latency_ms) FILTER (WHERE error IS NULL) AS latencies,
                count(*) FILTER (WHERE hit_tool_cap) AS capped, count(*) FILTER (WHERE error IS NOT NULL) AS failed
         FROM replays WHERE side <> 'recorded' GROUP BY side, model ORDER BY side
@@ -55,27 +53,25 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
     m = result.manifest
     counts = result.counts
     lines: list[str] = []
-    simulated = simulated_parts(result)
-    if simulated:
-        lines.append("NOTE: simulated run - " + ", ".join(simulated) + " are simulated; no real model was called.")
+    stand_ins = simulated_parts(result)
+    if stand_ins:
+        lines.append("NOTE: simulated run - " + ", ".join(stand_ins) + " are stand-ins; no real model was called.")
         lines.append("      The numbers show the pipeline working, not the quality of any real model.")
         lines.append("")
     lines.append(f"run folder   {result.path}   ({result.status})")
-    lines.append(f"baseline     {m.get('baseline', '')}")
-    lines.append(f"candidate    {m.get('candidate', '')}")
-    lines.append(f"source       {m.get('source', '')}")
+    lines.append(f"baseline     {m.baseline}")
+    lines.append(f"candidate    {m.candidate}")
+    lines.append(f"source       {m.source}")
     lines.append("")
     lines.append(
-        f"conversations  read {counts.get('read', 0)} ({counts.get('read_errors', 0)} bad records), "
-        f"population {counts.get('population', 0)}"
-        + (f" ({counts['excluded_by_where']} left out by 'where')" if counts.get("excluded_by_where") else "")
-        + f", sampled {counts.get('sampled', 0)}"
+        f"conversations  read {counts.read} ({counts.read_errors} bad records), population {counts.population}"
+        + (f" ({counts.excluded_by_where} left out by 'where')" if counts.excluded_by_where else "")
+        + f", sampled {counts.sampled}"
     )
-    by_stage = counts.get("by_stage", {})
-    pairs = counts.get("pairs", 0)
+    by_stage = counts.by_stage
     lines.append(
-        f"pairs          replayed and decided {pairs} (planned {counts.get('pairs_planned', 0)}), "
-        f"from {counts.get('conversations_replayed', 0)} conversations"
+        f"pairs          replayed and decided {counts.pairs} (planned {counts.pairs_planned}), "
+        f"from {counts.conversations_replayed} conversations"
     )
     lines.append(
         f"  stage 1 deterministic equivalent  {by_stage.get('deterministic', 0):6d}\n"
@@ -83,7 +79,7 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
         f"  stage 3 judge                     {by_stage.get('judge', 0):6d}\n"
         f"  error (no verdict)                {by_stage.get('error', 0):6d}"
     )
-    outcomes = counts.get("by_outcome", {})
+    outcomes = counts.by_outcome
     lines.append(
         f"  judge outcomes: candidate {outcomes.get('candidate', 0)}, baseline {outcomes.get('baseline', 0)}, "
         f"tie {outcomes.get('tie', 0)}"
@@ -106,10 +102,11 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
     con = result.connect()
     try:
         lines.append("per side      replays  calls (cached)   tokens in/out      cost USD   latency p50/p90 ms  capped")
-        for side, _model, n, calls, cached, tin, tout, cost, lat, capped, failed in _side_stats(con):
+        for side, _model, n, calls, cached, tin, tout, costs, lat, capped, failed in _side_stats(con):
             lat = sorted(lat or [])
             p50 = median(lat) if lat else 0.0
             p90 = lat[int(0.9 * (len(lat) - 1))] if lat else 0.0
+            cost = total_cost(costs)
             cost_s = f"{cost:10.4f}" if cost is not None else "   unknown"
             lines.append(
                 f"  {side:10s} {n:8d} {calls:6d} ({cached:6d}) {tin:10d}/{tout:<8d} {cost_s} "
@@ -119,26 +116,23 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
     finally:
         con.close()
     lines.append("")
-    calls = counts.get("calls", {})
+    calls = counts.calls
     lines.append(
-        f"model calls    answered {calls.get('answered', 0)} ({calls.get('made', 0)} attempts, "
-        f"{calls.get('retries', 0)} retried, {calls.get('rate_limited', 0)} rate-limited), "
-        f"from cache {calls.get('cached', 0)}; {len(m.get('sessions', []))} session(s)"
+        f"model calls    answered {calls.answered} ({calls.made} attempts, {calls.retries} retried, "
+        f"{calls.rate_limited} rate-limited), from cache {calls.cached}; {len(m.sessions)} session(s)"
     )
-    sessions = m.get("sessions", [])
-    if len(sessions) > 1:
-        for k, s in enumerate(sessions, start=1):
-            done = s.get("calls", {})
-            answered = sum(c.get("answered", 0) for c in done.values()) if done else None
+    if len(m.sessions) > 1:
+        for k, s in enumerate(m.sessions, start=1):
+            said = f"{s.answered} answered, {s.cache.hits if s.cache else 0} from cache" if s.calls else "no record"
             lines.append(
-                f"  session {k}: {s.get('status', '?'):11s} resumed {s.get('resumed_pairs', 0)} pairs, "
-                f"{s.get('cached_responses_at_start', 0)} responses already cached, "
-                + (f"{answered} answered, {s.get('cache', {}).get('hits', 0)} from cache" if done else "no record")
+                f"  session {k}: {s.status:11s} resumed {s.resumed_pairs} pairs, "
+                f"{s.cached_responses_at_start} responses already cached, {said}"
             )
     if errors:
         lines.append("errors         " + ", ".join(f"{stage} {n}" for stage, n in errors) + "  (see the errors table)")
     else:
         lines.append("errors         none")
     lines.append("")
-    lines.append(f"explore: delta_eval.open_run({str(result.path)!r})  ->  views replays, verdicts, pairs, errors, ...")
+    views = "replays, verdicts, judgements, pairs, errors, ..."
+    lines.append(f"explore: delta_eval.open_run({str(result.path)!r})  ->  views {views}")
     return "\n".join(lines)

@@ -39,6 +39,11 @@ class ConversationSource:
         self._records = records
 
     @classmethod
+    def of(cls, conversations: ConversationSource | Iterable[Conversation]) -> ConversationSource:
+        """``conversations`` itself when it is a source, else a source wrapping them."""
+        return conversations if isinstance(conversations, ConversationSource) else cls.from_conversations(conversations)
+
+    @classmethod
     def from_conversations(
         cls, conversations: Iterable[Conversation], name: str = "conversations"
     ) -> ConversationSource:

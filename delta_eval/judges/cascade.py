@@ -1,8 +1,9 @@
 """The judging funnel: stage 1 (deterministic), stage 2 (cheap equivalence judge), stage 3 (pairwise judge).
 
-Each pair leaves with exactly one :class:`~delta_eval.schema.Verdict` saying which stage decided it. A pair whose
-replays failed gets an ``error`` verdict; a stage-2 failure is recorded and the pair goes on to stage 3; a stage-3
-failure (provider error or unusable answer) gives an ``error`` verdict with the reason. Nothing is dropped.
+Each pair leaves with exactly one :class:`~delta_eval.schema.Verdict` saying which stage decided it, one
+:class:`~delta_eval.schema.Judgement` per judge call, and any error rows. A pair whose replays failed gets an
+``error`` verdict; a stage-2 failure is recorded and the pair goes on to stage 3; a stage-3 failure (provider error,
+unusable answer, or a judge's own bug) gives an ``error`` verdict with the reason. Nothing is dropped.
 
 Position bias: the judge sees the outputs as A and B. With ``order="random"`` the candidate is A or B by a coin
 seeded by (seed, pair id), so the same run always shows the same order and half the pairs go each way; with
@@ -15,13 +16,21 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from delta_eval.exceptions import JudgeError, ProviderError
-from delta_eval.judges.base import EquivalenceJudge, EquivalenceResult, PairwiseJudge, PairwiseResult
+from delta_eval.calls import ModelRequest
+from delta_eval.judges.base import (
+    EquivalenceJudge,
+    EquivalenceResult,
+    PairView,
+    PairwiseJudge,
+    PairwiseResult,
+    SideView,
+)
 from delta_eval.judges.deterministic import deterministic_equivalence
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions
-from delta_eval.schema import ErrorRecord, Outcome, Replay, ReplayPoint, Usage, Verdict
+from delta_eval.pricing import Spend
+from delta_eval.schema import ErrorRecord, Judgement, Outcome, Replay, ReplayPoint, Usage, Verdict
 
-__all__ = ["JudgeCascade", "candidate_is_a"]
+__all__ = ["Decision", "JudgeCascade", "candidate_is_a"]
 
 
 def candidate_is_a(seed: int, pair_id: str) -> bool:
@@ -30,25 +39,92 @@ def candidate_is_a(seed: int, pair_id: str) -> bool:
 
 
 @dataclass
-class _Spent:
-    """What judging a pair has cost so far, and the notes it left."""
+class Decision:
+    """What judging one pair produced: its verdict, one judgement per judge call, and error rows."""
 
-    usage: Usage = field(default_factory=Usage)
-    cost: float | None = None
-    latency_ms: float = 0.0
+    verdict: Verdict
+    judgements: list[Judgement] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
+
+
+def _map(winner: Literal["A", "B", "tie"], cand_a: bool) -> Outcome:
+    if winner == "tie":
+        return "tie"
+    return "candidate" if (winner == "A") == cand_a else "baseline"
+
+
+def _equivalence_answer(result: EquivalenceResult) -> str:
+    return {True: "equivalent", False: "different", None: "unsure"}[result.equivalent]
+
+
+@dataclass
+class _Judging:
+    """One pair on its way through stages 2 and 3: the calls made, what they cost, the notes they left."""
+
+    point: ReplayPoint
+    shown: PairView
+    cand_a: bool
+    spend: Spend = field(default_factory=Spend)
+    judgements: list[Judgement] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, result: EquivalenceResult | PairwiseResult) -> None:
-        self.usage = self.usage + result.usage
-        if result.cost_usd is not None:
-            self.cost = (self.cost or 0.0) + result.cost_usd
-        self.latency_ms += result.latency_ms
+    def view(self, cand_a: bool) -> PairView:
+        return self.shown if cand_a == self.cand_a else self.shown.swapped()
 
-    def fields(self) -> dict[str, Any]:
+    def record(
+        self, stage: Literal["equivalence", "judge"], judge: str, cand_a: bool, result: Any, **fields: Any
+    ) -> None:
+        self.spend.add(result.usage, cost_usd=result.cost_usd, latency_ms=result.latency_ms)
+        p = self.point
+        self.judgements.append(
+            Judgement(
+                pair_id=p.pair_id,
+                conversation_id=p.conversation_id,
+                turn_index=p.turn_index,
+                stage=stage,
+                judge=judge,
+                candidate_position="A" if cand_a else "B",
+                confidence=result.confidence,
+                reasoning=result.reasoning,
+                raw=result.raw,
+                usage=result.usage,
+                cost_usd=result.cost_usd,
+                latency_ms=result.latency_ms,
+                **fields,
+            )
+        )
+
+    def failed(
+        self, stage: Literal["equivalence", "judge"], judge: str, cand_a: bool, exc: Exception, message: str
+    ) -> None:
+        # A failed call is still a call: its row says so, and its unknown cost makes the pair's cost unknown.
+        self.spend.add(Usage(), cost_usd=None)
+        p = self.point
+        self.judgements.append(
+            Judgement(
+                pair_id=p.pair_id,
+                conversation_id=p.conversation_id,
+                turn_index=p.turn_index,
+                stage=stage,
+                judge=judge,
+                candidate_position="A" if cand_a else "B",
+                answer="error",
+                cost_usd=None,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        )
+        self.errors.append(
+            ErrorRecord.from_exception(
+                exc, "judge", message=message, record=p.pair_id, conversation_id=p.conversation_id, pair_id=p.pair_id
+            )
+        )
+
+    def verdict_fields(self) -> dict[str, Any]:
         return {
-            "judge_usage": self.usage,
-            "judge_cost_usd": self.cost,
-            "judge_latency_ms": self.latency_ms,
+            "judge_usage": self.spend.usage,
+            "judge_cost_usd": self.spend.cost_usd,
+            "judge_latency_ms": self.spend.latency_ms,
             "details": self.details,
         }
 
@@ -59,8 +135,8 @@ class JudgeCascade:
 
     Example::
 
-        cascade = JudgeCascade(SimulatedEquivalenceJudge(), SimulatedPairwiseJudge(), seed=7)
-        verdict, errors = await cascade.decide(point, baseline_replay, candidate_replay)
+        cascade = JudgeCascade(RuleEquivalenceJudge(), RulePairwiseJudge(), seed=7)
+        decision = await cascade.decide(point, baseline_replay, candidate_replay)
     """
 
     equivalence: EquivalenceJudge | None
@@ -76,10 +152,12 @@ class JudgeCascade:
         baseline: Replay,
         candidate: Replay,
         *,
+        baseline_request: ModelRequest | None = None,
+        candidate_request: ModelRequest | None = None,
         stratum: str = "",
         weight: float = 1.0,
-    ) -> tuple[Verdict, list[ErrorRecord]]:
-        """The verdict on one pair, and any error rows produced on the way."""
+    ) -> Decision:
+        """The decision on one pair. ``*_request`` is the request each side was sent (judges see it)."""
         base: dict[str, Any] = {
             "pair_id": point.pair_id,
             "conversation_id": point.conversation_id,
@@ -90,89 +168,90 @@ class JudgeCascade:
         failed = [r for r in (baseline, candidate) if r.error is not None]
         if failed:
             reason = "; ".join(f"{r.side} replay failed: {r.error}" for r in failed)
-            return Verdict(**base, stage="error", outcome="error", error=reason), []
+            return Decision(Verdict(**base, stage="error", outcome="error", error=reason))
 
         det = deterministic_equivalence(baseline.output, candidate.output, self.match)
         if det.equivalent:
-            return Verdict(
-                **base,
-                stage="deterministic",
-                outcome="equivalent",
-                confidence=1.0,
-                reasoning=det.reason,
-                judge="deterministic",
-            ), []
+            said = {"confidence": 1.0, "reasoning": det.reason, "judge": "deterministic"}
+            return Decision(Verdict(**base, stage="deterministic", outcome="equivalent", **said))
 
-        errors: list[ErrorRecord] = []
-        spent = _Spent(details={"stage1": det.reason})
+        sides = (_side(baseline, baseline_request), _side(candidate, candidate_request))
         cand_a = candidate_is_a(self.seed, point.pair_id)
-        a, b = (candidate, baseline) if cand_a else (baseline, candidate)
+        a, b = (sides[1], sides[0]) if cand_a else sides
+        run = _Judging(point, PairView(point=point, a=a, b=b), cand_a, details={"stage1": det.reason})
 
         if self.equivalence is not None:
+            resolved = await self._stage2(run, self.equivalence)
+            if resolved is not None:
+                verdict = Verdict(**base, **run.verdict_fields(), stage="equivalence", outcome="equivalent", **resolved)
+                return Decision(verdict, run.judgements, run.errors)
+
+        orders = [cand_a, not cand_a] if self.order == "both" else [cand_a]
+        results: list[tuple[bool, PairwiseResult]] = []
+        for order in orders:
             try:
-                eq = await self.equivalence.equivalent(point, a.output, b.output)
-            except (ProviderError, JudgeError) as exc:
-                errors.append(self._error(point, f"equivalence judge failed, pair sent to the judge: {exc}", exc))
-            else:
-                spent.add(eq)
-                spent.details["stage2"] = {
-                    "equivalent": eq.equivalent,
-                    "confidence": eq.confidence,
-                    "reasoning": eq.reasoning,
-                    "judge": self.equivalence.name,
-                }
-                if eq.equivalent and eq.confidence >= self.min_confidence:
-                    fields = {"confidence": eq.confidence, "reasoning": eq.reasoning, "judge": self.equivalence.name}
-                    return Verdict(
-                        **base, **spent.fields(), stage="equivalence", outcome="equivalent", **fields
-                    ), errors
-
-        try:
-            first = await self.judge.compare(point, a.output, b.output)
-            second = await self.judge.compare(point, b.output, a.output) if self.order == "both" else None
-        except (ProviderError, JudgeError) as exc:
-            errors.append(self._error(point, f"judge failed: {exc}", exc))
-            said: dict[str, Any] = {"error": f"judge failed: {exc}", "judge": self.judge.name}
-            return Verdict(**base, **spent.fields(), stage="error", outcome="error", **said), errors
-
-        outcome = self._map(first, cand_a)
-        confidence = first.confidence
-        reasoning = first.reasoning
-        results = [first] if second is None else [first, second]
-        for r in results:
-            spent.add(r)
-        spent.details["judge_raw"] = [r.raw for r in results]
-        position: Literal["A", "B", "both"] = "A" if cand_a else "B"
-        if second is not None:
-            position = "both"
-            swapped = self._map(second, not cand_a)
-            spent.details["order_outcomes"] = [outcome, swapped]
-            confidence = min(first.confidence, second.confidence)
-            if swapped != outcome:
-                spent.details["position_inconsistent"] = True
-                reasoning = (
-                    f"the two orders disagree ({outcome} vs {swapped}): tie. "
-                    f"First: {first.reasoning} Second: {second.reasoning}"
+                results.append((order, await self.judge.compare(run.view(order))))
+            except Exception as exc:  # a judge is pluggable code: any failure is this pair's error, not the run's
+                run.failed("judge", self.judge.name, order, exc, f"judge failed: {type(exc).__name__}: {exc}")
+                said = {"error": f"judge failed: {type(exc).__name__}: {exc}", "judge": self.judge.name}
+                return Decision(
+                    Verdict(**base, **run.verdict_fields(), stage="error", outcome="error", **said),
+                    run.judgements,
+                    run.errors,
                 )
-                outcome = "tie"
-        said = {"confidence": confidence, "reasoning": reasoning, "judge": self.judge.name}
-        return Verdict(
-            **base, **spent.fields(), stage="judge", outcome=outcome, candidate_position=position, **said
-        ), errors
-
-    @staticmethod
-    def _map(result: PairwiseResult, cand_a: bool) -> Outcome:
-        if result.winner == "tie":
-            return "tie"
-        return "candidate" if (result.winner == "A") == cand_a else "baseline"
-
-    @staticmethod
-    def _error(point: ReplayPoint, message: str, exc: Exception) -> ErrorRecord:
-        return ErrorRecord.from_exception(
-            exc,
-            "judge",
-            message=message,
-            record=point.pair_id,
-            conversation_id=point.conversation_id,
-            pair_id=point.pair_id,
+            order_, result = results[-1]
+            run.record(
+                "judge", self.judge.name, order_, result, answer=result.winner, outcome=_map(result.winner, order_)
+            )
+        verdict = Verdict(
+            **base, **run.verdict_fields(), stage="judge", judge=self.judge.name, **_combine(run, results)
         )
+        return Decision(verdict, run.judgements, run.errors)
+
+    async def _stage2(self, run: _Judging, judge: EquivalenceJudge) -> dict[str, Any] | None:
+        """Ask the equivalence judge; the verdict fields when it confidently says equivalent, else ``None``."""
+        try:
+            eq = await judge.equivalent(run.shown)
+        except Exception as exc:  # recorded; the pair goes on to stage 3
+            run.failed(
+                "equivalence", judge.name, run.cand_a, exc, f"equivalence judge failed, pair sent to the judge: {exc}"
+            )
+            return None
+        resolved = bool(eq.equivalent) and eq.confidence >= self.min_confidence
+        answer = _equivalence_answer(eq)
+        run.record("equivalence", judge.name, run.cand_a, eq, answer=answer, outcome="equivalent" if resolved else None)
+        run.details["stage2"] = {"answer": answer, "confidence": eq.confidence, "judge": judge.name}
+        if not resolved:
+            return None
+        return {"confidence": eq.confidence, "reasoning": eq.reasoning, "judge": judge.name}
+
+
+def _side(replay: Replay, request: ModelRequest | None) -> SideView:
+    return SideView(
+        output=replay.output, request=request, finish_reason=replay.finish_reason, hit_tool_cap=replay.hit_tool_cap
+    )
+
+
+def _combine(run: _Judging, results: list[tuple[bool, PairwiseResult]]) -> dict[str, Any]:
+    """The verdict fields from one judgement, or from two in opposite orders (a disagreement is a tie)."""
+    (first_a, first), *rest = results
+    outcome = _map(first.winner, first_a)
+    fields: dict[str, Any] = {
+        "outcome": outcome,
+        "confidence": first.confidence,
+        "reasoning": first.reasoning,
+        "candidate_position": "A" if first_a else "B",
+    }
+    if rest:
+        second_a, second = rest[0]
+        swapped = _map(second.winner, second_a)
+        run.details["order_outcomes"] = [outcome, swapped]
+        fields.update(candidate_position="both", confidence=min(first.confidence, second.confidence))
+        if swapped != outcome:
+            run.details["position_inconsistent"] = True
+            fields["outcome"] = "tie"
+            fields["reasoning"] = (
+                f"the two orders disagree ({outcome} vs {swapped}): tie. "
+                f"First: {first.reasoning} Second: {second.reasoning}"
+            )
+    return fields

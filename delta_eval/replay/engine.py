@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from delta_eval.adapters.client import ModelClient
-from delta_eval.exceptions import ProviderError, RecordError
-from delta_eval.pricing import Price, cost, price_for
+from delta_eval.calls import ModelRequest
+from delta_eval.exceptions import ProviderError, RecordError, ToolSimulationError
+from delta_eval.pricing import Price, Spend, cost, price_for
 from delta_eval.replay.render import build_request
 from delta_eval.replay.tools import ToolContext, ToolSimulator, run_simulator
 from delta_eval.schema import (
@@ -25,11 +26,10 @@ from delta_eval.schema import (
     Step,
     ToolCall,
     TurnOutput,
-    Usage,
 )
 from delta_eval.variant import Variant
 
-__all__ = ["Replayer", "recorded_replay"]
+__all__ = ["Replayer", "SideReplay", "recorded_replay"]
 
 
 def recorded_replay(point: ReplayPoint) -> Replay:
@@ -46,6 +46,15 @@ def recorded_replay(point: ReplayPoint) -> Replay:
     )
 
 
+@dataclass(frozen=True)
+class SideReplay:
+    """One side's replay of a point, the request it started from (what a judge is shown), and its error row."""
+
+    replay: Replay
+    request: ModelRequest | None = None
+    error: ErrorRecord | None = None
+
+
 @dataclass
 class Replayer:
     """Replays turns under one variant through one model client.
@@ -53,7 +62,8 @@ class Replayer:
     Example::
 
         replayer = Replayer(client, variant, RecordedToolSimulator(), max_tool_rounds=5)
-        replay, error = await replayer.replay(point, side="candidate")
+        side = await replayer.replay(point, side="candidate")
+        side.replay.output.final_text
     """
 
     client: ModelClient
@@ -63,18 +73,20 @@ class Replayer:
     prices: Mapping[str, Price] | None = None
     source: str = ""
 
-    async def replay(self, point: ReplayPoint, side: Side) -> tuple[Replay, ErrorRecord | None]:
-        """The replay of ``point``, and the error row when it failed."""
+    async def replay(self, point: ReplayPoint, side: Side) -> SideReplay:
+        """The replay of ``point`` on this side; failures end it with an error row, never an exception."""
         steps: list[Step] = []
-        usage = Usage()
-        latency = 0.0
+        spend = Spend()
+        price = price_for(self.variant.model, self.prices)
         ttft: float | None = None
-        calls = cached = 0
+        served: str | None = None
+        request_ids: list[str] = []
         final_text: str | None = None
         finish = "stop"
         hit_cap = False
+        request: ModelRequest | None = None
 
-        def done(error: Exception | None = None) -> tuple[Replay, ErrorRecord | None]:
+        def done(error: Exception | None = None) -> SideReplay:
             replay = Replay(
                 pair_id=point.pair_id,
                 conversation_id=point.conversation_id,
@@ -85,12 +97,14 @@ class Replayer:
                 output=TurnOutput(steps=tuple(steps), final_text=final_text),
                 finish_reason="error" if error is not None else finish,
                 hit_tool_cap=hit_cap,
-                usage=usage,
-                cost_usd=cost(usage, price_for(self.variant.model, self.prices)),
-                latency_ms=latency,
+                usage=spend.usage,
+                cost_usd=spend.cost_usd,
+                latency_ms=spend.latency_ms,
                 ttft_ms=ttft,
-                model_calls=calls,
-                cached_calls=cached,
+                model_calls=spend.calls,
+                cached_calls=spend.cached_calls,
+                served_model=served,
+                request_ids=tuple(request_ids),
                 error=None if error is None else str(error),
                 error_type=None if error is None else type(error).__name__,
             )
@@ -105,7 +119,7 @@ class Replayer:
                     conversation_id=point.conversation_id,
                     pair_id=point.pair_id,
                 )
-            return replay, row
+            return SideReplay(replay, request, row)
 
         try:
             request = build_request(point, self.variant, self.source)
@@ -124,12 +138,16 @@ class Replayer:
             except ProviderError as exc:
                 return done(exc)
             response = result.response
-            calls += 1
-            cached += int(result.cached)
-            usage = usage + response.usage
-            latency += response.latency_ms
-            if ttft is None:
-                ttft = response.ttft_ms
+            spend.add(
+                response.usage,
+                cost_usd=cost(response.usage, price),
+                latency_ms=response.latency_ms,
+                cached=result.cached,
+            )
+            ttft = response.ttft_ms if ttft is None else ttft
+            served = response.served_model or served
+            if response.request_id:
+                request_ids.append(response.request_id)
             reply = response.message
             if not reply.tool_calls:
                 final_text = reply.content
@@ -145,13 +163,19 @@ class Replayer:
                 ctx = ToolContext(
                     point=point, position=len(previous), previous_calls=tuple(previous), diverged=diverged
                 )
-                res = await run_simulator(self.simulator, call, ctx)
+                try:
+                    res = await run_simulator(self.simulator, call, ctx)
+                except Exception as exc:  # a user's simulator: its failure is this replay's error, not the run's
+                    return done(
+                        ToolSimulationError(f"tool simulator failed on {call.name}: {type(exc).__name__}: {exc}")
+                    )
                 res = res.model_copy(update={"call_id": call.id, "name": call.name})
                 diverged = diverged or res.source != "recorded"
                 previous.append(call)
                 results.append(res)
             steps.append(Step(text=reply.content, tool_calls=reply.tool_calls, tool_results=tuple(results)))
-            messages.append(Message(role="assistant", content=reply.content, tool_calls=reply.tool_calls))
+            # The reply goes back as it came, reasoning state included: thinking models need it across tool rounds.
+            messages.append(reply)
             messages.extend(
                 Message(role="tool", tool_call_id=r.call_id, name=r.name, content=r.content) for r in results
             )

@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from delta_eval.callables import callable_name, resolve_callable
 from delta_eval.exceptions import ConfigError
-from delta_eval.schema import Conversation
+from delta_eval.schema import Conversation, Stratum
 
-__all__ = ["DerivedStratum", "SampleResult", "Stratified", "StratumRow", "allocate", "draw_sample"]
+__all__ = ["DerivedStratum", "SampleResult", "Stratified", "allocate", "draw_sample"]
 
 StratumFunction = Callable[[Conversation], Any]
 DerivedStratum = str | StratumFunction
@@ -130,17 +130,6 @@ def allocate(counts: Mapping[str, int], n: int | None, min_per_stratum: int = 1)
     return alloc
 
 
-class StratumRow(BaseModel):
-    """One stratum: its key, population size, sample size and weight (``population / sampled``)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    stratum: str
-    population: int
-    sampled: int
-    weight: float
-
-
 class SampleResult(BaseModel):
     """Which conversations were drawn (position -> stratum and weight), the strata table, the population size and
     how many conversations the ``where`` condition left out."""
@@ -148,7 +137,7 @@ class SampleResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     selected: dict[int, tuple[str, float]]
-    strata: tuple[StratumRow, ...]
+    strata: tuple[Stratum, ...]
     population: int
     excluded: int = 0
 
@@ -211,7 +200,7 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
     finally:
         con.close()
     strata = tuple(
-        StratumRow(
+        Stratum(
             stratum=h,
             population=counts[h],
             sampled=alloc[h],

@@ -3,10 +3,10 @@
 Layout::
 
     RUN_DIR/
-      manifest.json            config, versions, seed, start/end, status, counts
+      manifest.json            config, versions, seed, start/end, status, counts (see manifest.py)
       replays/part-000001.parquet
       verdicts/part-000001.parquet
-      errors/ conversations/ strata/
+      judgements/ errors/ conversations/ strata/
       _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists
       cache.sqlite             the response cache (see cache.py)
 
@@ -28,9 +28,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RunFolderError
-from delta_eval.store.tables import DATASETS, SCHEMAS
+from delta_eval.store.manifest import RunManifest
+from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
 __all__ = ["MANIFEST", "RunFolder", "write_json_atomic"]
 
@@ -52,13 +54,13 @@ class RunFolder:
 
         folder = RunFolder(Path("runs/demo"))
         folder.recover()                 # drop files of a batch a killed process never committed
-        folder.add("verdicts", [row])
+        folder.add("verdicts", [verdict])
         folder.commit()                  # one atomic batch
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._pending: dict[str, list[dict[str, Any]]] = {name: [] for name in DATASETS}
+        self._pending: dict[str, list[BaseModel]] = {name: [] for name in DATASETS}
         self._next_batch = 1
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -93,16 +95,15 @@ class RunFolder:
         tables = [pq.read_table(f, columns=columns, schema=schema) for f in files]
         return pa.concat_tables(tables)
 
-    def manifest(self) -> dict[str, Any] | None:
+    def manifest(self) -> RunManifest | None:
         """The manifest, or ``None`` before one was written."""
         p = self.path / MANIFEST
         if not p.exists():
             return None
         try:
-            data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
-        except ValueError as exc:
+            return RunManifest.model_validate_json(p.read_bytes())
+        except ValidationError as exc:
             raise RunFolderError(f"{p} is damaged: {exc}") from None
-        return data
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -133,13 +134,13 @@ class RunFolder:
         (self.path / MANIFEST).unlink(missing_ok=True)
         self._next_batch = 1
 
-    def write_manifest(self, data: dict[str, Any]) -> None:
+    def write_manifest(self, manifest: RunManifest) -> None:
         """Replace the manifest."""
         self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path / MANIFEST, data)
+        write_json_atomic(self.path / MANIFEST, manifest.model_dump(mode="json"))
 
-    def add(self, dataset: str, rows: Iterable[dict[str, Any]]) -> None:
-        """Queue rows for the next batch."""
+    def add(self, dataset: str, rows: Iterable[BaseModel]) -> None:
+        """Queue rows (instances of the dataset's schema type) for the next batch."""
         self._pending[dataset].extend(rows)
 
     @property
@@ -161,7 +162,7 @@ class RunFolder:
             folder.mkdir(parents=True, exist_ok=True)
             final = folder / f"part-{batch:06d}.parquet"
             tmp = folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp"
-            pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMAS[name]), tmp, compression="zstd")
+            pq.write_table(TABLES[name].to_arrow(rows), tmp, compression="zstd")
             os.replace(tmp, final)
             files[name] = [f"{name}/{final.name}"]
             counts[name] = len(rows)

@@ -1,11 +1,13 @@
-"""Stand-in models for demos and tests: the seeded ``simulated:`` model and a scripted adapter.
+"""Test doubles, for this library's tests and for users' own: models that need no network.
 
-Users' own tests can use them too: ``ScriptedAdapter`` to check what a variant sends, ``SimulatedAdapter`` to run a
-whole pipeline offline.
+- :class:`ScriptedAdapter` answers from a script (or a function of the request) and keeps every request it got,
+  so a test can check exactly what a variant sends.
+- :class:`SimulatedAdapter` (the ``simulated:`` model) answers from recorded conversations, with seeded
+  behaviours that make a candidate differ; it runs a whole pipeline offline.
 """
 
-from delta_eval.testing.recordings import RecordingIndex
+from delta_eval.adapters.recordings import RecordingIndex
+from delta_eval.adapters.simulated import SimulatedAdapter, SimulatedBehaviour
 from delta_eval.testing.scripted import ScriptedAdapter, tool_call_message
-from delta_eval.testing.simulated import SimulatedAdapter, SimulatedBehaviour
 
 __all__ = ["RecordingIndex", "ScriptedAdapter", "SimulatedAdapter", "SimulatedBehaviour", "tool_call_message"]

@@ -6,11 +6,11 @@ import anyio
 import pytest
 
 import delta_eval as de
+from delta_eval.adapters.simulated import reword
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import RateLimitError, TransientError
 from delta_eval.replay.points import replay_points
 from delta_eval.testing import RecordingIndex, SimulatedAdapter, SimulatedBehaviour
-from delta_eval.testing.simulated import reword
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,21 @@ import delta_eval as de
 from delta_eval.exceptions import RunFolderError
 from delta_eval.schema import Step, ToolCall, ToolResult, TurnOutput
 from delta_eval.store.folder import RunFolder
-from delta_eval.store.tables import error_row, replay_row, turn_output_from_steps, verdict_row
+from delta_eval.store.manifest import RunManifest
+from delta_eval.store.tables import TABLES
 
 
-def verdict(pair: str) -> dict[str, object]:
-    return verdict_row(de.Verdict(pair_id=pair, conversation_id="c", turn_index=0, stage="judge", outcome="tie"))
+def verdict(pair: str) -> de.Verdict:
+    return de.Verdict(pair_id=pair, conversation_id="c", turn_index=0, stage="judge", outcome="tie")
+
+
+def manifest(status: str = "running") -> RunManifest:
+    return RunManifest(status=status, fingerprint={}, config={}, source="s", baseline="b", candidate="c")  # type: ignore[arg-type]
 
 
 def test_only_committed_batches_are_read_and_recover_removes_the_rest(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
-    folder.write_manifest({"status": "running"})
+    folder.write_manifest(manifest())
     folder.add("verdicts", [verdict("a"), verdict("b")])
     assert folder.commit() == 1
     # A killed process: part file renamed into place, commit never written.
@@ -65,21 +70,22 @@ def test_steps_round_trip_through_parquet(tmp_path: Path) -> None:
         finish_reason="stop",
     )
     folder = RunFolder(tmp_path)
-    folder.add("replays", [replay_row(r)])
-    folder.add("errors", [error_row(de.ErrorRecord(stage="replay", message="m"))])
+    folder.add("replays", [r])
+    folder.add("errors", [de.ErrorRecord(stage="replay", message="m")])
     folder.commit()
     row = folder.read("replays").to_pylist()[0]
     assert row["steps"][0]["tool_calls"][0]["arguments_valid"] is False
-    assert turn_output_from_steps(row["steps"], row["final_text"]) == out
+    assert row["n_tool_calls"] == 1
+    assert TABLES["replays"].parse(row) == r
 
 
 def test_open_run_views(tmp_path: Path) -> None:
     with pytest.raises(RunFolderError, match="not a delta_eval run folder"):
         de.open_run(tmp_path)
     folder = RunFolder(tmp_path)
-    folder.write_manifest({"status": "completed"})
+    folder.write_manifest(manifest("completed"))
     con = de.open_run(tmp_path)
-    for view in ("replays", "verdicts", "errors", "conversations", "strata", "pairs", "tool_calls"):
+    for view in ("replays", "verdicts", "judgements", "errors", "conversations", "strata", "pairs", "tool_calls"):
         assert con.execute(f"SELECT count(*) FROM {view}").fetchone() == (0,)
     folder.add("verdicts", [verdict("x")])
     folder.commit()

@@ -1,11 +1,11 @@
-"""Rule-based stand-ins for the LLM stages, for the demo and for tests. Their verdicts follow from stated rules and
-their names say they are simulated; no model is called.
+"""Rule-based judges for stages 2 and 3, for the demo and for tests. Their verdicts follow from stated rules, their
+names start with ``rule:``, and no model is called.
 
-Stage 2 rule (:class:`SimulatedEquivalenceJudge`): outputs whose tool calls differ are not equivalent (confidence
+Stage 2 rule (:class:`RuleEquivalenceJudge`): outputs whose tool calls differ are not equivalent (confidence
 0.9). Otherwise the word sets of their normalised texts are compared: a Jaccard overlap of at least ``threshold``
 is "equivalent" with the overlap as confidence; below it, "not equivalent" with confidence ``1 - overlap``.
 
-Stage 3 rule (:class:`SimulatedPairwiseJudge`), using the recorded production turn as the reference: each output
+Stage 3 rule (:class:`RulePairwiseJudge`), using the recorded production turn as the reference: each output
 scores the number of leading tool calls that match the recorded calls, minus one for each further call, minus two
 for hitting the tool cap. The higher score wins. On equal scores, the output whose text overlaps the recorded text
 more (Jaccard of word sets) wins if it leads by more than ``margin``; otherwise it is a tie.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from delta_eval.judges.base import EquivalenceResult, PairwiseResult
+from delta_eval.judges.base import EquivalenceResult, PairView, PairwiseResult
 from delta_eval.matching import (
     DEFAULT_MATCH,
     MatchOptions,
@@ -25,7 +25,7 @@ from delta_eval.matching import (
 )
 from delta_eval.schema import ReplayPoint, TurnOutput
 
-__all__ = ["SimulatedEquivalenceJudge", "SimulatedPairwiseJudge", "word_overlap"]
+__all__ = ["RuleEquivalenceJudge", "RulePairwiseJudge", "word_overlap"]
 
 
 def word_overlap(a: str, b: str) -> float:
@@ -41,35 +41,36 @@ def word_overlap(a: str, b: str) -> float:
     return len(wa & wb) / len(wa | wb)
 
 
-class SimulatedEquivalenceJudge:
+class RuleEquivalenceJudge:
     """Stage 2 by rule (see the module docstring)."""
 
     def __init__(self, threshold: float = 0.75, match: MatchOptions = DEFAULT_MATCH) -> None:
         self.threshold = threshold
         self.match = match
-        self.name = f"simulated:equivalence-rule(overlap>={threshold})"
+        self.name = f"rule:equivalence(overlap>={threshold})"
 
-    async def equivalent(self, point: ReplayPoint, a: TurnOutput, b: TurnOutput) -> EquivalenceResult:
+    async def equivalent(self, pair: PairView) -> EquivalenceResult:
         """Equivalent when the calls match and the texts' word overlap reaches the threshold."""
+        a, b = pair.a.output, pair.b.output
         if not call_sequences_equivalent(a.tool_calls, b.tool_calls, self.match):
-            return EquivalenceResult(equivalent=False, confidence=0.9, reasoning="simulated rule: tool calls differ")
+            return EquivalenceResult(equivalent=False, confidence=0.9, reasoning="rule: tool calls differ")
         overlap = word_overlap(" ".join(a.texts), " ".join(b.texts))
         same = overlap >= self.threshold
         return EquivalenceResult(
             equivalent=same,
             confidence=round(overlap if same else 1.0 - overlap, 4),
-            reasoning=f"simulated rule: same tool calls, text word overlap {overlap:.2f} "
+            reasoning=f"rule: same tool calls, text word overlap {overlap:.2f} "
             f"({'>=' if same else '<'} {self.threshold})",
         )
 
 
-class SimulatedPairwiseJudge:
+class RulePairwiseJudge:
     """Stage 3 by rule, against the recorded turn (see the module docstring)."""
 
     def __init__(self, margin: float = 0.05, match: MatchOptions = DEFAULT_MATCH) -> None:
         self.margin = margin
         self.match = match
-        self.name = "simulated:judge-rule(recorded-reference)"
+        self.name = "rule:judge(recorded-reference)"
 
     def _score(self, out: TurnOutput, point: ReplayPoint) -> tuple[int, str]:
         recorded = point.recorded.tool_calls
@@ -87,8 +88,9 @@ class SimulatedPairwiseJudge:
         )
         return score, note
 
-    async def compare(self, point: ReplayPoint, a: TurnOutput, b: TurnOutput) -> PairwiseResult:
+    async def compare(self, pair: PairView) -> PairwiseResult:
         """The better of A and B by the stated rule."""
+        point, a, b = pair.point, pair.a.output, pair.b.output
         score_a, note_a = self._score(a, point)
         score_b, note_b = self._score(b, point)
         reference = point.recorded.final_text or ""
@@ -107,6 +109,6 @@ class SimulatedPairwiseJudge:
         return PairwiseResult(
             winner=winner,
             confidence=confidence,
-            reasoning=f"simulated rule: {why} -> {winner}",
+            reasoning=f"rule: {why} -> {winner}",
             raw={"score_a": score_a, "score_b": score_b},
         )

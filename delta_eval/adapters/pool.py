@@ -1,0 +1,104 @@
+"""The models of one run: every adapter behind one :class:`~delta_eval.adapters.client.ModelClient`, built once.
+
+Both sides of the comparison and the judges take their clients from the same pool, so they share one response
+cache, one limiter per model id (a provider's limits apply to the model, whichever caller uses it) and one retry
+policy; the pool closes every adapter when the run ends.
+
+Example::
+
+    async with ModelPool(cache, RetryPolicy()) as pool:
+        client = pool.client("openai:gpt-4.1-mini", {"api_key_env": "OPENAI_API_KEY"})
+        result = await client.generate(request, namespace="judge:c1#0")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.client import ModelClient, ResponseCache
+from delta_eval.adapters.limits import ModelLimiter, ModelLimits
+from delta_eval.adapters.registry import AdapterContext, create_adapter
+from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.calls import CallStats
+
+__all__ = ["ModelPool"]
+
+
+class ModelPool:
+    """Clients for every model a run calls, with a shared cache, limiters and retry policy.
+
+    ``context`` is what adapters get besides their options (see
+    :class:`~delta_eval.adapters.registry.AdapterContext`).
+    """
+
+    def __init__(
+        self,
+        cache: ResponseCache | None = None,
+        retry: RetryPolicy | None = None,
+        context: AdapterContext | None = None,
+    ) -> None:
+        self.cache = cache
+        self.retry = retry or RetryPolicy()
+        self.context = context or AdapterContext()
+        self._clients: list[tuple[str, dict[str, Any], ModelClient]] = []
+        self._names: dict[str, ModelClient] = {}
+        self._limiters: dict[str, ModelLimiter] = {}
+
+    def client(
+        self,
+        model: str,
+        options: Mapping[str, Any] | None = None,
+        limits: ModelLimits | None = None,
+        *,
+        label: str = "",
+    ) -> ModelClient:
+        """The client of ``model`` built with provider ``options``; the same one for the same model and options.
+
+        ``limits`` apply to the model id from its first client on. ``label`` (e.g. the side or judge using it)
+        names the client in :meth:`stats` when one model id is used with different options.
+        """
+        opts = dict(options or {})
+        for existing_model, existing_options, existing in self._clients:
+            if existing_model == model and existing_options == opts:
+                return existing
+        adapter = create_adapter(model, opts, self.context)
+        if model not in self._limiters:
+            limits = limits or ModelLimits()
+            self._limiters[model] = ModelLimiter(
+                limits.max_concurrency or adapter.max_concurrency,
+                limits.requests_per_minute or adapter.requests_per_minute,
+                adaptive=limits.adaptive,
+            )
+        client = ModelClient(adapter, self._limiters[model], self.retry, self.cache)
+        name = model if model not in self._names else f"{model} ({label or len(self._clients)})"
+        self._names[name] = client
+        self._clients.append((model, opts, client))
+        return client
+
+    @property
+    def adapters(self) -> list[ModelAdapter]:
+        """Every adapter built so far."""
+        return [client.adapter for _, _, client in self._clients]
+
+    def stats(self) -> dict[str, CallStats]:
+        """Call counters per client, by model id (with a label where one model has several clients)."""
+        return {name: client.stats for name, client in self._names.items()}
+
+    async def aclose(self) -> None:
+        """Close every adapter, even when the run is being cancelled."""
+        with anyio.CancelScope(shield=True):
+            for adapter in self.adapters:
+                await adapter.aclose()
+
+    async def __aenter__(self) -> ModelPool:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,120 @@
+"""One session of a run: open what the stages need, run them, and record how the session ended.
+
+In order: the conversation source; the run folder's session (resume, reset or refuse; the response cache; the
+manifest's start, see :mod:`delta_eval.store.session`); one :class:`~delta_eval.adapters.pool.ModelPool` for both
+sides and the judges; the sample; the two replayers and the judge cascade; then the streaming stages of
+:mod:`delta_eval.pipeline`. Whatever ends the session (completion, Ctrl-C, cancellation, a failure), the pool's
+adapters are closed and the manifest records the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import anyio
+
+from delta_eval.adapters.pool import ModelPool
+from delta_eval.adapters.recordings import RecordingIndex
+from delta_eval.adapters.registry import AdapterContext
+from delta_eval.calls import split_model_id
+from delta_eval.config import RunConfig
+from delta_eval.exceptions import ConfigError
+from delta_eval.ingest.source import ConversationSource, open_source
+from delta_eval.judges.config import build_cascade
+from delta_eval.judges.context import JudgeContext
+from delta_eval.pipeline import Stages, VerdictCallback, run_stages
+from delta_eval.progress import RunProgress
+from delta_eval.replay.engine import Replayer
+from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
+from delta_eval.schema import Conversation, Side
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.manifest import RunManifest, RunStatus
+from delta_eval.store.session import FolderSession
+from delta_eval.variant import Variant
+
+__all__ = ["execute"]
+
+
+def _source(config: RunConfig, conversations: ConversationSource | Iterable[Conversation] | None) -> ConversationSource:
+    if conversations is not None:
+        return ConversationSource.of(conversations)
+    if config.source is None:
+        raise ConfigError("no conversations given and the config has no [source]")
+    return open_source(config.source)
+
+
+def _sides(config: RunConfig) -> tuple[tuple[Side, Variant], ...]:
+    return ("baseline", config.baseline), ("candidate", config.candidate)
+
+
+async def execute(
+    config: RunConfig,
+    conversations: ConversationSource | Iterable[Conversation] | None = None,
+    *,
+    tool_simulator: ToolSimulator | None = None,
+    on_verdict: VerdictCallback | None = None,
+    progress: RunProgress | None = None,
+) -> RunManifest:
+    """Run (or resume) ``config`` and return the final manifest.
+
+    ``conversations`` overrides ``config.source``. ``on_verdict`` is called with each verdict as its pair is
+    written; ``progress`` receives live counters.
+    """
+    # Validate again: a config changed with model_copy(update=...) skipped validation (and side naming).
+    c = RunConfig.model_validate(dict(config))
+    source = _source(c, conversations)
+    p = progress or RunProgress()
+    started, p.phase = time.monotonic(), "reading"
+    folder = RunFolder(c.out)
+    fresh = RunManifest(
+        fingerprint={**c.fingerprint(), "source_name": source.name},
+        config=c.model_dump(mode="json"),
+        source=source.name,
+        baseline=c.baseline.describe(),
+        candidate=c.candidate.describe(),
+        baseline_model=c.baseline.model,
+        candidate_model=c.candidate.model,
+        equivalence_judge=c.judges.names()[0],
+        judge=c.judges.names()[1],
+        seed=c.seed,
+    )
+    session = FolderSession(folder, fresh, c.cache_path)
+    p.pairs_resumed = len(session.state.done_pairs)
+    # The simulated model answers from the recordings; only a run that uses it builds their index.
+    simulated = any(split_model_id(v.model)[0] == "simulated" for _, v in _sides(c))
+    recordings = RecordingIndex() if simulated else None
+    pool = ModelPool(session.cache, c.retry, AdapterContext(recordings=recordings))
+    stages = Stages(c, source, folder, session.state, p, recordings, on_verdict, last_commit=time.monotonic())
+    status: RunStatus = "failed"
+    try:
+        sample = await anyio.to_thread.run_sync(stages.sample)
+        simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
+        sides: dict[Side, Replayer] = {
+            side: Replayer(
+                pool.client(v.model, v.provider_options, v.limits, label=v.name),
+                v,
+                simulator,
+                c.max_tool_rounds,
+                c.prices,
+                source.name,
+            )
+            for side, v in _sides(c)
+        }
+        context = JudgeContext(pool=pool, prices=c.prices, seed=c.seed, match=c.judges.match)
+        await run_stages(stages, sample, sides, build_cascade(c.judges, context))
+        status = "completed"
+    except BaseException as exc:
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class()) else "failed"
+        raise
+    finally:
+        await pool.aclose()
+        p.phase = status
+        manifest = session.close(
+            status,
+            seconds=time.monotonic() - started,
+            pairs_decided=p.decided,
+            calls=pool.stats(),
+            read=p.sampling_counts(),
+        )
+    return manifest

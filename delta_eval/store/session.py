@@ -1,0 +1,110 @@
+"""A session of a run on its folder: start, resume, reset or refuse; the response cache; the manifest's record.
+
+What a run does with the folder it is pointed at:
+
+- no manifest: the folder must be new or empty (a response cache may already be there); the run starts afresh;
+- a manifest with the same fingerprint: the run resumes; files a killed process left uncommitted are removed, and
+  the pairs and conversations already written are skipped;
+- a manifest with another fingerprint: refused when any pair was decided under it; when none was (the old run
+  failed early), its datasets are removed and the run starts afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from delta_eval.calls import CallStats
+from delta_eval.exceptions import RunFolderError
+from delta_eval.store.cache import SQLiteCache
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.manifest import CacheStats, RunCounts, RunManifest, RunStatus
+
+__all__ = ["FolderSession", "Resume", "resume"]
+
+
+@dataclass
+class Resume:
+    """What the folder already holds for the run about to start: the manifest to continue (earlier sessions kept)
+    and what not to do again."""
+
+    manifest: RunManifest
+    done_pairs: set[str] = field(default_factory=set)
+    done_conversations: set[str] = field(default_factory=set)
+    population_committed: bool = False
+
+
+def resume(folder: RunFolder, fresh: RunManifest) -> Resume:
+    """Decide what to do with ``folder`` for the run ``fresh`` describes (see the module docstring).
+
+    Nothing is written into a folder that is not a run folder; the caller begins the new session.
+    """
+    previous = folder.manifest()
+    if previous is None:
+        if folder.path.exists() and any(p for p in folder.path.iterdir() if p.name != "cache.sqlite"):
+            raise RunFolderError(
+                f"{folder.path} exists and is not a delta_eval run folder; choose an empty or new 'out'"
+            )
+        return Resume(fresh)
+    decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
+    if previous.fingerprint != fresh.fingerprint:
+        if decided:
+            raise RunFolderError(
+                f"{folder.path} holds a run with a different configuration; resume it with the same "
+                "configuration, or choose another 'out'"
+            )
+        # Nothing was decided under the old configuration (it failed early): start afresh.
+        folder.reset()
+        return Resume(fresh)
+    folder.recover()
+    conversations = folder.read("conversations", ["conversation_id"]).column("conversation_id").to_pylist()
+    return Resume(
+        manifest=fresh.model_copy(update={"sessions": previous.sessions, "started_at": previous.started_at}),
+        done_pairs=decided,
+        done_conversations=set(conversations),
+        population_committed=any(c.get("kind") == "population" for c in folder.commits()),
+    )
+
+
+class FolderSession:
+    """The run folder's side of one session: what to resume, the open response cache, and the manifest, begun
+    when the session opens and ended by :meth:`close`.
+
+    Example::
+
+        session = FolderSession(RunFolder(out), fresh_manifest, out / "cache.sqlite")
+        ...  # the session's work, skipping session.state.done_pairs
+        manifest = session.close("completed", pairs_decided=12, calls=pool.stats(), read={"read": 200})
+    """
+
+    def __init__(self, folder: RunFolder, fresh: RunManifest, cache_path: Path) -> None:
+        self.folder = folder
+        self.state = resume(folder, fresh)
+        self.manifest = self.state.manifest
+        self.cache = SQLiteCache(cache_path)
+        self.manifest.begin_session(resumed_pairs=len(self.state.done_pairs), cached_responses=len(self.cache))
+        folder.write_manifest(self.manifest)
+
+    def close(
+        self,
+        status: RunStatus,
+        *,
+        seconds: float,
+        pairs_decided: int,
+        calls: dict[str, CallStats],
+        read: dict[str, int],
+    ) -> RunManifest:
+        """End the session: count what the folder holds (with ``read``, what reading and sampling found), record
+        the session's calls and cache use, write the manifest, close the cache."""
+        counts = RunCounts.tally(
+            self.folder.read("verdicts", ["stage", "outcome", "conversation_id"]),
+            self.folder.read("errors", ["stage"]),
+            **read,
+        )
+        cache = CacheStats(hits=self.cache.hits, misses=self.cache.misses, writes=self.cache.writes)
+        self.manifest.end_session(
+            status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts
+        )
+        self.folder.write_manifest(self.manifest)
+        self.cache.close()
+        return self.manifest
