@@ -1,0 +1,144 @@
+"""The package layout follows the flow of DESIGN.md: no stage imports a later one, and no module imports itself
+back through a cycle.
+
+Every ``import`` in every module counts, including those inside functions and under ``TYPE_CHECKING``: a lazy
+import is still a dependency. Run ``pytest tests/test_architecture.py -q`` to check a change.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "delta_eval"
+
+#: Each module's layer, by its first name under ``delta_eval``.
+LAYER_OF = {
+    **dict.fromkeys(
+        ("exceptions", "schema", "calls", "matching", "callables", "pricing", "redact", "paths", "chat_format"), "core"
+    ),
+    "mapping": "core",
+    "ingest": "ingest",
+    "sampling": "sampling",
+    "adapters": "adapters",
+    "variant": "variant",
+    "replay": "replay",
+    "judges": "judges",
+    "store": "store",
+    "metrics": "metrics",
+    "config": "config",
+    "progress": "progress",
+    "pipeline": "pipeline",
+    "runner": "runner",
+    "result": "result",
+    "analysis": "analysis",
+    "testing": "testing",
+    **dict.fromkeys(("api", "display", "demo", "cli", "__init__", "__main__", "data"), "front"),
+}
+
+_STAGES = {"core", "ingest", "sampling", "adapters", "variant", "replay", "judges", "store", "config", "progress"}
+
+#: What each layer may import besides itself. The flow: source -> sample -> replay (through adapters) -> judges
+#: -> store -> metrics / analysis. Adapters know nothing of judges; judges reach models only through adapters; the
+#: store knows nothing of providers; config and replay do not reach into ingest; the pipeline uses no test double.
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "ingest": {"core"},
+    "sampling": {"core", "ingest"},
+    "adapters": {"core"},
+    "variant": {"core", "adapters"},
+    "replay": {"core", "adapters", "variant"},
+    "judges": {"core", "adapters"},
+    "store": {"core"},
+    "metrics": {"core"},
+    "config": {"core", "adapters", "variant", "sampling", "judges"},
+    "progress": {"core"},
+    "pipeline": _STAGES,
+    "runner": _STAGES | {"pipeline"},
+    "result": {"core", "store", "metrics"},
+    "analysis": {"core", "store", "metrics", "result"},
+    "testing": {"core", "adapters"},
+    "front": set(LAYER_OF.values()),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The ``delta_eval`` modules a file imports, anywhere in it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("delta_eval"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "delta_eval":
+                # `from delta_eval import demo` imports a submodule
+                found.update(f"delta_eval.{alias.name}" for alias in node.names)
+            elif node.module.startswith("delta_eval."):
+                found.add(node.module)
+    return found
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return LAYER_OF["__init__" if len(parts) == 1 else parts[1]]
+
+
+MODULES = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = sorted(m for m in MODULES if m != "delta_eval" and m.split(".")[1] not in LAYER_OF)
+    assert unplaced == [], "add these to LAYER_OF and ALLOWED"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_follow_the_flow(module: str) -> None:
+    mine = layer(module)
+    wrong = sorted(
+        f"{module} ({mine}) imports {target} ({layer(target)})"
+        for target in MODULES[module]
+        if layer(target) != mine and layer(target) not in ALLOWED[mine]
+    )
+    assert wrong == []
+
+
+def test_no_import_cycles() -> None:
+    graph = {m: {t for t in targets if t in MODULES and t != m} for m, targets in MODULES.items()}
+    # A package's __init__ re-exports its modules; a module importing its own package's __init__ is the cycle.
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert cycles == []
+
+
+def test_the_checks_can_fail() -> None:
+    # The rules really bind: a replay module reaching into ingest, or the store into adapters, is refused.
+    assert "ingest" not in ALLOWED["replay"]
+    assert "ingest" not in ALLOWED["config"]
+    assert "adapters" not in ALLOWED["store"]
+    assert "testing" not in ALLOWED["pipeline"] | ALLOWED["runner"]
+    assert "judges" not in ALLOWED["adapters"]
+    assert layer("delta_eval.replay.render") == "replay"
+    assert layer("delta_eval.ingest") == "ingest"
