@@ -29,6 +29,7 @@ from delta_eval.config import RunConfig, load_config
 from delta_eval.exceptions import ConfigError
 from delta_eval.ingest.source import ConversationSource
 from delta_eval.progress import RunProgress
+from delta_eval.redact import describe_invalid
 from delta_eval.replay.tools import ToolSimulator
 from delta_eval.result import RunResult
 from delta_eval.runner import execute
@@ -55,7 +56,7 @@ def make_config(config: RunConfig | str | Path | None = None, **options: Any) ->
             options["out"] = Path("runs") / datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S")
         return RunConfig(**options)
     except ValidationError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(describe_invalid(exc)) from None
 
 
 async def arun(

@@ -37,6 +37,7 @@ from delta_eval.exceptions import ConfigError
 from delta_eval.judges.config import JudgeConfig
 from delta_eval.mapping import SourceConfig
 from delta_eval.pricing import Price
+from delta_eval.redact import describe_invalid
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.variant import Variant
 
@@ -162,4 +163,4 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{p}: {exc}") from None
+        raise ConfigError(f"{p}: {describe_invalid(exc)}") from None

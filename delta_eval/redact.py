@@ -11,7 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "redact_secrets"]
+from pydantic import ValidationError
+
+__all__ = ["REDACTED", "describe_invalid", "redact_secrets"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|credential)", re.IGNORECASE)
 REDACTED = "***"
@@ -32,3 +34,27 @@ def redact_secrets(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact_secrets(v) for v in value]
     return value
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """A validation error as text that names each bad field and what is wrong with it, but never the value given:
+    a key pasted into the wrong setting must not reach a log or a terminal.
+
+    Example:
+        >>> from pydantic import BaseModel, ConfigDict
+        >>> class Options(BaseModel):
+        ...     model_config = ConfigDict(extra="forbid")
+        ...     base_url: str = ""
+        >>> try:
+        ...     Options(api_key="sk-secret")
+        ... except ValidationError as exc:
+        ...     print(describe_invalid(exc))
+        1 invalid setting in Options:
+          api_key: Extra inputs are not permitted
+    """
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    lines = [f"{len(errors)} invalid setting{'s' if len(errors) != 1 else ''} in {exc.title}:"]
+    for err in errors:
+        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)

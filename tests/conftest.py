@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,14 @@ import pytest
 
 import delta_eval as de
 from delta_eval.schema import Conversation, Message, ToolCall
+from delta_eval.testing import registered_adapters
+
+
+@pytest.fixture(autouse=True)
+def _forget_registered_adapters() -> Iterator[None]:
+    """Adapters a test registers are gone when it ends, so no test sees another's."""
+    with registered_adapters():
+        yield
 
 
 @pytest.fixture(scope="session")

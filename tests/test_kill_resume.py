@@ -15,7 +15,7 @@ import pytest
 import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")]
 
 
 def cached_responses(run_dir: Path) -> int:

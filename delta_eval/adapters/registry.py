@@ -12,7 +12,8 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -22,7 +23,15 @@ from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.calls import split_model_id
 from delta_eval.exceptions import ConfigError
 
-__all__ = ["AdapterContext", "AdapterFactory", "create_adapter", "known_prefixes", "register_adapter"]
+__all__ = [
+    "AdapterContext",
+    "AdapterFactory",
+    "create_adapter",
+    "known_prefixes",
+    "register_adapter",
+    "registered_adapters",
+    "unregister_adapter",
+]
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,29 @@ def register_adapter(prefix: str, factory: AdapterFactory) -> None:
     if not prefix or ":" in prefix:
         raise ConfigError(f"an adapter prefix is a non-empty name without ':', not {prefix!r}")
     _registered[prefix] = factory
+
+
+def unregister_adapter(prefix: str) -> None:
+    """Forget the factory :func:`register_adapter` gave ``prefix`` (built-ins and plugins stay)."""
+    _registered.pop(prefix, None)
+
+
+@contextmanager
+def registered_adapters() -> Iterator[None]:
+    """Within the block, adapters may be registered freely; on leaving it, the registrations are as before.
+
+    Example:
+        >>> with registered_adapters():
+        ...     register_adapter("echo", lambda model, options, context: None)
+        >>> "echo" in known_prefixes()
+        False
+    """
+    before = dict(_registered)
+    try:
+        yield
+    finally:
+        _registered.clear()
+        _registered.update(before)
 
 
 def _plugins() -> dict[str, Any]:

@@ -44,6 +44,7 @@ from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import ConfigError, RateLimitError, TransientError
+from delta_eval.redact import describe_invalid
 from delta_eval.schema import Message, ToolCall, Usage
 
 __all__ = ["SimulatedAdapter", "SimulatedBehaviour", "create", "reword"]
@@ -210,5 +211,5 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> S
     try:
         behaviour = SimulatedBehaviour(**options)
     except ValidationError as exc:
-        raise ConfigError(f"bad options for {model}: {exc}") from None
+        raise ConfigError(f"bad options for {model}: {describe_invalid(exc)}") from None
     return SimulatedAdapter(model, behaviour, context.recordings)

@@ -4,10 +4,19 @@
   so a test can check exactly what a variant sends.
 - :class:`SimulatedAdapter` (the ``simulated:`` model) answers from recorded conversations, with seeded
   behaviours that make a candidate differ; it runs a whole pipeline offline.
+- :func:`registered_adapters` undoes, when its block ends, every adapter a test registered.
 """
 
 from delta_eval.adapters.recordings import RecordingIndex
+from delta_eval.adapters.registry import registered_adapters
 from delta_eval.adapters.simulated import SimulatedAdapter, SimulatedBehaviour
 from delta_eval.testing.scripted import ScriptedAdapter, tool_call_message
 
-__all__ = ["RecordingIndex", "ScriptedAdapter", "SimulatedAdapter", "SimulatedBehaviour", "tool_call_message"]
+__all__ = [
+    "RecordingIndex",
+    "ScriptedAdapter",
+    "SimulatedAdapter",
+    "SimulatedBehaviour",
+    "registered_adapters",
+    "tool_call_message",
+]

@@ -9,9 +9,10 @@ import pytest
 import delta_eval as de
 from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.limits import ModelLimiter
+from delta_eval.adapters.registry import create_adapter
 from delta_eval.adapters.retry import RetryPolicy, call_with_retry
 from delta_eval.calls import ModelRequest
-from delta_eval.exceptions import AuthenticationError, ProviderError, RateLimitError, TransientError
+from delta_eval.exceptions import AuthenticationError, ConfigError, ProviderError, RateLimitError, TransientError
 from delta_eval.schema import Message
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.testing import ScriptedAdapter
@@ -135,9 +136,39 @@ def test_rate_limited_calls_are_counted_and_signal_the_limiter() -> None:
     assert limiter.concurrency == 4
 
 
-def test_provider_errors_carry_status_and_never_credentials() -> None:
+def test_provider_errors_carry_status_and_retryability() -> None:
     err = ProviderError("boom", model="openai:gpt-4o", status=500)
     assert str(err) == "openai:gpt-4o: boom"
-    assert not err.retryable
+    assert (err.status, err.retryable) == (500, False)
     assert RateLimitError("x").retryable
     assert TransientError("x").retryable
+
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_a_key_in_the_wrong_place_never_reaches_an_error_message(tmp_path: Path) -> None:
+    # adapter options that fail validation
+    with pytest.raises(ConfigError) as info:
+        create_adapter("simulated:x", {"api_key": SECRET})
+    assert "api_key" in str(info.value)
+    assert SECRET not in str(info.value)
+    # a run configured in Python
+    with pytest.raises(ConfigError) as info:
+        de.run(
+            baseline=de.Variant(model="simulated:a"),
+            candidate={"model": "simulated:b", "api_key": SECRET},
+            out=tmp_path / "run",
+        )
+    assert "candidate.api_key" in str(info.value)
+    assert SECRET not in str(info.value)
+    # a config file, with the key where a number belongs
+    path = tmp_path / "eval.toml"
+    path.write_text(
+        f'out = "x"\n[baseline]\nmodel = "simulated:a"\n[candidate]\nmodel = "simulated:b"\n'
+        f'[candidate.params]\ntemperature = "{SECRET}"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        de.load_config(path)
+    assert "candidate.params.temperature" in str(info.value)
+    assert SECRET not in str(info.value)

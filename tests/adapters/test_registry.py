@@ -7,7 +7,14 @@ import anyio
 import pytest
 
 import delta_eval as de
-from delta_eval.adapters.registry import AdapterContext, create_adapter, known_prefixes, register_adapter
+from delta_eval.adapters.registry import (
+    AdapterContext,
+    create_adapter,
+    known_prefixes,
+    register_adapter,
+    registered_adapters,
+    unregister_adapter,
+)
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ConfigError
 from delta_eval.schema import Message
@@ -47,3 +54,22 @@ def test_simulated_options_are_validated() -> None:
 def test_variant_requires_a_prefix() -> None:
     with pytest.raises(ValueError, match="needs a provider prefix"):
         de.Variant(model="gpt-4o")
+
+
+def test_registrations_are_undone_when_the_block_ends() -> None:
+    def factory(model: str, options: Mapping[str, Any], context: AdapterContext) -> ScriptedAdapter:
+        return ScriptedAdapter(model, ["x"])
+
+    register_adapter("outer-test", factory)
+    with registered_adapters():
+        register_adapter("inner-test", factory)
+        register_adapter("outer-test", lambda m, o, c: ScriptedAdapter(m, ["replaced"]))
+        assert {"inner-test", "outer-test"} <= set(known_prefixes())
+    assert "inner-test" not in known_prefixes()
+    # what was registered before the block is back as it was
+    req = ModelRequest(model="outer-test:m", messages=(Message(role="user", content="hi"),))
+    assert anyio.run(create_adapter("outer-test:m").generate, req).message.content == "x"
+    unregister_adapter("outer-test")
+    assert "outer-test" not in known_prefixes()
+    with pytest.raises(ConfigError, match="unknown model prefix"):
+        create_adapter("outer-test:m")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ import delta_eval as de
 from delta_eval.chat_format import parse_messages
 from delta_eval.exceptions import RecordError
 from delta_eval.mapping import FieldMapping
+
+pytestmark = pytest.mark.slow
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
 json_values = st.recursive(
