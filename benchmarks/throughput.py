@@ -73,7 +73,7 @@ def run_pipeline(path: Path, out: Path, concurrency: int) -> dict[str, Any]:
     start = time.perf_counter()
     result = de.run(config, conversations=source(path))
     seconds = time.perf_counter() - start
-    return {"pairs": result.counts["pairs"], "seconds": seconds, "rss_mb": peak_rss_mb()}
+    return {"pairs": result.counts.pairs, "seconds": seconds, "rss_mb": peak_rss_mb()}
 
 
 def run_bare(path: Path, concurrency: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -24,6 +25,9 @@ REQUEST = ModelRequest(
     tools=(ToolSpec(name="cancel", parameters={"type": "object", "properties": {"id": {"type": "string"}}}),),
     params=GenerateParams(temperature=0.2),
 )
+
+#: The key of REQUEST for the namespace and identity below, as CACHE_KEY_VERSION 1 computes it.
+PINNED_KEY = "3d137ebd432040e9509cf4045a35c282be48fc363eb212aa8b691d12bdc52119"
 
 # The same request as a later version of the library would build it, with a new optional field on the request, on
 # its parameters and on its messages, each left at its default.
@@ -61,6 +65,14 @@ def test_a_new_defaulted_field_leaves_the_cache_key_unchanged() -> None:
     assert later(REQUEST, service_tier="flex").cache_key() != REQUEST.cache_key()
     params = {**REQUEST.params.model_dump(), "frequency_penalty": 0.5}
     assert later(REQUEST, params=params).cache_key() != REQUEST.cache_key()
+
+
+def test_the_key_of_a_fixed_request_never_changes_unless_the_version_does() -> None:
+    # If this fails, every cached answer of every user would be lost: bump CACHE_KEY_VERSION on purpose instead.
+    assert REQUEST.cache_key(namespace="candidate:c#0", identity={"base_url": "http://x"}) == (
+        PINNED_KEY if CACHE_KEY_VERSION == 1 else "bump PINNED_KEY with the version"
+    )
+    assert json.loads(REQUEST.model_dump_json(exclude_defaults=True)) == REQUEST.canonical()
 
 
 def test_the_key_is_a_versioned_hash_of_the_canonical_form() -> None:

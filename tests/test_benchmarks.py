@@ -1,0 +1,32 @@
+"""The benchmarks still run against the library as it is (their figures are printed by running them, not here)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_throughput_benchmark_measures_the_same_pairs_both_ways(tmp_path: Path) -> None:
+    throughput = load("throughput")
+    export = throughput.scaled_export(1, tmp_path)
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(export.read_text().splitlines(keepends=True)[:15]))
+    pipeline = throughput.run_pipeline(small, tmp_path / "run", concurrency=4)
+    bare = throughput.run_bare(small, concurrency=4)
+    assert pipeline["pairs"] == bare["pairs"] > 0
+    assert pipeline["seconds"] > 0
+    assert bare["rss_mb"] > 0
