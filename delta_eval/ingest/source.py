@@ -18,9 +18,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from delta_eval.exceptions import ConfigError, RecordError
 from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
 from delta_eval.mapping import FieldMapping, SourceConfig
+from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
 
 __all__ = ["ConversationSource", "open_source", "read_conversations", "read_conversations_sql"]
@@ -92,15 +95,12 @@ class ConversationSource:
         return f"ConversationSource({self.name!r})"
 
 
-def _mapping(
-    messages: str,
-    id: str | None,
-    metadata: Sequence[str] | Mapping[str, str] | None,
-    tools: str | Path | Sequence[Any] | None,
-    tools_field: str | None,
-) -> FieldMapping:
-    meta: tuple[str, ...] | dict[str, str] = dict(metadata) if isinstance(metadata, Mapping) else tuple(metadata or ())
-    return FieldMapping(messages=messages, id=id, metadata=meta, tools=tools, tools_field=tools_field)
+def _described(**fields: Any) -> SourceConfig:
+    # The Python readers and a config file's [source] are one description, opened one way.
+    try:
+        return SourceConfig(**fields)
+    except ValidationError as exc:
+        raise ConfigError(describe_invalid(exc)) from None
 
 
 def read_conversations(
@@ -126,7 +126,17 @@ def read_conversations(
 
     Bad records do not raise: they are yielded as :class:`RecordError` and end up in the run's ``errors`` table.
     """
-    return _file_source(Path(path), format, _mapping(messages, id, metadata, tools, tools_field))
+    return open_source(
+        _described(
+            path=path,
+            format=format,
+            messages=messages,
+            id=id,
+            metadata=metadata or (),
+            tools=tools,
+            tools_field=tools_field,
+        )
+    )
 
 
 def _file_source(path: Path, format: str | None, mapping: FieldMapping) -> ConversationSource:
@@ -154,7 +164,17 @@ def read_conversations_sql(
     Nested columns may be DuckDB lists/structs or JSON text. ``database`` is a DuckDB file opened read-only.
     The mapping arguments are those of :func:`read_conversations`.
     """
-    return _sql_source(query, database, _mapping(messages, id, metadata, tools, tools_field))
+    return open_source(
+        _described(
+            sql=query,
+            database=database,
+            messages=messages,
+            id=id,
+            metadata=metadata or (),
+            tools=tools,
+            tools_field=tools_field,
+        )
+    )
 
 
 def _sql_source(query: str, database: str | None, mapping: FieldMapping) -> ConversationSource:

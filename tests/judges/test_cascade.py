@@ -123,8 +123,10 @@ def test_stage2_failure_is_recorded_and_the_pair_goes_on() -> None:
     [error] = decision.errors
     assert error.stage == "judge"
     assert "malformed JSON" in error.message
-    assert [(j.stage, j.answer) for j in decision.judgements] == [("equivalence", "error"), ("judge", "A" if
-        decision.verdict.candidate_position == "A" else "B")]  # fmt: skip
+    assert [(j.stage, j.answer) for j in decision.judgements] == [
+        ("equivalence", "error"),
+        ("judge", "A" if decision.verdict.candidate_position == "A" else "B"),
+    ]
     assert decision.judgements[0].error == "JudgeError: malformed JSON"
     # the failed call's cost is unknown, so the pair's judging cost is unknown, not the judge's 0.01 alone
     assert decision.verdict.judge_cost_usd is None

@@ -149,9 +149,14 @@ def test_usage_and_cost_accumulate_whether_answers_are_paid_or_cached(cached: bo
         # A first replay pays for the answers; the one under test gets them from the cache.
         warm = ScriptedAdapter("scripted:m", list(script))
         anyio.run(
-            Replayer(ModelClient(warm, ModelLimiter(4), FAST, cache), de.Variant(model="scripted:m", name="candidate"),
-                     RecordedToolSimulator()).replay, first_point(), "candidate",
-        )  # fmt: skip
+            Replayer(
+                ModelClient(warm, ModelLimiter(4), FAST, cache),
+                de.Variant(model="scripted:m", name="candidate"),
+                RecordedToolSimulator(),
+            ).replay,
+            first_point(),
+            "candidate",
+        )
         script = []
     adapter = ScriptedAdapter("scripted:m", script)
     client = ModelClient(adapter, ModelLimiter(4), FAST, cache)
@@ -163,8 +168,13 @@ def test_usage_and_cost_accumulate_whether_answers_are_paid_or_cached(cached: bo
     # what producing the turn cost, counted once per call, cached or not
     assert (replay.usage.input_tokens, replay.usage.output_tokens) == (20, 10)
     assert replay.cost_usd == pytest.approx((20 * 1.0 + 10 * 2.0) / 1e6)
-    unpriced, _ = run(Replayer(ModelClient(ScriptedAdapter("scripted:m", list(script) or ["x"]), ModelLimiter(1),
-                                           FAST), variant, RecordedToolSimulator()))  # fmt: skip
+    unpriced, _ = run(
+        Replayer(
+            ModelClient(ScriptedAdapter("scripted:m", ["x"]), ModelLimiter(1), FAST),
+            variant,
+            RecordedToolSimulator(),
+        )
+    )
     assert unpriced.cost_usd is None  # no price: unknown, not zero
 
 
@@ -174,11 +184,14 @@ def test_served_model_request_ids_and_reasoning_state_carry_through_the_turn() -
     def answer(request: ModelRequest) -> ModelResponse:
         calls = sum(1 for m in request.messages if m.role == "tool")
         message = (
-            de.Message(role="assistant", tool_calls=tool_call_message("get_reservation", '{"id":"ABC123"}').tool_calls,
-                       reasoning=state)
+            de.Message(
+                role="assistant",
+                tool_calls=tool_call_message("get_reservation", '{"id":"ABC123"}').tool_calls,
+                reasoning=state,
+            )
             if calls == 0
             else de.Message(role="assistant", content="It is HAT001.")
-        )  # fmt: skip
+        )
         return ModelResponse(message=message, served_model="m-2026-01-01", request_id=f"req-{calls}")
 
     class Answering(ScriptedAdapter):
