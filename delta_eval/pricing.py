@@ -49,8 +49,8 @@ DEFAULT_PRICES: dict[str, Price] = {
     "openai:gpt-4.1-mini": Price(input=0.4, cached_input=0.1, output=1.6),
     "openai:o3": Price(input=2.0, cached_input=0.5, output=8.0),
     "openai:o4-mini": Price(input=1.1, cached_input=0.275, output=4.4),
-    "anthropic:claude-sonnet-4-0": Price(input=3.0, cached_input=0.3, output=15.0),
-    "anthropic:claude-3-5-haiku-latest": Price(input=0.8, cached_input=0.08, output=4.0),
+    "anthropic:claude-sonnet-4-0": Price(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0),
+    "anthropic:claude-3-5-haiku-latest": Price(input=0.8, cached_input=0.08, cache_write=1.0, output=4.0),
     "gemini:gemini-2.5-pro": Price(input=1.25, cached_input=0.31, output=10.0),
     "gemini:gemini-2.5-flash": Price(input=0.3, cached_input=0.075, output=2.5),
 }

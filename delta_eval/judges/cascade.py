@@ -28,7 +28,7 @@ from delta_eval.judges.base import (
 from delta_eval.judges.deterministic import deterministic_equivalence
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions
 from delta_eval.pricing import Spend
-from delta_eval.schema import ErrorRecord, Judgement, Outcome, Replay, ReplayPoint, Usage, Verdict
+from delta_eval.schema import ErrorRecord, Judgement, Outcome, Replay, ReplayPoint, Verdict
 
 __all__ = ["Decision", "JudgeCascade", "candidate_is_a"]
 
@@ -72,48 +72,38 @@ class _Judging:
     def view(self, cand_a: bool) -> PairView:
         return self.shown if cand_a == self.cand_a else self.shown.swapped()
 
-    def record(
-        self, stage: Literal["equivalence", "judge"], judge: str, cand_a: bool, result: Any, **fields: Any
-    ) -> None:
-        self.spend.add(result.usage, cost_usd=result.cost_usd, latency_ms=result.latency_ms)
+    def _add(self, stage: Literal["equivalence", "judge"], judge: str, cand_a: bool, **fields: Any) -> None:
         p = self.point
-        self.judgements.append(
-            Judgement(
-                pair_id=p.pair_id,
-                conversation_id=p.conversation_id,
-                turn_index=p.turn_index,
-                stage=stage,
-                judge=judge,
-                candidate_position="A" if cand_a else "B",
-                confidence=result.confidence,
-                reasoning=result.reasoning,
-                raw=result.raw,
-                usage=result.usage,
-                cost_usd=result.cost_usd,
-                latency_ms=result.latency_ms,
-                **fields,
-            )
+        row = Judgement(
+            pair_id=p.pair_id,
+            conversation_id=p.conversation_id,
+            turn_index=p.turn_index,
+            stage=stage,
+            judge=judge,
+            candidate_position="A" if cand_a else "B",
+            **fields,
         )
+        # What judging the pair cost is the sum of its calls, counted here and only here.
+        self.spend.add(row.usage, cost_usd=row.cost_usd, latency_ms=row.latency_ms)
+        self.judgements.append(row)
+
+    def record(
+        self,
+        stage: Literal["equivalence", "judge"],
+        judge: str,
+        cand_a: bool,
+        result: EquivalenceResult | PairwiseResult,
+        **fields: Any,
+    ) -> None:
+        said = result.model_dump(include={"confidence", "reasoning", "raw", "usage", "cost_usd", "latency_ms"})
+        self._add(stage, judge, cand_a, **said, **fields)
 
     def failed(
         self, stage: Literal["equivalence", "judge"], judge: str, cand_a: bool, exc: Exception, message: str
     ) -> None:
         # A failed call is still a call: its row says so, and its unknown cost makes the pair's cost unknown.
-        self.spend.add(Usage(), cost_usd=None)
+        self._add(stage, judge, cand_a, answer="error", cost_usd=None, error=f"{type(exc).__name__}: {exc}")
         p = self.point
-        self.judgements.append(
-            Judgement(
-                pair_id=p.pair_id,
-                conversation_id=p.conversation_id,
-                turn_index=p.turn_index,
-                stage=stage,
-                judge=judge,
-                candidate_position="A" if cand_a else "B",
-                answer="error",
-                cost_usd=None,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-        )
         self.errors.append(
             ErrorRecord.from_exception(
                 exc, "judge", message=message, record=p.pair_id, conversation_id=p.conversation_id, pair_id=p.pair_id
