@@ -4,7 +4,7 @@ The data is read through the library's own importer, as a user's production expo
 ``simulated:`` model with a little rewording (sampling noise); the candidate gets a reworded system prompt and a
 simulated model that rewords more, sometimes skips or changes a tool call, and now and then answers 429 or 500, so
 that it really differs from the baseline and the retry path is exercised. The stage 2 and stage 3 judges are the
-rule-based simulated ones. Nothing here calls a real provider.
+rule-based ones (``rule:``). Nothing here calls a real provider.
 """
 
 from __future__ import annotations
