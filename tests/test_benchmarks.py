@@ -31,3 +31,19 @@ def test_throughput_benchmark_measures_the_same_pairs_both_ways(tmp_path: Path) 
     assert pipeline["pairs"] == bare["pairs"] > 0
     assert pipeline["seconds"] > 0
     assert bare["rss_mb"] > 0
+
+
+@pytest.mark.slow
+def test_cache_key_benchmark_compares_the_same_requests(capsys: pytest.CaptureFixture[str]) -> None:
+    cache_key = load("cache_key")
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["cache_key.py", "--conversations", "2", "--repeats", "1"]
+    try:
+        cache_key.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    for name in ("cache_key", "plain json", "sorted dict"):
+        assert name in out
