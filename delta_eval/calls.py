@@ -108,6 +108,9 @@ class GenerateParams(_Frozen):
     """Sampling and output parameters, in provider-neutral terms; ``extra`` passes provider-specific ones through.
 
     ``None`` means "the provider's default". ``max_tokens`` bounds everything generated, reasoning included.
+    ``reasoning_budget`` is a thinking budget in tokens for providers that take one (Gemini, Anthropic); where a
+    provider takes only an effort, or only a budget, the adapter maps one to the other. ``stream`` streams the call
+    (and records the time to the first token). ``extra`` goes into the provider's request body as given.
     """
 
     temperature: float | None = None
@@ -116,9 +119,11 @@ class GenerateParams(_Frozen):
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     reasoning_effort: ReasoningEffort | None = None
+    reasoning_budget: int | None = Field(default=None, ge=0)
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    stream: bool | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -154,11 +159,13 @@ class ModelResponse(_Frozen):
     """A canonical response: the assistant message, why it stopped, normalised usage and timing.
 
     ``served_model`` is the model the provider says answered (it may differ from the one asked for, e.g. a dated
-    snapshot); ``request_id`` is the provider's id of the call, for support tickets and logs.
+    snapshot); ``request_id`` is the provider's id of the call, for support tickets and logs; ``provider_finish_reason``
+    is the provider's own word for why it stopped (``end_turn``, ``MAX_TOKENS``, ...), mapped to ``finish_reason``.
     """
 
     message: Message
     finish_reason: FinishReason = "stop"
+    provider_finish_reason: str | None = None
     usage: Usage = Usage()
     latency_ms: float = 0.0
     ttft_ms: float | None = None

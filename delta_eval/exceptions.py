@@ -11,8 +11,10 @@ The tree::
     └── ProviderError            a model call failed; ``retryable`` says whether trying again may help
         ├── RateLimitError       429 / quota: retry after ``retry_after`` seconds if the provider said so
         ├── TransientError       5xx, timeouts, dropped connections: retry with backoff
-        ├── AuthenticationError  bad or missing credentials: never retried
+        ├── AuthenticationError  bad or missing credentials, or no permission: never retried
         └── BadRequestError      the provider rejected the request itself: never retried
+            ├── ContextLengthError   the prompt does not fit the model's context window
+            └── ContentFilterError   the provider's content filter blocked the prompt
 
 Per-record and per-call errors do not stop a run: they become rows of the run's ``errors`` table. Messages never
 contain credentials.
@@ -24,6 +26,8 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ConfigError",
+    "ContentFilterError",
+    "ContextLengthError",
     "DeltaEvalError",
     "JudgeError",
     "ProviderError",
@@ -116,3 +120,11 @@ class AuthenticationError(ProviderError):
 
 class BadRequestError(ProviderError):
     """The provider rejected the request itself (invalid parameters, context too long, ...). Never retried."""
+
+
+class ContextLengthError(BadRequestError):
+    """The prompt (context, tools and output budget) does not fit the model's context window."""
+
+
+class ContentFilterError(BadRequestError):
+    """The provider's content filter refused the prompt."""

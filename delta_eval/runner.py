@@ -116,5 +116,6 @@ async def execute(
             pairs_decided=p.decided,
             calls=pool.stats(),
             read=p.sampling_counts(),
+            notes=pool.notes(),
         )
     return manifest

@@ -96,8 +96,9 @@ class ReasoningState(_Frozen):
     """Reasoning state a provider returned with an assistant message, kept opaque and sent back unchanged.
 
     Thinking models need it to continue a turn across tool rounds (Anthropic's signed ``thinking`` blocks, Gemini's
-    ``thoughtSignature``, the Responses API's ``reasoning`` items). Only adapters of ``provider`` read ``data``; any
-    other provider never sees it. ``summary`` is a readable summary of the reasoning where the provider gives one.
+    ``thoughtSignature``, the Responses API's ``reasoning`` items). Only adapters of ``provider`` read ``data``, and
+    only for ``model`` (signatures do not transfer between models); any other call drops it. ``summary`` is a
+    readable summary of the reasoning where the provider gives one.
 
     Example:
         >>> ReasoningState(provider="gemini", data={"thought_signature": "CiQB"}).provider
@@ -105,6 +106,7 @@ class ReasoningState(_Frozen):
     """
 
     provider: str
+    model: str = ""
     data: Any = None
     summary: str | None = None
 
@@ -153,18 +155,24 @@ class ToolResult(_Frozen):
 
 
 class Step(_Frozen):
-    """One round of an assistant turn: what the assistant said and called, and what its calls returned."""
+    """One round of an assistant turn: what the assistant said and called, and what its calls returned.
+
+    ``reasoning`` is the provider's summary of the model's reasoning in that round, where it gives one.
+    """
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
+    reasoning: str | None = None
 
 
 class TurnOutput(_Frozen):
-    """What the assistant did in one turn: tool-call rounds, then the final text (if it got that far)."""
+    """What the assistant did in one turn: tool-call rounds, then the final text (if it got that far), with the
+    reasoning summary of that last answer where the provider gives one."""
 
     steps: tuple[Step, ...] = ()
     final_text: str | None = None
+    final_reasoning: str | None = None
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
@@ -286,6 +294,7 @@ class Replay(_Frozen):
     model: str
     output: TurnOutput
     finish_reason: str
+    provider_finish_reason: str | None = None
     hit_tool_cap: bool = False
     usage: Usage = Usage()
     cost_usd: float | None = None

@@ -35,6 +35,13 @@ class ModelAdapter(ABC):
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        """Say something a user should know about this model's calls once per run (a parameter the model does not
+        take and was dropped, a tool schema simplified for the provider, ...); it goes into the run's manifest."""
+        if text not in self.notes:
+            self.notes.append(text)
 
     @abstractmethod
     async def generate(self, request: ModelRequest) -> ModelResponse:

@@ -85,6 +85,10 @@ class ModelPool:
         """Every adapter built so far."""
         return [client.adapter for _, _, client in self._clients]
 
+    def notes(self) -> list[str]:
+        """What the adapters said once about their calls, each prefixed with its model."""
+        return [f"{client.model}: {text}" for _, _, client in self._clients for text in client.adapter.notes]
+
     def stats(self) -> dict[str, CallStats]:
         """Call counters per client, by model id (with a label where one model has several clients)."""
         return {name: client.stats for name, client in self._names.items()}

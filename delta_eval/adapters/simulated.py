@@ -11,6 +11,10 @@ from a simulated baseline:
 - ``change_args_rate``: it makes the recorded call with one argument changed.
 - ``latency_ms`` / ``latency_sigma``: each call sleeps for a log-normal time with that median.
 - ``rate_limit_rate`` / ``server_error_rate``: a call fails with a 429 (with Retry-After) or a 500.
+- ``dropped_stream_rate``: a call's stream ends before its last event (a retryable failure).
+- ``context_window``: a request of more prompt tokens than this fails as too long for the context (not retryable).
+- ``cached_fraction`` / ``reasoning_tokens``: the share of prompt tokens reported as read from the provider's
+  prompt cache, and the reasoning tokens reported per call (the fake provider servers also think aloud then).
 
 Where the context matches no recording (the replay diverged), it writes a short generic reply that claims nothing.
 Every choice is drawn from a hash of (seed, model id, request), so the same request always gets the same answer;
@@ -34,7 +38,8 @@ import random
 import re
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -43,11 +48,11 @@ from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import ModelRequest, ModelResponse
-from delta_eval.exceptions import ConfigError, RateLimitError, TransientError
+from delta_eval.exceptions import BadRequestError, ConfigError, RateLimitError, TransientError
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Message, ToolCall, Usage
 
-__all__ = ["SimulatedAdapter", "SimulatedBehaviour", "create", "reword"]
+__all__ = ["Failure", "SimulatedAdapter", "SimulatedBehaviour", "SimulatedCall", "create", "reword"]
 
 _Rate = Field(default=0.0, ge=0.0, le=1.0)
 
@@ -62,10 +67,29 @@ class SimulatedBehaviour(BaseModel):
     change_args_rate: float = _Rate
     rate_limit_rate: float = _Rate
     server_error_rate: float = _Rate
+    dropped_stream_rate: float = _Rate
     retry_after_s: float = Field(default=0.0, ge=0.0)
     latency_ms: float = Field(default=0.0, ge=0.0)
     latency_sigma: float = Field(default=0.5, ge=0.0)
+    context_window: int | None = Field(default=None, ge=1)
+    cached_fraction: float = _Rate
+    reasoning_tokens: int = Field(default=0, ge=0)
     seed: int = 0
+
+
+Failure = Literal["rate_limit", "server_error", "dropped_stream", "context_length"]
+
+
+@dataclass(frozen=True)
+class SimulatedCall:
+    """What the simulated model does with one attempt of a request: how long it takes, whether and how it fails,
+    and otherwise what it answers and the usage it reports. The ``simulated:`` adapter and the fake provider
+    servers of :mod:`delta_eval.testing` act on the same draw, so they behave alike."""
+
+    latency_s: float
+    failure: Failure | None
+    message: Message
+    usage: Usage
 
 
 _SYNONYMS = [
@@ -180,28 +204,55 @@ class SimulatedAdapter(ModelAdapter):
             )
         return "Could you tell me a little more about what you need, so I can help?"
 
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        """Answer after the simulated latency, or fail as the behaviour says."""
+    def draw(self, request: ModelRequest) -> SimulatedCall:
+        """One attempt at ``request``: seeded by the request and the attempt number, so a retry can succeed."""
         b = self.behaviour
         key = request.cache_key()
         self._attempts[key] += 1
         rng = self._rng(key, "attempt", self._attempts[key])
-        if b.latency_ms > 0:
-            await anyio.sleep(rng.lognormvariate(math.log(b.latency_ms), b.latency_sigma) / 1000)
-        draw = rng.random()
-        if draw < b.rate_limit_rate:
-            raise RateLimitError(
-                "simulated 429: rate limit reached", model=self.model, status=429, retry_after=b.retry_after_s
-            )
-        if draw < b.rate_limit_rate + b.server_error_rate:
-            raise TransientError("simulated 500: internal server error", model=self.model, status=500)
-        message = self.respond(request, key)
+        latency = rng.lognormvariate(math.log(b.latency_ms), b.latency_sigma) / 1000 if b.latency_ms > 0 else 0.0
         prompt_chars = sum(len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages)
+        prompt = _tokens(prompt_chars)
+        failure: Failure | None = None
+        draw = rng.random()
+        if b.context_window is not None and prompt > b.context_window:
+            failure = "context_length"
+        elif draw < b.rate_limit_rate:
+            failure = "rate_limit"
+        elif draw < b.rate_limit_rate + b.server_error_rate:
+            failure = "server_error"
+        elif draw < b.rate_limit_rate + b.server_error_rate + b.dropped_stream_rate:
+            failure = "dropped_stream"
+        message = self.respond(request, key)
         out_chars = len(message.content or "") + sum(len(c.arguments) + len(c.name) for c in message.tool_calls)
+        usage = Usage(
+            input_tokens=prompt,
+            cached_input_tokens=math.floor(prompt * b.cached_fraction),
+            output_tokens=_tokens(out_chars) + b.reasoning_tokens,
+            reasoning_tokens=b.reasoning_tokens,
+        )
+        return SimulatedCall(latency, failure, message, usage)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Answer after the simulated latency, or fail as the behaviour says."""
+        call = self.draw(request)
+        if call.latency_s:
+            await anyio.sleep(call.latency_s)
+        if call.failure == "rate_limit":
+            retry_after = self.behaviour.retry_after_s
+            raise RateLimitError(
+                "simulated 429: rate limit reached", model=self.model, status=429, retry_after=retry_after
+            )
+        if call.failure in ("server_error", "dropped_stream"):
+            raise TransientError(f"simulated {call.failure.replace('_', ' ')}", model=self.model, status=500)
+        if call.failure == "context_length":
+            raise BadRequestError(
+                "simulated 400: the prompt is longer than the context window", model=self.model, status=400
+            )
         return ModelResponse(
-            message=message,
-            finish_reason="tool_calls" if message.tool_calls else "stop",
-            usage=Usage(input_tokens=_tokens(prompt_chars), output_tokens=_tokens(out_chars)),
+            message=call.message,
+            finish_reason="tool_calls" if call.message.tool_calls else "stop",
+            usage=call.usage,
             served_model=self.model,
         )
 

@@ -128,6 +128,8 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
                 f"  session {k}: {s.status:11s} resumed {s.resumed_pairs} pairs, "
                 f"{s.cached_responses_at_start} responses already cached, {said}"
             )
+    for k, note in enumerate(m.notes):
+        lines.append(("notes          " if k == 0 else "               ") + note)
     if errors:
         lines.append("errors         " + ", ".join(f"{stage} {n}" for stage, n in errors) + "  (see the errors table)")
     else:

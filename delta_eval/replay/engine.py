@@ -82,6 +82,8 @@ class Replayer:
         served: str | None = None
         request_ids: list[str] = []
         final_text: str | None = None
+        final_reasoning: str | None = None
+        provider_finish: str | None = None
         finish = "stop"
         hit_cap = False
         request: ModelRequest | None = None
@@ -94,8 +96,9 @@ class Replayer:
                 side=side,
                 variant=self.variant.name,
                 model=self.variant.model,
-                output=TurnOutput(steps=tuple(steps), final_text=final_text),
+                output=TurnOutput(steps=tuple(steps), final_text=final_text, final_reasoning=final_reasoning),
                 finish_reason="error" if error is not None else finish,
+                provider_finish_reason=provider_finish,
                 hit_tool_cap=hit_cap,
                 usage=spend.usage,
                 cost_usd=spend.cost_usd,
@@ -149,12 +152,14 @@ class Replayer:
             if response.request_id:
                 request_ids.append(response.request_id)
             reply = response.message
+            summary = reply.reasoning.summary if reply.reasoning is not None else None
+            provider_finish = response.provider_finish_reason
             if not reply.tool_calls:
-                final_text = reply.content
+                final_text, final_reasoning = reply.content, summary
                 finish = response.finish_reason
                 break
             if round_no == self.max_tool_rounds:
-                steps.append(Step(text=reply.content, tool_calls=reply.tool_calls))
+                steps.append(Step(text=reply.content, tool_calls=reply.tool_calls, reasoning=summary))
                 hit_cap = True
                 finish = "tool_cap"
                 break
@@ -173,7 +178,9 @@ class Replayer:
                 diverged = diverged or res.source != "recorded"
                 previous.append(call)
                 results.append(res)
-            steps.append(Step(text=reply.content, tool_calls=reply.tool_calls, tool_results=tuple(results)))
+            steps.append(
+                Step(text=reply.content, tool_calls=reply.tool_calls, tool_results=tuple(results), reasoning=summary)
+            )
             # The reply goes back as it came, reasoning state included: thinking models need it across tool rounds.
             messages.append(reply)
             messages.extend(

@@ -137,6 +137,7 @@ class RunManifest(_Model):
     ended_at: str | None = None
     sessions: list[Session] = Field(default_factory=list)
     counts: RunCounts = Field(default_factory=RunCounts)
+    notes: list[str] = Field(default_factory=list)
 
     def begin_session(self, *, resumed_pairs: int, cached_responses: int) -> Session:
         """Mark sessions that never recorded their end as killed, and start a new one."""
@@ -157,6 +158,7 @@ class RunManifest(_Model):
         calls: dict[str, CallStats],
         cache: CacheStats | None,
         counts: RunCounts,
+        notes: list[str] | None = None,
     ) -> None:
         """Record how the current session ended and the run's counts; ``counts.calls`` becomes the total of every
         session's calls."""
@@ -174,3 +176,4 @@ class RunManifest(_Model):
         self.status = status
         self.ended_at = session.ended_at
         self.counts = counts.model_copy(update={"calls": total})
+        self.notes.extend(n for n in notes or () if n not in self.notes)

@@ -93,9 +93,10 @@ class FolderSession:
         pairs_decided: int,
         calls: dict[str, CallStats],
         read: dict[str, int],
+        notes: list[str] | None = None,
     ) -> RunManifest:
         """End the session: count what the folder holds (with ``read``, what reading and sampling found), record
-        the session's calls and cache use, write the manifest, close the cache."""
+        the session's calls, cache use and the adapters' notes, write the manifest, close the cache."""
         counts = RunCounts.tally(
             self.folder.read("verdicts", ["stage", "outcome", "conversation_id"]),
             self.folder.read("errors", ["stage"]),
@@ -103,7 +104,7 @@ class FolderSession:
         )
         cache = CacheStats(hits=self.cache.hits, misses=self.cache.misses, writes=self.cache.writes)
         self.manifest.end_session(
-            status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts
+            status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts, notes=notes
         )
         self.folder.write_manifest(self.manifest)
         self.cache.close()

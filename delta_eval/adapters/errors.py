@@ -1,0 +1,115 @@
+"""From a provider's failure to the :class:`~delta_eval.exceptions.ProviderError` class that says whether to retry.
+
+Every adapter turns its SDK's exceptions into these through :func:`status_error` (an HTTP status with the
+provider's message and headers) or :func:`connection_error` (no response at all), so the retry rules are written
+once: 408, 409, 429 and 5xx (Anthropic's 529 included) and lost connections are retried; 400, 401, 403, 404 and
+422 are not; a ``x-should-retry`` header, where a provider sends one, overrides the status. The wait a provider asks
+for comes from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date).
+
+Messages are the provider's own, with any credential the adapter holds replaced by ``***``.
+
+Example:
+    >>> err = status_error(429, "slow down", model="openai:gpt-4o", headers={"retry-after-ms": "1500"})
+    >>> type(err).__name__, err.retryable, err.retry_after
+    ('RateLimitError', True, 1.5)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+from delta_eval.exceptions import (
+    AuthenticationError,
+    BadRequestError,
+    ContentFilterError,
+    ContextLengthError,
+    ProviderError,
+    RateLimitError,
+    TransientError,
+)
+
+__all__ = ["connection_error", "retry_after", "scrub", "status_error"]
+
+_CONTEXT = re.compile(r"context[_ ]length|context window|too many tokens|prompt is too long|maximum context", re.I)
+_FILTER = re.compile(r"content[_ ]filter|content management policy|responsible ai|safety", re.I)
+
+
+def scrub(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every non-empty secret in it replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` first, then ``retry-after``), if it said.
+
+    Example:
+        >>> retry_after({"retry-after": "7"}), retry_after({"retry-after-ms": "250"}), retry_after({})
+        (7.0, 0.25, None)
+    """
+    if not headers:
+        return None
+    lower = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lower:
+        try:
+            return max(0.0, float(lower["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    value = lower.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def status_error(
+    status: int,
+    message: str,
+    *,
+    model: str,
+    headers: Mapping[str, str] | None = None,
+    code: str | None = None,
+    secrets: Iterable[str | None] = (),
+) -> ProviderError:
+    """The error for an HTTP ``status`` answer; ``code`` is the provider's error code or type when it gave one."""
+    text = scrub(f"HTTP {status}: {message}", secrets)
+    wait = retry_after(headers)
+    should_retry = {k.lower(): v for k, v in (headers or {}).items()}.get("x-should-retry")
+    described = f"{code or ''} {message}"
+    kind: type[ProviderError]
+    if status == 429:
+        kind = RateLimitError
+    elif status in (408, 409) or status >= 500:
+        kind = TransientError
+    elif status in (401, 403):
+        kind = AuthenticationError
+    elif _CONTEXT.search(described):
+        kind = ContextLengthError
+    elif status == 400 and _FILTER.search(described):
+        kind = ContentFilterError
+    elif 400 <= status < 500:
+        kind = BadRequestError
+    else:
+        kind = ProviderError
+    if should_retry == "true" and not kind.retryable:
+        kind = TransientError
+    elif should_retry == "false" and kind.retryable:
+        kind = ProviderError
+    return kind(text, model=model, status=status, retry_after=wait)
+
+
+def connection_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = ()) -> TransientError:
+    """The error for a call that got no response (refused, reset, timed out): always worth another try."""
+    return TransientError(scrub(f"no response: {type(exc).__name__}: {exc}", secrets), model=model)

@@ -1,0 +1,171 @@
+"""What every fake provider server shares: a request in the provider's wire format is decoded into the canonical
+form, the simulated model answers it (or fails as its behaviour says), and the answer goes back in the wire format.
+
+The simulated model is :class:`~delta_eval.adapters.simulated.SimulatedAdapter`: it answers from recorded
+conversations, and its seeded behaviours (rewording, skipped or changed tool calls, latency, 429 with Retry-After,
+500, dropped streams, context-length errors) are drawn exactly as for the ``simulated:`` model. Behaviours may
+differ per model name, so one server can stand in for a baseline and a candidate model.
+
+A model "thinks" when its behaviour reports reasoning tokens: the server then attaches the provider's reasoning
+state (a Gemini thought signature, an Anthropic signed thinking block, a Responses reasoning item) and, like the real
+provider, rejects a later request of the same turn that does not send it back unmodified.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from delta_eval.adapters.recordings import RecordingIndex
+from delta_eval.adapters.simulated import Failure, SimulatedAdapter, SimulatedBehaviour
+from delta_eval.calls import FinishReason, ModelRequest
+from delta_eval.schema import Conversation, Message, Usage
+from delta_eval.testing.servers.http import FakeHTTPServer, JSONReply, Reply, Request, StreamReply
+
+__all__ = ["Answer", "FakeProviderServer", "WireError", "sign"]
+
+Responder = Callable[[ModelRequest], Message]
+
+
+class WireError(Exception):
+    """A request the real provider would reject with a 400 (the message says why)."""
+
+
+def sign(*parts: str) -> str:
+    """A signature the fake server can check later: base64 of a SHA-256 over ``parts`` and a server secret."""
+    digest = hashlib.sha256("\x00".join(("fake-provider-secret", *parts)).encode()).digest()
+    return base64.b64encode(digest[:24]).decode()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the fake model answers one request with, before it is written in the wire format."""
+
+    model: str
+    message: Message
+    usage: Usage
+    finish: FinishReason
+    thinking: bool
+    response_id: str
+
+
+class FakeProviderServer(FakeHTTPServer):
+    """Base of the fake provider servers.
+
+    - ``recordings``: the conversations the model answers from (conversations or a ready index);
+    - ``behaviour``: one :class:`~delta_eval.adapters.simulated.SimulatedBehaviour` for every model, or a mapping
+      from model name to behaviour (``"*"`` for the rest);
+    - ``respond``: instead of the recordings, a function from the canonical request to the answer message.
+    """
+
+    def __init__(
+        self,
+        recordings: RecordingIndex | Iterable[Conversation] | None = None,
+        behaviour: SimulatedBehaviour | Mapping[str, SimulatedBehaviour] | None = None,
+        respond: Responder | None = None,
+    ) -> None:
+        super().__init__()
+        if recordings is None or isinstance(recordings, RecordingIndex):
+            self.recordings = recordings if recordings is not None else RecordingIndex()
+        else:
+            self.recordings = RecordingIndex()
+            self.recordings.add(recordings)
+        self.behaviours = (
+            dict(behaviour) if isinstance(behaviour, Mapping) else {"*": behaviour or SimulatedBehaviour()}
+        )
+        self.respond = respond
+        self._models: dict[str, SimulatedAdapter] = {}
+        self._ids = itertools.count(1)
+
+    def model(self, name: str) -> SimulatedAdapter:
+        """The simulated model that answers as ``name``."""
+        if name not in self._models:
+            behaviour = self.behaviours.get(name, self.behaviours.get("*", SimulatedBehaviour()))
+            self._models[name] = SimulatedAdapter(name, behaviour, self.recordings)
+        return self._models[name]
+
+    # -- what each provider's server defines ----------------------------------------------------------------
+
+    @abstractmethod
+    def route(self, request: Request) -> tuple[str, bool] | None:
+        """The model named by ``request`` and whether it asks for a stream; ``None`` when no endpoint matches."""
+
+    @abstractmethod
+    def decode(self, request: Request, model: str) -> ModelRequest:
+        """The canonical request; :class:`WireError` where the provider would answer 400."""
+
+    @abstractmethod
+    def encode(self, answer: Answer) -> JSONReply:
+        """The answer as the provider's JSON response."""
+
+    @abstractmethod
+    def encode_stream(self, answer: Answer) -> list[bytes]:
+        """The answer as the provider's stream of server-sent events, ending with its terminal event."""
+
+    @abstractmethod
+    def error(self, status: int, kind: str, message: str) -> JSONReply:
+        """An error response in the provider's shape. ``kind`` is ``rate_limit``, ``server``, ``bad_request``,
+        ``context_length`` or ``not_found``."""
+
+    # -- the shared flow ------------------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Reply:
+        routed = self.route(request)
+        if routed is None:
+            return self.error(404, "not_found", f"no endpoint {request.method} {request.path}")
+        name, stream = routed
+        try:
+            canonical = self.decode(request, name)
+        except WireError as exc:
+            return self.error(400, "bad_request", str(exc))
+        model = self.model(name)
+        call = model.draw(canonical)
+        message = self.respond(canonical) if self.respond is not None else call.message
+        reply = self._failure(call.failure, model.behaviour)
+        if reply is not None:
+            reply.delay_s = call.latency_s
+            return reply
+        answer = Answer(
+            model=name,
+            message=message,
+            usage=call.usage,
+            finish="tool_calls" if message.tool_calls else "stop",
+            thinking=model.behaviour.reasoning_tokens > 0,
+            response_id=f"{next(self._ids):06d}",
+        )
+        if not stream:
+            json_reply = self.encode(answer)
+            json_reply.delay_s = call.latency_s
+            return json_reply
+        events = self.encode_stream(answer)
+        if call.failure == "dropped_stream":
+            # Cut before the terminal event, as a dropped connection would.
+            return StreamReply(events[: max(1, len(events) // 2)], first_delay_s=call.latency_s, drop=True)
+        return StreamReply(events, first_delay_s=call.latency_s)
+
+    def _failure(self, failure: Failure | None, behaviour: SimulatedBehaviour) -> JSONReply | None:
+        if failure == "rate_limit":
+            reply = self.error(429, "rate_limit", "Rate limit reached for requests. Please try again later.")
+            wait = behaviour.retry_after_s
+            reply.headers.update({"retry-after-ms": str(round(wait * 1000)), "retry-after": str(max(1, round(wait)))})
+            return reply
+        if failure == "server_error":
+            return self.error(500, "server", "The server had an error while processing your request.")
+        if failure == "context_length":
+            return self.error(
+                400,
+                "context_length",
+                f"This model's maximum context length is {behaviour.context_window} tokens; your messages are longer.",
+            )
+        return None
+
+
+def sse(data: object, event: str | None = None) -> bytes:
+    """One server-sent event, ``data:`` followed by a space (Gemini's SDK needs it), then a blank line."""
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data)}\n\n".encode()
