@@ -21,6 +21,13 @@ def _forget_registered_adapters() -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No provider key in the environment, whatever the machine has."""
+    for name in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def tau_source() -> de.ConversationSource:
     return de.demo.demo_conversations()

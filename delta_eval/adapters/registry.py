@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from delta_eval.exceptions import ConfigError
 __all__ = [
     "AdapterContext",
     "AdapterFactory",
+    "check_available",
     "create_adapter",
     "known_prefixes",
     "register_adapter",
@@ -47,9 +49,22 @@ class AdapterContext:
 
 AdapterFactory = Callable[[str, Mapping[str, Any], AdapterContext], ModelAdapter]
 
-# prefix -> "module:factory"; imported on first use
-_BUILTIN: dict[str, str] = {
-    "simulated": "delta_eval.adapters.simulated:create",
+
+@dataclass(frozen=True)
+class _Builtin:
+    factory: str  # "module:function", imported on first use
+    sdk: str | None = None  # the provider SDK's import name
+    extra: str | None = None  # the pip extra that installs it
+
+
+_BUILTIN: dict[str, _Builtin] = {
+    "simulated": _Builtin("delta_eval.adapters.simulated:create"),
+    "openai": _Builtin("delta_eval.adapters.openai_chat:create", "openai", "openai"),
+    "openai-responses": _Builtin("delta_eval.adapters.openai_responses:create", "openai", "openai"),
+    "azure": _Builtin("delta_eval.adapters.azure:create_chat", "openai", "openai"),
+    "azure-responses": _Builtin("delta_eval.adapters.azure:create_responses", "openai", "openai"),
+    "anthropic": _Builtin("delta_eval.adapters.anthropic:create", "anthropic", "anthropic"),
+    "gemini": _Builtin("delta_eval.adapters.gemini:create", "google.genai", "gemini"),
 }
 _registered: dict[str, AdapterFactory] = {}
 
@@ -93,11 +108,48 @@ def known_prefixes() -> list[str]:
     return sorted({*_BUILTIN, *_registered, *_plugins()})
 
 
+def _missing_sdk(prefix: str) -> ConfigError | None:
+    builtin = _BUILTIN.get(prefix)
+    if builtin is None or builtin.sdk is None or prefix in _registered:
+        return None
+    try:
+        found = importlib.util.find_spec(builtin.sdk) is not None
+    except ModuleNotFoundError:  # a parent package (google) is missing too
+        found = False
+    if found:
+        return None
+    return ConfigError(
+        f"{prefix}: models need the {builtin.sdk.split('.')[0]!r} package, which is not installed; "
+        f"pip install 'delta-eval[{builtin.extra}]'"
+    )
+
+
+def check_available(model: str) -> None:
+    """Raise :class:`~delta_eval.exceptions.ConfigError` now, before any run starts, when ``model``'s prefix is
+    unknown or its provider SDK is not installed (the message gives the ``pip install`` to type)."""
+    prefix, name = split_model_id(model)
+    if not prefix or not name:
+        raise ConfigError(
+            f"model {model!r} needs a provider prefix, as in 'openai:gpt-4.1-mini'; known prefixes: "
+            + ", ".join(known_prefixes())
+        )
+    if prefix not in known_prefixes():
+        raise ConfigError(
+            f"unknown model prefix {prefix!r} in {model!r}; known prefixes: {', '.join(known_prefixes())}"
+        )
+    missing = _missing_sdk(prefix)
+    if missing is not None:
+        raise missing
+
+
 def _factory(prefix: str) -> AdapterFactory | None:
     if prefix in _registered:
         return _registered[prefix]
     if prefix in _BUILTIN:
-        module_name, _, attr = _BUILTIN[prefix].partition(":")
+        missing = _missing_sdk(prefix)
+        if missing is not None:
+            raise missing
+        module_name, _, attr = _BUILTIN[prefix].factory.partition(":")
         factory: AdapterFactory = getattr(importlib.import_module(module_name), attr)
         return factory
     plugin = _plugins().get(prefix)
@@ -111,15 +163,7 @@ def create_adapter(
     model: str, options: Mapping[str, Any] | None = None, context: AdapterContext | None = None
 ) -> ModelAdapter:
     """The adapter for ``model`` (``"prefix:name"``), built with provider ``options``."""
-    prefix, name = split_model_id(model)
-    if not prefix or not name:
-        raise ConfigError(
-            f"model {model!r} needs a provider prefix, as in 'simulated:baseline'; known prefixes: "
-            + ", ".join(known_prefixes())
-        )
-    factory = _factory(prefix)
-    if factory is None:
-        raise ConfigError(
-            f"unknown model prefix {prefix!r} in {model!r}; known prefixes: {', '.join(known_prefixes())}"
-        )
+    check_available(model)
+    factory = _factory(split_model_id(model)[0])
+    assert factory is not None  # check_available knows the prefix
     return factory(model, dict(options or {}), context or AdapterContext())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import threading
 from collections import deque
@@ -38,13 +39,19 @@ SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api
 
 @dataclass(frozen=True)
 class Request:
-    """One request as the server received it (credential headers redacted)."""
+    """One request as the server received it. Credential headers read ``<redacted>``; ``credentials`` keeps only a
+    SHA-256 of each, so a server can check a key without the log ever holding one."""
 
     method: str
     path: str
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes
+    credentials: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def presented(self, header: str, value: str) -> bool:
+        """Whether credential ``header`` was sent with exactly ``value``."""
+        return self.credentials.get(header.lower()) == hashlib.sha256(value.encode()).hexdigest()
 
     def json(self) -> Any:
         """The body parsed as JSON (``None`` when empty)."""
@@ -197,8 +204,9 @@ class FakeHTTPServer:
             pass
         finally:
             self._connections.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
+            writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer.wait_closed()
 
     @staticmethod
     async def _read(conn: h11.Connection, reader: asyncio.StreamReader) -> Request | None:
@@ -216,11 +224,16 @@ class FakeHTTPServer:
                 assert head is not None
                 target = urlsplit(head.target.decode("latin-1"))
                 headers: dict[str, str] = {}
+                credentials: dict[str, str] = {}
                 for name, value in head.headers:
                     key = name.decode("latin-1").lower()
-                    headers[key] = "<redacted>" if key in SECRET_HEADERS else value.decode("latin-1")
+                    if key in SECRET_HEADERS:
+                        headers[key] = "<redacted>"
+                        credentials[key] = hashlib.sha256(value).hexdigest()
+                    else:
+                        headers[key] = value.decode("latin-1")
                 query = {k: v[-1] for k, v in parse_qs(target.query).items()}
-                return Request(head.method.decode(), target.path, query, headers, bytes(body))
+                return Request(head.method.decode(), target.path, query, headers, bytes(body), credentials)
             else:  # ConnectionClosed, or PAUSED after a response the client never read
                 return None
 

@@ -27,7 +27,7 @@ from delta_eval.calls import FinishReason, ModelRequest
 from delta_eval.schema import Conversation, Message, Usage
 from delta_eval.testing.servers.http import FakeHTTPServer, JSONReply, Reply, Request, StreamReply
 
-__all__ = ["Answer", "FakeProviderServer", "WireError", "sign"]
+__all__ = ["Answer", "FakeProviderServer", "Route", "WireError", "sign", "sse"]
 
 Responder = Callable[[ModelRequest], Message]
 
@@ -43,9 +43,19 @@ def sign(*parts: str) -> str:
 
 
 @dataclass(frozen=True)
+class Route:
+    """Where a request goes: the model it names, whether it asks for a stream, and which of the server's APIs."""
+
+    model: str
+    stream: bool = False
+    api: str = ""
+
+
+@dataclass(frozen=True)
 class Answer:
     """What the fake model answers one request with, before it is written in the wire format."""
 
+    route: Route
     model: str
     message: Message
     usage: Usage
@@ -92,11 +102,11 @@ class FakeProviderServer(FakeHTTPServer):
     # -- what each provider's server defines ----------------------------------------------------------------
 
     @abstractmethod
-    def route(self, request: Request) -> tuple[str, bool] | None:
-        """The model named by ``request`` and whether it asks for a stream; ``None`` when no endpoint matches."""
+    def route(self, request: Request) -> Route | None:
+        """Where ``request`` goes; ``None`` when no endpoint matches."""
 
     @abstractmethod
-    def decode(self, request: Request, model: str) -> ModelRequest:
+    def decode(self, request: Request, route: Route) -> ModelRequest:
         """The canonical request; :class:`WireError` where the provider would answer 400."""
 
     @abstractmethod
@@ -115,12 +125,12 @@ class FakeProviderServer(FakeHTTPServer):
     # -- the shared flow ------------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> Reply:
-        routed = self.route(request)
-        if routed is None:
+        route = self.route(request)
+        if route is None:
             return self.error(404, "not_found", f"no endpoint {request.method} {request.path}")
-        name, stream = routed
+        name, stream = route.model, route.stream
         try:
-            canonical = self.decode(request, name)
+            canonical = self.decode(request, route)
         except WireError as exc:
             return self.error(400, "bad_request", str(exc))
         model = self.model(name)
@@ -131,6 +141,7 @@ class FakeProviderServer(FakeHTTPServer):
             reply.delay_s = call.latency_s
             return reply
         answer = Answer(
+            route=route,
             model=name,
             message=message,
             usage=call.usage,

@@ -1,0 +1,269 @@
+"""``openai:`` models through the Chat Completions API: OpenAI itself and any OpenAI-compatible server (vLLM,
+Ollama, a LiteLLM proxy) given as ``base_url``; Azure's deployments use the same adapter (:mod:`.azure`).
+
+Wire format (``POST {base}/chat/completions``): earlier assistant tool calls go back as ``tool_calls`` with their
+arguments exactly as the model wrote them, each answered by a ``tool`` message; the system prompt is a ``system``
+message. Usage is normalised: ``prompt_tokens`` already includes cached tokens and ``completion_tokens`` reasoning
+tokens, so they are taken as they are. With ``stream``, tool-call argument fragments are joined by index, usage
+comes from the final chunk (``include_usage``), and a stream that ends without a finish reason is a retryable
+failure, never a cached answer.
+
+Example (Python)::
+
+    de.Variant(model="openai:gpt-4.1-mini")                                    # OPENAI_API_KEY from the env
+    de.Variant(model="openai:Qwen2.5-7B-Instruct", provider_options={"base_url": "http://localhost:8000/v1"})
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import openai
+
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.openai_common import OpenAIOptions, make_client, map_openai_error, sampling
+from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.registry import AdapterContext
+from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
+from delta_eval.exceptions import TransientError
+from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
+
+__all__ = ["ChatCompletionsAdapter", "create", "decode_usage", "encode_messages"]
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
+def encode_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Canonical messages as Chat Completions messages (reasoning state is not part of this API: it is left out)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "assistant":
+            message: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if m.tool_calls:
+                message["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in m.tool_calls
+                ]
+            out.append(message)
+        elif m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""})
+        else:
+            out.append({"role": m.role, "content": m.content or ""})
+    return out
+
+
+def encode_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool specs in OpenAI's function format."""
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in tools
+    ]
+
+
+def encode_tool_choice(choice: ToolChoice) -> Any:
+    """``auto`` / ``none`` / ``required``, or one named function."""
+    return choice if isinstance(choice, str) else {"type": "function", "function": {"name": choice.name}}
+
+
+def encode_response_format(fmt: ResponseFormat) -> dict[str, Any]:
+    """A response format as Chat Completions takes it."""
+    if fmt.type != "json_schema":
+        return {"type": fmt.type}
+    return {"type": "json_schema", "json_schema": {"name": fmt.name, "schema": fmt.json_schema, "strict": fmt.strict}}
+
+
+def decode_usage(usage: Any) -> Usage:
+    """Chat Completions usage, normalised: prompt tokens include cached ones, completion tokens reasoning ones.
+
+    Example:
+        >>> from openai.types import CompletionUsage
+        >>> decode_usage(CompletionUsage.model_validate({"prompt_tokens": 95, "completion_tokens": 9,
+        ...     "total_tokens": 104, "prompt_tokens_details": {"cached_tokens": 64},
+        ...     "completion_tokens_details": {"reasoning_tokens": 4}}))
+        Usage(input_tokens=95, cached_input_tokens=64, cache_write_tokens=0, output_tokens=9, reasoning_tokens=4)
+    """
+    if usage is None:
+        return Usage()
+    prompt = getattr(usage, "prompt_tokens_details", None)
+    completion = getattr(usage, "completion_tokens_details", None)
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        cached_input_tokens=(getattr(prompt, "cached_tokens", None) or 0) if prompt else 0,
+        cache_write_tokens=(getattr(prompt, "cache_write_tokens", None) or 0) if prompt else 0,
+        output_tokens=usage.completion_tokens or 0,
+        reasoning_tokens=(getattr(completion, "reasoning_tokens", None) or 0) if completion else 0,
+    )
+
+
+def _reasoning_text(message: Any) -> str | None:
+    # OpenAI-compatible servers of reasoning models return the model's reasoning beside the answer, under one of
+    # these names (vLLM, DeepSeek, LiteLLM); it is kept on the replay, never sent back.
+    extra = getattr(message, "model_extra", None) or {}
+    for key in ("reasoning_content", "reasoning"):
+        value = extra.get(key) or getattr(message, key, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class ChatCompletionsAdapter(ModelAdapter):
+    """An OpenAI-compatible Chat Completions endpoint through the ``openai`` SDK's async client."""
+
+    max_concurrency = 32
+
+    def __init__(self, model: str, options: OpenAIOptions, client: openai.AsyncOpenAI, *, wire_model: str) -> None:
+        super().__init__(model)
+        self.options = options
+        self.client = client
+        self.wire_model = wire_model
+        default_field = "max_completion_tokens" if options.base_url is None else "max_tokens"
+        self._budget_field = options.max_tokens_field or default_field
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The endpoint answering (a key never is)."""
+        return {"base_url": str(self.client.base_url)}
+
+    def encode(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for ``request``."""
+        p = request.params
+        kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages)}
+        if request.tools:
+            kwargs["tools"] = encode_tools(request.tools)
+            if p.parallel_tool_calls is not None:
+                kwargs["parallel_tool_calls"] = p.parallel_tool_calls
+        if p.tool_choice is not None:
+            kwargs["tool_choice"] = encode_tool_choice(p.tool_choice)
+        kwargs.update(sampling(p, self.wire_model, self.options, self.note, budget_field=self._budget_field))
+        if p.seed is not None:
+            kwargs["seed"] = p.seed
+        if p.stop:
+            kwargs["stop"] = list(p.stop)
+        if p.response_format is not None:
+            kwargs["response_format"] = encode_response_format(p.response_format)
+        if p.extra:
+            kwargs["extra_body"] = dict(p.extra)
+        return kwargs
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """One call: streamed when ``params.stream`` is set."""
+        kwargs = self.encode(request)
+        try:
+            if request.params.stream:
+                return await self._stream(kwargs)
+            completion = await self.client.chat.completions.create(**kwargs)
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, model=self.model, secrets=self.options.secrets()) from None
+        if not completion.choices:
+            raise TransientError("the response holds no choices", model=self.model)
+        choice = completion.choices[0]
+        message = choice.message
+        calls = tuple(
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+            for c in message.tool_calls or ()
+            if c.type == "function"
+        )
+        return self._response(
+            text=message.content if message.content is not None else message.refusal,
+            calls=calls,
+            reasoning=_reasoning_text(message),
+            finish=choice.finish_reason,
+            usage=completion.usage,
+            served=completion.model,
+            request_id=completion._request_id,
+        )
+
+    async def _stream(self, kwargs: dict[str, Any]) -> ModelResponse:
+        start = time.perf_counter()
+        ttft: float | None = None
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        finish: str | None = None
+        usage: Any = None
+        served = ""
+        stream = await self.client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+        request_id = stream.response.headers.get("x-request-id")
+        async for chunk in stream:
+            served = chunk.model or served
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:  # Azure's first chunk may carry no choice at all
+                delta = choice.delta
+                piece = delta.content or delta.refusal
+                thought = _reasoning_text(delta)
+                if ttft is None and (piece or delta.tool_calls or thought):
+                    ttft = (time.perf_counter() - start) * 1000
+                if piece:
+                    text.append(piece)
+                if thought:
+                    reasoning.append(thought)
+                for call in delta.tool_calls or ():
+                    slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": []})
+                    if call.id:
+                        slot["id"] = call.id
+                    if call.function is not None:
+                        slot["name"] += call.function.name or ""
+                        slot["arguments"].append(call.function.arguments or "")
+                finish = choice.finish_reason or finish
+        if finish is None:
+            # The stream ended before the model said it was done: a partial answer, never to be cached.
+            raise TransientError("the stream ended before its last event", model=self.model)
+        return self._response(
+            text="".join(text) if text else None,
+            calls=tuple(
+                ToolCall(id=c["id"], name=c["name"], arguments="".join(c["arguments"]))
+                for _, c in sorted(calls.items())
+            ),
+            reasoning="".join(reasoning) or None,
+            finish=finish,
+            usage=usage,
+            served=served,
+            request_id=request_id,
+            ttft_ms=ttft,
+        )
+
+    def _response(
+        self,
+        *,
+        text: str | None,
+        calls: tuple[ToolCall, ...],
+        reasoning: str | None,
+        finish: str | None,
+        usage: Any,
+        served: str,
+        request_id: str | None,
+        ttft_ms: float | None = None,
+    ) -> ModelResponse:
+        if usage is None:
+            self.note("the server reported no token usage; these calls count as 0 tokens")
+        state = ReasoningState(provider="openai", model=self.wire_model, summary=reasoning) if reasoning else None
+        return ModelResponse(
+            message=Message(role="assistant", content=text, tool_calls=calls, reasoning=state),
+            finish_reason=_FINISH.get(finish or "", "other"),
+            provider_finish_reason=finish,
+            usage=decode_usage(usage),
+            ttft_ms=ttft_ms,
+            served_model=served,
+            request_id=request_id,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        await self.client.close()
+
+
+def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> ChatCompletionsAdapter:
+    """The factory of ``openai:`` model ids."""
+    opts = parse_options(OpenAIOptions, model, options)
+    name = split_model_id(model)[1]
+    return ChatCompletionsAdapter(model, opts, make_client(opts, model), wire_model=name)

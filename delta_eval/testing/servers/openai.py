@@ -1,0 +1,363 @@
+"""A fake OpenAI server: Chat Completions and Responses, at OpenAI's paths and Azure's.
+
+Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (also under ``/openai/v1/``, Azure's v1 API),
+and ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` (Azure's classic API, where the
+deployment names the model). Like the real service it rejects, with a 400 in OpenAI's error shape: an assistant
+tool call left unanswered; ``temperature`` other than 1 or ``max_tokens`` sent to a reasoning model (o-series,
+gpt-5); ``parallel_tool_calls`` without tools; and, when a model thinks, a Responses ``function_call`` sent back
+without the ``reasoning`` item (with its ``encrypted_content``) that came with it.
+
+Example:
+    >>> import openai, anyio
+    >>> async def ask(server: FakeOpenAIServer) -> str | None:
+    ...     async with openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0) as client:
+    ...         reply = await client.chat.completions.create(
+    ...             model="gpt-4.1-mini", messages=[{"role": "user", "content": "hi"}])
+    ...         return reply.choices[0].message.content
+    >>> with FakeOpenAIServer(respond=lambda request: Message(role="assistant", content="hello")) as server:
+    ...     anyio.run(ask, server), server.requests[0].path
+    ('hello', '/v1/chat/completions')
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from delta_eval.calls import ModelRequest
+from delta_eval.schema import Message, ToolCall, ToolSpec
+from delta_eval.testing.servers.http import JSONReply, Request
+from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, sign, sse
+
+__all__ = ["FakeOpenAIServer"]
+
+_CHAT = re.compile(r"^(?:/openai)?(?:/v1)?/chat/completions$")
+_AZURE_CHAT = re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/chat/completions$")
+_RESPONSES = re.compile(r"^(?:/openai)?(?:/v1)?/responses$")
+_REASONING_MODEL = re.compile(r"^(o\d+|gpt-5(?!.*chat))", re.I)
+_CREATED = 1767225600
+
+
+def _text(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def _chunks(text: str, size: int = 12) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+class FakeOpenAIServer(FakeProviderServer):
+    """OpenAI's Chat Completions and Responses APIs, answered by the simulated model.
+
+    ``base_url`` is what ``openai.AsyncOpenAI(base_url=...)`` takes; ``azure_endpoint`` what
+    ``openai.AsyncAzureOpenAI(azure_endpoint=...)`` takes. Pass ``api_key`` to have requests without it refused
+    with a 401, as the real service does.
+    """
+
+    def __init__(self, *args: Any, api_key: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.api_key = api_key
+        self._reasoning_items: dict[str, str] = {}  # call_id -> the reasoning item id that must precede it
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of this server."""
+        return f"{self.url}/v1"
+
+    @property
+    def azure_endpoint(self) -> str:
+        """The Azure endpoint of this server."""
+        return self.url
+
+    # -- routing and errors ---------------------------------------------------------------------------------
+
+    def route(self, request: Request) -> Route | None:
+        if request.method != "POST":
+            return None
+        body = request.json() or {}
+        azure = _AZURE_CHAT.match(request.path)
+        if azure:
+            return Route(azure.group("deployment"), bool(body.get("stream")), "chat")
+        for api, pattern in (("chat", _CHAT), ("responses", _RESPONSES)):
+            if pattern.match(request.path):
+                return Route(str(body.get("model", "")), bool(body.get("stream")), api)
+        return None
+
+    async def handle(self, request: Request) -> Any:
+        if self.api_key is not None and not (
+            request.presented("authorization", f"Bearer {self.api_key}") or request.presented("api-key", self.api_key)
+        ):
+            return self.error(401, "auth", "Incorrect API key provided.")
+        return await super().handle(request)
+
+    def error(self, status: int, kind: str, message: str) -> JSONReply:
+        kinds = {
+            "rate_limit": ("requests", "rate_limit_exceeded"),
+            "server": ("server_error", None),
+            "context_length": ("invalid_request_error", "context_length_exceeded"),
+            "not_found": ("invalid_request_error", "not_found"),
+            "auth": ("invalid_request_error", "invalid_api_key"),
+        }
+        type_, code = kinds.get(kind, ("invalid_request_error", None))
+        body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+        return JSONReply(body, status=status, headers={"x-request-id": f"req_err{len(self.requests)}"})
+
+    # -- requests -------------------------------------------------------------------------------------------
+
+    def decode(self, request: Request, route: Route) -> ModelRequest:
+        body, model = request.json() or {}, route.model
+        if _REASONING_MODEL.match(model):
+            for field in ("temperature", "top_p"):
+                if field in body and body[field] != 1:
+                    raise WireError(
+                        f"Unsupported value: '{field}' does not support {body[field]} with this model. "
+                        "Only the default (1) value is supported."
+                    )
+            if "max_tokens" in body:
+                raise WireError(
+                    "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                    "Use 'max_completion_tokens' instead."
+                )
+        if body.get("parallel_tool_calls") is not None and not body.get("tools"):
+            raise WireError("parallel_tool_calls is only allowed when 'tools' are specified.")
+        if route.api == "chat":
+            messages, tools = self._chat_messages(body), self._chat_tools(body)
+        else:
+            messages, tools = self._responses_input(body), self._responses_tools(body)
+        return ModelRequest(model=model, messages=tuple(messages), tools=tuple(tools))
+
+    @staticmethod
+    def _chat_tools(body: dict[str, Any]) -> list[ToolSpec]:
+        return [
+            ToolSpec(name=t["function"]["name"], description=t["function"].get("description") or "",
+                     parameters=t["function"].get("parameters") or {})
+            for t in body.get("tools") or []
+        ]  # fmt: skip
+
+    @staticmethod
+    def _chat_messages(body: dict[str, Any]) -> list[Message]:
+        out: list[Message] = []
+        open_calls: list[str] = []
+        for i, m in enumerate(body.get("messages") or []):
+            role = "system" if m["role"] == "developer" else m["role"]
+            if role != "tool" and open_calls:
+                raise WireError(
+                    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {open_calls[0]}"
+                )
+            if role == "assistant":
+                calls = tuple(
+                    ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
+                    for c in m.get("tool_calls") or []
+                )
+                open_calls = [c.id for c in calls]
+                out.append(Message(role="assistant", content=_text(m.get("content")), tool_calls=calls))
+            elif role == "tool":
+                if m.get("tool_call_id") not in open_calls:
+                    raise WireError(f"messages[{i}]: tool message answers no open tool call")
+                open_calls.remove(m["tool_call_id"])
+                out.append(Message(role="tool", tool_call_id=m["tool_call_id"], content=_text(m.get("content"))))
+            else:
+                out.append(Message(role=role, content=_text(m.get("content")) or ""))
+        if open_calls:
+            raise WireError(f"tool call {open_calls[0]} has no tool message answering it")
+        return out
+
+    @staticmethod
+    def _responses_tools(body: dict[str, Any]) -> list[ToolSpec]:
+        return [
+            ToolSpec(name=t["name"], description=t.get("description") or "", parameters=t.get("parameters") or {})
+            for t in body.get("tools") or []
+            if t.get("type") == "function"
+        ]
+
+    def _responses_input(self, body: dict[str, Any]) -> list[Message]:
+        out: list[Message] = []
+        if body.get("instructions"):
+            out.append(Message(role="system", content=body["instructions"]))
+        items = body.get("input") or []
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
+        reasoning_seen: set[str] = set()
+        open_calls: list[str] = []
+        for item in items:
+            kind = item.get("type", "message")
+            if kind == "reasoning":
+                if item.get("encrypted_content") != sign("reasoning", item.get("id", "")):
+                    raise WireError(f"Item '{item.get('id')}' of type 'reasoning' has invalid encrypted_content.")
+                reasoning_seen.add(item["id"])
+            elif kind == "function_call":
+                needed = self._reasoning_items.get(item["call_id"])
+                if needed is not None and needed not in reasoning_seen:
+                    raise WireError(
+                        f"Item '{item['call_id']}' of type 'function_call' was provided without its required "
+                        f"'reasoning' item: '{needed}'."
+                    )
+                call = ToolCall(id=item["call_id"], name=item["name"], arguments=item["arguments"])
+                open_calls.append(call.id)
+                if out and out[-1].role == "assistant":
+                    last = out.pop()
+                    out.append(last.model_copy(update={"tool_calls": (*last.tool_calls, call)}))
+                else:
+                    out.append(Message(role="assistant", tool_calls=(call,)))
+            elif kind == "function_call_output":
+                if item["call_id"] not in open_calls:
+                    raise WireError(f"No tool call found for function call output with call_id {item['call_id']}.")
+                open_calls.remove(item["call_id"])
+                out.append(Message(role="tool", tool_call_id=item["call_id"], content=_text(item.get("output"))))
+            else:
+                role = "system" if item["role"] == "developer" else item["role"]
+                out.append(Message(role=role, content=_text(item.get("content")) or ""))
+        return out
+
+    # -- answers --------------------------------------------------------------------------------------------
+
+    def encode(self, answer: Answer) -> JSONReply:
+        headers = {"x-request-id": f"req_{answer.response_id}"}
+        if answer.route.api == "chat":
+            return JSONReply(self._completion(answer), headers=headers)
+        return JSONReply(self._response(answer, "completed"), headers=headers)
+
+    def encode_stream(self, answer: Answer) -> list[bytes]:
+        return self._chat_stream(answer) if answer.route.api == "chat" else self._responses_stream(answer)
+
+    @staticmethod
+    def _chat_usage(answer: Answer) -> dict[str, Any]:
+        u = answer.usage
+        return {
+            "prompt_tokens": u.input_tokens,
+            "completion_tokens": u.output_tokens,
+            "total_tokens": u.input_tokens + u.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
+            "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+        }
+
+    def _completion(self, answer: Answer) -> dict[str, Any]:
+        m = answer.message
+        message: dict[str, Any] = {"role": "assistant", "content": m.content, "refusal": None}
+        if m.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in m.tool_calls
+            ]
+        return {
+            "id": f"chatcmpl-{answer.response_id}",
+            "object": "chat.completion",
+            "created": _CREATED,
+            "model": answer.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": answer.finish, "logprobs": None}],
+            "usage": self._chat_usage(answer),
+            "system_fingerprint": "fp_fake",
+        }
+
+    def _chat_stream(self, answer: Answer) -> list[bytes]:
+        m = answer.message
+        base = {"id": f"chatcmpl-{answer.response_id}", "object": "chat.completion.chunk", "created": _CREATED,
+                "model": answer.model}  # fmt: skip
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+        events = [chunk({"role": "assistant", "content": None})]
+        if m.content:
+            events += [chunk({"content": piece}) for piece in _chunks(m.content)]
+        for k, call in enumerate(m.tool_calls):
+            head = {"index": k, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            events.append(chunk({"tool_calls": [head]}))
+            events += [
+                chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+                for piece in _chunks(call.arguments, 8)
+            ]
+        events.append(chunk({}, answer.finish))
+        events.append(sse({**base, "choices": [], "usage": self._chat_usage(answer)}))
+        events.append(b"data: [DONE]\n\n")
+        return events
+
+    def _output_items(self, answer: Answer) -> list[dict[str, Any]]:
+        m, rid = answer.message, answer.response_id
+        items: list[dict[str, Any]] = []
+        if answer.thinking:
+            reasoning_id = f"rs_{rid}"
+            items.append(
+                {"type": "reasoning", "id": reasoning_id, "encrypted_content": sign("reasoning", reasoning_id),
+                 "summary": [{"type": "summary_text", "text": "I should follow the policy and check first."}]}
+            )  # fmt: skip
+            for call in m.tool_calls:
+                self._reasoning_items[call.id] = reasoning_id
+        if m.content:
+            items.append(
+                {"type": "message", "id": f"msg_{rid}", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": m.content, "annotations": []}]}
+            )  # fmt: skip
+        for k, call in enumerate(m.tool_calls):
+            items.append(
+                {"type": "function_call", "id": f"fc_{rid}_{k}", "call_id": call.id, "name": call.name,
+                 "arguments": call.arguments, "status": "completed"}
+            )  # fmt: skip
+        return items
+
+    def _response(self, answer: Answer, status: str, output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        u = answer.usage
+        return {
+            "id": f"resp_{answer.response_id}",
+            "object": "response",
+            "created_at": _CREATED,
+            "status": status,
+            "model": answer.model,
+            "output": self._output_items(answer) if output is None else output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "error": None,
+            "incomplete_details": None,
+            "usage": {
+                "input_tokens": u.input_tokens,
+                "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
+                "output_tokens": u.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+                "total_tokens": u.input_tokens + u.output_tokens,
+            },
+        }
+
+    def _responses_stream(self, answer: Answer) -> list[bytes]:
+        items = self._output_items(answer)
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": self._response(answer, "in_progress", [])},
+            {"type": "response.in_progress", "response": self._response(answer, "in_progress", [])},
+        ]
+        for index, item in enumerate(items):
+            start = {**item, "status": "in_progress"}
+            if item["type"] == "message":
+                start["content"] = []
+            if item["type"] == "function_call":
+                start["arguments"] = ""
+            events.append({"type": "response.output_item.added", "output_index": index, "item": start})
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                part = {"type": "output_text", "text": "", "annotations": []}
+                events.append({"type": "response.content_part.added", "item_id": item["id"], "output_index": index,
+                               "content_index": 0, "part": part})  # fmt: skip
+                events += [
+                    {"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                     "content_index": 0, "delta": piece, "logprobs": []}
+                    for piece in _chunks(text)
+                ]  # fmt: skip
+                events.append({"type": "response.output_text.done", "item_id": item["id"], "output_index": index,
+                               "content_index": 0, "text": text, "logprobs": []})  # fmt: skip
+            elif item["type"] == "function_call":
+                events += [
+                    {"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                     "output_index": index, "delta": piece}
+                    for piece in _chunks(item["arguments"], 8)
+                ]  # fmt: skip
+                events.append({"type": "response.function_call_arguments.done", "item_id": item["id"],
+                               "output_index": index, "arguments": item["arguments"]})  # fmt: skip
+            elif item["type"] == "reasoning":
+                summary = item["summary"][0]["text"]
+                events.append({"type": "response.reasoning_summary_text.delta", "item_id": item["id"],
+                               "output_index": index, "summary_index": 0, "delta": summary})  # fmt: skip
+            events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        events.append({"type": "response.completed", "response": self._response(answer, "completed", items)})
+        return [sse({**e, "sequence_number": n}, event=e["type"]) for n, e in enumerate(events)]
