@@ -59,7 +59,8 @@ class FakeOpenAIServer(FakeProviderServer):
     def __init__(self, *args: Any, api_key: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.api_key = api_key
-        self._reasoning_items: dict[str, str] = {}  # call_id -> the reasoning item id that must precede it
+        # call_id -> the reasoning items issued with it (the seeded model may give two answers the same call id)
+        self._reasoning_items: dict[str, set[str]] = {}
 
     @property
     def base_url(self) -> str:
@@ -190,10 +191,10 @@ class FakeOpenAIServer(FakeProviderServer):
                 reasoning_seen.add(item["id"])
             elif kind == "function_call":
                 needed = self._reasoning_items.get(item["call_id"])
-                if needed is not None and needed not in reasoning_seen:
+                if needed and not needed & reasoning_seen:
                     raise WireError(
                         f"Item '{item['call_id']}' of type 'function_call' was provided without its required "
-                        f"'reasoning' item: '{needed}'."
+                        f"'reasoning' item: '{min(needed)}'."
                     )
                 call = ToolCall(id=item["call_id"], name=item["name"], arguments=item["arguments"])
                 open_calls.append(call.id)
@@ -285,7 +286,7 @@ class FakeOpenAIServer(FakeProviderServer):
                  "summary": [{"type": "summary_text", "text": "I should follow the policy and check first."}]}
             )  # fmt: skip
             for call in m.tool_calls:
-                self._reasoning_items[call.id] = reasoning_id
+                self._reasoning_items.setdefault(call.id, set()).add(reasoning_id)
         if m.content:
             items.append(
                 {"type": "message", "id": f"msg_{rid}", "role": "assistant", "status": "completed",

@@ -1,0 +1,135 @@
+"""``azure:`` (Chat Completions) and ``azure-responses:`` (Responses) models on Azure OpenAI.
+
+The model id names the deployment (``azure:my-gpt-4o``). Two ways to reach it:
+
+- the classic API: ``endpoint`` (or ``AZURE_OPENAI_ENDPOINT``) and ``api_version`` (or ``OPENAI_API_VERSION``);
+  calls go to ``{endpoint}/openai/deployments/{deployment}/...?api-version=...``;
+- the v1 API (``v1 = true``): ``{endpoint}/openai/v1/``, no api version, the deployment as the model.
+
+The key comes from ``AZURE_OPENAI_API_KEY`` (or ``api_key_env``); with ``ad_token_env``, an Entra ID token from
+that variable is sent instead. Everything else is the OpenAI adapters' (:mod:`.openai_chat`,
+:mod:`.openai_responses`).
+
+Example (TOML)::
+
+    [candidate]
+    model = "azure:gpt-4o-eval"
+    provider_options = { endpoint = "https://my-resource.openai.azure.com", api_version = "2024-10-21" }
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import openai
+
+from delta_eval.adapters.openai_chat import ChatCompletionsAdapter
+from delta_eval.adapters.openai_common import OpenAIOptions
+from delta_eval.adapters.openai_responses import ResponsesAdapter
+from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.registry import AdapterContext
+from delta_eval.calls import split_model_id
+from delta_eval.exceptions import ConfigError
+
+__all__ = ["AzureOptions", "create_chat", "create_responses", "make_azure_client"]
+
+
+class AzureOptions(OpenAIOptions):
+    """Options of ``azure:`` models (and those of the OpenAI adapters).
+
+    - ``endpoint``: ``https://{resource}.openai.azure.com`` (default: ``AZURE_OPENAI_ENDPOINT``);
+    - ``api_version``: the classic API's version (default: ``OPENAI_API_VERSION``);
+    - ``v1``: use the v1 API instead (no api version);
+    - ``deployment``: the deployment, when it differs from the model id's name;
+    - ``ad_token_env``: a variable holding an Entra ID token, used instead of a key.
+    """
+
+    endpoint: str | None = None
+    api_version: str | None = None
+    v1: bool = False
+    deployment: str | None = None
+    ad_token_env: str | None = None
+
+
+def make_azure_client(options: AzureOptions, model: str) -> openai.AsyncOpenAI:
+    """The SDK client for an Azure deployment, with the SDK's retries off."""
+    endpoint = options.endpoint or os.environ.get("AZURE_OPENAI_ENDPOINT")
+    if not endpoint:
+        raise ConfigError(f"{model}: no Azure endpoint; give endpoint or set AZURE_OPENAI_ENDPOINT")
+    token = os.environ.get(options.ad_token_env) if options.ad_token_env else None
+    if options.ad_token_env and not token:
+        raise ConfigError(f"{model}: no Entra ID token; set {options.ad_token_env}")
+    key = None if token else options.key("AZURE_OPENAI_API_KEY", model=model)
+    headers = options.header_values() or None
+    if options.v1:
+        return openai.AsyncOpenAI(
+            api_key=token or key,
+            base_url=f"{endpoint.rstrip('/')}/openai/v1/",
+            timeout=options.timeout,
+            max_retries=0,
+            default_headers=headers,
+        )
+    version = options.api_version or os.environ.get("OPENAI_API_VERSION")
+    if not version:
+        raise ConfigError(f"{model}: no Azure api_version; give api_version, set OPENAI_API_VERSION, or use v1")
+    return openai.AsyncAzureOpenAI(
+        azure_endpoint=endpoint,
+        api_version=version,
+        api_key=key,
+        azure_ad_token=token,
+        timeout=options.timeout,
+        max_retries=0,
+        default_headers=headers,
+    )
+
+
+def _options(model: str, options: Mapping[str, Any]) -> tuple[AzureOptions, str]:
+    opts = parse_options(AzureOptions, model, options)
+    # Azure's server takes max_completion_tokens, as OpenAI's does.
+    opts = opts.model_copy(update={"max_tokens_field": opts.max_tokens_field or "max_completion_tokens"})
+    return opts, opts.deployment or split_model_id(model)[1]
+
+
+def _identity(options: AzureOptions, deployment: str) -> dict[str, Any]:
+    # What decides a deployment's answers: its endpoint, deployment and API (a key never does).
+    return {
+        "endpoint": options.endpoint or os.environ.get("AZURE_OPENAI_ENDPOINT", ""),
+        "deployment": deployment,
+        "api": "v1" if options.v1 else options.api_version or os.environ.get("OPENAI_API_VERSION", ""),
+    }
+
+
+class AzureChatAdapter(ChatCompletionsAdapter):
+    """An Azure OpenAI deployment through Chat Completions."""
+
+    max_concurrency = 16
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The endpoint, deployment and API version (a key never is)."""
+        assert isinstance(self.options, AzureOptions)
+        return _identity(self.options, self.wire_model)
+
+
+class AzureResponsesAdapter(ResponsesAdapter):
+    """An Azure OpenAI deployment through the Responses API."""
+
+    max_concurrency = 16
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The endpoint, deployment and API version (a key never is)."""
+        assert isinstance(self.options, AzureOptions)
+        return _identity(self.options, self.wire_model)
+
+
+def create_chat(model: str, options: Mapping[str, Any], context: AdapterContext) -> ChatCompletionsAdapter:
+    """The factory of ``azure:`` model ids."""
+    opts, deployment = _options(model, options)
+    return AzureChatAdapter(model, opts, make_azure_client(opts, model), wire_model=deployment)
+
+
+def create_responses(model: str, options: Mapping[str, Any], context: AdapterContext) -> ResponsesAdapter:
+    """The factory of ``azure-responses:`` model ids."""
+    opts, deployment = _options(model, options)
+    return AzureResponsesAdapter(model, opts, make_azure_client(opts, model), wire_model=deployment)
