@@ -107,7 +107,8 @@ def decode_usage(usage: Any) -> Usage:
     Example:
         >>> from openai.types.responses import ResponseUsage
         >>> decode_usage(ResponseUsage.model_validate({"input_tokens": 120, "output_tokens": 40,
-        ...     "input_tokens_details": {"cached_tokens": 64}, "output_tokens_details": {"reasoning_tokens": 24},
+        ...     "input_tokens_details": {"cached_tokens": 64, "cache_write_tokens": 0},
+        ...     "output_tokens_details": {"reasoning_tokens": 24},
         ...     "total_tokens": 160}))
         Usage(input_tokens=120, cached_input_tokens=64, cache_write_tokens=0, output_tokens=40, reasoning_tokens=24)
     """

@@ -231,7 +231,10 @@ class FakeOpenAIServer(FakeProviderServer):
             "prompt_tokens": u.input_tokens,
             "completion_tokens": u.output_tokens,
             "total_tokens": u.input_tokens + u.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
+            "prompt_tokens_details": {
+                "cached_tokens": u.cached_input_tokens,
+                "cache_write_tokens": u.cache_write_tokens,
+            },
             "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
         }
 
@@ -315,7 +318,10 @@ class FakeOpenAIServer(FakeProviderServer):
             "incomplete_details": None,
             "usage": {
                 "input_tokens": u.input_tokens,
-                "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
+                "input_tokens_details": {
+                    "cached_tokens": u.cached_input_tokens,
+                    "cache_write_tokens": u.cache_write_tokens,
+                },
                 "output_tokens": u.output_tokens,
                 "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
                 "total_tokens": u.input_tokens + u.output_tokens,
