@@ -31,7 +31,7 @@ from delta_eval.exceptions import (
     TransientError,
 )
 
-__all__ = ["connection_error", "retry_after", "scrub", "status_error"]
+__all__ = ["connection_error", "is_transport_error", "retry_after", "scrub", "status_error"]
 
 _CONTEXT = re.compile(r"context[_ ]length|context window|too many tokens|prompt is too long|maximum context", re.I)
 _FILTER = re.compile(r"content[_ ]filter|content management policy|responsible ai|safety", re.I)
@@ -108,6 +108,16 @@ def status_error(
     elif should_retry == "false" and kind.retryable:
         kind = ProviderError
     return kind(text, model=model, status=status, retry_after=wait)
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the HTTP stack failing under an SDK (a connection refused, reset or dropped mid-stream).
+
+    The SDKs wrap most of these in their own errors, but not every one: a stream cut mid-body can surface as the
+    transport's own ``RemoteProtocolError``. Both ``httpx`` and its fork ``httpx2`` (and their ``httpcore``) count.
+    """
+    module = type(exc).__module__.split(".")[0]
+    return module in ("httpx", "httpx2", "httpcore", "httpcore2") or isinstance(exc, ConnectionError | TimeoutError)
 
 
 def connection_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = ()) -> TransientError:

@@ -23,6 +23,7 @@ from typing import Any
 import openai
 
 from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.openai_common import OpenAIOptions, make_client, map_openai_error, sampling
 from delta_eval.adapters.options import parse_options
 from delta_eval.adapters.registry import AdapterContext
@@ -161,6 +162,10 @@ class ChatCompletionsAdapter(ModelAdapter):
             completion = await self.client.chat.completions.create(**kwargs)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, model=self.model, secrets=self.options.secrets()) from None
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
         if not completion.choices:
             raise TransientError("the response holds no choices", model=self.model)
         choice = completion.choices[0]

@@ -25,6 +25,7 @@ from typing import Any
 import openai
 
 from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.openai_common import (
     OpenAIOptions,
     is_reasoning_model,
@@ -192,6 +193,10 @@ class ResponsesAdapter(ModelAdapter):
                 request_id = final._request_id
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, model=self.model, secrets=self.options.secrets()) from None
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
         return self.decode(final, request_id=request_id, ttft_ms=ttft)
 
     def decode(self, response: Any, *, request_id: str | None, ttft_ms: float | None = None) -> ModelResponse:

@@ -1,0 +1,307 @@
+"""``anthropic:`` models through the Messages API (``POST {base}/v1/messages``) and the ``anthropic`` SDK.
+
+Wire format: the system prompt is the top-level ``system``; an assistant turn is a list of blocks (``thinking``,
+``text``, ``tool_use`` with its arguments as an object); tool results are ``tool_result`` blocks at the start of
+the next user message, consecutive results merged into one user turn. A thinking model's signed ``thinking``
+blocks must come back unmodified with the ``tool_use`` they preceded: the assistant message keeps its blocks,
+exactly as they arrived, in its :class:`~delta_eval.schema.ReasoningState`, and they are sent back verbatim to the
+same model (and dropped for any other).
+
+Rules said once per run instead of a 400 on every call: ``max_tokens`` is required (a default is sent when a
+variant gives none) and must exceed a thinking budget; the current API version takes no ``temperature``,
+``top_p`` or ``seed``; with thinking on, only ``auto`` or ``none`` tool choice is allowed.
+
+Usage is normalised: Anthropic's ``input_tokens`` counts only uncached input, so input = input + cache reads +
+cache writes, cached = cache reads, cache writes kept apart (priced apart).
+
+Example (Python)::
+
+    de.Variant(model="anthropic:claude-sonnet-4-5", params={"max_tokens": 2048, "reasoning_budget": 1024})
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anthropic
+
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.options import ProviderOptions, parse_options
+from delta_eval.adapters.registry import AdapterContext
+from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
+from delta_eval.exceptions import ProviderError, TransientError
+from delta_eval.schema import Message, ReasoningState, ToolCall, Usage
+
+__all__ = ["PROVIDER", "AnthropicAdapter", "AnthropicOptions", "create", "decode_usage", "encode_messages"]
+
+PROVIDER = "anthropic"
+_STOP: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+_BUDGET_FOR_EFFORT = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768, "max": 32768}
+
+
+class AnthropicOptions(ProviderOptions):
+    """Options of ``anthropic:`` models (and those of :class:`~delta_eval.adapters.options.ProviderOptions`).
+
+    ``default_max_tokens`` is sent when a variant sets no ``max_tokens`` (Anthropic requires one).
+    """
+
+    default_max_tokens: int = 8192
+
+
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    parsed = call.parsed_arguments
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def encode_messages(messages: Sequence[Message], wire_model: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """The ``system`` prompt and the ``messages`` for canonical messages."""
+    system = [m.content or "" for m in messages if m.role == "system"]
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        # Consecutive turns of one role are one turn: tool results first, then any text.
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "assistant":
+            state = m.reasoning
+            if state is not None and state.provider == PROVIDER and state.model == wire_model:
+                add("assistant", [dict(b) for b in (state.data or {}).get("content", [])])
+                continue
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments(c)} for c in m.tool_calls]
+            add("assistant", blocks)
+        elif m.role == "tool":
+            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content or ""}])
+        else:
+            add("user", [{"type": "text", "text": m.content or ""}])
+    return ("\n\n".join(system) if system else None), out
+
+
+def decode_usage(usage: Any) -> Usage:
+    """Anthropic usage, normalised (its ``input_tokens`` are only the uncached ones).
+
+    Example:
+        >>> from anthropic.types import Usage as Wire
+        >>> decode_usage(Wire.model_validate({"input_tokens": 380, "output_tokens": 54,
+        ...     "cache_creation_input_tokens": 100, "cache_read_input_tokens": 2000}))
+        Usage(input_tokens=2480, cached_input_tokens=2000, cache_write_tokens=100, output_tokens=54, reasoning_tokens=0)
+    """
+    if usage is None:
+        return Usage()
+    read = usage.cache_read_input_tokens or 0
+    write = usage.cache_creation_input_tokens or 0
+    details = getattr(usage, "output_tokens_details", None)
+    return Usage(
+        input_tokens=(usage.input_tokens or 0) + read + write,
+        cached_input_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=usage.output_tokens or 0,
+        reasoning_tokens=(getattr(details, "thinking_tokens", None) or 0) if details else 0,
+    )
+
+
+class AnthropicAdapter(ModelAdapter):
+    """Claude models through the ``anthropic`` SDK's async client."""
+
+    max_concurrency = 16
+
+    def __init__(self, model: str, options: AnthropicOptions, client: anthropic.AsyncAnthropic) -> None:
+        super().__init__(model)
+        self.options = options
+        self.client = client
+        self.wire_model = split_model_id(model)[1]
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The endpoint answering (a key never is)."""
+        return {"base_url": str(self.client.base_url)}
+
+    def _thinking(self, p: GenerateParams) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The ``thinking`` setting and ``output_config`` for the reasoning parameters."""
+        if p.reasoning_budget is not None:
+            if p.reasoning_budget == 0:
+                return {"type": "disabled"}, {}
+            budget = max(1024, p.reasoning_budget)
+            if budget != p.reasoning_budget:
+                self.note(f"reasoning_budget={p.reasoning_budget} raised to 1024, Anthropic's minimum")
+            return {"type": "enabled", "budget_tokens": budget}, {}
+        if p.reasoning_effort is None:
+            return None, {}
+        if p.reasoning_effort in ("none",):
+            return {"type": "disabled"}, {}
+        effort = "low" if p.reasoning_effort == "minimal" else p.reasoning_effort
+        return {"type": "adaptive"}, {"effort": effort}
+
+    def encode(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create`` for ``request``."""
+        p = request.params
+        system, messages = encode_messages(request.messages, self.wire_model)
+        thinking, output_config = self._thinking(p)
+        max_tokens = p.max_tokens
+        if max_tokens is None:
+            max_tokens = self.options.default_max_tokens
+            self.note(f"max_tokens not set; Anthropic requires one: {max_tokens} sent")
+        budget = (thinking or {}).get("budget_tokens")
+        if budget is not None and max_tokens <= budget:
+            max_tokens = budget + self.options.default_max_tokens
+            self.note(f"max_tokens raised to {max_tokens}: it must exceed the thinking budget of {budget}")
+        kwargs: dict[str, Any] = {"model": self.wire_model, "max_tokens": max_tokens, "messages": messages}
+        if system is not None:
+            kwargs["system"] = system
+        if request.tools:
+            kwargs["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+            ]
+        choice = self._tool_choice(p, thinking)
+        if choice is not None:
+            kwargs["tool_choice"] = choice
+        if thinking is not None:
+            kwargs["thinking"] = thinking
+        for name in ("temperature", "top_p", "seed"):
+            if getattr(p, name) is not None:
+                self.note(f"{name} dropped: Anthropic's current API takes none")
+        if p.stop:
+            kwargs["stop_sequences"] = list(p.stop)
+        if p.response_format is not None and p.response_format.type == "json_schema":
+            output_config["format"] = {"type": "json_schema", "schema": p.response_format.json_schema}
+        elif p.response_format is not None and p.response_format.type == "json_object":
+            self.note("response_format json_object dropped: Anthropic takes only a JSON schema")
+        if output_config:
+            kwargs["output_config"] = output_config
+        if p.extra:
+            kwargs["extra_body"] = dict(p.extra)
+        return kwargs
+
+    def _tool_choice(self, p: GenerateParams, thinking: dict[str, Any] | None) -> dict[str, Any] | None:
+        choice = p.tool_choice
+        if choice is None and p.parallel_tool_calls is None:
+            return None
+        thinks = thinking is not None and thinking.get("type") != "disabled"
+        if thinks and choice is not None and choice not in ("auto", "none"):
+            self.note(f"tool_choice {choice!r} dropped: with thinking on, Anthropic allows only auto or none")
+            choice = None
+        out: dict[str, Any]
+        if choice is None or choice == "auto":
+            out = {"type": "auto"}
+        elif choice == "none":
+            out = {"type": "none"}
+        elif choice == "required":
+            out = {"type": "any"}
+        else:
+            out = {"type": "tool", "name": choice.name}
+        if p.parallel_tool_calls is False and out["type"] != "none":
+            out["disable_parallel_tool_use"] = True
+        return out
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """One call: streamed when ``params.stream`` is set."""
+        kwargs = self.encode(request)
+        start = time.perf_counter()
+        ttft: float | None = None
+        try:
+            if request.params.stream:
+                async with self.client.messages.stream(**kwargs) as stream:
+                    async for event in stream:
+                        if ttft is None and event.type == "content_block_delta":
+                            ttft = (time.perf_counter() - start) * 1000
+                    message = await stream.get_final_message()
+                request_id = stream.response.headers.get("request-id")
+                if message.stop_reason is None:
+                    raise TransientError("the stream ended before its last event", model=self.model)
+            else:
+                message = await self.client.messages.create(**kwargs)
+                request_id = message._request_id
+        except anthropic.AnthropicError as exc:
+            raise self._error(exc) from None
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
+        return self.decode(message, request_id=request_id, ttft_ms=ttft)
+
+    def _error(self, exc: anthropic.AnthropicError) -> ProviderError:
+        secrets = self.options.secrets()
+        if isinstance(exc, anthropic.APIStatusError):
+            body = exc.body if isinstance(exc.body, dict) else {}
+            error: dict[str, Any] = body.get("error") or {} if isinstance(body.get("error"), dict) else {}
+            kind = str(error.get("type") or "") or None
+            message = str(error.get("message") or exc.message)
+            if exc.request_id:
+                message += f" (request id {exc.request_id})"
+            if exc.status_code < 400:  # an error event inside a 200 stream (overloaded mid-answer)
+                return TransientError(f"error inside the stream: {kind}: {message}", model=self.model)
+            headers = dict(exc.response.headers)
+            return status_error(exc.status_code, message, model=self.model, headers=headers, code=kind, secrets=secrets)
+        if isinstance(exc, anthropic.APIConnectionError):
+            return connection_error(exc, model=self.model, secrets=secrets)
+        return TransientError(f"{type(exc).__name__}: {exc}", model=self.model)
+
+    def decode(self, message: Any, *, request_id: str | None, ttft_ms: float | None = None) -> ModelResponse:
+        """The canonical response of an Anthropic ``Message``."""
+        blocks = [block.model_dump(exclude_none=True) for block in message.content]
+        texts = [b["text"] for b in blocks if b["type"] == "text"]
+        calls = tuple(
+            ToolCall(id=b["id"], name=b["name"], arguments=_json(b.get("input", {})))
+            for b in blocks
+            if b["type"] == "tool_use"
+        )
+        thoughts = [b.get("thinking", "") for b in blocks if b["type"] == "thinking"]
+        state = None
+        if any(b["type"] in ("thinking", "redacted_thinking") for b in blocks):
+            # The whole turn, exactly as it came: thinking blocks go back unmodified and in their place.
+            kept = [{k: v for k, v in b.items() if k != "citations"} for b in blocks]
+            state = ReasoningState(
+                provider=PROVIDER,
+                model=self.wire_model,
+                data={"content": kept},
+                summary="\n".join(t for t in thoughts if t) or None,
+            )
+        stop = message.stop_reason
+        return ModelResponse(
+            message=Message(
+                role="assistant", content="".join(texts) if texts else None, tool_calls=calls, reasoning=state
+            ),
+            finish_reason=_STOP.get(stop or "", "other"),
+            provider_finish_reason=stop,
+            usage=decode_usage(message.usage),
+            ttft_ms=ttft_ms,
+            served_model=message.model or "",
+            request_id=request_id,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        await self.client.close()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> AnthropicAdapter:
+    """The factory of ``anthropic:`` model ids."""
+    opts = parse_options(AnthropicOptions, model, options)
+    client = anthropic.AsyncAnthropic(
+        api_key=opts.key("ANTHROPIC_API_KEY", model=model),
+        base_url=opts.base_url,
+        timeout=opts.timeout,
+        max_retries=0,
+        default_headers=opts.header_values() or None,
+    )
+    return AnthropicAdapter(model, opts, client)

@@ -1,0 +1,217 @@
+"""A fake Anthropic server: the Messages API (``POST /v1/messages``), JSON or a stream of named events.
+
+Like the real service it answers 400, in Anthropic's error shape, to: a request without ``max_tokens``; a thinking
+budget not below ``max_tokens``; ``temperature``, ``top_p`` or ``top_k`` under API version 2026-10-21 (what the
+current SDK sends); a ``tool_use`` not answered by a ``tool_result`` at the start of the next user message; and, when
+a model thinks, a later request of the same turn whose ``thinking`` block is missing or altered. Errors of kind
+``overloaded`` are Anthropic's 529.
+
+Example:
+    >>> import anthropic, anyio
+    >>> async def ask(server: FakeAnthropicServer) -> str:
+    ...     async with anthropic.AsyncAnthropic(base_url=server.url, api_key="sk-ant-test", max_retries=0) as client:
+    ...         reply = await client.messages.create(
+    ...             model="claude-sonnet-4-5", max_tokens=100, messages=[{"role": "user", "content": "hi"}])
+    ...         return reply.content[0].text
+    >>> with FakeAnthropicServer(respond=lambda request: Message(role="assistant", content="hello")) as server:
+    ...     anyio.run(ask, server)
+    'hello'
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from delta_eval.calls import ModelRequest
+from delta_eval.schema import Message, ToolCall, ToolSpec
+from delta_eval.testing.servers.http import JSONReply, Reply, Request
+from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, sign, sse
+
+__all__ = ["FakeAnthropicServer"]
+
+_THOUGHT = "The policy says to look the reservation up before acting."
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+
+
+class FakeAnthropicServer(FakeProviderServer):
+    """Anthropic's Messages API, answered by the simulated model. ``url`` is the SDK's ``base_url``.
+
+    Pass ``api_key`` to have requests without it (as ``x-api-key`` or a bearer token) refused with a 401.
+    """
+
+    def __init__(self, *args: Any, api_key: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.api_key = api_key
+        self._signatures: dict[str, set[str]] = {}  # tool_use id -> signatures of the thinking issued with it
+
+    def route(self, request: Request) -> Route | None:
+        if request.method != "POST" or request.path.rstrip("/") not in ("/v1/messages", "/messages"):
+            return None
+        body = request.json() or {}
+        return Route(str(body.get("model", "")), bool(body.get("stream")))
+
+    async def handle(self, request: Request) -> Reply:
+        if self.api_key is not None and not (
+            request.presented("x-api-key", self.api_key) or request.presented("authorization", f"Bearer {self.api_key}")
+        ):
+            return self.error(401, "auth", "invalid x-api-key")
+        return await super().handle(request)
+
+    def error(self, status: int, kind: str, message: str) -> JSONReply:
+        types = {
+            "rate_limit": "rate_limit_error",
+            "server": "api_error",
+            "overloaded": "overloaded_error",
+            "not_found": "not_found_error",
+            "auth": "authentication_error",
+        }
+        if kind == "overloaded":
+            status = 529
+        body = {"type": "error", "error": {"type": types.get(kind, "invalid_request_error"), "message": message},
+                "request_id": f"req_err{len(self.requests)}"}  # fmt: skip
+        return JSONReply(body, status=status, headers={"request-id": f"req_err{len(self.requests)}"})
+
+    def decode(self, request: Request, route: Route) -> ModelRequest:
+        body = request.json() or {}
+        if "max_tokens" not in body:
+            raise WireError("max_tokens: Field required")
+        if request.headers.get("anthropic-version", "") >= "2026-10-21":
+            for field in ("temperature", "top_p", "top_k"):
+                if field in body:
+                    raise WireError(f"{field}: Extra inputs are not permitted")
+        thinking = body.get("thinking") or {}
+        if thinking.get("type") == "enabled" and thinking.get("budget_tokens", 0) >= body["max_tokens"]:
+            raise WireError("`max_tokens` must be greater than `thinking.budget_tokens`.")
+        messages: list[Message] = []
+        system = body.get("system")
+        if system:
+            messages.append(Message(role="system", content=_text(system)))
+        pending: list[str] = []
+        for i, turn in enumerate(body.get("messages") or []):
+            content = turn.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+            if turn["role"] == "user":
+                results = [b for b in blocks if b.get("type") == "tool_result"]
+                leading = blocks[: len(results)]
+                if pending and (leading != results or {b["tool_use_id"] for b in results} != set(pending)):
+                    raise WireError(
+                        f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                        f"{', '.join(pending)}. Each `tool_use` block must have a corresponding `tool_result` block "
+                        "in the next message."
+                    )
+                pending = []
+                for b in results:
+                    messages.append(Message(role="tool", tool_call_id=b["tool_use_id"], content=_text(b["content"])))
+                if len(blocks) > len(results):
+                    messages.append(Message(role="user", content=_text(blocks[len(results) :])))
+            else:
+                calls = tuple(
+                    ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input", {})))
+                    for b in blocks
+                    if b.get("type") == "tool_use"
+                )
+                self._check_thinking(i, blocks, calls)
+                pending = [c.id for c in calls]
+                messages.append(Message(role="assistant", content=_text(blocks) or None, tool_calls=calls))
+        tools = [
+            ToolSpec(name=t["name"], description=t.get("description") or "", parameters=t.get("input_schema") or {})
+            for t in body.get("tools") or []
+        ]
+        return ModelRequest(model=route.model, messages=tuple(messages), tools=tuple(tools))
+
+    def _check_thinking(self, index: int, blocks: list[dict[str, Any]], calls: tuple[ToolCall, ...]) -> None:
+        for call in calls:
+            issued = self._signatures.get(call.id)
+            if not issued:
+                continue
+            sent = {b.get("signature") for b in blocks if b.get("type") == "thinking"}
+            valid = {s for s in sent if s in issued}
+            altered = [b for b in blocks if b.get("type") == "thinking" and b.get("signature") in valid
+                       and b.get("thinking") != _THOUGHT]  # fmt: skip
+            if not valid or altered:
+                raise WireError(
+                    f"messages.{index}.content.0: The `thinking` block that preceded `tool_use` {call.id} must be "
+                    "passed back unmodified."
+                )
+
+    # -- answers --------------------------------------------------------------------------------------------
+
+    def _blocks(self, answer: Answer) -> list[dict[str, Any]]:
+        m = answer.message
+        blocks: list[dict[str, Any]] = []
+        if answer.thinking:
+            signature = sign("thinking", answer.response_id, _THOUGHT)
+            blocks.append({"type": "thinking", "thinking": _THOUGHT, "signature": signature})
+            for call in m.tool_calls:
+                self._signatures.setdefault(call.id, set()).add(signature)
+        if m.content:
+            blocks.append({"type": "text", "text": m.content})
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.parsed_arguments or {}} for c in m.tool_calls
+        ]
+        return blocks
+
+    @staticmethod
+    def _usage(answer: Answer) -> dict[str, Any]:
+        u = answer.usage
+        return {
+            "input_tokens": u.input_tokens - u.cached_input_tokens - u.cache_write_tokens,
+            "output_tokens": u.output_tokens,
+            "cache_creation_input_tokens": u.cache_write_tokens,
+            "cache_read_input_tokens": u.cached_input_tokens,
+            "output_tokens_details": {"thinking_tokens": u.reasoning_tokens},
+        }
+
+    def _message(self, answer: Answer, blocks: list[dict[str, Any]], stop: str | None) -> dict[str, Any]:
+        return {
+            "id": f"msg_{answer.response_id}",
+            "type": "message",
+            "role": "assistant",
+            "model": answer.model,
+            "content": blocks,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": self._usage(answer),
+        }
+
+    @staticmethod
+    def _stop(answer: Answer) -> str:
+        return "tool_use" if answer.message.tool_calls else "end_turn"
+
+    def encode(self, answer: Answer) -> JSONReply:
+        body = self._message(answer, self._blocks(answer), self._stop(answer))
+        return JSONReply(body, headers={"request-id": f"req_{answer.response_id}"})
+
+    def encode_stream(self, answer: Answer) -> list[bytes]:
+        start = self._message(answer, [], None)
+        start["usage"] = {**start["usage"], "output_tokens": 1}
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+        for index, block in enumerate(self._blocks(answer)):
+            if block["type"] == "text":
+                opening: dict[str, Any] = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": block["text"][i : i + 12]} for i in
+                          range(0, len(block["text"]), 12)]  # fmt: skip
+            elif block["type"] == "tool_use":
+                opening = {**block, "input": {}}
+                text = json.dumps(block["input"])
+                deltas = [{"type": "input_json_delta", "partial_json": ""}]
+                deltas += [
+                    {"type": "input_json_delta", "partial_json": text[i : i + 8]} for i in range(0, len(text), 8)
+                ]
+            else:
+                opening = {"type": "thinking", "thinking": "", "signature": ""}
+                deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
+                          {"type": "signature_delta", "signature": block["signature"]}]  # fmt: skip
+            events.append({"type": "content_block_start", "index": index, "content_block": opening})
+            events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+            events.append({"type": "content_block_stop", "index": index})
+        events.append({"type": "message_delta", "delta": {"stop_reason": self._stop(answer), "stop_sequence": None},
+                       "usage": {"output_tokens": answer.usage.output_tokens}})  # fmt: skip
+        events.append({"type": "message_stop"})
+        return [sse(e, event=e["type"]) for e in events]
