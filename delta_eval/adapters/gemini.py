@@ -1,0 +1,340 @@
+"""``gemini:`` models through the Gemini API (``generateContent``) and the ``google-genai`` SDK.
+
+Wire format: the system prompt is ``systemInstruction``; turns have roles ``user`` and ``model``; an assistant's tool
+calls are ``functionCall`` parts (arguments as an object), answered by ``functionResponse`` parts in one ``user``
+turn, ``{"output": <the result, as recorded>}``. Tool schemas go as ``parametersJsonSchema``, reduced to the subset
+Gemini takes (:mod:`.gemini_schema`); what changed is said once per tool in the run's notes.
+
+A thinking model's turn comes back with a ``thoughtSignature`` on its parts, which Gemini requires back on the next
+round of the same turn: the model's parts are kept verbatim in the assistant message's
+:class:`~delta_eval.schema.ReasoningState` and resent as they are (to the same model only). Thought summaries are
+asked for (``includeThoughts``) and kept on the replay.
+
+Usage is normalised: ``promptTokenCount`` includes cached content; the candidates count excludes thoughts, so
+output = candidates + thoughts, unless the total shows the candidates already include them.
+
+Example (Python)::
+
+    de.Variant(model="gemini:gemini-2.5-flash", params={"reasoning_effort": "low"})   # GEMINI_API_KEY
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from google import genai
+from google.genai import errors, types
+
+from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.gemini_schema import sanitize
+from delta_eval.adapters.options import ProviderOptions, parse_options
+from delta_eval.adapters.registry import AdapterContext
+from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
+from delta_eval.exceptions import BadRequestError, ConfigError, ContentFilterError, ProviderError, TransientError
+from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
+
+__all__ = ["PROVIDER", "GeminiAdapter", "GeminiOptions", "create", "decode_usage", "encode_contents"]
+
+PROVIDER = "gemini"
+_FINISH: dict[str, FinishReason] = {"STOP": "stop", "MAX_TOKENS": "length", "CONTINUATION": "length"}
+_FILTERED = {
+    "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "LANGUAGE", "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR", "ESCALATION", "PUP_LIMITED_DISABLED",
+}  # fmt: skip
+_INVALID = {
+    "MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS", "MISSING_THOUGHT_SIGNATURE",
+    "MALFORMED_RESPONSE",
+}  # fmt: skip
+_LEVELS = {"minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "xhigh": "XHIGH", "max": "XHIGH"}
+
+
+class GeminiOptions(ProviderOptions):
+    """Options of ``gemini:`` models (and those of :class:`~delta_eval.adapters.options.ProviderOptions`).
+
+    ``api_version`` is the path's version (the SDK's default, ``v1``, when unset).
+    """
+
+    api_version: str | None = None
+
+
+def _output(content: str | None) -> Any:
+    return {"output": content or ""}
+
+
+def encode_contents(messages: Sequence[Message], wire_model: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """The system instruction and the ``contents`` for canonical messages (as the SDK's snake_case dicts)."""
+    system = [m.content or "" for m in messages if m.role == "system"]
+    contents: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # tool call id -> function name, for the responses
+
+    def add(role: str, parts: list[dict[str, Any]]) -> None:
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"].extend(parts)
+        else:
+            contents.append({"role": role, "parts": parts})
+
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "assistant":
+            names.update({c.id: c.name for c in m.tool_calls})
+            state = m.reasoning
+            if state is not None and state.provider == PROVIDER and state.model == wire_model:
+                add("model", [dict(p) for p in (state.data or {}).get("parts", [])])
+                continue
+            parts: list[dict[str, Any]] = [{"text": m.content}] if m.content else []
+            for c in m.tool_calls:
+                args = c.parsed_arguments
+                call: dict[str, Any] = {"name": c.name, "args": args if isinstance(args, dict) else {}}
+                if not c.id.startswith("gemini_"):
+                    call["id"] = c.id
+                parts.append({"function_call": call})
+            add("model", parts)
+        elif m.role == "tool":
+            call_id = m.tool_call_id or ""
+            response: dict[str, Any] = {"name": m.name or names.get(call_id, ""), "response": _output(m.content)}
+            if call_id and not call_id.startswith("gemini_"):
+                response["id"] = call_id
+            add("user", [{"function_response": response}])
+        else:
+            add("user", [{"text": m.content or ""}])
+    return ("\n\n".join(system) if system else None), contents
+
+
+def decode_usage(usage: Any) -> Usage:
+    """Gemini usage, normalised: thoughts count as output, once.
+
+    Example:
+        >>> from google.genai import types
+        >>> decode_usage(types.GenerateContentResponseUsageMetadata(prompt_token_count=61,
+        ...     candidates_token_count=15, thoughts_token_count=40, total_token_count=116))
+        Usage(input_tokens=61, cached_input_tokens=0, cache_write_tokens=0, output_tokens=55, reasoning_tokens=40)
+    """
+    if usage is None:
+        return Usage()
+    prompt = (usage.prompt_token_count or 0) + (usage.tool_use_prompt_token_count or 0)
+    candidates = usage.candidates_token_count or 0
+    thoughts = usage.thoughts_token_count or 0
+    # Some backends already fold thoughts into the candidates count; the total says which.
+    folded = usage.total_token_count is not None and prompt + candidates == usage.total_token_count
+    return Usage(
+        input_tokens=prompt,
+        cached_input_tokens=usage.cached_content_token_count or 0,
+        output_tokens=candidates if folded else candidates + thoughts,
+        reasoning_tokens=thoughts,
+    )
+
+
+def _retry_delay(details: Any) -> dict[str, str]:
+    # Gemini says how long to wait in a google.rpc.RetryInfo detail ("30s"), not in a header.
+    for detail in (details or {}).get("error", {}).get("details", []) if isinstance(details, dict) else []:
+        delay = detail.get("retryDelay") if isinstance(detail, dict) else None
+        if isinstance(delay, str) and re.fullmatch(r"[\d.]+s", delay):
+            return {"retry-after": delay[:-1]}
+    return {}
+
+
+class GeminiAdapter(ModelAdapter):
+    """Gemini models through the ``google-genai`` SDK's async client."""
+
+    max_concurrency = 16
+
+    def __init__(self, model: str, options: GeminiOptions, client: genai.Client) -> None:
+        super().__init__(model)
+        self.options = options
+        self.client = client
+        self.wire_model = split_model_id(model)[1]
+        self._tools: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The endpoint and API version answering (a key never is)."""
+        return {"base_url": self.options.base_url or "", "api_version": self.options.api_version or ""}
+
+    def _declaration(self, tool: ToolSpec) -> dict[str, Any]:
+        key = (tool.name, json.dumps(tool.parameters, sort_keys=True))
+        if key not in self._tools:
+            schema, changes = sanitize(tool.parameters)
+            if changes:
+                self.note(f"tool {tool.name}: schema adapted for Gemini: {'; '.join(changes)}")
+            self._tools[key] = {"name": tool.name, "description": tool.description, "parameters_json_schema": schema}
+        return self._tools[key]
+
+    def _thinking(self, p: GenerateParams) -> dict[str, Any] | None:
+        if p.reasoning_budget is not None:
+            return {"thinking_budget": p.reasoning_budget, "include_thoughts": p.reasoning_budget != 0}
+        if p.reasoning_effort is None:
+            return None
+        if p.reasoning_effort == "none":
+            return {"thinking_budget": 0}
+        if p.reasoning_effort == "max":
+            self.note("reasoning_effort 'max' sent as Gemini's highest thinking level, XHIGH")
+        return {"thinking_level": _LEVELS[p.reasoning_effort], "include_thoughts": True}
+
+    def encode(self, request: ModelRequest) -> tuple[list[dict[str, Any]], types.GenerateContentConfig]:
+        """The ``contents`` and ``config`` of ``models.generate_content`` for ``request``."""
+        p = request.params
+        system, contents = encode_contents(request.messages, self.wire_model)
+        config: dict[str, Any] = {"automatic_function_calling": {"disable": True}}
+        if system is not None:
+            config["system_instruction"] = system
+        if request.tools:
+            config["tools"] = [{"function_declarations": [self._declaration(t) for t in request.tools]}]
+        if p.tool_choice is not None:
+            calling: dict[str, Any]
+            if isinstance(p.tool_choice, str):
+                calling = {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY"}[p.tool_choice]}
+            else:  # one named function: any call, of that function only
+                calling = {"mode": "ANY", "allowed_function_names": [p.tool_choice.name]}
+            config["tool_config"] = {"function_calling_config": calling}
+        if p.parallel_tool_calls is False:
+            self.note("parallel_tool_calls=false dropped: Gemini has no switch for it")
+        for name, field in (("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
+            if getattr(p, name) is not None:
+                config[field] = getattr(p, name)
+        if p.max_tokens is not None:
+            config["max_output_tokens"] = p.max_tokens
+        if p.stop:
+            config["stop_sequences"] = list(p.stop)
+        thinking = self._thinking(p)
+        if thinking is not None:
+            config["thinking_config"] = thinking
+        if p.response_format is not None and p.response_format.type != "text":
+            config["response_mime_type"] = "application/json"
+            if p.response_format.json_schema is not None:
+                config["response_json_schema"] = p.response_format.json_schema
+        if p.extra:
+            config["http_options"] = {"extra_body": dict(p.extra)}
+        return contents, types.GenerateContentConfig.model_validate(config)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """One call: streamed when ``params.stream`` is set."""
+        contents, config = self.encode(request)
+        start = time.perf_counter()
+        ttft: float | None = None
+        try:
+            if request.params.stream:
+                chunks: list[Any] = []
+                stream = await self.client.aio.models.generate_content_stream(
+                    model=self.wire_model, contents=contents, config=config
+                )
+                async for chunk in stream:
+                    if ttft is None and any(p.text or p.function_call for p in _parts(chunk)):
+                        ttft = (time.perf_counter() - start) * 1000
+                    chunks.append(chunk)
+                return self._decode(chunks, ttft_ms=ttft)
+            response = await self.client.aio.models.generate_content(
+                model=self.wire_model, contents=contents, config=config
+            )
+        except errors.APIError as exc:
+            raise self._error(exc) from None
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
+        return self._decode([response])
+
+    def _error(self, exc: errors.APIError) -> ProviderError:
+        headers = dict(getattr(exc.response, "headers", None) or {})
+        headers.update(_retry_delay(exc.details))
+        return status_error(
+            exc.code or 500,
+            exc.message or str(exc),
+            model=self.model,
+            headers=headers,
+            code=exc.status,
+            secrets=self.options.secrets(),
+        )
+
+    def _decode(self, chunks: list[Any], *, ttft_ms: float | None = None) -> ModelResponse:
+        """The canonical response of a whole response, or of a stream's chunks joined."""
+        last = chunks[-1] if chunks else None
+        if last is None or not last.candidates:
+            feedback = getattr(last, "prompt_feedback", None)
+            reason = getattr(feedback, "block_reason", None)
+            if reason is not None:
+                raise ContentFilterError(f"the prompt was blocked ({_name(reason)})", model=self.model)
+            raise TransientError("the response holds no candidate", model=self.model)
+        parts = [p for chunk in chunks for p in _parts(chunk)]
+        finish = _name(last.candidates[0].finish_reason)
+        if not finish:
+            # A stream ends with the finish reason; without one it was cut short, and must not be cached.
+            raise TransientError("the stream ended before its last event", model=self.model)
+        if finish in _INVALID:
+            raise BadRequestError(f"the model's answer was refused by Gemini ({finish})", model=self.model)
+        texts = [p.text for p in parts if p.text and not p.thought]
+        thoughts = [p.text for p in parts if p.text and p.thought]
+        calls = tuple(
+            ToolCall(
+                id=p.function_call.id or f"gemini_{k}_{p.function_call.name}",
+                name=p.function_call.name or "",
+                arguments=json.dumps(p.function_call.args or {}, ensure_ascii=False),
+            )
+            for k, p in enumerate(q for q in parts if q.function_call)
+        )
+        state = None
+        if thoughts or any(p.thought_signature for p in parts):
+            # The model's parts exactly as they came, signatures included, to be resent as they are.
+            kept = [p.model_dump(mode="json", exclude_none=True) for p in parts]
+            state = ReasoningState(
+                provider=PROVIDER, model=self.wire_model, data={"parts": kept}, summary="".join(thoughts) or None
+            )
+        if finish in _FILTERED:
+            canonical: FinishReason = "content_filter"
+        elif calls and finish == "STOP":
+            canonical = "tool_calls"
+        else:
+            canonical = _FINISH.get(finish, "other")
+        return ModelResponse(
+            message=Message(
+                role="assistant", content="".join(texts) if texts else None, tool_calls=calls, reasoning=state
+            ),
+            finish_reason=canonical,
+            provider_finish_reason=finish,
+            usage=decode_usage(last.usage_metadata),
+            ttft_ms=ttft_ms,
+            served_model=last.model_version or "",
+            request_id=last.response_id,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        await self.client.aio.aclose()
+
+
+def _parts(chunk: Any) -> list[Any]:
+    if not chunk.candidates or chunk.candidates[0].content is None:
+        return []
+    return list(chunk.candidates[0].content.parts or [])
+
+
+def _name(value: Any) -> str:
+    return str(getattr(value, "value", value) or "")
+
+
+def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> GeminiAdapter:
+    """The factory of ``gemini:`` model ids."""
+    opts = parse_options(GeminiOptions, model, options)
+    key = opts.key(None, model=model, required=False) or _google_key(model)
+    http: dict[str, Any] = {"timeout": int(opts.timeout * 1000)}
+    if opts.base_url:
+        http["base_url"] = opts.base_url
+    if opts.api_version:
+        http["api_version"] = opts.api_version
+    if opts.headers:
+        http["headers"] = opts.header_values()
+    client = genai.Client(api_key=key, http_options=types.HttpOptions.model_validate(http))
+    return GeminiAdapter(model, opts, client)
+
+
+def _google_key(model: str) -> str:
+    # The SDK's own order: GOOGLE_API_KEY, then GEMINI_API_KEY.
+    for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY"):
+        if os.environ.get(name):
+            return os.environ[name]
+    raise ConfigError(f"{model}: no API key; set GEMINI_API_KEY (or name another variable with api_key_env)")

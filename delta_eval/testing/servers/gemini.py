@@ -1,0 +1,228 @@
+"""A fake Gemini server: ``generateContent`` and ``streamGenerateContent?alt=sse`` under ``/v1/`` or ``/v1beta/``.
+
+It reads requests as the Gemini API does, including the snake_case keys ``google-genai`` leaves in objects it passes
+through whole (``thinking_budget``, ``parameters_json_schema``), but never inside function arguments, responses or
+property names. Like the real service it answers 400, in Google's error shape, to: a role other than ``user`` and
+``model``; a function call not answered by function responses in the next turn; and, when a model thinks, a later
+request whose function call of the current turn (after the user's last message) comes back without the
+``thoughtSignature`` it was given. Rate limits come with a
+``google.rpc.RetryInfo`` detail.
+
+Example:
+    >>> from google import genai
+    >>> from google.genai import types
+    >>> import anyio
+    >>> async def ask(server: FakeGeminiServer) -> str | None:
+    ...     client = genai.Client(api_key="test", http_options=types.HttpOptions(base_url=server.url))
+    ...     try:
+    ...         reply = await client.aio.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    ...         return reply.text
+    ...     finally:
+    ...         await client.aio.aclose()
+    >>> with FakeGeminiServer(respond=lambda request: Message(role="assistant", content="hello")) as server:
+    ...     anyio.run(ask, server)
+    'hello'
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+from delta_eval.calls import ModelRequest
+from delta_eval.schema import Message, ToolCall, ToolSpec
+from delta_eval.testing.servers.http import JSONReply, Reply, Request
+from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, sign, sse
+
+__all__ = ["FakeGeminiServer"]
+
+_PATH = re.compile(
+    r"^/(?:v1|v1beta|v1alpha)/models/(?P<model>[^:/]+):(?P<method>generateContent|streamGenerateContent)$"
+)
+_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
+# Keys whose values are the user's own data, never renamed.
+_OPAQUE = frozenset({"args", "response", "properties", "parametersJsonSchema", "responseJsonSchema"})
+_THOUGHT = "Checking the policy before calling the tool."
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def normalise(value: Any) -> Any:
+    """Snake_case keys camel-cased, as the API's parser accepts both, except inside user data."""
+    if isinstance(value, list):
+        return [normalise(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, sub in value.items():
+        name = _camel(key)
+        out[name] = sub if name in _OPAQUE else normalise(sub)
+    return out
+
+
+def _signature_bytes(value: Any) -> bytes | None:
+    # The SDK holds signatures as bytes and may send them in either base64 alphabet: compare what they encode.
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value.replace("-", "+").replace("_", "/") + "=" * (-len(value) % 4))
+    except ValueError:
+        return None
+
+
+def _call_key(name: str, args: Any) -> str:
+    return json.dumps([name, args], sort_keys=True)
+
+
+class FakeGeminiServer(FakeProviderServer):
+    """The Gemini API's ``generateContent``, answered by the simulated model. ``url`` is the SDK's ``base_url``.
+
+    Pass ``api_key`` to have requests without it (``x-goog-api-key``) refused with a 401-like 400, as Google does.
+    """
+
+    def __init__(self, *args: Any, api_key: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.api_key = api_key
+        self._signatures: dict[str, set[bytes | None]] = {}  # a call (name, args) -> the signatures issued with it
+
+    def route(self, request: Request) -> Route | None:
+        match = _PATH.match(request.path)
+        if request.method != "POST" or match is None:
+            return None
+        return Route(match.group("model"), match.group("method") == "streamGenerateContent")
+
+    async def handle(self, request: Request) -> Reply:
+        if self.api_key is not None and not request.presented("x-goog-api-key", self.api_key):
+            return self.error(400, "auth", "API key not valid. Please pass a valid API key.")
+        return await super().handle(request)
+
+    def error(self, status: int, kind: str, message: str) -> JSONReply:
+        body: dict[str, Any] = {"error": {"code": status, "message": message, "status": _STATUS.get(status, "UNKNOWN")}}
+        return JSONReply(body, status=status)
+
+    def _failure(self, failure: Any, behaviour: Any) -> JSONReply | None:
+        reply = super()._failure(failure, behaviour)
+        if reply is not None and reply.status == 429:
+            # Gemini says the wait in the body, not in a header.
+            reply.headers.clear()
+            delay = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{behaviour.retry_after_s}s"}
+            reply.body["error"]["details"] = [delay]
+        return reply
+
+    def decode(self, request: Request, route: Route) -> ModelRequest:
+        body = normalise(request.json() or {})
+        messages: list[Message] = []
+        system = body.get("systemInstruction")
+        if system:
+            messages.append(Message(role="system", content="".join(p.get("text", "") for p in system.get("parts", []))))
+        open_calls: list[ToolCall] = []
+        contents = body.get("contents") or []
+        # Signatures are checked in the current turn only: the calls after the last message the user wrote.
+        current = max((i for i, c in enumerate(contents) if c.get("role") == "user" and any(
+            "text" in p for p in c.get("parts") or [])), default=-1)  # fmt: skip
+        for i, content in enumerate(contents):
+            role, parts = content.get("role", "user"), content.get("parts") or []
+            if role not in ("user", "model"):
+                raise WireError(f"Please use a valid role: user, model. (contents[{i}].role = {role!r})")
+            responses = [p["functionResponse"] for p in parts if "functionResponse" in p]
+            if open_calls and (role != "user" or len(responses) != len(open_calls)):
+                raise WireError(
+                    "Please ensure that function response turn comes immediately after a function call turn, "
+                    "with one function response for each function call."
+                )
+            if role == "model":
+                calls = [p for p in parts if "functionCall" in p]
+                if i > current:
+                    self._check_signatures(i, parts)
+                open_calls = [
+                    ToolCall(id=c["functionCall"].get("id") or f"g{i}_{k}", name=c["functionCall"]["name"],
+                             arguments=json.dumps(c["functionCall"].get("args", {})))
+                    for k, c in enumerate(calls)
+                ]  # fmt: skip
+                text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+                messages.append(Message(role="assistant", content=text or None, tool_calls=tuple(open_calls)))
+            else:
+                for call, response in zip(open_calls, responses, strict=False):
+                    output = response.get("response", {})
+                    content_text = output.get("output") if isinstance(output, dict) else None
+                    text = content_text if isinstance(content_text, str) else json.dumps(output)
+                    messages.append(Message(role="tool", tool_call_id=call.id, name=response.get("name"), content=text))
+                open_calls = []
+                text = "".join(p.get("text", "") for p in parts if "text" in p)
+                if text or not responses:
+                    messages.append(Message(role="user", content=text))
+        tools = [
+            ToolSpec(name=d["name"], description=d.get("description") or "",
+                     parameters=d.get("parametersJsonSchema") or d.get("parameters") or {})
+            for tool in body.get("tools") or []
+            for d in tool.get("functionDeclarations") or []
+        ]  # fmt: skip
+        return ModelRequest(model=route.model, messages=tuple(messages), tools=tuple(tools))
+
+    def _check_signatures(self, index: int, parts: list[dict[str, Any]]) -> None:
+        first_call = next((p for p in parts if "functionCall" in p), None)
+        if first_call is None:
+            return
+        call = first_call["functionCall"]
+        issued = self._signatures.get(_call_key(call["name"], call.get("args", {})))
+        if issued and _signature_bytes(first_call.get("thoughtSignature")) not in issued:
+            raise WireError(
+                f"Function call is missing a thought_signature in functionCall parts. This is required for tools to "
+                f"work correctly, and missing thought_signature may lead to degraded model performance. "
+                f"(contents[{index}].parts)"
+            )
+
+    # -- answers --------------------------------------------------------------------------------------------
+
+    def _parts(self, answer: Answer) -> list[dict[str, Any]]:
+        m = answer.message
+        parts: list[dict[str, Any]] = []
+        if answer.thinking:
+            parts.append({"text": _THOUGHT, "thought": True})
+        if m.content:
+            parts.append({"text": m.content})
+        for k, call in enumerate(m.tool_calls):
+            args = call.parsed_arguments if isinstance(call.parsed_arguments, dict) else {}
+            part: dict[str, Any] = {"functionCall": {"name": call.name, "args": args}}
+            if answer.thinking and k == 0:  # only the first call of a turn carries the signature
+                signature = sign("gemini", answer.response_id)
+                part["thoughtSignature"] = signature
+                self._signatures.setdefault(_call_key(call.name, args), set()).add(_signature_bytes(signature))
+            parts.append(part)
+        return parts
+
+    @staticmethod
+    def _usage(answer: Answer) -> dict[str, Any]:
+        u = answer.usage
+        return {
+            "promptTokenCount": u.input_tokens,
+            "cachedContentTokenCount": u.cached_input_tokens,
+            "candidatesTokenCount": u.output_tokens - u.reasoning_tokens,
+            "thoughtsTokenCount": u.reasoning_tokens,
+            "totalTokenCount": u.input_tokens + u.output_tokens,
+        }
+
+    def _response(self, answer: Answer, parts: list[dict[str, Any]], finish: bool) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        if finish:
+            candidate["finishReason"] = "STOP"
+        body: dict[str, Any] = {"candidates": [candidate], "modelVersion": answer.model,
+                                "responseId": f"r{answer.response_id}"}  # fmt: skip
+        if finish:
+            body["usageMetadata"] = self._usage(answer)
+        return body
+
+    def encode(self, answer: Answer) -> JSONReply:
+        return JSONReply(self._response(answer, self._parts(answer), finish=True))
+
+    def encode_stream(self, answer: Answer) -> list[bytes]:
+        parts = self._parts(answer)
+        events = [self._response(answer, [part], finish=False) for part in parts[:-1]]
+        events.append(self._response(answer, parts[-1:], finish=True))
+        return [sse(e).replace(b"\n\n", b"\r\n\r\n") for e in events]
