@@ -196,9 +196,9 @@ def test_errors_map_to_the_retry_rules(status: int, error: type[Exception], retr
 
 
 def test_retry_info_in_the_body_is_the_wait() -> None:
-    with FakeGeminiServer(respond=weather, behaviour=SimulatedBehaviour(rate_limit_rate=1.0, retry_after_s=7.0)) as s:
-        with pytest.raises(RateLimitError) as info:
-            call(MODEL, options(s), request(MODEL), retry=de.RetryPolicy(max_attempts=1))
+    limited = SimulatedBehaviour(rate_limit_rate=1.0, retry_after_s=7.0)
+    with FakeGeminiServer(respond=weather, behaviour=limited) as server, pytest.raises(RateLimitError) as info:
+        call(MODEL, options(server), request(MODEL), retry=de.RetryPolicy(max_attempts=1))
     assert info.value.retry_after == 7.0  # type: ignore[attr-defined]
 
 
