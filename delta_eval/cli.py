@@ -1,8 +1,13 @@
 """The ``delta-eval`` command.
 
-    delta-eval demo [--out DIR] [-n N]     run the bundled demo (simulated models) and print its report
+    delta-eval demo [--out DIR] [-n N] [--wire W]   run the bundled demo and print its report; with --wire
+                                                   openai | openai-responses | anthropic | gemini, through that
+                                                   provider's real SDK against a fake server on 127.0.0.1
     delta-eval run CONFIG [--out DIR]      run (or resume) the evaluation a TOML/YAML file describes
     delta-eval report RUN_DIR              print the report of a run folder
+    delta-eval fake-server openai|anthropic|gemini [--port P] [--latency-ms L]
+                                           serve a fake provider (answering from the demo's recordings) until
+                                           Ctrl-C, for a real SDK or a run to talk to
 
 Exit status: 0 when the run completed, 1 on an error or an interrupted run, 2 on bad usage.
 """
@@ -31,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--latency-ms", type=float, default=20.0, help="median simulated latency per call")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.add_argument(
+        "--wire",
+        choices=["openai", "openai-responses", "anthropic", "gemini"],
+        help="go through this provider's real SDK, against a fake server of it on 127.0.0.1",
+    )
 
     run = sub.add_parser("run", help="run or resume the evaluation a config file describes")
     run.add_argument("config", type=Path, help="a TOML or YAML run configuration")
@@ -39,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
+
+    fake = sub.add_parser("fake-server", help="serve a fake provider on 127.0.0.1 until Ctrl-C")
+    fake.add_argument("provider", choices=["openai", "anthropic", "gemini"])
+    fake.add_argument("--port", type=int, default=0, help="port (default: any free one, printed)")
+    fake.add_argument("--latency-ms", type=float, default=0.0, help="median latency of an answer")
     return parser
 
 
@@ -48,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported here so that `delta-eval --help` stays instant.
     from delta_eval.analysis.report import render_report
     from delta_eval.api import run
-    from delta_eval.demo import demo_config, demo_conversations
+    from delta_eval.demo import demo_config, demo_conversations, wire_variants
     from delta_eval.result import open_result
 
     out = (
@@ -60,7 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             print(render_report(open_result(args.run_dir)))
             return 0
-        if args.command == "demo":
+        if args.command == "fake-server":
+            return _serve_fake(args.provider, args.port, args.latency_ms)
+        if args.command == "demo" and args.wire:
+            print(
+                f"delta-eval demo: tau-bench airline conversations through the real {args.wire} SDK, against a fake "
+                f"{args.wire} server on 127.0.0.1 (SIMULATED models), run folder {out}",
+                file=sys.stderr,
+            )
+            with wire_variants(args.wire, seed=args.seed, latency_ms=args.latency_ms) as (baseline, candidate):
+                said = (
+                    f"NOTE: the two models are simulated behind a fake {args.wire} server on 127.0.0.1, reached "
+                    f"through the real {args.wire} SDK; no real model was called."
+                )
+                config = demo_config(
+                    out, n=args.n, seed=args.seed, baseline=baseline, candidate=candidate, description=said
+                )
+                result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
+        elif args.command == "demo":
             print(
                 f"delta-eval demo: tau-bench airline conversations on SIMULATED models, run folder {out}",
                 file=sys.stderr,
@@ -84,6 +116,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         again = "delta-eval " + shlex.join(given)
         print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
         return 1
+
+
+def _serve_fake(provider: str, port: int, latency_ms: float) -> int:
+    from delta_eval.demo import WIRES, behaviours, demo_conversations
+
+    conversations, _ = demo_conversations().load()
+    behaviour = behaviours(latency_ms=latency_ms)["baseline"].model_copy(update={"reword_rate": 0.0})
+    server = WIRES[provider][1](recordings=conversations, behaviour=behaviour)
+    server.start(port)
+    base = getattr(server, "base_url", server.url)
+    print(f"fake {provider} server on {base} (any key works; Ctrl-C stops it)", flush=True)
+    try:
+        server.serve_forever_started()
+    finally:
+        server.stop()
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -57,6 +57,7 @@ class RunConfig(BaseModel):
       is further held to its own ``limits``.
     - ``prices``: per-model prices overriding the built-in table.
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
+    - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -76,6 +77,7 @@ class RunConfig(BaseModel):
     prices: dict[str, Price] = Field(default_factory=dict)
     cache: Path | None = None
     flush_every: int = Field(default=50, ge=1)
+    description: str | None = None
 
     def model_post_init(self, __context: Any) -> None:
         # Name the sides so that rows say which is which even when both run the same model.
@@ -97,7 +99,7 @@ class RunConfig(BaseModel):
         A run folder can only be resumed by a configuration with the same fingerprint. Fields at their defaults are
         left out, so that a later version adding an optional field can still resume this version's folders.
         """
-        operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry"}
+        operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description"}
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)

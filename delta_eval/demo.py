@@ -3,30 +3,42 @@
 The data is read through the library's own importer, as a user's production export would be. The baseline is the
 ``simulated:`` model with a little rewording (sampling noise); the candidate gets a reworded system prompt and a
 simulated model that rewords more, sometimes skips or changes a tool call, and now and then answers 429 or 500, so
-that it really differs from the baseline and the retry path is exercised. The stage 2 and stage 3 judges are the
-rule-based ones (``rule:``). Nothing here calls a real provider.
+that it really differs from the baseline and the retry path is exercised. With a ``wire``, the same two models sit
+behind a fake provider server on 127.0.0.1 and the run goes through that provider's real SDK. The stage 2 and
+stage 3 judges are the rule-based ones (``rule:``). Nothing here calls a real provider.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.adapters.simulated import SimulatedBehaviour
 from delta_eval.config import RunConfig
+from delta_eval.exceptions import ConfigError
 from delta_eval.ingest.source import ConversationSource, read_conversations
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.schema import Conversation
+from delta_eval.testing.servers.anthropic import FakeAnthropicServer
+from delta_eval.testing.servers.gemini import FakeGeminiServer
+from delta_eval.testing.servers.openai import FakeOpenAIServer
+from delta_eval.testing.servers.provider import FakeProviderServer
 from delta_eval.variant import Variant
 
 __all__ = [
     "DEMO_CONVERSATIONS",
     "DEMO_TOOLS",
+    "WIRES",
     "WRITE_ACTIONS",
     "airline_task_type",
+    "behaviours",
     "demo_config",
     "demo_conversations",
+    "wire_variants",
 ]
 
 _DATA = Path(str(files("delta_eval") / "data" / "tau_bench_airline"))
@@ -78,29 +90,79 @@ def demo_conversations() -> ConversationSource:
     )
 
 
-def demo_config(out: str | Path = "runs/demo", n: int = 100, seed: int = 7, latency_ms: float = 20.0) -> RunConfig:
-    """The demo's run configuration: ``n`` conversations stratified by task type, two simulated variants."""
+def behaviours(seed: int = 7, latency_ms: float = 20.0) -> dict[str, SimulatedBehaviour]:
+    """How the demo's two stand-in models behave: a baseline that rewords a little, and a candidate that rewords
+    more, sometimes skips or changes a tool call, and now and then answers 429 (with Retry-After) or 500."""
+    return {
+        "baseline": SimulatedBehaviour(reword_rate=0.1, skip_tool_rate=0.02, latency_ms=latency_ms, seed=seed),
+        "candidate": SimulatedBehaviour(
+            reword_rate=0.35,
+            skip_tool_rate=0.06,
+            change_args_rate=0.06,
+            rate_limit_rate=0.03,
+            server_error_rate=0.01,
+            retry_after_s=0.05,
+            latency_ms=latency_ms,
+            seed=seed,
+        ),
+    }
+
+
+#: The wire formats the demo can run through: a model prefix and the fake server that speaks it.
+WIRES: dict[str, tuple[str, type[FakeProviderServer]]] = {
+    "openai": ("openai", FakeOpenAIServer),
+    "openai-responses": ("openai-responses", FakeOpenAIServer),
+    "anthropic": ("anthropic", FakeAnthropicServer),
+    "gemini": ("gemini", FakeGeminiServer),
+}
+
+
+@contextmanager
+def wire_variants(wire: str, seed: int = 7, latency_ms: float = 20.0) -> Iterator[tuple[Variant, Variant]]:
+    """The demo's two variants on a real provider SDK, talking to a fake server of that provider on 127.0.0.1 that
+    answers from the bundled recordings; the server stops when the block ends.
+
+    Example::
+
+        with wire_variants("openai") as (baseline, candidate):
+            de.run(demo_config(baseline=baseline, candidate=candidate), conversations=demo_conversations())
+    """
+    if wire not in WIRES:
+        raise ConfigError(f"unknown wire {wire!r}; one of {', '.join(WIRES)}")
+    prefix, server_class = WIRES[wire]
+    conversations, _ = demo_conversations().load()
+    with server_class(recordings=conversations, behaviour=behaviours(seed, latency_ms)) as server:
+        base_url = server.base_url if isinstance(server, FakeOpenAIServer) else server.url
+        # The fake server takes any key; the SDK only needs one to send.
+        options = {"base_url": base_url, "api_key": "demo-key-for-the-fake-server"}
+        yield (
+            Variant(model=f"{prefix}:baseline", provider_options=options),
+            Variant(model=f"{prefix}:candidate", system_prompt=CANDIDATE_PROMPT, provider_options=options),
+        )
+
+
+def demo_config(
+    out: str | Path = "runs/demo",
+    n: int = 100,
+    seed: int = 7,
+    latency_ms: float = 20.0,
+    *,
+    baseline: Variant | None = None,
+    candidate: Variant | None = None,
+    description: str | None = None,
+) -> RunConfig:
+    """The demo's run configuration: ``n`` conversations stratified by task type, and two variants: by default the
+    simulated models, or those given (e.g. from :func:`wire_variants`)."""
+    simulated = {name: b.model_dump(exclude_defaults=True) for name, b in behaviours(seed, latency_ms).items()}
     return RunConfig(
         out=Path(out),
         sample=Stratified(by=["task_type"], n=n, seed=seed, derived={"task_type": airline_task_type}),
-        baseline=Variant(
-            model="simulated:baseline",
-            provider_options={"reword_rate": 0.1, "skip_tool_rate": 0.02, "latency_ms": latency_ms, "seed": seed},
-        ),
-        candidate=Variant(
-            model="simulated:candidate",
-            system_prompt=CANDIDATE_PROMPT,
-            provider_options={
-                "reword_rate": 0.35,
-                "skip_tool_rate": 0.06,
-                "change_args_rate": 0.06,
-                "rate_limit_rate": 0.03,
-                "server_error_rate": 0.01,
-                "retry_after_s": 0.05,
-                "latency_ms": latency_ms,
-                "seed": seed,
-            },
+        baseline=baseline or Variant(model="simulated:baseline", provider_options=simulated["baseline"]),
+        candidate=candidate
+        or Variant(
+            model="simulated:candidate", system_prompt=CANDIDATE_PROMPT, provider_options=simulated["candidate"]
         ),
         seed=seed,
         retry=RetryPolicy(initial_wait=0.05, max_wait=1.0),
+        description=description,
     )

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -25,7 +26,9 @@ from delta_eval.schema import Usage
 
 __all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
 
-PRICES_AS_OF = "2025-06"
+#: When the built-in list prices were read off the providers' pricing pages (openai.com/api/pricing,
+#: anthropic.com/pricing, ai.google.dev/gemini-api/docs/pricing). Prices change: pass ``prices=`` for today's.
+PRICES_AS_OF = "2025-10"
 
 
 class Price(BaseModel):
@@ -40,28 +43,60 @@ class Price(BaseModel):
     cache_write: float | None = Field(default=None, ge=0)
 
 
+# Standard (not batch, not priority) rates; Anthropic's cache writes are its 5-minute writes; Gemini's are the rates
+# for prompts up to 200k tokens (its longer prompts cost more and are not modelled: override them if you use them).
 DEFAULT_PRICES: dict[str, Price] = {
     # The simulated model costs nothing: it runs in this process.
     "simulated:*": Price(input=0.0, output=0.0),
-    "openai:gpt-4o": Price(input=2.5, cached_input=1.25, output=10.0),
-    "openai:gpt-4o-mini": Price(input=0.15, cached_input=0.075, output=0.6),
+    "openai:gpt-5": Price(input=1.25, cached_input=0.125, output=10.0),
+    "openai:gpt-5-mini": Price(input=0.25, cached_input=0.025, output=2.0),
+    "openai:gpt-5-nano": Price(input=0.05, cached_input=0.005, output=0.4),
     "openai:gpt-4.1": Price(input=2.0, cached_input=0.5, output=8.0),
     "openai:gpt-4.1-mini": Price(input=0.4, cached_input=0.1, output=1.6),
+    "openai:gpt-4.1-nano": Price(input=0.1, cached_input=0.025, output=0.4),
+    "openai:gpt-4o": Price(input=2.5, cached_input=1.25, output=10.0),
+    "openai:gpt-4o-mini": Price(input=0.15, cached_input=0.075, output=0.6),
     "openai:o3": Price(input=2.0, cached_input=0.5, output=8.0),
     "openai:o4-mini": Price(input=1.1, cached_input=0.275, output=4.4),
+    "openai:o3-mini": Price(input=1.1, cached_input=0.55, output=4.4),
+    "anthropic:claude-opus-4-1": Price(input=15.0, cached_input=1.5, cache_write=18.75, output=75.0),
+    "anthropic:claude-opus-4-0": Price(input=15.0, cached_input=1.5, cache_write=18.75, output=75.0),
+    "anthropic:claude-sonnet-4-5": Price(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0),
     "anthropic:claude-sonnet-4-0": Price(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0),
+    "anthropic:claude-haiku-4-5": Price(input=1.0, cached_input=0.1, cache_write=1.25, output=5.0),
     "anthropic:claude-3-5-haiku-latest": Price(input=0.8, cached_input=0.08, cache_write=1.0, output=4.0),
     "gemini:gemini-2.5-pro": Price(input=1.25, cached_input=0.31, output=10.0),
     "gemini:gemini-2.5-flash": Price(input=0.3, cached_input=0.075, output=2.5),
+    "gemini:gemini-2.5-flash-lite": Price(input=0.1, cached_input=0.025, output=0.4),
+    "gemini:gemini-2.0-flash": Price(input=0.1, cached_input=0.025, output=0.4),
 }
+
+#: Prefixes priced as another's models: the Responses API bills OpenAI's models at OpenAI's prices.
+_PRICED_AS = {"openai-responses": "openai"}
+#: A dated or numbered snapshot (``-2025-04-14``, ``-20250929``, ``-001``) costs what its model costs.
+_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{3})$")
 
 
 def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
-    """The price of ``model``: an exact entry, else a ``"prefix:*"`` entry; the run's ``overrides`` first."""
-    prefix = model.split(":", 1)[0]
+    """The price of ``model``, the run's ``overrides`` first: an exact entry, else the entry of the model a dated
+    snapshot belongs to, else a ``"prefix:*"`` entry. Azure deployments have names of their own: price them with
+    ``prices=``.
+
+    Example:
+        >>> price_for("anthropic:claude-sonnet-4-5-20250929").output, price_for("openai-responses:o3").input
+        (15.0, 2.0)
+        >>> price_for("azure:my-deployment") is None
+        True
+    """
+    prefix, _, name = model.partition(":")
+    candidates = [model]
+    if prefix in _PRICED_AS:
+        candidates.append(f"{_PRICED_AS[prefix]}:{name}")
+    candidates += [_SNAPSHOT.sub("", c) for c in candidates if _SNAPSHOT.search(c)]
     for table in (overrides or {}, DEFAULT_PRICES):
-        if model in table:
-            return table[model]
+        for candidate in candidates:
+            if candidate in table:
+                return table[candidate]
         if f"{prefix}:*" in table:
             return table[f"{prefix}:*"]
     return None

@@ -1,8 +1,9 @@
 """One session of a run: open what the stages need, run them, and record how the session ended.
 
-In order: the conversation source; the run folder's session (resume, reset or refuse; the response cache; the
-manifest's start, see :mod:`delta_eval.store.session`); one :class:`~delta_eval.adapters.pool.ModelPool` for both
-sides and the judges; the sample; the two replayers and the judge cascade; then the streaming stages of
+In order: the conversation source; one :class:`~delta_eval.adapters.pool.ModelPool` for both sides and the judges,
+with every model's client and the judges built (so an unknown model, a missing SDK or key, or bad provider options
+stop the run before anything is written); the run folder's session (resume, reset or refuse; the response cache;
+the manifest's start, see :mod:`delta_eval.store.session`); the sample; then the streaming stages of
 :mod:`delta_eval.pipeline`. Whatever ends the session (completion, Ctrl-C, cancellation, a failure), the pool's
 adapters are closed and the manifest records the end.
 """
@@ -73,22 +74,19 @@ async def execute(
         source=source.name,
         baseline=c.baseline.describe(),
         candidate=c.candidate.describe(),
+        description=c.description,
         baseline_model=c.baseline.model,
         candidate_model=c.candidate.model,
         equivalence_judge=c.judges.names()[0],
         judge=c.judges.names()[1],
         seed=c.seed,
     )
-    session = FolderSession(folder, fresh, c.cache_path)
-    p.pairs_resumed = len(session.state.done_pairs)
-    # The simulated model answers from the recordings; only a run that uses it builds their index.
+    # Models and judges are built before anything is written: an unknown model, a missing SDK or key, or bad
+    # provider options stop the run here, with the folder untouched.
     simulated = any(split_model_id(v.model)[0] == "simulated" for _, v in _sides(c))
     recordings = RecordingIndex() if simulated else None
-    pool = ModelPool(session.cache, c.retry, AdapterContext(recordings=recordings))
-    stages = Stages(c, source, folder, session.state, p, recordings, on_verdict, last_commit=time.monotonic())
-    status: RunStatus = "failed"
+    pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings))
     try:
-        sample = await anyio.to_thread.run_sync(stages.sample)
         simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
         sides: dict[Side, Replayer] = {
             side: Replayer(
@@ -101,8 +99,18 @@ async def execute(
             )
             for side, v in _sides(c)
         }
-        context = JudgeContext(pool=pool, prices=c.prices, seed=c.seed, match=c.judges.match)
-        await run_stages(stages, sample, sides, build_cascade(c.judges, context))
+        cascade = build_cascade(c.judges, JudgeContext(pool=pool, prices=c.prices, seed=c.seed, match=c.judges.match))
+        session = FolderSession(folder, fresh, c.cache_path)
+    except BaseException:
+        await pool.aclose()
+        raise
+    pool.use_cache(session.cache)
+    p.pairs_resumed = len(session.state.done_pairs)
+    stages = Stages(c, source, folder, session.state, p, recordings, on_verdict, last_commit=time.monotonic())
+    status: RunStatus = "failed"
+    try:
+        sample = await anyio.to_thread.run_sync(stages.sample)
+        await run_stages(stages, sample, sides, cascade)
         status = "completed"
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class()) else "failed"

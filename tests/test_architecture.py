@@ -59,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     "runner": _STAGES | {"pipeline"},
     "result": {"core", "store", "metrics"},
     "analysis": {"core", "store", "metrics", "result"},
-    "testing": {"core", "adapters"},
+    "testing": {"core", "adapters"},  # test doubles and fake servers speak the canonical types, nothing later
     "front": set(LAYER_OF.values()),
 }
 

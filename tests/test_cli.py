@@ -91,3 +91,47 @@ def test_errors_exit_nonzero_with_a_message(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(SystemExit) as info:
         main(["frobnicate"])
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_the_demo_through_a_real_sdk_against_a_fake_server(
+    wire: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--wire", wire, "--out", str(out), "-n", "4", "--latency-ms", "0", "--no-progress"]) == 0
+    printed = capsys.readouterr()
+    assert f"fake {wire} server on 127.0.0.1" in printed.out
+    assert "no real model was called" in printed.out
+    result = de.open_result(out)
+    assert result.status == "completed"
+    assert result.counts.errors == 0
+    assert result.manifest.baseline_model == f"{wire}:baseline"
+    con = result.connect()
+    assert con.execute("SELECT count(*) FROM replays WHERE side = 'candidate' AND request_ids <> []").fetchone()[0] > 0
+
+
+@pytest.mark.slow
+def test_fake_server_command_serves_a_real_sdk_until_interrupted() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import anyio
+    import openai
+
+    command = [sys.executable, "-m", "delta_eval", "fake-server", "openai"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        base_url = line.split(" on ")[1].split(" ")[0]
+
+        async def ask() -> str | None:
+            async with openai.AsyncOpenAI(base_url=base_url, api_key="any", max_retries=0) as client:
+                reply = await client.chat.completions.create(
+                    model="gpt-4.1", messages=[{"role": "user", "content": "hello?"}]
+                )
+                return reply.choices[0].message.content
+
+        assert anyio.run(ask)  # a generic reply: the context matches no recording
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,27 @@ def test_a_stalled_judge_holds_back_replays(tmp_path: Path) -> None:
 
     anyio.run(main)
     assert de.open_result(cfg.out).status == "completed"
+
+
+def test_a_model_that_cannot_work_stops_the_run_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_provider_keys: None
+) -> None:
+    import importlib.util
+
+    from delta_eval.exceptions import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "google.genai" else real(name, *a)
+    )
+    base = de.Variant(model="simulated:a")
+    for candidate, said in (
+        (de.Variant(model="gemini:gemini-2.5-flash"), "pip install 'delta-eval[gemini]'"),
+        (de.Variant(model="anthropic:claude-sonnet-4-5"), "set ANTHROPIC_API_KEY"),
+        (de.Variant(model="openai:gpt-4.1", provider_options={"base_urll": "x"}), "base_urll"),
+        (de.Variant(model="nosuch:model"), "unknown model prefix 'nosuch'"),
+    ):
+        out = tmp_path / candidate.model.replace(":", "-")
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            de.run(conversations=demo_conversations(), baseline=base, candidate=candidate, out=out)
+        assert not out.exists()

@@ -80,6 +80,12 @@ class ModelPool:
         self._clients.append((model, opts, client))
         return client
 
+    def use_cache(self, cache: ResponseCache | None) -> None:
+        """Answer every client's calls from ``cache`` from now on (clients may be built before the cache opens)."""
+        self.cache = cache
+        for _, _, client in self._clients:
+            client.cache = cache
+
     @property
     def adapters(self) -> list[ModelAdapter]:
         """Every adapter built so far."""

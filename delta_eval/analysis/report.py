@@ -58,6 +58,9 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
         lines.append("NOTE: simulated run - " + ", ".join(stand_ins) + " are stand-ins; no real model was called.")
         lines.append("      The numbers show the pipeline working, not the quality of any real model.")
         lines.append("")
+    if m.description:
+        lines.append(m.description)
+        lines.append("")
     lines.append(f"run folder   {result.path}   ({result.status})")
     lines.append(f"baseline     {m.baseline}")
     lines.append(f"candidate    {m.candidate}")

@@ -127,6 +127,7 @@ class RunManifest(_Model):
     source: str
     baseline: str
     candidate: str
+    description: str | None = None
     baseline_model: str = ""
     candidate_model: str = ""
     equivalence_judge: str | None = None

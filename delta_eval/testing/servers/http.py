@@ -98,6 +98,7 @@ class FakeHTTPServer:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._ended = threading.Event()  # set by the server's thread once its loop has stopped
         self.port = 0
 
     @property
@@ -131,8 +132,12 @@ class FakeHTTPServer:
                 ready.set()
                 return
             ready.set()
-            loop.run_forever()
+            try:
+                loop.run_forever()
+            finally:
+                self._ended.set()
 
+        self._ended.clear()
         self._loop = loop
         self._thread = threading.Thread(target=run, name=f"{type(self).__name__}", daemon=True)
         self._thread.start()
@@ -150,7 +155,9 @@ class FakeHTTPServer:
             return
         asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
+        # An event, not Thread.join: a Ctrl-C that landed in an earlier join can leave the thread looking stopped.
+        self._ended.wait(timeout=10)
+        thread.join(timeout=1)
         loop.close()
         self._loop = self._thread = None
 
@@ -163,17 +170,13 @@ class FakeHTTPServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def serve_forever(self, port: int = 0) -> None:
-        """Serve in the foreground until interrupted (for a server in a process of its own)."""
-        self.start(port)
+    def serve_forever_started(self) -> None:
+        """Block until Ctrl-C (or SIGTERM's KeyboardInterrupt) while the started server serves from its thread."""
         try:
-            assert self._thread is not None
-            while self._thread.is_alive():
-                self._thread.join(timeout=0.5)
+            while not self._ended.wait(timeout=0.5):
+                pass
         except KeyboardInterrupt:
             pass
-        finally:
-            self.stop()
 
     def __enter__(self) -> FakeHTTPServer:
         return self.start()
