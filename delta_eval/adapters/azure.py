@@ -53,8 +53,13 @@ class AzureOptions(OpenAIOptions):
     ad_token_env: str | None = None
 
 
-def make_azure_client(options: AzureOptions, model: str) -> openai.AsyncOpenAI:
-    """The SDK client for an Azure deployment, with the SDK's retries off."""
+def make_azure_client(options: AzureOptions, model: str, *, deployment: str | None = None) -> openai.AsyncOpenAI:
+    """The SDK client for an Azure deployment, with the SDK's retries off.
+
+    ``deployment`` puts the classic API's ``/openai/deployments/{deployment}`` in the client's base URL (Chat
+    Completions); without it the SDK would route by the body's ``model``, which it cannot read from the pre-encoded
+    bodies the adapters send. The Responses API has no deployment path and takes the deployment as the model.
+    """
     endpoint = options.endpoint or os.environ.get("AZURE_OPENAI_ENDPOINT")
     if not endpoint:
         raise ConfigError(f"{model}: no Azure endpoint; give endpoint or set AZURE_OPENAI_ENDPOINT")
@@ -76,6 +81,7 @@ def make_azure_client(options: AzureOptions, model: str) -> openai.AsyncOpenAI:
         raise ConfigError(f"{model}: no Azure api_version; give api_version, set OPENAI_API_VERSION, or use v1")
     return openai.AsyncAzureOpenAI(
         azure_endpoint=endpoint,
+        azure_deployment=deployment,
         api_version=version,
         api_key=key,
         azure_ad_token=token,
@@ -126,7 +132,7 @@ class AzureResponsesAdapter(ResponsesAdapter):
 def create_chat(model: str, options: Mapping[str, Any], context: AdapterContext) -> ChatCompletionsAdapter:
     """The factory of ``azure:`` model ids."""
     opts, deployment = _options(model, options)
-    return AzureChatAdapter(model, opts, make_azure_client(opts, model), wire_model=deployment)
+    return AzureChatAdapter(model, opts, make_azure_client(opts, model, deployment=deployment), wire_model=deployment)
 
 
 def create_responses(model: str, options: Mapping[str, Any], context: AdapterContext) -> ResponsesAdapter:

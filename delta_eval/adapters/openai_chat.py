@@ -21,10 +21,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.base import ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
-from delta_eval.adapters.openai_common import OpenAIOptions, make_client, map_openai_error, sampling
+from delta_eval.adapters.openai_common import REQUEST_OPTIONS, OpenAIOptions, make_client, map_openai_error, sampling
 from delta_eval.adapters.options import parse_options
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
@@ -133,7 +134,7 @@ class ChatCompletionsAdapter(ModelAdapter):
         return {"base_url": str(self.client.base_url)}
 
     def encode(self, request: ModelRequest) -> dict[str, Any]:
-        """The keyword arguments of ``chat.completions.create`` for ``request``."""
+        """The request body of ``POST /chat/completions`` for ``request`` (``params.extra`` merged in)."""
         p = request.params
         kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages)}
         if request.tools:
@@ -149,17 +150,18 @@ class ChatCompletionsAdapter(ModelAdapter):
             kwargs["stop"] = list(p.stop)
         if p.response_format is not None:
             kwargs["response_format"] = encode_response_format(p.response_format)
-        if p.extra:
-            kwargs["extra_body"] = dict(p.extra)
+        kwargs.update(p.extra)
         return kwargs
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One call: streamed when ``params.stream`` is set."""
-        kwargs = self.encode(request)
+        body = self.encode(request)
         try:
             if request.params.stream:
-                return await self._stream(kwargs)
-            completion = await self.client.chat.completions.create(**kwargs)
+                return await self._stream(body)
+            completion = await self.client.post(
+                "/chat/completions", content=json_body(body), cast_to=ChatCompletion, options=REQUEST_OPTIONS
+            )
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, model=self.model, secrets=self.options.secrets()) from None
         except Exception as exc:
@@ -194,8 +196,13 @@ class ChatCompletionsAdapter(ModelAdapter):
         finish: str | None = None
         usage: Any = None
         served = ""
-        stream = await self.client.chat.completions.create(
-            **kwargs, stream=True, stream_options={"include_usage": True}
+        stream = await self.client.post(
+            "/chat/completions",
+            content=json_body({**kwargs, "stream": True, "stream_options": {"include_usage": True}}),
+            cast_to=ChatCompletion,
+            options=REQUEST_OPTIONS,
+            stream=True,
+            stream_cls=openai.AsyncStream[ChatCompletionChunk],
         )
         request_id = stream.response.headers.get("x-request-id")
         async for chunk in stream:

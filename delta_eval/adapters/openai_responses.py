@@ -23,10 +23,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import openai
+from openai.types.responses import Response, ResponseStreamEvent
 
-from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.base import ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.openai_common import (
+    REQUEST_OPTIONS,
     OpenAIOptions,
     is_reasoning_model,
     make_client,
@@ -142,7 +144,7 @@ class ResponsesAdapter(ModelAdapter):
         return {"base_url": str(self.client.base_url)}
 
     def encode(self, request: ModelRequest) -> dict[str, Any]:
-        """The keyword arguments of ``responses.create`` for ``request``."""
+        """The request body of ``POST /responses`` for ``request`` (``params.extra`` merged in)."""
         p = request.params
         instructions, items = encode_input(request.messages, self.wire_model)
         kwargs: dict[str, Any] = {"model": self.wire_model, "input": items, "store": False}
@@ -167,8 +169,7 @@ class ResponsesAdapter(ModelAdapter):
             self.note("stop sequences dropped: the Responses API takes none")
         if p.response_format is not None:
             kwargs["text"] = {"format": encode_text_format(p.response_format)}
-        if p.extra:
-            kwargs["extra_body"] = dict(p.extra)
+        kwargs.update(p.extra)
         return kwargs
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
@@ -179,7 +180,14 @@ class ResponsesAdapter(ModelAdapter):
         try:
             if request.params.stream:
                 final: Any = None
-                stream = await self.client.responses.create(**kwargs, stream=True)
+                stream = await self.client.post(
+                    "/responses",
+                    content=json_body({**kwargs, "stream": True}),
+                    cast_to=Response,
+                    options=REQUEST_OPTIONS,
+                    stream=True,
+                    stream_cls=openai.AsyncStream[ResponseStreamEvent],
+                )
                 request_id = stream.response.headers.get("x-request-id")
                 async for event in stream:
                     if ttft is None and event.type in _DELTAS:
@@ -189,7 +197,9 @@ class ResponsesAdapter(ModelAdapter):
                 if final is None:
                     raise TransientError("the stream ended before its last event", model=self.model)
             else:
-                final = await self.client.responses.create(**kwargs)
+                final = await self.client.post(
+                    "/responses", content=json_body(kwargs), cast_to=Response, options=REQUEST_OPTIONS
+                )
                 request_id = final._request_id
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, model=self.model, secrets=self.options.secrets()) from None

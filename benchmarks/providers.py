@@ -1,0 +1,222 @@
+"""The price of the pipeline on a real SDK: ``de.run`` with ``openai:`` on both sides against a bare ``AsyncOpenAI``
+loop, both talking to the same fake OpenAI server in a process of its own.
+
+- bare: what a home-grown script does: for every assistant turn of the export and each of two models, call the
+  model through ``AsyncOpenAI`` (a semaphore for concurrency, ``max_retries=0``), feed recorded tool results back
+  (the same tool simulation), until the model answers in text. No cache, no judging, no storage.
+- pipeline: ``de.run`` on the same export: sampling (everything), replay through the response cache, limiter and
+  retry, the three judging stages (rule judges), atomic Parquet writes, the manifest.
+
+Both make the same model calls (the server answers from the recordings, so both follow the same tool rounds). Each
+measurement runs in a child process of its own (its CPU time and peak RSS are its own) and the two alternate;
+medians are printed, with the ratios:
+
+- at 0 ms server latency and concurrency 64: pipeline requests/s over bare requests/s (target >= 0.8);
+- at 200 ms latency and concurrency 256: pipeline wall time over the ideal, calls x 0.2 s / 256 (target <= 1.3).
+
+    python benchmarks/providers.py                 # both scenarios, 3 repeats each
+    python benchmarks/providers.py --repeats 1 --scale 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from throughput import peak_rss_mb, scaled_export, source  # noqa: E402 - the export helpers of the other benchmark
+
+MODELS = ("baseline", "candidate")
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_pipeline(path: Path, out: Path, base_url: str, concurrency: int) -> dict[str, Any]:
+    import delta_eval as de
+
+    options = {"base_url": base_url, "api_key": "bench"}
+    limits = de.ModelLimits(max_concurrency=concurrency)
+    config = de.RunConfig(
+        out=out,
+        baseline=de.Variant(model="openai:baseline", provider_options=options, limits=limits),
+        candidate=de.Variant(model="openai:candidate", provider_options=options, limits=limits),
+        concurrency=max(1, concurrency // 2),  # each pair keeps up to two calls in flight
+        judge_concurrency=8,
+    )
+    start, cpu = time.perf_counter(), cpu_seconds()
+    result = de.run(config, conversations=source(path))
+    seconds = time.perf_counter() - start
+    return {
+        "calls": result.counts.calls.answered,
+        "errors": result.counts.errors,
+        "seconds": seconds,
+        "cpu": cpu_seconds() - cpu,
+        "rss_mb": peak_rss_mb(),
+    }
+
+
+def run_bare(path: Path, base_url: str, concurrency: int) -> dict[str, Any]:
+    import anyio
+    import openai
+
+    from delta_eval.adapters.openai_chat import encode_messages, encode_tools
+    from delta_eval.replay.points import replay_points
+    from delta_eval.replay.tools import RecordedToolSimulator, ToolContext
+    from delta_eval.schema import Message, ToolCall
+
+    start, cpu = time.perf_counter(), cpu_seconds()
+    conversations, _ = source(path).load()
+    points = [p for c in conversations for p in replay_points(c)]
+    simulate = RecordedToolSimulator()
+    calls = 0
+
+    async def main() -> None:
+        limiter = anyio.Semaphore(concurrency)
+        async with openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0) as client:
+
+            async def turn(model: str, point: Any) -> None:
+                nonlocal calls
+                messages = encode_messages(point.context)
+                tools = encode_tools(point.tools)
+                made = 0
+                for _ in range(6):
+                    async with limiter:
+                        reply = await client.chat.completions.create(model=model, messages=messages, tools=tools)
+                    calls += 1
+                    message = reply.choices[0].message
+                    if not message.tool_calls:
+                        return
+                    messages.append(message.model_dump(exclude_none=True))
+                    for c in message.tool_calls:
+                        call = ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+                        result = simulate(call, ToolContext(point=point, position=made))
+                        made += 1
+                        messages.append({"role": "tool", "tool_call_id": c.id, "content": result.content})
+
+            async with anyio.create_task_group() as tg:
+                for point in points:
+                    for model in MODELS:
+                        tg.start_soon(turn, model, point)
+
+    anyio.run(main)
+    _ = Message  # the canonical types are not needed beyond the encoders
+    return {
+        "calls": calls,
+        "errors": 0,
+        "seconds": time.perf_counter() - start,
+        "cpu": cpu_seconds() - cpu,
+        "rss_mb": peak_rss_mb(),
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    path = Path(args.export)
+    if args.child == "pipeline":
+        out = run_pipeline(path, Path(args.out), args.base_url, args.concurrency)
+    else:
+        out = run_bare(path, args.base_url, args.concurrency)
+    print(json.dumps(out))
+
+
+class Server:
+    """The fake OpenAI server in a process of its own (``delta-eval fake-server``)."""
+
+    def __init__(self, latency_ms: float) -> None:
+        command = [sys.executable, "-m", "delta_eval", "fake-server", "openai", "--latency-ms", str(latency_ms)]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.base_url = self.proc.stdout.readline().split(" on ")[1].split(" ")[0]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def measure(kind: str, export: Path, base_url: str, concurrency: int, out: Path) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, "--export", str(export), "--base-url", base_url,
+           "--concurrency", str(concurrency), "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def scenario(latency_ms: float, concurrency: int, export: Path, repeats: int, folder: Path) -> dict[str, Any]:
+    server = Server(latency_ms)
+    runs: dict[str, list[dict[str, Any]]] = {"bare": [], "pipeline": []}
+    try:
+        for k in range(repeats):
+            for kind in ("bare", "pipeline"):
+                runs[kind].append(
+                    measure(kind, export, server.base_url, concurrency, folder / f"run-{latency_ms}-{kind}-{k}")
+                )
+    finally:
+        server.close()
+    print(f"\nserver latency {latency_ms:.0f} ms, concurrency {concurrency}, {repeats} repeats (medians)")
+    medians: dict[str, dict[str, float]] = {}
+    for kind, rows in runs.items():
+        med = {
+            "calls": statistics.median(r["calls"] for r in rows),
+            "rate": statistics.median(r["calls"] / r["seconds"] for r in rows),
+            "seconds": statistics.median(r["seconds"] for r in rows),
+            "cpu_per_1000": statistics.median(r["cpu"] / r["calls"] * 1000 for r in rows),
+            "rss_mb": statistics.median(r["rss_mb"] for r in rows),
+            "errors": max(r["errors"] for r in rows),
+        }
+        medians[kind] = med
+        each = ", ".join(f"{r['calls'] / r['seconds']:.0f}" for r in rows)
+        print(
+            f"  {kind:9s} {med['calls']:7.0f} calls  {med['rate']:7.1f} req/s  {med['seconds']:6.2f} s  "
+            f"CPU {med['cpu_per_1000']:5.2f} s/1000 calls  peak RSS {med['rss_mb']:6.1f} MB  errors {med['errors']:.0f}"
+            f"  (runs: {each} req/s)"
+        )
+    ratio = medians["pipeline"]["rate"] / medians["bare"]["rate"]
+    cpu = medians["pipeline"]["cpu_per_1000"] / medians["bare"]["cpu_per_1000"]
+    print(f"  pipeline / bare: throughput {ratio:.2f}, client CPU per call {cpu:.2f}")
+    ideal = medians["pipeline"]["calls"] * latency_ms / 1000 / concurrency
+    if latency_ms:
+        print(f"  pipeline wall time / ideal (calls x {latency_ms / 1000:.1f} s / {concurrency}): "
+              f"{medians['pipeline']['seconds'] / ideal:.2f} (ideal {ideal:.2f} s)")  # fmt: skip
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scale", type=int, default=1, help="repeat the 200-conversation export this many times")
+    parser.add_argument("--child", choices=["pipeline", "bare"], help=argparse.SUPPRESS)
+    parser.add_argument("--export", help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=64, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["fast", "slow"], help="run one scenario only")
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        export = scaled_export(args.scale, folder)
+        print(f"providers benchmark: fake OpenAI server in its own process, {200 * args.scale} conversations")
+        if args.only in (None, "fast"):
+            scenario(0.0, 64, export, args.repeats, folder)
+        if args.only in (None, "slow"):
+            scenario(200.0, 256, export, args.repeats, folder)
+
+
+if __name__ == "__main__":
+    main()
