@@ -135,3 +135,43 @@ def test_fake_server_command_serves_a_real_sdk_until_interrupted() -> None:
         assert anyio.run(ask)  # a generic reply: the context matches no recording
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
+
+
+def test_run_a_toml_config_on_a_real_adapter_with_its_key_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tau_conversations: list
+) -> None:
+    from delta_eval.testing import FakeOpenAIServer
+
+    monkeypatch.setenv("EVAL_OPENAI_KEY", "sk-from-the-env")
+    with FakeOpenAIServer(recordings=tau_conversations, api_key="sk-from-the-env") as server:
+        config = tmp_path / "eval.toml"
+        config.write_text(
+            f"""
+out = "run"
+max_turns_per_conversation = 1
+
+[source]
+path = "{de.demo.DEMO_CONVERSATIONS}"
+messages = "traj"
+id = "{{task_id}}/{{trial}}"
+tools = "{de.demo.DEMO_TOOLS}"
+
+[sample]
+n = 3
+
+[baseline]
+model = "openai:gpt-4.1-mini"
+provider_options = {{ base_url = "{server.base_url}", api_key_env = "EVAL_OPENAI_KEY" }}
+
+[candidate]
+model = "openai-responses:gpt-4.1-mini"
+provider_options = {{ base_url = "{server.base_url}", api_key_env = "EVAL_OPENAI_KEY" }}
+params = {{ stream = true }}
+"""
+        )
+        assert main(["run", str(config), "--no-progress"]) == 0
+    result = de.open_result(tmp_path / "run")
+    assert (result.counts.pairs, result.counts.errors) == (3, 0)
+    assert {r.path for r in server.requests} == {"/v1/chat/completions", "/v1/responses"}
+    for path in (tmp_path / "run").rglob("*"):
+        assert not path.is_file() or b"sk-from-the-env" not in path.read_bytes()
