@@ -53,8 +53,8 @@ class RunConfig(BaseModel):
       marked ``hit_tool_cap`` and not retried.
     - ``max_turns_per_conversation``: replay at most this many turns of each sampled conversation (drawn with
       ``seed``; ``None``: all turns). Pair weights account for it.
-    - ``concurrency``: pairs being replayed at once; ``judge_concurrency``: pairs being judged at once. Each model
-      is further held to its own ``limits``.
+    - ``concurrency``: pairs being replayed at once, each side on its own (so up to twice as many model calls in
+      flight); ``judge_concurrency``: pairs being judged at once. Each model is further held to its own ``limits``.
     - ``prices``: per-model prices overriding the built-in table.
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).

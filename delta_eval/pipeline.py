@@ -3,8 +3,8 @@
 Stages run concurrently in one anyio task group and pass typed messages through bounded memory object streams, so
 a slow stage makes the earlier ones wait (backpressure) and memory stays flat however large the source is::
 
-    load (1 task) --_Pair--> replay (concurrency tasks) --_Pair--> judge (judge_concurrency tasks) --> write (1 task)
-         \\--SampledConversation-----------------------------------------------------------------/
+    load --(_Pair, side)--> replay (2 x concurrency tasks, one side each) --_Pair--> judge (judge_concurrency) --+
+       \\--SampledConversation----------------------------------------------------------------------> write <--+
 
 The writer commits a batch every ``flush_every`` pairs (and at the end); a pair's rows always land in one batch.
 Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already finished and marks the manifest
@@ -68,7 +68,10 @@ class Stages:
     last_commit: float = 0.0
 
     async def load(
-        self, sample: SampleResult, send: ObjectSendStream[_Pair], write: ObjectSendStream[_Pair | SampledConversation]
+        self,
+        sample: SampleResult,
+        send: ObjectSendStream[tuple[_Pair, Side]],
+        write: ObjectSendStream[_Pair | SampledConversation],
     ) -> None:
         async with send, write:
             iterator: Iterator[tuple[int, Conversation]] = iter(iter_selected(self.source, sample.selected))
@@ -95,21 +98,25 @@ class Stages:
                     await write.send(record)
                 for point in points:
                     if point.pair_id not in self.state.done_pairs:
-                        await send.send(_Pair(point, stratum, pair_weight))
+                        pair = _Pair(point, stratum, pair_weight)
+                        await send.send((pair, "baseline"))
+                        await send.send((pair, "candidate"))
 
     async def replay(
-        self, recv: ObjectReceiveStream[_Pair], send: ObjectSendStream[_Pair], sides: dict[Side, Replayer]
+        self,
+        recv: ObjectReceiveStream[tuple[_Pair, Side]],
+        send: ObjectSendStream[_Pair],
+        sides: dict[Side, Replayer],
     ) -> None:
-        async def run(pair: _Pair, side: Side) -> None:
-            pair.replays[side] = await sides[side].replay(pair.point, side)
-
+        # Each side of a pair is replayed on its own: a side that finishes early frees its worker for other work
+        # instead of holding it while the other side takes more tool rounds. The second side to finish sends the
+        # pair on (workers share one event loop, so the check and the send cannot interleave).
         async with recv, send:
-            async for pair in recv:
-                async with anyio.create_task_group() as tg:
-                    for side in sides:
-                        tg.start_soon(run, pair, side)
-                self.progress.replayed += 1
-                await send.send(pair)
+            async for pair, side in recv:
+                pair.replays[side] = await sides[side].replay(pair.point, side)
+                if len(pair.replays) == len(sides):
+                    self.progress.replayed += 1
+                    await send.send(pair)
 
     async def judge(
         self,
@@ -187,13 +194,13 @@ class Stages:
 async def run_stages(stages: Stages, sample: SampleResult, sides: dict[Side, Replayer], cascade: JudgeCascade) -> None:
     """Run the stages on ``sample`` until every pair is written (or the run is cancelled)."""
     c = stages.config
-    points_send, points_recv = anyio.create_memory_object_stream[_Pair](c.concurrency)
+    points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, Side]](2 * c.concurrency)
     pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judge_concurrency)
     write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](c.flush_every)
     stages.progress.phase = "replaying"
     async with anyio.create_task_group() as tg:
         tg.start_soon(stages.load, sample, points_send, write_send.clone())
-        for _ in range(c.concurrency):
+        for _ in range(2 * c.concurrency):  # a worker per side of ``concurrency`` pairs
             tg.start_soon(stages.replay, points_recv.clone(), pairs_send.clone(), sides)
         for _ in range(c.judge_concurrency):
             tg.start_soon(stages.judge, pairs_recv.clone(), write_send.clone(), cascade)

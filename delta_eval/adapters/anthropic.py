@@ -32,7 +32,7 @@ from anthropic.lib.streaming import AsyncMessageStreamManager
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
 
-from delta_eval.adapters.base import JSON_HEADERS, ModelAdapter, json_body
+from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, tls_context
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.registry import AdapterContext
@@ -129,10 +129,11 @@ class AnthropicAdapter(ModelAdapter):
 
     max_concurrency = 16
 
-    def __init__(self, model: str, options: AnthropicOptions, client: anthropic.AsyncAnthropic) -> None:
+    def __init__(self, model: str, options: AnthropicOptions, clients: ClientShards[anthropic.AsyncAnthropic]) -> None:
         super().__init__(model)
         self.options = options
-        self.client = client
+        self.clients = clients
+        self.client = clients.first
         self.wire_model = split_model_id(model)[1]
 
     def cache_identity(self) -> dict[str, Any]:
@@ -224,7 +225,7 @@ class AnthropicAdapter(ModelAdapter):
         try:
             if request.params.stream:
                 # The SDK's own stream accumulator, around the same call the typed method makes.
-                raw = self.client.post(
+                raw = self.clients.next().post(
                     "/v1/messages",
                     content=json_body({**kwargs, "stream": True}),
                     cast_to=AnthropicMessage,
@@ -241,7 +242,7 @@ class AnthropicAdapter(ModelAdapter):
                 if message.stop_reason is None:
                     raise TransientError("the stream ended before its last event", model=self.model)
             else:
-                message = await self.client.post(
+                message = await self.clients.next().post(
                     "/v1/messages", content=json_body(kwargs), cast_to=AnthropicMessage, options=_OPTIONS
                 )
                 request_id = message._request_id
@@ -305,7 +306,8 @@ class AnthropicAdapter(ModelAdapter):
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
-        await self.client.close()
+        for client in self.clients.clients:
+            await client.close()
 
 
 def _json(value: Any) -> str:
@@ -315,11 +317,16 @@ def _json(value: Any) -> str:
 def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> AnthropicAdapter:
     """The factory of ``anthropic:`` model ids."""
     opts = parse_options(AnthropicOptions, model, options)
-    client = anthropic.AsyncAnthropic(
-        api_key=opts.key("ANTHROPIC_API_KEY", model=model),
-        base_url=opts.base_url,
-        timeout=opts.timeout,
-        max_retries=0,
-        default_headers=opts.header_values() or None,
-    )
-    return AnthropicAdapter(model, opts, client)
+    key = opts.key("ANTHROPIC_API_KEY", model=model)
+
+    def client() -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=opts.base_url,
+            timeout=opts.timeout,
+            max_retries=0,
+            default_headers=opts.header_values() or None,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
+        )
+
+    return AnthropicAdapter(model, opts, ClientShards(client, opts.connection_pools))

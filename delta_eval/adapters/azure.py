@@ -25,6 +25,7 @@ from typing import Any
 
 import openai
 
+from delta_eval.adapters.base import ClientShards, tls_context
 from delta_eval.adapters.openai_chat import ChatCompletionsAdapter
 from delta_eval.adapters.openai_common import OpenAIOptions
 from delta_eval.adapters.openai_responses import ResponsesAdapter
@@ -75,6 +76,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
             timeout=options.timeout,
             max_retries=0,
             default_headers=headers,
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         )
     version = options.api_version or os.environ.get("OPENAI_API_VERSION")
     if not version:
@@ -88,6 +90,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
         timeout=options.timeout,
         max_retries=0,
         default_headers=headers,
+        http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
     )
 
 
@@ -132,10 +135,12 @@ class AzureResponsesAdapter(ResponsesAdapter):
 def create_chat(model: str, options: Mapping[str, Any], context: AdapterContext) -> ChatCompletionsAdapter:
     """The factory of ``azure:`` model ids."""
     opts, deployment = _options(model, options)
-    return AzureChatAdapter(model, opts, make_azure_client(opts, model, deployment=deployment), wire_model=deployment)
+    clients = ClientShards(lambda: make_azure_client(opts, model, deployment=deployment), opts.connection_pools)
+    return AzureChatAdapter(model, opts, clients, wire_model=deployment)
 
 
 def create_responses(model: str, options: Mapping[str, Any], context: AdapterContext) -> ResponsesAdapter:
     """The factory of ``azure-responses:`` model ids."""
     opts, deployment = _options(model, options)
-    return AzureResponsesAdapter(model, opts, make_azure_client(opts, model), wire_model=deployment)
+    clients = ClientShards(lambda: make_azure_client(opts, model), opts.connection_pools)
+    return AzureResponsesAdapter(model, opts, clients, wire_model=deployment)

@@ -15,15 +15,20 @@ Example (a whole adapter)::
 
 from __future__ import annotations
 
+import functools
+import itertools
+import ssl
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
 import pydantic_core
 
 from delta_eval.calls import ModelRequest, ModelResponse
 
-__all__ = ["JSON_HEADERS", "ModelAdapter", "json_body"]
+__all__ = ["JSON_HEADERS", "ClientShards", "ModelAdapter", "json_body", "tls_context"]
+
+C = TypeVar("C")
 
 #: The header of a request whose body :func:`json_body` encoded.
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -40,6 +45,49 @@ def json_body(body: Mapping[str, Any]) -> bytes:
         b'{"model":"m","messages":[{"role":"user","content":"h\xc3\xa9llo"}]}'
     """
     return pydantic_core.to_json(body)
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every SDK client of the process shares, made as the SDKs' HTTP stack (httpx2) makes its
+    default one (the system's trust store; ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured). Making one costs ~23 ms,
+    which each SDK client would otherwise pay again."""
+    import httpx2  # the HTTP stack of the provider SDKs, installed with them
+
+    return httpx2.create_ssl_context()
+
+
+class ClientShards(Generic[C]):
+    """Several SDK clients of one model, used in turn, each with its own connection pool.
+
+    The HTTP stack under the SDKs (httpcore) looks at every connection of its pool, probing idle sockets, each time a
+    request joins or leaves it: with 256 calls in flight through one client that costs more CPU per call than the
+    rest of the call. Spread over ``count`` clients, each pool is ``count`` times smaller. A client is built on its
+    first turn, so a run with few calls builds few.
+
+    Example:
+        >>> shards = ClientShards(lambda: object(), 3)
+        >>> len(shards.clients), len({id(shards.next()) for _ in range(6)}), len(shards.clients)
+        (1, 3, 3)
+    """
+
+    def __init__(self, make: Callable[[], C], count: int) -> None:
+        self._make = make
+        self.count = max(1, count)
+        self.clients: list[C] = [make()]  # built now: a bad option or key fails before the run starts
+        self._turn: Iterator[int] = itertools.cycle(range(self.count))
+
+    @property
+    def first(self) -> C:
+        """One of the clients, for what they all share (base URL, options)."""
+        return self.clients[0]
+
+    def next(self) -> C:
+        """The client of the next call."""
+        k = next(self._turn)
+        while len(self.clients) <= k:
+            self.clients.append(self._make())
+        return self.clients[k]
 
 
 class ModelAdapter(ABC):

@@ -30,7 +30,7 @@ from typing import Any
 from google import genai
 from google.genai import errors, types
 
-from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.base import ClientShards, ModelAdapter, tls_context
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.gemini_schema import sanitize
 from delta_eval.adapters.options import ProviderOptions, parse_options
@@ -145,10 +145,10 @@ class GeminiAdapter(ModelAdapter):
 
     max_concurrency = 16
 
-    def __init__(self, model: str, options: GeminiOptions, client: genai.Client) -> None:
+    def __init__(self, model: str, options: GeminiOptions, clients: ClientShards[genai.Client]) -> None:
         super().__init__(model)
         self.options = options
-        self.client = client
+        self.clients = clients
         self.wire_model = split_model_id(model)[1]
         self._tools: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -220,7 +220,7 @@ class GeminiAdapter(ModelAdapter):
         try:
             if request.params.stream:
                 chunks: list[Any] = []
-                stream = await self.client.aio.models.generate_content_stream(
+                stream = await self.clients.next().aio.models.generate_content_stream(
                     model=self.wire_model, contents=contents, config=config
                 )
                 async for chunk in stream:
@@ -228,7 +228,7 @@ class GeminiAdapter(ModelAdapter):
                         ttft = (time.perf_counter() - start) * 1000
                     chunks.append(chunk)
                 return self._decode(chunks, ttft_ms=ttft)
-            response = await self.client.aio.models.generate_content(
+            response = await self.clients.next().aio.models.generate_content(
                 model=self.wire_model, contents=contents, config=config
             )
         except errors.APIError as exc:
@@ -304,7 +304,8 @@ class GeminiAdapter(ModelAdapter):
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
-        await self.client.aio.aclose()
+        for client in self.clients.clients:
+            await client.aio.aclose()
 
 
 def _parts(chunk: Any) -> list[Any]:
@@ -321,15 +322,16 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> G
     """The factory of ``gemini:`` model ids."""
     opts = parse_options(GeminiOptions, model, options)
     key = opts.key(None, model=model, required=False) or _google_key(model)
-    http: dict[str, Any] = {"timeout": int(opts.timeout * 1000)}
+    http: dict[str, Any] = {"timeout": int(opts.timeout * 1000), "async_client_args": {"verify": tls_context()}}
     if opts.base_url:
         http["base_url"] = opts.base_url
     if opts.api_version:
         http["api_version"] = opts.api_version
     if opts.headers:
         http["headers"] = opts.header_values()
-    client = genai.Client(api_key=key, http_options=types.HttpOptions.model_validate(http))
-    return GeminiAdapter(model, opts, client)
+    options_ = types.HttpOptions.model_validate(http)
+    clients = ClientShards(lambda: genai.Client(api_key=key, http_options=options_), opts.connection_pools)
+    return GeminiAdapter(model, opts, clients)
 
 
 def _google_key(model: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from delta_eval.adapters.base import ModelAdapter, json_body
+from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.openai_common import REQUEST_OPTIONS, OpenAIOptions, make_client, map_openai_error, sampling
 from delta_eval.adapters.options import parse_options
@@ -121,10 +121,13 @@ class ChatCompletionsAdapter(ModelAdapter):
 
     max_concurrency = 32
 
-    def __init__(self, model: str, options: OpenAIOptions, client: openai.AsyncOpenAI, *, wire_model: str) -> None:
+    def __init__(
+        self, model: str, options: OpenAIOptions, clients: ClientShards[openai.AsyncOpenAI], *, wire_model: str
+    ) -> None:
         super().__init__(model)
         self.options = options
-        self.client = client
+        self.clients = clients
+        self.client = clients.first
         self.wire_model = wire_model
         default_field = "max_completion_tokens" if options.base_url is None else "max_tokens"
         self._budget_field = options.max_tokens_field or default_field
@@ -159,7 +162,7 @@ class ChatCompletionsAdapter(ModelAdapter):
         try:
             if request.params.stream:
                 return await self._stream(body)
-            completion = await self.client.post(
+            completion = await self.clients.next().post(
                 "/chat/completions", content=json_body(body), cast_to=ChatCompletion, options=REQUEST_OPTIONS
             )
         except openai.OpenAIError as exc:
@@ -196,7 +199,7 @@ class ChatCompletionsAdapter(ModelAdapter):
         finish: str | None = None
         usage: Any = None
         served = ""
-        stream = await self.client.post(
+        stream = await self.clients.next().post(
             "/chat/completions",
             content=json_body({**kwargs, "stream": True, "stream_options": {"include_usage": True}}),
             cast_to=ChatCompletion,
@@ -271,11 +274,13 @@ class ChatCompletionsAdapter(ModelAdapter):
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
-        await self.client.close()
+        for client in self.clients.clients:
+            await client.close()
 
 
 def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> ChatCompletionsAdapter:
     """The factory of ``openai:`` model ids."""
     opts = parse_options(OpenAIOptions, model, options)
     name = split_model_id(model)[1]
-    return ChatCompletionsAdapter(model, opts, make_client(opts, model), wire_model=name)
+    clients = ClientShards(lambda: make_client(opts, model), opts.connection_pools)
+    return ChatCompletionsAdapter(model, opts, clients, wire_model=name)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import openai
 from openai._types import RequestOptions
 
-from delta_eval.adapters.base import JSON_HEADERS
+from delta_eval.adapters.base import JSON_HEADERS, tls_context
 from delta_eval.adapters.errors import connection_error, status_error
 from delta_eval.adapters.options import ProviderOptions
 from delta_eval.calls import GenerateParams, ReasoningEffort
@@ -78,6 +78,7 @@ def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI
         timeout=options.timeout,
         max_retries=0,
         default_headers=options.header_values() or None,
+        http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
     )
 
 

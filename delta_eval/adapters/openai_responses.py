@@ -25,7 +25,7 @@ from typing import Any
 import openai
 from openai.types.responses import Response, ResponseStreamEvent
 
-from delta_eval.adapters.base import ModelAdapter, json_body
+from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.openai_common import (
     REQUEST_OPTIONS,
@@ -133,10 +133,13 @@ class ResponsesAdapter(ModelAdapter):
 
     max_concurrency = 32
 
-    def __init__(self, model: str, options: OpenAIOptions, client: openai.AsyncOpenAI, *, wire_model: str) -> None:
+    def __init__(
+        self, model: str, options: OpenAIOptions, clients: ClientShards[openai.AsyncOpenAI], *, wire_model: str
+    ) -> None:
         super().__init__(model)
         self.options = options
-        self.client = client
+        self.clients = clients
+        self.client = clients.first
         self.wire_model = wire_model
 
     def cache_identity(self) -> dict[str, Any]:
@@ -180,7 +183,7 @@ class ResponsesAdapter(ModelAdapter):
         try:
             if request.params.stream:
                 final: Any = None
-                stream = await self.client.post(
+                stream = await self.clients.next().post(
                     "/responses",
                     content=json_body({**kwargs, "stream": True}),
                     cast_to=Response,
@@ -197,7 +200,7 @@ class ResponsesAdapter(ModelAdapter):
                 if final is None:
                     raise TransientError("the stream ended before its last event", model=self.model)
             else:
-                final = await self.client.post(
+                final = await self.clients.next().post(
                     "/responses", content=json_body(kwargs), cast_to=Response, options=REQUEST_OPTIONS
                 )
                 request_id = final._request_id
@@ -258,11 +261,13 @@ class ResponsesAdapter(ModelAdapter):
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
-        await self.client.close()
+        for client in self.clients.clients:
+            await client.close()
 
 
 def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> ResponsesAdapter:
     """The factory of ``openai-responses:`` model ids."""
     opts = parse_options(OpenAIOptions, model, options)
     name = split_model_id(model)[1]
-    return ResponsesAdapter(model, opts, make_client(opts, model), wire_model=name)
+    clients = ClientShards(lambda: make_client(opts, model), opts.connection_pools)
+    return ResponsesAdapter(model, opts, clients, wire_model=name)

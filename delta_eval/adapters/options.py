@@ -34,7 +34,9 @@ class ProviderOptions(BaseModel):
     - ``api_key``: the key itself (prefer ``api_key_env``);
     - ``base_url``: another endpoint (a proxy, a regional endpoint, an OpenAI-compatible server);
     - ``timeout``: seconds a call may take before it counts as failed (and is retried);
-    - ``headers``: extra HTTP headers sent with every call (values are secret: they may carry tokens).
+    - ``headers``: extra HTTP headers sent with every call (values are secret: they may carry tokens);
+    - ``connection_pools``: SDK clients the calls are spread over (see
+      :class:`~delta_eval.adapters.base.ClientShards`); more pays off with more calls in flight.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,6 +46,7 @@ class ProviderOptions(BaseModel):
     base_url: str | None = None
     timeout: float = Field(default=600.0, gt=0)
     headers: dict[str, SecretStr] = Field(default_factory=dict)
+    connection_pools: int = Field(default=8, ge=1, le=64)
 
     def key(self, default_env: str | None, *, model: str, required: bool = True) -> str | None:
         """The API key: inline, else from ``api_key_env`` (or ``default_env``). A required key that is nowhere is a
