@@ -185,3 +185,31 @@ def test_azure_says_what_is_missing(no_provider_keys: None, monkeypatch: pytest.
         create_adapter("azure:d", {"endpoint": "https://x.openai.azure.com", "v1": True})
     with pytest.raises(ConfigError, match="bad provider_options for azure:d"):
         create_adapter("azure:d", {"endpoint": "https://x", "api_vesion": "2024-10-21"})
+
+
+def test_a_stream_without_its_completed_event_is_retried_never_kept(tmp_path: Path) -> None:
+    from delta_eval.store.cache import SQLiteCache
+    from delta_eval.testing.servers.http import StreamReply
+    from delta_eval.testing.servers.provider import Answer, Route
+
+    answer = Answer(
+        route=Route("gpt-4.1", True, "responses"),
+        model="gpt-4.1",
+        message=Message(role="assistant", content="partial answer"),
+        usage=Usage(input_tokens=10, output_tokens=3),
+        finish="stop",
+        thinking=False,
+        response_id="000077",
+    )
+    with FakeOpenAIServer(respond=weather_model) as server:
+        events = server.encode_stream(answer)
+        server.enqueue(StreamReply(events[:-1]))  # everything but response.completed, then a clean end
+        cache = SQLiteCache(tmp_path / "cache.sqlite")
+        result = call(
+            "openai-responses:gpt-4.1", options(server), request("openai-responses:gpt-4.1", stream=True), cache=cache
+        )
+        assert result.attempts == 2
+        assert result.response.message.tool_calls == (CALL,)  # the retry's whole answer, not the partial one
+        assert result.response.ttft_ms is not None
+        assert len(cache) == 1
+        cache.close()
