@@ -267,3 +267,13 @@ def test_a_whole_tau_bench_conversation_replays_with_tool_rounds(
     assert base_ttft is None
     assert cand_ttft is not None
     assert con.execute("SELECT count(*) FROM replays WHERE served_model = 'candidate'").fetchone()[0] > 0
+
+
+def test_arguments_that_are_not_json_are_kept_as_written_and_flagged() -> None:
+    broken = ToolCall(id="call_9", name="get_weather", arguments='{"city": "Paris"')  # the model stopped short
+    with FakeOpenAIServer(respond=lambda req: Message(role="assistant", tool_calls=(broken,))) as server:
+        for stream in (False, True):
+            result = call("openai:gpt-4.1", options(server), request("openai:gpt-4.1", stream=stream))
+            [kept] = result.response.message.tool_calls
+            assert kept.arguments == '{"city": "Paris"'
+            assert not kept.arguments_valid
