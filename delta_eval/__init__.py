@@ -49,14 +49,14 @@ from delta_eval.exceptions import (
 )
 from delta_eval.ingest.source import ConversationSource, open_source, read_conversations, read_conversations_sql
 from delta_eval.judges.base import (
-    EquivalenceJudge,
     EquivalenceResult,
     PairView,
-    PairwiseJudge,
     PairwiseResult,
     SideView,
+    SupportsComparison,
+    SupportsEquivalence,
 )
-from delta_eval.judges.config import JudgeConfig
+from delta_eval.judges.config import Judges
 from delta_eval.judges.context import JudgeContext
 from delta_eval.mapping import FieldMapping, SourceConfig
 from delta_eval.matching import MatchOptions
@@ -102,16 +102,15 @@ __all__ = [
     "Conversation",
     "ConversationSource",
     "DeltaEvalError",
-    "EquivalenceJudge",
     "EquivalenceResult",
     "ErrorRecord",
     "FieldMapping",
     "FinishReason",
     "GenerateParams",
-    "JudgeConfig",
     "JudgeContext",
     "JudgeError",
     "Judgement",
+    "Judges",
     "MatchOptions",
     "Message",
     "ModelAdapter",
@@ -122,7 +121,6 @@ __all__ = [
     "ModelResponse",
     "NamedToolChoice",
     "PairView",
-    "PairwiseJudge",
     "PairwiseResult",
     "Price",
     "ProviderError",
@@ -148,6 +146,8 @@ __all__ = [
     "Spend",
     "Step",
     "Stratified",
+    "SupportsComparison",
+    "SupportsEquivalence",
     "ToolCall",
     "ToolChoice",
     "ToolContext",

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.exceptions import ConfigError
-from delta_eval.judges.config import JudgeConfig
+from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid
@@ -67,7 +67,7 @@ class RunConfig(BaseModel):
     out: Path
     source: SourceConfig | None = None
     sample: Stratified | None = None
-    judges: JudgeConfig = JudgeConfig()
+    judges: Judges = Judges()
     max_tool_rounds: int = Field(default=5, ge=0)
     max_turns_per_conversation: int | None = Field(default=None, ge=1)
     concurrency: int = Field(default=16, ge=1)

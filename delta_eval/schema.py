@@ -34,6 +34,7 @@ __all__ = [
     "ReplayPoint",
     "Role",
     "SampledConversation",
+    "Severity",
     "Side",
     "Stage",
     "Step",
@@ -51,6 +52,8 @@ Side = Literal["baseline", "candidate", "recorded"]
 Stage = Literal["deterministic", "equivalence", "judge", "error"]
 Outcome = Literal["equivalent", "candidate", "baseline", "tie", "error"]
 ResultSource = Literal["recorded", "simulated", "custom"]
+#: How bad the worse side's failure was: ``critical`` is e.g. a hallucinated fact or a wrong irreversible action.
+Severity = Literal["none", "minor", "critical"]
 ErrorStage = Literal["ingest", "sample", "replay", "judge", "run"]
 
 _INVALID = object()
@@ -313,6 +316,13 @@ class Verdict(_Frozen):
 
     ``outcome`` is ``equivalent`` when stage 1 or 2 found the outputs the same; ``candidate``, ``baseline`` or
     ``tie`` when the judge compared them; ``error`` when the pair could not be decided (the reason is in ``error``).
+
+    Where a judge compared the outputs: ``preference`` is the probability that the candidate is the better one
+    (0.5 for a tie; from the judge's confidence, both orders and a panel); ``severity`` is how bad the worse side's
+    failure was; ``candidate_scores`` / ``baseline_scores`` are each side's scores on the rubric's dimensions (1-4);
+    ``summary`` is the judge's one-paragraph account and ``reasoning`` its trace (the provider's reasoning summary
+    where it gives one, else the judge's written rationale); ``prompt_hash`` names the version of the judge's prompt.
+    ``audit_outcome`` is what stage 3 said of a pair stage 2 found equivalent, when it was drawn for the audit.
     """
 
     pair_id: str
@@ -321,9 +331,16 @@ class Verdict(_Frozen):
     stage: Stage
     outcome: Outcome
     confidence: float | None = None
+    preference: float | None = None
+    severity: Severity | None = None
+    candidate_scores: dict[str, float] = Field(default_factory=dict)
+    baseline_scores: dict[str, float] = Field(default_factory=dict)
+    summary: str = ""
     reasoning: str = ""
     judge: str = ""
+    prompt_hash: str = ""
     candidate_position: Literal["A", "B", "both"] | None = None
+    audit_outcome: Outcome | None = None
     stratum: str = ""
     weight: float = 1.0
     judge_usage: Usage = Usage()
@@ -340,7 +357,9 @@ class Judgement(_Frozen):
     the verdict combines them. ``answer`` is what the judge said in its own terms (stage 2: ``equivalent``,
     ``different`` or ``unsure``; stage 3: ``A``, ``B`` or ``tie``; ``error`` when the call failed); ``outcome`` is
     that answer in the run's terms (``equivalent``, or ``candidate``, ``baseline``, ``tie``), given where the
-    candidate was shown (``candidate_position``). ``raw`` is the judge's own record of its answer.
+    candidate was shown (``candidate_position``). ``raw`` is the judge's own record of its answer (for an LLM judge,
+    the parsed JSON, or the text it could not parse). ``audit`` marks a stage-3 call on a pair stage 2 had already
+    found equivalent (the audit of stage 2). The other fields are those of :class:`Verdict`, for this one call.
     """
 
     pair_id: str
@@ -352,7 +371,14 @@ class Judgement(_Frozen):
     answer: str
     outcome: Outcome | None = None
     confidence: float | None = None
+    preference: float | None = None
+    severity: Severity | None = None
+    candidate_scores: dict[str, float] = Field(default_factory=dict)
+    baseline_scores: dict[str, float] = Field(default_factory=dict)
+    summary: str = ""
     reasoning: str = ""
+    prompt_hash: str = ""
+    audit: bool = False
     raw: dict[str, Any] = Field(default_factory=dict)
     usage: Usage = Usage()
     cost_usd: float | None = None

@@ -230,7 +230,7 @@ def test_a_stalled_judge_holds_back_replays(tmp_path: Path) -> None:
         update={
             "concurrency": 2,
             "judge_concurrency": 1,
-            "judges": de.JudgeConfig(equivalence=None, judge=StuckJudge()),
+            "judges": de.Judges(equivalence=None, judge=StuckJudge()),
             "candidate": de.Variant(model="simulated:c", provider_options={"reword_rate": 1.0, "skip_tool_rate": 1.0}),
         }
     )

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import ReplayPoint, TurnOutput, Usage
 
-__all__ = ["EquivalenceJudge", "EquivalenceResult", "PairView", "PairwiseJudge", "PairwiseResult", "SideView"]
+__all__ = ["EquivalenceResult", "PairView", "PairwiseResult", "SideView", "SupportsComparison", "SupportsEquivalence"]
 
 
 class _Frozen(BaseModel):
@@ -93,7 +93,7 @@ class PairwiseResult(_Frozen):
 
 
 @runtime_checkable
-class EquivalenceJudge(Protocol):
+class SupportsEquivalence(Protocol):
     """Stage 2: decides whether two outputs mean the same thing."""
 
     name: str
@@ -104,7 +104,7 @@ class EquivalenceJudge(Protocol):
 
 
 @runtime_checkable
-class PairwiseJudge(Protocol):
+class SupportsComparison(Protocol):
     """Stage 3: compares two outputs and names the better one (or a tie), with a short reasoning trace."""
 
     name: str

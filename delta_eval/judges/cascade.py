@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 from delta_eval.calls import ModelRequest
 from delta_eval.judges.base import (
-    EquivalenceJudge,
     EquivalenceResult,
     PairView,
-    PairwiseJudge,
     PairwiseResult,
     SideView,
+    SupportsComparison,
+    SupportsEquivalence,
 )
 from delta_eval.judges.deterministic import deterministic_equivalence
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions
@@ -129,8 +129,8 @@ class JudgeCascade:
         decision = await cascade.decide(point, baseline_replay, candidate_replay)
     """
 
-    equivalence: EquivalenceJudge | None
-    judge: PairwiseJudge
+    equivalence: SupportsEquivalence | None
+    judge: SupportsComparison
     min_confidence: float = 0.8
     order: Literal["random", "both"] = "random"
     seed: int = 0
@@ -198,7 +198,7 @@ class JudgeCascade:
         )
         return Decision(verdict, run.judgements, run.errors)
 
-    async def _stage2(self, run: _Judging, judge: EquivalenceJudge) -> dict[str, Any] | None:
+    async def _stage2(self, run: _Judging, judge: SupportsEquivalence) -> dict[str, Any] | None:
         """Ask the equivalence judge; the verdict fields when it confidently says equivalent, else ``None``."""
         try:
             eq = await judge.equivalent(run.shown)

@@ -1,7 +1,7 @@
 """How a run judges its pairs (stages 2 and 3), and the judge cascade built from that with the run's context.
 
 Example:
-    >>> JudgeConfig(order="both").order
+    >>> Judges(order="both").order
     'both'
 """
 
@@ -17,16 +17,16 @@ from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.resolve import resolve_equivalence_judge, resolve_pairwise_judge
 from delta_eval.matching import MatchOptions
 
-__all__ = ["JudgeConfig", "build_cascade"]
+__all__ = ["Judges", "build_cascade"]
 
 
-class JudgeConfig(BaseModel):
+class Judges(BaseModel):
     """Stages 2 and 3.
 
     - ``equivalence``: the stage-2 judge: ``"rule"`` (see :mod:`delta_eval.judges.rules`), ``None`` to skip
-      stage 2, an :class:`~delta_eval.judges.base.EquivalenceJudge`, or a factory taking a
+      stage 2, an :class:`~delta_eval.judges.base.SupportsEquivalence`, or a factory taking a
       :class:`~delta_eval.judges.context.JudgeContext` (or ``"module:factory"`` naming one) that returns it.
-    - ``judge``: the stage-3 judge, the same way (:class:`~delta_eval.judges.base.PairwiseJudge`).
+    - ``judge``: the stage-3 judge, the same way (:class:`~delta_eval.judges.base.SupportsComparison`).
     - ``min_confidence``: stage 2 counts an "equivalent" answer only at or above this confidence.
     - ``order``: ``"random"`` shows the candidate as A or B by a seeded coin per pair; ``"both"`` judges each pair
       both ways and calls a disagreement a tie.
@@ -59,7 +59,7 @@ def _name(spec: Any) -> str | None:
     return callable_name(spec)
 
 
-def build_cascade(config: JudgeConfig, context: JudgeContext) -> JudgeCascade:
+def build_cascade(config: Judges, context: JudgeContext) -> JudgeCascade:
     """The cascade ``config`` describes, its judges built with ``context`` (the run's models, prices and seed)."""
     return JudgeCascade(
         resolve_equivalence_judge(config.equivalence, context),

@@ -6,10 +6,10 @@ the model's limiter and the retry policy, and are counted with every other call 
 
 Example::
 
-    def my_judge(ctx: JudgeContext) -> PairwiseJudge:
+    def my_judge(ctx: JudgeContext) -> SupportsComparison:
         return MyLLMJudge(ctx.client("anthropic:claude-sonnet-4-5"), ctx)
 
-    de.run(..., judges=de.JudgeConfig(judge=my_judge))
+    de.run(..., judges=de.Judges(judge=my_judge))
 """
 
 from __future__ import annotations

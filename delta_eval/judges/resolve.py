@@ -11,7 +11,7 @@ from typing import Any
 
 from delta_eval.callables import callable_name, resolve_callable
 from delta_eval.exceptions import ConfigError
-from delta_eval.judges.base import EquivalenceJudge, PairwiseJudge
+from delta_eval.judges.base import SupportsComparison, SupportsEquivalence
 from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.rules import RuleEquivalenceJudge, RulePairwiseJudge
 
@@ -27,26 +27,26 @@ def _build(spec: Any, context: JudgeContext, protocol: type, what: str) -> Any:
     except TypeError as exc:
         raise ConfigError(f"{what} factory {callable_name(factory)} must take a JudgeContext: {exc}") from None
     if not isinstance(judge, protocol):
-        method = "equivalent(pair)" if protocol is EquivalenceJudge else "compare(pair)"
+        method = "equivalent(pair)" if protocol is SupportsEquivalence else "compare(pair)"
         raise ConfigError(f"{what} {spec!r} built {judge!r}, which has no 'name' and async '{method}'")
     return judge
 
 
-def resolve_equivalence_judge(spec: Any, context: JudgeContext) -> EquivalenceJudge | None:
+def resolve_equivalence_judge(spec: Any, context: JudgeContext) -> SupportsEquivalence | None:
     """The stage-2 judge for ``spec`` (``None`` skips stage 2)."""
     if spec is None:
         return None
     if spec == "rule":
         return RuleEquivalenceJudge(match=context.match)
-    judge: EquivalenceJudge = _build(spec, context, EquivalenceJudge, "equivalence judge")
+    judge: SupportsEquivalence = _build(spec, context, SupportsEquivalence, "equivalence judge")
     return judge
 
 
-def resolve_pairwise_judge(spec: Any, context: JudgeContext) -> PairwiseJudge:
+def resolve_pairwise_judge(spec: Any, context: JudgeContext) -> SupportsComparison:
     """The stage-3 judge for ``spec``."""
     if spec is None:
         raise ConfigError("a run needs a stage-3 judge; use judge='rule' for the rule-based one")
     if spec == "rule":
         return RulePairwiseJudge(match=context.match)
-    judge: PairwiseJudge = _build(spec, context, PairwiseJudge, "judge")
+    judge: SupportsComparison = _build(spec, context, SupportsComparison, "judge")
     return judge

@@ -82,7 +82,7 @@ def config(out: Path, cache: Path) -> de.RunConfig:
     cfg = demo_config(out, n=6, latency_ms=0.0)
     return cfg.model_copy(
         update={
-            "judges": de.JudgeConfig(equivalence=None, judge=ToolCountJudge),
+            "judges": de.Judges(equivalence=None, judge=ToolCountJudge),
             "candidate": cfg.candidate.model_copy(update={"provider_options": {"skip_tool_rate": 0.5}}),
             "prices": {JUDGE_MODEL: Price(input=1.0, output=10.0)},
             "cache": cache,
@@ -128,9 +128,7 @@ def test_a_factory_that_takes_no_context_is_a_clear_error(tmp_path: Path) -> Non
         async def compare(self, pair: PairView) -> PairwiseResult:
             raise AssertionError("never called")
 
-    cfg = demo_config(tmp_path / "run", n=2, latency_ms=0.0).model_copy(
-        update={"judges": de.JudgeConfig(judge=NoContext)}
-    )
+    cfg = demo_config(tmp_path / "run", n=2, latency_ms=0.0).model_copy(update={"judges": de.Judges(judge=NoContext)})
     with pytest.raises(de.ConfigError, match="must take a JudgeContext"):
         de.run(cfg, conversations=demo_conversations())
 
