@@ -58,6 +58,7 @@ from delta_eval.judges.base import (
 )
 from delta_eval.judges.config import Judges
 from delta_eval.judges.context import JudgeContext
+from delta_eval.judges.llm import EquivalenceJudge, PairwiseJudge
 from delta_eval.mapping import FieldMapping, SourceConfig
 from delta_eval.matching import MatchOptions
 from delta_eval.metrics import WinRate
@@ -102,6 +103,7 @@ __all__ = [
     "Conversation",
     "ConversationSource",
     "DeltaEvalError",
+    "EquivalenceJudge",
     "EquivalenceResult",
     "ErrorRecord",
     "FieldMapping",
@@ -121,6 +123,7 @@ __all__ = [
     "ModelResponse",
     "NamedToolChoice",
     "PairView",
+    "PairwiseJudge",
     "PairwiseResult",
     "Price",
     "ProviderError",

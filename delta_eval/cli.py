@@ -1,10 +1,12 @@
 """The ``delta-eval`` command.
 
-    delta-eval demo [--out DIR] [-n N] [--wire W]   run the bundled demo and print its report; with --wire
-                                                   openai | openai-responses | anthropic | gemini, through that
-                                                   provider's real SDK against a fake server on 127.0.0.1
+    delta-eval demo [--out DIR] [-n N] [--wire W] [--candidate changed|reword] [--judges llm|rule]
+                                           run the bundled demo and print its report; with --wire openai |
+                                           openai-responses | anthropic | gemini, through that provider's real
+                                           SDK against a fake server on 127.0.0.1
     delta-eval run CONFIG [--out DIR]      run (or resume) the evaluation a TOML/YAML file describes
-    delta-eval report RUN_DIR              print the report of a run folder
+    delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR]
+                                           print the report of a run folder (beside an A/A run's win rate)
     delta-eval fake-server openai|anthropic|gemini [--port P] [--latency-ms L]
                                            serve a fake provider (answering from the demo's recordings) until
                                            Ctrl-C, for a real SDK or a run to talk to
@@ -41,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
         choices=["openai", "openai-responses", "anthropic", "gemini"],
         help="go through this provider's real SDK, against a fake server of it on 127.0.0.1",
     )
+    demo.add_argument(
+        "--candidate",
+        choices=["changed", "reword"],
+        default="changed",
+        help="changed: new prompt, a model that rewords, skips and changes calls; reword: it only rewords more",
+    )
+    demo.add_argument(
+        "--judges", choices=["llm", "rule"], default="llm", help="LLM judges (on simulated models) or rule-based"
+    )
 
     run = sub.add_parser("run", help="run or resume the evaluation a config file describes")
     run.add_argument("config", type=Path, help="a TOML or YAML run configuration")
@@ -49,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
+    report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
 
     fake = sub.add_parser("fake-server", help="serve a fake provider on 127.0.0.1 until Ctrl-C")
     fake.add_argument("provider", choices=["openai", "anthropic", "gemini"])
@@ -63,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported here so that `delta-eval --help` stays instant.
     from delta_eval.analysis.report import render_report
     from delta_eval.api import run
-    from delta_eval.demo import demo_config, demo_conversations, wire_variants
+    from delta_eval.demo import demo_config, demo_conversations, wire_models
     from delta_eval.result import open_result
 
     out = (
@@ -73,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "report":
-            print(render_report(open_result(args.run_dir)))
+            print(render_report(open_result(args.run_dir), noise_floor=args.noise_floor))
             return 0
         if args.command == "fake-server":
             return _serve_fake(args.provider, args.port, args.latency_ms)
@@ -83,25 +95,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{args.wire} server on 127.0.0.1 (SIMULATED models), run folder {out}",
                 file=sys.stderr,
             )
-            with wire_variants(args.wire, seed=args.seed, latency_ms=args.latency_ms) as (baseline, candidate):
+            kinds = {"candidate": args.candidate, "judges": args.judges}
+            with wire_models(args.wire, seed=args.seed, latency_ms=args.latency_ms, **kinds) as models:
                 said = (
-                    f"NOTE: the two models are simulated behind a fake {args.wire} server on 127.0.0.1, reached "
+                    f"NOTE: the models are simulated behind a fake {args.wire} server on 127.0.0.1, reached "
                     f"through the real {args.wire} SDK; no real model was called."
                 )
-                config = demo_config(
-                    out, n=args.n, seed=args.seed, baseline=baseline, candidate=candidate, description=said
-                )
+                config = demo_config(out, n=args.n, seed=args.seed, models=models, description=said)
                 result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
         elif args.command == "demo":
             print(
                 f"delta-eval demo: tau-bench airline conversations on SIMULATED models, run folder {out}",
                 file=sys.stderr,
             )
-            result = run(
-                demo_config(out, n=args.n, seed=args.seed, latency_ms=args.latency_ms),
-                conversations=demo_conversations(),
-                progress=not args.no_progress,
+            config = demo_config(
+                out, n=args.n, seed=args.seed, latency_ms=args.latency_ms, candidate=args.candidate, judges=args.judges
             )
+            result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
         else:
             result = run(args.config, out=args.out, progress=not args.no_progress)
         print(render_report(result))

@@ -58,6 +58,8 @@ class RunConfig(BaseModel):
     - ``prices``: per-model prices overriding the built-in table.
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
+    - ``noise_floor``: the folder of an A/A run (the same variant as baseline and candidate, judged the same way):
+      its win rate is the judges' noise floor, printed beside this run's (no bearing on results).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -78,6 +80,7 @@ class RunConfig(BaseModel):
     cache: Path | None = None
     flush_every: int = Field(default=50, ge=1)
     description: str | None = None
+    noise_floor: Path | None = None
 
     def model_post_init(self, __context: Any) -> None:
         # Name the sides so that rows say which is which even when both run the same model.
@@ -99,7 +102,8 @@ class RunConfig(BaseModel):
         A run folder can only be resumed by a configuration with the same fingerprint. Fields at their defaults are
         left out, so that a later version adding an optional field can still resume this version's folders.
         """
-        operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description"}
+        operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
+                       "noise_floor"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)
@@ -115,8 +119,9 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     data = dict(data)
     if "out" in data:
         data["out"] = rel(data["out"])
-    if "cache" in data:
-        data["cache"] = rel(data["cache"])
+    for key in ("cache", "noise_floor"):
+        if key in data:
+            data[key] = rel(data[key])
     if isinstance(data.get("source"), Mapping):
         src = dict(data["source"])
         for key in ("path", "database"):
@@ -125,6 +130,14 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         if isinstance(src.get("tools"), str):
             src["tools"] = rel(src["tools"])
         data["source"] = src
+    if isinstance(data.get("judges"), Mapping) and "judge" in data["judges"]:
+        # A stage-3 judge's rubric file, given in a table (or a panel's tables), is relative to the config too.
+        judge = data["judges"]["judge"]
+        members = [
+            {**m, "rubric": rel(m["rubric"])} if isinstance(m, Mapping) and isinstance(m.get("rubric"), str) else m
+            for m in (judge if isinstance(judge, list) else [judge])
+        ]
+        data["judges"] = {**data["judges"], "judge": members if isinstance(judge, list) else members[0]}
     for side in ("baseline", "candidate"):
         if isinstance(data.get(side), Mapping):
             variant = dict(data[side])

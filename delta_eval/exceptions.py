@@ -22,6 +22,11 @@ contain credentials.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from delta_eval.schema import Usage
+
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
@@ -52,7 +57,26 @@ class RunFolderError(DeltaEvalError):
 
 
 class JudgeError(DeltaEvalError):
-    """A judge answered, but not in a form that can be used; the pair's verdict records it as an error."""
+    """A judge answered, but not in a form that can be used (or refused); the pair's verdict records it as an error.
+
+    ``raw`` is what the judge said (e.g. ``{"text": ...}``), kept in the ``judgements`` table; ``usage``,
+    ``cost_usd`` and ``latency_ms`` are what the calls that got this answer used, when the judge knows.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        raw: dict[str, Any] | None = None,
+        *,
+        usage: Usage | None = None,
+        cost_usd: float | None = None,
+        latency_ms: float = 0.0,
+    ) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.usage = usage
+        self.cost_usd = cost_usd
+        self.latency_ms = latency_ms
 
 
 class ToolSimulationError(DeltaEvalError):

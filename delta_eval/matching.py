@@ -37,6 +37,7 @@ __all__ = [
     "canonical_arguments",
     "normalize_text",
     "texts_equivalent",
+    "word_overlap",
 ]
 
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -137,6 +138,19 @@ def normalize_text(text: str | None) -> str:
         return ""
     text = unicodedata.normalize("NFKC", text).casefold().translate(_punctuation_to_space())
     return _SPACE.sub(" ", text).strip()
+
+
+def word_overlap(a: str, b: str) -> float:
+    """Jaccard overlap of the normalised word sets of two texts (1.0 for two empty texts).
+
+    Example:
+        >>> word_overlap("Your flight is booked.", "your flight is booked!")
+        1.0
+    """
+    wa, wb = set(normalize_text(a).split()), set(normalize_text(b).split())
+    if not wa and not wb:
+        return 1.0
+    return len(wa & wb) / len(wa | wb)
 
 
 def texts_equivalent(a: Sequence[str], b: Sequence[str]) -> bool:

@@ -79,6 +79,8 @@ async def execute(
         candidate_model=c.candidate.model,
         equivalence_judge=c.judges.names()[0],
         judge=c.judges.names()[1],
+        judge_models=c.judges.models(),
+        noise_floor=str(c.noise_floor) if c.noise_floor is not None else None,
         seed=c.seed,
     )
     # Models and judges are built before anything is written: an unknown model, a missing SDK or key, or bad

@@ -286,7 +286,7 @@ class Replay(_Frozen):
     """One side of a pair: a turn replayed with a variant (or, for ``side="recorded"``, the production turn).
 
     ``model`` is the model id asked for; ``served_model`` the one the provider says answered (the last call's);
-    ``request_ids`` the provider's id of each call of the turn, in order.
+    ``request_ids`` the provider's id of each call of the turn, in order; ``finished_at`` when the replay ended.
     """
 
     pair_id: str
@@ -307,6 +307,7 @@ class Replay(_Frozen):
     cached_calls: int = 0
     served_model: str | None = None
     request_ids: tuple[str, ...] = ()
+    finished_at: datetime | None = None
     error: str | None = None
     error_type: str | None = None
 
@@ -322,7 +323,8 @@ class Verdict(_Frozen):
     failure was; ``candidate_scores`` / ``baseline_scores`` are each side's scores on the rubric's dimensions (1-4);
     ``summary`` is the judge's one-paragraph account and ``reasoning`` its trace (the provider's reasoning summary
     where it gives one, else the judge's written rationale); ``prompt_hash`` names the version of the judge's prompt.
-    ``audit_outcome`` is what stage 3 said of a pair stage 2 found equivalent, when it was drawn for the audit.
+    ``audit_outcome`` is what stage 3 said of a pair stage 2 found equivalent, when it was drawn for the audit;
+    ``orders_agree`` says, for a pair judged in both orders, whether every judge's two answers agreed.
     """
 
     pair_id: str
@@ -341,6 +343,7 @@ class Verdict(_Frozen):
     prompt_hash: str = ""
     candidate_position: Literal["A", "B", "both"] | None = None
     audit_outcome: Outcome | None = None
+    orders_agree: bool | None = None
     stratum: str = ""
     weight: float = 1.0
     judge_usage: Usage = Usage()
@@ -359,7 +362,8 @@ class Judgement(_Frozen):
     that answer in the run's terms (``equivalent``, or ``candidate``, ``baseline``, ``tie``), given where the
     candidate was shown (``candidate_position``). ``raw`` is the judge's own record of its answer (for an LLM judge,
     the parsed JSON, or the text it could not parse). ``audit`` marks a stage-3 call on a pair stage 2 had already
-    found equivalent (the audit of stage 2). The other fields are those of :class:`Verdict`, for this one call.
+    found equivalent (the audit of stage 2). ``at`` is when the call's answer came back. The other fields are those
+    of :class:`Verdict`, for this one call.
     """
 
     pair_id: str
@@ -383,6 +387,7 @@ class Judgement(_Frozen):
     usage: Usage = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
+    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     error: str | None = None
 
 

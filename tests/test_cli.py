@@ -17,8 +17,11 @@ def test_demo_prints_counts_win_rate_and_says_it_is_simulated(
     assert "no real model was called" in out
     assert "read 200" in out
     assert "sampled 8" in out
-    assert "stage 1 deterministic equivalent" in out
-    assert "stage 3 judge" in out
+    assert "judging funnel" in out
+    assert "1 deterministic" in out
+    assert "2 equivalence" in out
+    assert "3 judge" in out
+    assert "before stage 3" in out
     assert "95% CI" in out
     assert str(tmp_path / "demo") in out
     assert main(["report", str(tmp_path / "demo")]) == 0

@@ -15,6 +15,8 @@ from a simulated baseline:
 - ``context_window``: a request of more prompt tokens than this fails as too long for the context (not retryable).
 - ``cached_fraction`` / ``reasoning_tokens``: the share of prompt tokens reported as read from the provider's
   prompt cache, and the reasoning tokens reported per call (the fake provider servers also think aloud then).
+- ``judge_position_bias``: as a judge (a request for a judge's JSON answer, see
+  :mod:`delta_eval.adapters.simulated_judge`), how often it picks output A where it sees no difference.
 
 Where the context matches no recording (the replay diverged), it writes a short generic reply that claims nothing.
 Every choice is drawn from a hash of (seed, model id, request), so the same request always gets the same answer;
@@ -47,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
+from delta_eval.adapters.simulated_judge import is_judge_schema, judge_answer
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ConfigError, RateLimitError, TransientError
 from delta_eval.redact import describe_invalid
@@ -74,6 +77,7 @@ class SimulatedBehaviour(BaseModel):
     context_window: int | None = Field(default=None, ge=1)
     cached_fraction: float = _Rate
     reasoning_tokens: int = Field(default=0, ge=0)
+    judge_position_bias: float = _Rate
     seed: int = 0
 
 
@@ -162,7 +166,10 @@ class SimulatedAdapter(ModelAdapter):
 
     def cache_identity(self) -> dict[str, Any]:
         """The behaviours that change answers (latency and failure rates do not)."""
-        return self.behaviour.model_dump(include={"reword_rate", "skip_tool_rate", "change_args_rate", "seed"})
+        identity = self.behaviour.model_dump(include={"reword_rate", "skip_tool_rate", "change_args_rate", "seed"})
+        if self.behaviour.judge_position_bias:  # only when set, so caches of earlier versions stay valid
+            identity["judge_position_bias"] = self.behaviour.judge_position_bias
+        return identity
 
     def _rng(self, *parts: object) -> random.Random:
         digest = hashlib.sha256(json.dumps([self.behaviour.seed, self.model, *parts], default=str).encode()).digest()
@@ -172,6 +179,11 @@ class SimulatedAdapter(ModelAdapter):
         """The assistant message for ``request`` (no latency, no failures); ``key`` is its cache key if known."""
         b = self.behaviour
         rng = self._rng(key or request.cache_key())
+        fmt = request.params.response_format
+        if fmt is not None and fmt.json_schema is not None and is_judge_schema(fmt.json_schema):
+            pair = next((m.content for m in reversed(request.messages) if m.role == "user" and m.content
+                         and "<output_a>" in m.content), "")  # fmt: skip
+            return Message(role="assistant", content=judge_answer(fmt.json_schema, pair, rng, b.judge_position_bias))
         recorded = self.recordings.next_message(request.messages)
         if recorded is None:
             return Message(role="assistant", content=self._generic_reply(request))

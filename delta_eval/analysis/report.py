@@ -1,19 +1,31 @@
-"""The plain-text report of a run: what was read, sampled and replayed, what each stage decided, the win rate with
-its interval overall and per stratum, cost and latency per side, and the errors.
+"""The plain-text report of a run: what was read, sampled and replayed; the judging funnel (pairs, judge calls,
+tokens, cost and latency per stage); how far the judges can be trusted (position consistency, the audit of stage 2,
+self-preference); the win rate with its interval overall and per stratum, beside an A/A run's as the noise floor;
+cost and latency per side; and the errors.
 
 Every figure comes from the run folder, so the same numbers can be re-derived with SQL through ``open_run``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import median
 from typing import Any
 
-from delta_eval.metrics import WinRate
+from delta_eval.exceptions import RunFolderError
+from delta_eval.metrics import WinRate, wilson_interval
 from delta_eval.pricing import total_cost
 from delta_eval.result import RunResult
+from delta_eval.store.manifest import RunManifest, StageSpend
 
-__all__ = ["render_report", "simulated_parts"]
+__all__ = [
+    "funnel_lines",
+    "judge_check_lines",
+    "model_family",
+    "render_report",
+    "self_preference_warnings",
+    "simulated_parts",
+]
 
 
 def simulated_parts(result: RunResult) -> list[str]:
@@ -26,13 +38,128 @@ def simulated_parts(result: RunResult) -> list[str]:
     ]
     judges = (("stage-2 equivalence judge", m.equivalence_judge), ("stage-3 judge", m.judge))
     parts += [f"{label} (rule-based)" for label, name in judges if name is not None and name.startswith("rule")]
+    labels = {"equivalence": "stage-2 equivalence judge", "judge": "stage-3 judge"}
+    parts += [
+        f"{labels.get(stage, stage)} ({model})"
+        for stage, models in m.judge_models.items()
+        for model in models
+        if model.startswith("simulated:")
+    ]
     return parts
+
+
+#: Model-id prefixes of the same vendor's models, for the self-preference warning.
+_FAMILIES = {"openai-responses": "openai", "azure": "openai", "azure-responses": "openai", "vertex": "gemini"}
+
+
+def model_family(model: str) -> str:
+    """The vendor family of a model id, as far as self-preference goes (GPT, Claude, Gemini, ...).
+
+    Example:
+        >>> model_family("openai-responses:gpt-5"), model_family("anthropic:claude-sonnet-4-5")
+        ('openai', 'anthropic')
+    """
+    prefix = model.split(":", 1)[0] if ":" in model else model
+    return _FAMILIES.get(prefix, prefix)
+
+
+def self_preference_warnings(manifest: RunManifest) -> list[str]:
+    """A warning for each LLM judge of the same model family as a side: judges tend to prefer outputs of their own
+    family (self-preference), so such a verdict leans towards that side. Simulated models have no family."""
+    sides = {"baseline": manifest.baseline_model, "candidate": manifest.candidate_model}
+    out = []
+    for stage, models in manifest.judge_models.items():
+        for model in models:
+            if model_family(model) == "simulated":
+                continue
+            same = [side for side, m in sides.items() if m and model_family(m) == model_family(model)]
+            if same:
+                out.append(
+                    f"self-preference: the {'stage-2' if stage == 'equivalence' else 'stage-3'} judge {model} is of "
+                    f"the same model family ({model_family(model)}) as the {' and the '.join(same)}; LLM judges tend "
+                    f"to prefer their own family's outputs"
+                )
+    return out
 
 
 def _pct(w: WinRate) -> str:
     if w.estimate is None:
         return "n/a"
     return f"{w.estimate:6.1%}  [{w.ci_low:.1%}, {w.ci_high:.1%}]"
+
+
+def _rate(k: int, n: int) -> str:
+    if n == 0:
+        return "n/a"
+    lo, hi = wilson_interval(k / n, n)
+    return f"{k / n:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
+def _money(value: float | None) -> str:
+    return f"{value:10.4f}" if value is not None else "   unknown"
+
+
+def funnel_lines(result: RunResult, con: Any) -> list[str]:
+    """The judging funnel: per stage, the pairs that reached it and those it decided, the judge calls it made and
+    what they used; then how many pairs stages 1 and 2 resolved before stage 3."""
+    counts = result.counts
+    by_stage = counts.by_stage
+    failed_replays = con.execute(
+        "SELECT count(DISTINCT pair_id) FROM replays WHERE side <> 'recorded' AND error IS NOT NULL"
+    ).fetchone()[0]
+    entered = counts.pairs - failed_replays
+    spend = counts.judging
+    eq, judge, audit = (spend.get(k, StageSpend()) for k in ("equivalence", "judge", "audit"))
+    lines = ["judging funnel      pairs in  decided   calls (failed)  tokens in/out           cost USD  p50 ms/call"]
+
+    def row(label: str, pairs_in: int, decided: str, s: StageSpend | None) -> str:
+        if s is None or s.calls == 0:
+            return f"  {label:18s} {pairs_in:8d} {decided:>8s}"
+        p50 = f"{s.latency_ms_p50:11.1f}" if s.latency_ms_p50 is not None else "        n/a"
+        return (
+            f"  {label:18s} {pairs_in:8d} {decided:>8s} {s.calls:8d} ({s.failed:4d})  "
+            f"{s.input_tokens:10d}/{s.output_tokens:<10d} {_money(s.cost_usd)} {p50}"
+        )
+
+    lines.append(row("1 deterministic", entered, str(by_stage.get("deterministic", 0)), None))
+    if result.manifest.equivalence_judge is not None:
+        lines.append(row("2 equivalence", eq.pairs, str(by_stage.get("equivalence", 0)), eq))
+    lines.append(row("3 judge", judge.pairs, str(by_stage.get("judge", 0)), judge))
+    if audit.calls:
+        lines.append(row("  audit of stage 2", audit.pairs, "-", audit))
+    if failed_replays:
+        lines.append(f"  {'replay failed':18s} {failed_replays:8d}")
+    before = by_stage.get("deterministic", 0) + by_stage.get("equivalence", 0)
+    if entered:
+        lines.append(f"  stages 1+2 resolved {before} of {entered} pairs ({before / entered:.1%}) before stage 3")
+    costs = [s.cost_usd for s in (eq, judge, audit) if s.calls]
+    if costs:
+        total = total_cost(costs)
+        lines.append(f"  judge cost         {'unknown' if total is None else f'{total:.4f} USD'}")
+    return lines
+
+
+def judge_check_lines(result: RunResult) -> list[str]:
+    """How far the judges can be trusted on this run: position consistency, the audit of stage 2, self-preference."""
+    counts, m = result.counts, result.manifest
+    lines = []
+    if counts.orders_compared:
+        rule = m.config.get("judges", {}).get("disagreement", "tie")
+        how = "counted as a tie" if rule == "tie" else "counted as the mean of the two preferences"
+        lines.append(
+            f"  position bias: {counts.orders_compared} pairs judged in both orders, orders disagreed on "
+            f"{counts.orders_disagree}: {_rate(counts.orders_disagree, counts.orders_compared)} ({how})"
+        )
+    if counts.audited:
+        rate = _rate(counts.audit_found_difference, counts.audited)
+        lines.append(
+            f"  stage-2 audit: {counts.audited} 'equivalent' pairs re-judged by stage 3, which preferred a side on "
+            f"{counts.audit_found_difference}: false-equivalence rate {rate}"
+        )
+    elif counts.by_stage.get("equivalence"):
+        lines.append("  stage-2 audit: none drawn (audit_fraction is 0, or too few pairs); stage 2 is unchecked")
+    lines += [f"  WARNING {w}" for w in self_preference_warnings(m)]
+    return ["judge checks", *lines] if lines else []
 
 
 def _side_stats(con: Any) -> list[tuple[Any, ...]]:
@@ -48,8 +175,20 @@ def _side_stats(con: Any) -> list[tuple[Any, ...]]:
     return rows
 
 
-def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
-    """The report as text."""
+def _noise_floor(result: RunResult, path: str | Path | None) -> dict[str, Any]:
+    where = path if path is not None else result.manifest.noise_floor
+    if where is None:
+        return {}
+    try:
+        aa = RunResult(where)
+    except RunFolderError as exc:
+        raise RunFolderError(f"noise floor: {exc}") from None
+    return {"path": str(where), "all": aa.win_rate(over="all"), "judged": aa.win_rate(over="judged")}
+
+
+def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: str | Path | None = None) -> str:
+    """The report as text. ``noise_floor`` is an A/A run folder whose win rate is printed beside this run's
+    (default: the one the run was configured with, if any)."""
     m = result.manifest
     counts = result.counts
     lines: list[str] = []
@@ -76,25 +215,38 @@ def render_report(result: RunResult, *, by_stratum: bool = True) -> str:
         f"pairs          replayed and decided {counts.pairs} (planned {counts.pairs_planned}), "
         f"from {counts.conversations_replayed} conversations"
     )
+    out = counts.by_outcome
     lines.append(
-        f"  stage 1 deterministic equivalent  {by_stage.get('deterministic', 0):6d}\n"
-        f"  stage 2 equivalence judge         {by_stage.get('equivalence', 0):6d}\n"
-        f"  stage 3 judge                     {by_stage.get('judge', 0):6d}\n"
-        f"  error (no verdict)                {by_stage.get('error', 0):6d}"
-    )
-    outcomes = counts.by_outcome
-    lines.append(
-        f"  judge outcomes: candidate {outcomes.get('candidate', 0)}, baseline {outcomes.get('baseline', 0)}, "
-        f"tie {outcomes.get('tie', 0)}"
+        f"  decided by: stage 1 {by_stage.get('deterministic', 0)}, stage 2 {by_stage.get('equivalence', 0)}, "
+        f"stage 3 {by_stage.get('judge', 0)}, error (no verdict) {by_stage.get('error', 0)}; judge outcomes: "
+        f"candidate {out.get('candidate', 0)}, baseline {out.get('baseline', 0)}, tie {out.get('tie', 0)}"
     )
     lines.append("")
+    con = result.connect()
+    try:
+        lines += funnel_lines(result, con)
+    finally:
+        con.close()
+    checks = judge_check_lines(result)
+    if checks:
+        lines += ["", *checks]
+    lines.append("")
+    floor = _noise_floor(result, noise_floor)
     everything = result.win_rate(over="all")
     judged = result.win_rate(over="judged")
     weighted = result.win_rate(over="all", weighted=True)
     lines.append("win rate of the candidate = (wins + ties/2) / pairs, 95% CI")
-    lines.append(f"  all pairs (equivalent = tie)      {_pct(everything)}  Wilson, n={everything.pairs}")
-    lines.append(f"  judged pairs only                 {_pct(judged)}  Wilson, n={judged.pairs}")
+    aa = {k: f"   A/A noise floor {_pct(w)}" for k, w in floor.items()}
+    lines.append(
+        f"  all pairs (equivalent = tie)      {_pct(everything)}  Wilson, n={everything.pairs}{aa.get('all', '')}"
+    )
+    lines.append(f"  judged pairs only                 {_pct(judged)}  Wilson, n={judged.pairs}{aa.get('judged', '')}")
     lines.append(f"  all pairs, population-weighted    {_pct(weighted)}  cluster bootstrap by conversation")
+    if floor:
+        lines.append(
+            f"  (noise floor: the same judges on an A/A run, {floor['path']}; a difference from 50% no larger than "
+            f"the A/A run's is within the judges' and sampling noise)"
+        )
     if by_stratum:
         strata = result.win_rate(over="all", by="stratum")
         if len(strata) > 1:

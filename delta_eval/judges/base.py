@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.calls import ModelRequest
-from delta_eval.schema import ReplayPoint, TurnOutput, Usage
+from delta_eval.schema import ReplayPoint, Severity, TurnOutput, Usage
 
 __all__ = ["EquivalenceResult", "PairView", "PairwiseResult", "SideView", "SupportsComparison", "SupportsEquivalence"]
 
@@ -68,7 +68,7 @@ class EquivalenceResult(_Frozen):
     """A stage-2 answer. ``equivalent`` is ``None`` when the judge could not tell.
 
     ``usage``, ``cost_usd`` and ``latency_ms`` say what the call used; ``raw`` is the judge's own record of its
-    answer (e.g. the parsed JSON), kept in the ``judgements`` table.
+    answer (e.g. the parsed JSON), kept in the ``judgements`` table; ``prompt_hash`` names its prompt's version.
     """
 
     equivalent: bool | None
@@ -77,18 +77,28 @@ class EquivalenceResult(_Frozen):
     usage: Usage = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
+    prompt_hash: str = ""
     raw: dict[str, Any] = Field(default_factory=dict)
 
 
 class PairwiseResult(_Frozen):
-    """A stage-3 answer about outputs shown as A and B (see :class:`EquivalenceResult` for the other fields)."""
+    """A stage-3 answer about outputs shown as A and B (see :class:`EquivalenceResult` for the shared fields).
+
+    ``severity`` is how bad the worse output's failure is; ``scores`` are each output's scores (``"A"``, ``"B"``)
+    on the rubric's dimensions, 1 (poor) to 4 (excellent); ``summary`` is the judge's account in a few sentences;
+    ``reasoning`` its trace.
+    """
 
     winner: Literal["A", "B", "tie"]
     confidence: float = Field(ge=0.0, le=1.0)
     reasoning: str = ""
+    severity: Severity | None = None
+    scores: dict[str, dict[str, float]] = Field(default_factory=dict)
+    summary: str = ""
     usage: Usage = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
+    prompt_hash: str = ""
     raw: dict[str, Any] = Field(default_factory=dict)
 
 

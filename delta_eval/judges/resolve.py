@@ -1,12 +1,16 @@
 """Build the judges a configuration names, with the run's :class:`~delta_eval.judges.context.JudgeContext`.
 
 A judge is given as ``"rule"`` (the rule-based judges of :mod:`delta_eval.judges.rules`), ``None`` (stage 2 only:
-skip it), a judge instance, a factory taking the context, or ``"module:factory"`` naming such a factory (the form
-config files use).
+skip it), an LLM judge's settings (:class:`~delta_eval.judges.llm.EquivalenceJudge`,
+:class:`~delta_eval.judges.llm.PairwiseJudge`), a judge instance, a factory taking the context, or
+``"module:factory"`` naming such a factory (the form config files use). A list of these is a panel; the members of
+a panel must have distinct names, since each one's answer is kept (and cached) under its name.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from delta_eval.callables import callable_name, resolve_callable
@@ -15,7 +19,7 @@ from delta_eval.judges.base import SupportsComparison, SupportsEquivalence
 from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.rules import RuleEquivalenceJudge, RulePairwiseJudge
 
-__all__ = ["resolve_equivalence_judge", "resolve_pairwise_judge"]
+__all__ = ["resolve_equivalence_judges", "resolve_pairwise_judges"]
 
 
 def _build(spec: Any, context: JudgeContext, protocol: type, what: str) -> Any:
@@ -32,21 +36,40 @@ def _build(spec: Any, context: JudgeContext, protocol: type, what: str) -> Any:
     return judge
 
 
-def resolve_equivalence_judge(spec: Any, context: JudgeContext) -> SupportsEquivalence | None:
-    """The stage-2 judge for ``spec`` (``None`` skips stage 2)."""
-    if spec is None:
-        return None
-    if spec == "rule":
-        return RuleEquivalenceJudge(match=context.match)
-    judge: SupportsEquivalence = _build(spec, context, SupportsEquivalence, "equivalence judge")
-    return judge
+def _members(spec: Any) -> list[Any]:
+    return list(spec) if isinstance(spec, Sequence) and not isinstance(spec, str) else [spec]
 
 
-def resolve_pairwise_judge(spec: Any, context: JudgeContext) -> SupportsComparison:
-    """The stage-3 judge for ``spec``."""
+def _distinct(judges: list[Any], what: str) -> None:
+    twice = sorted(name for name, n in Counter(j.name for j in judges).items() if n > 1)
+    if twice:
+        raise ConfigError(f"the {what} panel has two members named {twice[0]!r}; give each a distinct name=")
+
+
+def resolve_equivalence_judges(spec: Any, context: JudgeContext) -> list[SupportsEquivalence]:
+    """The stage-2 judges (a panel, or one) for ``spec``; empty for ``None`` (no stage 2)."""
     if spec is None:
+        return []
+    judges: list[SupportsEquivalence] = []
+    for member in _members(spec):
+        if member == "rule":
+            judges.append(RuleEquivalenceJudge(match=context.match))
+        else:
+            judges.append(_build(member, context, SupportsEquivalence, "equivalence judge"))
+    _distinct(judges, "equivalence")
+    return judges
+
+
+def resolve_pairwise_judges(spec: Any, context: JudgeContext) -> list[SupportsComparison]:
+    """The stage-3 judges (a panel, or one) for ``spec``."""
+    members = [] if spec is None else _members(spec)
+    if not members:
         raise ConfigError("a run needs a stage-3 judge; use judge='rule' for the rule-based one")
-    if spec == "rule":
-        return RulePairwiseJudge(match=context.match)
-    judge: SupportsComparison = _build(spec, context, SupportsComparison, "judge")
-    return judge
+    judges: list[SupportsComparison] = []
+    for member in members:
+        if member == "rule":
+            judges.append(RulePairwiseJudge(match=context.match))
+        else:
+            judges.append(_build(member, context, SupportsComparison, "judge"))
+    _distinct(judges, "judge")
+    return judges

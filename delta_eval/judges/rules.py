@@ -21,24 +21,11 @@ from delta_eval.matching import (
     MatchOptions,
     call_sequences_equivalent,
     calls_equivalent,
-    normalize_text,
+    word_overlap,
 )
 from delta_eval.schema import ReplayPoint, TurnOutput
 
-__all__ = ["RuleEquivalenceJudge", "RulePairwiseJudge", "word_overlap"]
-
-
-def word_overlap(a: str, b: str) -> float:
-    """Jaccard overlap of the normalised word sets of two texts (1.0 for two empty texts).
-
-    Example:
-        >>> word_overlap("Your flight is booked.", "your flight is booked!")
-        1.0
-    """
-    wa, wb = set(normalize_text(a).split()), set(normalize_text(b).split())
-    if not wa and not wb:
-        return 1.0
-    return len(wa & wb) / len(wa | wb)
+__all__ = ["RuleEquivalenceJudge", "RulePairwiseJudge"]
 
 
 class RuleEquivalenceJudge:

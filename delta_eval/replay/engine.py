@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from delta_eval.adapters.client import ModelClient
 from delta_eval.calls import ModelRequest
@@ -108,6 +109,7 @@ class Replayer:
                 cached_calls=spend.cached_calls,
                 served_model=served,
                 request_ids=tuple(request_ids),
+                finished_at=datetime.now(UTC),
                 error=None if error is None else str(error),
                 error_type=None if error is None else type(error).__name__,
             )

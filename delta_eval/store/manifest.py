@@ -15,14 +15,28 @@ import platform
 from collections import Counter
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
+from statistics import median
 from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.calls import CallStats
+from delta_eval.pricing import total_cost
 
-__all__ = ["FORMAT", "CacheStats", "RunCounts", "RunManifest", "RunStatus", "Session", "SessionStatus", "versions"]
+__all__ = [
+    "FORMAT",
+    "JUDGEMENT_COLUMNS",
+    "VERDICT_COLUMNS",
+    "CacheStats",
+    "RunCounts",
+    "RunManifest",
+    "RunStatus",
+    "Session",
+    "SessionStatus",
+    "StageSpend",
+    "versions",
+]
 
 FORMAT: Literal["delta_eval.run/1"] = "delta_eval.run/1"
 RunStatus = Literal["running", "completed", "interrupted", "failed"]
@@ -77,6 +91,45 @@ class Session(_Model):
         return sum(c.answered for c in self.calls.values())
 
 
+class StageSpend(_Model):
+    """The judge calls of one stage (``equivalence``, ``judge``, or ``audit``: stage-3 calls auditing stage 2): the
+    pairs they were made for, the calls and failed calls, tokens, dollars (``None`` when some call's price is
+    unknown) and the median latency of a call."""
+
+    pairs: int = 0
+    calls: int = 0
+    failed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = 0.0
+    latency_ms_p50: float | None = None
+
+    @classmethod
+    def of(cls, rows: list[dict[str, Any]]) -> StageSpend:
+        """The spend of judgement rows (``pair_id``, ``answer``, token columns, ``cost_usd``, ``latency_ms``)."""
+        if not rows:
+            return cls()
+        latencies = [r["latency_ms"] for r in rows if r["answer"] != "error"]
+        return cls(
+            pairs=len({r["pair_id"] for r in rows}),
+            calls=len(rows),
+            failed=sum(r["answer"] == "error" for r in rows),
+            input_tokens=sum(r["input_tokens"] or 0 for r in rows),
+            output_tokens=sum(r["output_tokens"] or 0 for r in rows),
+            reasoning_tokens=sum(r["reasoning_tokens"] or 0 for r in rows),
+            cost_usd=total_cost(r["cost_usd"] for r in rows),
+            latency_ms_p50=round(median(latencies), 1) if latencies else None,
+        )
+
+
+#: The judgements columns :meth:`RunCounts.tally` reads.
+JUDGEMENT_COLUMNS = ["pair_id", "stage", "audit", "answer", "input_tokens", "output_tokens", "reasoning_tokens",
+                     "cost_usd", "latency_ms"]  # fmt: skip
+#: The verdicts columns :meth:`RunCounts.tally` reads.
+VERDICT_COLUMNS = ["stage", "outcome", "conversation_id", "orders_agree", "audit_outcome"]
+
+
 class RunCounts(_Model):
     """What the run read, sampled and decided, as of its last session's end."""
 
@@ -93,12 +146,31 @@ class RunCounts(_Model):
     errors: int = 0
     errors_by_stage: dict[str, int] = Field(default_factory=dict)
     calls: CallStats = Field(default_factory=CallStats)
+    judging: dict[str, StageSpend] = Field(default_factory=dict)
+    orders_compared: int = 0
+    orders_disagree: int = 0
+    audited: int = 0
+    audit_found_difference: int = 0
 
     @classmethod
-    def tally(cls, verdicts: pa.Table, errors: pa.Table, **read: int) -> RunCounts:
-        """The counts of a run's ``verdicts`` (``stage``, ``outcome``, ``conversation_id``) and ``errors``
-        (``stage``), with what reading and sampling found (``read``, ``sampled``, ...)."""
+    def tally(cls, verdicts: pa.Table, errors: pa.Table, judgements: pa.Table | None = None, **read: int) -> RunCounts:
+        """The counts of a run's ``verdicts`` (:data:`VERDICT_COLUMNS`), ``errors`` (``stage``) and ``judgements``
+        (:data:`JUDGEMENT_COLUMNS`), with what reading and sampling found (``read``, ``sampled``, ...).
+
+        ``judging`` is the judge calls per stage; ``orders_compared`` / ``orders_disagree`` the stage-3 verdicts
+        judged in both orders and those whose orders disagreed; ``audited`` / ``audit_found_difference`` the stage-2
+        "equivalent" pairs audited by stage 3, and those where stage 3 preferred one side (a false equivalence).
+        """
         stages = errors.column("stage").to_pylist()
+        names = set(verdicts.column_names)
+        agree = verdicts.column("orders_agree").to_pylist() if "orders_agree" in names else []
+        audits = [a for a in verdicts.column("audit_outcome").to_pylist() if a] if "audit_outcome" in names else []
+        rows = judgements.to_pylist() if judgements is not None else []
+        judging = {
+            stage: StageSpend.of(own)
+            for stage in ("equivalence", "judge", "audit")
+            if (own := [r for r in rows if ("audit" if r["audit"] else r["stage"]) == stage])
+        }
         return cls(
             **read,
             pairs=verdicts.num_rows,
@@ -107,6 +179,11 @@ class RunCounts(_Model):
             by_outcome=dict(Counter(verdicts.column("outcome").to_pylist())),
             errors=len(stages),
             errors_by_stage=dict(Counter(stages)),
+            judging=judging,
+            orders_compared=sum(a is not None for a in agree),
+            orders_disagree=sum(a is False for a in agree),
+            audited=len(audits),
+            audit_found_difference=sum(a in ("candidate", "baseline") for a in audits),
         )
 
 
@@ -117,7 +194,8 @@ class RunManifest(_Model):
     resumes only a run with the same fingerprint. ``config`` is the whole configuration (secrets redacted), kept
     for people and tools to read; the fields readers of a run need are typed: ``baseline`` and ``candidate``
     describe each side in a line, ``*_model`` name their models, ``equivalence_judge`` and ``judge`` the judges
-    of stages 2 and 3 as configured (``rule`` for the rule-based ones).
+    of stages 2 and 3 as configured (``rule`` for the rule-based ones), ``judge_models`` the models of the LLM
+    judges by stage; ``noise_floor`` is the folder of the A/A run the report compares the win rate with.
     """
 
     format: Literal["delta_eval.run/1"] = FORMAT
@@ -132,6 +210,8 @@ class RunManifest(_Model):
     candidate_model: str = ""
     equivalence_judge: str | None = None
     judge: str = ""
+    judge_models: dict[str, list[str]] = Field(default_factory=dict)
+    noise_floor: str | None = None
     seed: int = 0
     versions: dict[str, str] = Field(default_factory=versions)
     started_at: str = Field(default_factory=_now)

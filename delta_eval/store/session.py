@@ -18,7 +18,7 @@ from delta_eval.calls import CallStats
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
-from delta_eval.store.manifest import CacheStats, RunCounts, RunManifest, RunStatus
+from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
 
 __all__ = ["FolderSession", "Resume", "resume"]
 
@@ -98,8 +98,9 @@ class FolderSession:
         """End the session: count what the folder holds (with ``read``, what reading and sampling found), record
         the session's calls, cache use and the adapters' notes, write the manifest, close the cache."""
         counts = RunCounts.tally(
-            self.folder.read("verdicts", ["stage", "outcome", "conversation_id"]),
+            self.folder.read("verdicts", VERDICT_COLUMNS),
             self.folder.read("errors", ["stage"]),
+            self.folder.read("judgements", JUDGEMENT_COLUMNS),
             **read,
         )
         cache = CacheStats(hits=self.cache.hits, misses=self.cache.misses, writes=self.cache.writes)

@@ -26,7 +26,7 @@ from typing import Any
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
-from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, sign, sse
+from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
 
 __all__ = ["FakeAnthropicServer"]
 
@@ -123,7 +123,11 @@ class FakeAnthropicServer(FakeProviderServer):
             ToolSpec(name=t["name"], description=t.get("description") or "", parameters=t.get("input_schema") or {})
             for t in body.get("tools") or []
         ]
-        return ModelRequest(model=route.model, messages=tuple(messages), tools=tuple(tools))
+        fmt = (body.get("output_config") or {}).get("format") or {}
+        if fmt and (fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict)):
+            raise WireError("output_config.format: expected {'type': 'json_schema', 'schema': {...}}")
+        params = schema_params(fmt.get("schema"))
+        return ModelRequest(model=route.model, messages=tuple(messages), tools=tuple(tools), params=params)
 
     def _check_thinking(self, index: int, blocks: list[dict[str, Any]], calls: tuple[ToolCall, ...]) -> None:
         for call in calls:

@@ -34,7 +34,7 @@ from typing import Any
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
-from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, sign, sse
+from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
 
 __all__ = ["FakeGeminiServer"]
 
@@ -163,7 +163,13 @@ class FakeGeminiServer(FakeProviderServer):
             for tool in body.get("tools") or []
             for d in tool.get("functionDeclarations") or []
         ]  # fmt: skip
-        return ModelRequest(model=route.model, messages=tuple(messages), tools=tuple(tools))
+        config = body.get("generationConfig") or {}
+        schema = config.get("responseJsonSchema") or config.get("responseSchema")
+        if schema is not None and config.get("responseMimeType") != "application/json":
+            raise WireError("responseMimeType must be application/json when a response schema is set.")
+        return ModelRequest(
+            model=route.model, messages=tuple(messages), tools=tuple(tools), params=schema_params(schema)
+        )
 
     def _check_signatures(self, index: int, parts: list[dict[str, Any]]) -> None:
         first_call = next((p for p in parts if "functionCall" in p), None)

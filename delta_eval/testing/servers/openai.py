@@ -24,10 +24,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from delta_eval.calls import ModelRequest
+from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec
 from delta_eval.testing.servers.http import JSONReply, Request
-from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, sign, sse
+from delta_eval.testing.servers.provider import (
+    Answer,
+    FakeProviderServer,
+    Route,
+    WireError,
+    check_strict_schema,
+    schema_params,
+    sign,
+    sse,
+)
 
 __all__ = ["FakeOpenAIServer"]
 
@@ -127,7 +136,25 @@ class FakeOpenAIServer(FakeProviderServer):
             messages, tools = self._chat_messages(body), self._chat_tools(body)
         else:
             messages, tools = self._responses_input(body), self._responses_tools(body)
-        return ModelRequest(model=model, messages=tuple(messages), tools=tuple(tools))
+        return ModelRequest(model=model, messages=tuple(messages), tools=tuple(tools), params=self._format(body, route))
+
+    @staticmethod
+    def _format(body: dict[str, Any], route: Route) -> GenerateParams:
+        # Chat: response_format {type, json_schema: {name, schema, strict}}; Responses: text.format {type, name,
+        # schema, strict}. A strict schema OpenAI would reject is a 400, as there.
+        if route.api == "chat":
+            fmt = body.get("response_format") or {}
+            spec = fmt.get("json_schema") or {} if fmt.get("type") == "json_schema" else {}
+        else:
+            fmt = (body.get("text") or {}).get("format") or {}
+            spec = fmt if fmt.get("type") == "json_schema" else {}
+        if not spec:
+            return GenerateParams()
+        if "schema" not in spec or "name" not in spec:
+            raise WireError("Missing required parameter: 'response_format.json_schema.schema' / 'name'.")
+        if spec.get("strict"):
+            check_strict_schema(spec["schema"], spec["name"])
+        return schema_params(spec["schema"], spec["name"])
 
     @staticmethod
     def _chat_tools(body: dict[str, Any]) -> list[ToolSpec]:

@@ -20,20 +20,49 @@ import json
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.simulated import Failure, SimulatedAdapter, SimulatedBehaviour
-from delta_eval.calls import FinishReason, ModelRequest
+from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ResponseFormat
 from delta_eval.schema import Conversation, Message, Usage
 from delta_eval.testing.servers.http import FakeHTTPServer, JSONReply, Reply, Request, StreamReply
 
-__all__ = ["Answer", "FakeProviderServer", "Route", "WireError", "sign", "sse"]
+__all__ = ["Answer", "FakeProviderServer", "Route", "WireError", "check_strict_schema", "schema_params", "sign", "sse"]
 
 Responder = Callable[[ModelRequest], Message]
 
 
 class WireError(Exception):
     """A request the real provider would reject with a 400 (the message says why)."""
+
+
+def schema_params(schema: Any, name: str = "response") -> GenerateParams:
+    """The canonical parameters of a request that asked for JSON matching ``schema`` (none asked: the defaults), so
+    the simulated model knows it is asked for a judge's answer (see :mod:`delta_eval.adapters.simulated_judge`)."""
+    if not isinstance(schema, dict):
+        return GenerateParams()
+    return GenerateParams(response_format=ResponseFormat(name=name, json_schema=schema))
+
+
+def check_strict_schema(schema: Any, name: str, context: tuple[str, ...] = ()) -> None:
+    """Raise :class:`WireError` where OpenAI's strict structured outputs reject ``schema``: an object without
+    ``additionalProperties: false``, or whose ``required`` does not list every property."""
+    if not isinstance(schema, dict):
+        return
+    where = f"Invalid schema for response_format '{name}': In context={context}, "
+    if schema.get("type") == "object" or "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            raise WireError(where + "'additionalProperties' is required to be supplied and to be false.")
+        props = schema.get("properties") or {}
+        missing = [key for key in props if key not in (schema.get("required") or [])]
+        if missing:
+            raise WireError(where + f"'required' is required to be supplied and to be an array including every key "
+                            f"in properties. Missing '{missing[0]}'.")  # fmt: skip
+        for key, sub in props.items():
+            check_strict_schema(sub, name, (*context, "properties", key))
+    if isinstance(schema.get("items"), dict):
+        check_strict_schema(schema["items"], name, (*context, "items"))
 
 
 def sign(*parts: str) -> str:

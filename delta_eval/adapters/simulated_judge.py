@@ -1,0 +1,126 @@
+"""The simulated model as a judge: when a request asks for a judge's JSON answer, it reads the pair and answers by
+stated rules, so demos and tests exercise the LLM judges end to end without a provider.
+
+A request is a judge's when its ``response_format`` is a JSON schema with an ``equivalent`` property (stage 2) or a
+``winner`` property (stage 3). The pair is read from the last user message, between the tags the judges' prompts
+use (see :mod:`delta_eval.judges.prompts`): ``<output_a>``, ``<output_b>`` and, for stage 3, ``<reference>``. In an
+output, ``[calls]`` lines are tool calls and ``[says]`` / ``[replies]`` lines are text.
+
+- Stage 2: outputs with different ``[calls]`` lines are different (confidence 0.9). Otherwise the Jaccard overlap
+  ``o`` of their words decides: equivalent when ``o >= 0.5``, with confidence ``0.5 + o / 2``; else different.
+- Stage 3: each output scores the reference calls it follows in order, minus one per other call; the higher score
+  wins. On equal scores the output whose words overlap the reference's more wins when it leads by more than 0.2;
+  otherwise it is a tie, except that with probability ``judge_position_bias`` the simulated judge picks A (a
+  position bias, so that judging in both orders has something to catch). Severity: ``critical`` when the loser made
+  a call the reference did not, ``minor`` when it lost on text, ``none`` on a tie. Every dimension of the schema's
+  ``scores`` gets ``1 + round(3 q)``, where ``q`` is the output's share of the reference calls followed (its text
+  overlap when the reference makes no call).
+
+Example:
+    >>> import random
+    >>> schema = {"type": "object", "properties": {"equivalent": {"type": "boolean"}}}
+    >>> a, b = "[replies] Your flight is booked.", "[replies] your flight is booked"
+    >>> text = f"<output_a>\\n{a}\\n</output_a>\\n<output_b>\\n{b}\\n</output_b>"
+    >>> json.loads(judge_answer(schema, text, random.Random(0), 0.0))["equivalent"]
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+from delta_eval.matching import word_overlap
+
+__all__ = ["is_judge_schema", "judge_answer"]
+
+
+#: How much more of the reference's words an output must share to win on text alone.
+_TEXT_MARGIN = 0.2
+
+
+def is_judge_schema(schema: dict[str, Any] | None) -> bool:
+    """Whether a response schema is a delta_eval judge's (stage 2 or stage 3)."""
+    props = (schema or {}).get("properties") or {}
+    return "equivalent" in props or "winner" in props
+
+
+def _section(text: str, tag: str) -> str | None:
+    match = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
+    return match.group(1) if match else None
+
+
+def _parts(section: str) -> tuple[list[str], str]:
+    calls, texts = [], []
+    for line in section.splitlines():
+        if line.startswith("[calls] "):
+            calls.append(line.removeprefix("[calls] "))
+        elif line.startswith(("[says] ", "[replies] ")):
+            texts.append(line.split("] ", 1)[1])
+    return calls, " ".join(texts)
+
+
+def _equivalence(text: str) -> dict[str, Any]:
+    (calls_a, text_a), (calls_b, text_b) = (_parts(_section(text, t) or "") for t in ("output_a", "output_b"))
+    if calls_a != calls_b:
+        return {"equivalent": False, "confidence": 0.9, "reason": "They make different tool calls."}
+    o = word_overlap(text_a, text_b)
+    if o >= 0.5:
+        return {"equivalent": True, "confidence": round(0.5 + o / 2, 3),
+                "reason": f"Same tool calls; the texts say the same things (word overlap {o:.2f})."}  # fmt: skip
+    return {"equivalent": False, "confidence": round(1 - o / 2, 3),
+            "reason": f"Same tool calls, but the texts say different things (word overlap {o:.2f})."}  # fmt: skip
+
+
+def _follows(calls: list[str], reference: list[str]) -> tuple[int, int]:
+    followed = 0
+    for mine, ref in zip(calls, reference, strict=False):
+        if mine != ref:
+            break
+        followed += 1
+    return followed, len(calls) - followed
+
+
+def _pairwise(schema: dict[str, Any], text: str, rng: random.Random, position_bias: float) -> dict[str, Any]:
+    ref_calls, ref_text = _parts(_section(text, "reference") or "")
+    sides = {s: _parts(_section(text, f"output_{s.lower()}") or "") for s in ("A", "B")}
+    follows = {s: _follows(calls, ref_calls) for s, (calls, _) in sides.items()}
+    score = {s: f - extra for s, (f, extra) in follows.items()}
+    overlap = {s: word_overlap(t, ref_text) for s, (_, t) in sides.items()}
+    if score["A"] != score["B"]:
+        winner = "A" if score["A"] > score["B"] else "B"
+        loser = "B" if winner == "A" else "A"
+        confidence = min(1.0, 0.6 + 0.2 * abs(score["A"] - score["B"]))
+        severity = "critical" if follows[loser][1] > 0 else "minor"
+        why = f"A follows {follows['A'][0]} of {len(ref_calls)} reference calls, B {follows['B'][0]}"
+    else:
+        diff = overlap["A"] - overlap["B"]
+        near = abs(diff) <= _TEXT_MARGIN
+        winner = ("A" if rng.random() < position_bias else "tie") if near else ("A" if diff > 0 else "B")
+        confidence = round(min(1.0, 0.5 + abs(diff)), 3)
+        severity = "none" if winner == "tie" else "minor"
+        why = f"same calls; text overlap with the reference A {overlap['A']:.2f}, B {overlap['B']:.2f}"
+
+    def quality(s: str) -> float:
+        return follows[s][0] / len(ref_calls) if ref_calls else overlap[s]
+
+    dims = list(((schema.get("properties") or {}).get("scores", {}).get("properties") or {}).get("A", {})
+                .get("properties") or {})  # fmt: skip
+    scores = {s: {d: 1 + round(3 * quality(s)) for d in dims} for s in ("A", "B")}
+    return {
+        "rationale": f"Simulated judge: {why}.",
+        "winner": winner,
+        "confidence": confidence,
+        "severity": severity,
+        "scores": scores,
+        "summary": f"{'The replies are equally good' if winner == 'tie' else f'Reply {winner} is better'}: {why}.",
+    }
+
+
+def judge_answer(schema: dict[str, Any], text: str, rng: random.Random, position_bias: float) -> str:
+    """The simulated judge's JSON answer to a judge request whose pair is rendered in ``text``."""
+    props = schema.get("properties") or {}
+    answer = _equivalence(text) if "equivalent" in props else _pairwise(schema, text, rng, position_bias)
+    return json.dumps(answer)
