@@ -324,7 +324,8 @@ class Verdict(_Frozen):
     ``summary`` is the judge's one-paragraph account and ``reasoning`` its trace (the provider's reasoning summary
     where it gives one, else the judge's written rationale); ``prompt_hash`` names the version of the judge's prompt.
     ``audit_outcome`` is what stage 3 said of a pair stage 2 found equivalent, when it was drawn for the audit;
-    ``orders_agree`` says, for a pair judged in both orders, whether every judge's two answers agreed.
+    ``orders_agree`` says, for a pair judged in both orders (by stage 3, or by its audit), whether every judge's
+    two answers agreed.
     """
 
     pair_id: str

@@ -16,7 +16,8 @@ from a simulated baseline:
 - ``cached_fraction`` / ``reasoning_tokens``: the share of prompt tokens reported as read from the provider's
   prompt cache, and the reasoning tokens reported per call (the fake provider servers also think aloud then).
 - ``judge_position_bias``: as a judge (a request for a judge's JSON answer, see
-  :mod:`delta_eval.adapters.simulated_judge`), how often it picks output A where it sees no difference.
+  :mod:`delta_eval.adapters.simulated_judge`), how often it picks output A whatever the texts say, where the two
+  outputs make the same tool calls.
 
 Where the context matches no recording (the replay diverged), it writes a short generic reply that claims nothing.
 Every choice is drawn from a hash of (seed, model id, request), so the same request always gets the same answer;

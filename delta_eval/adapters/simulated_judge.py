@@ -9,12 +9,12 @@ output, ``[calls]`` lines are tool calls and ``[says]`` / ``[replies]`` lines ar
 - Stage 2: outputs with different ``[calls]`` lines are different (confidence 0.9). Otherwise the Jaccard overlap
   ``o`` of their words decides: equivalent when ``o >= 0.5``, with confidence ``0.5 + o / 2``; else different.
 - Stage 3: each output scores the reference calls it follows in order, minus one per other call; the higher score
-  wins. On equal scores the output whose words overlap the reference's more wins when it leads by more than 0.2;
-  otherwise it is a tie, except that with probability ``judge_position_bias`` the simulated judge picks A (a
-  position bias, so that judging in both orders has something to catch). Severity: ``critical`` when the loser made
-  a call the reference did not, ``minor`` when it lost on text, ``none`` on a tie. Every dimension of the schema's
-  ``scores`` gets ``1 + round(3 q)``, where ``q`` is the output's share of the reference calls followed (its text
-  overlap when the reference makes no call).
+  wins. On equal scores the output whose words overlap the reference's more wins when it leads by more than 0.2,
+  otherwise it is a tie; except that with probability ``judge_position_bias`` the simulated judge picks A whatever
+  the texts say (a position bias, so that judging in both orders has something to catch). Severity: ``critical``
+  when the loser made a call the reference did not, ``minor`` when it lost on text, ``none`` on a tie. Every
+  dimension of the schema's ``scores`` gets ``1 + round(3 q)``, where ``q`` is the output's share of the reference
+  calls followed (its text overlap when the reference makes no call).
 
 Example:
     >>> import random
@@ -97,8 +97,10 @@ def _pairwise(schema: dict[str, Any], text: str, rng: random.Random, position_bi
         why = f"A follows {follows['A'][0]} of {len(ref_calls)} reference calls, B {follows['B'][0]}"
     else:
         diff = overlap["A"] - overlap["B"]
-        near = abs(diff) <= _TEXT_MARGIN
-        winner = ("A" if rng.random() < position_bias else "tie") if near else ("A" if diff > 0 else "B")
+        if rng.random() < position_bias:
+            winner = "A"  # the bias: on text alone, it sometimes just takes the first output shown
+        else:
+            winner = "tie" if abs(diff) <= _TEXT_MARGIN else "A" if diff > 0 else "B"
         confidence = round(min(1.0, 0.5 + abs(diff)), 3)
         severity = "none" if winner == "tie" else "minor"
         why = f"same calls; text overlap with the reference A {overlap['A']:.2f}, B {overlap['B']:.2f}"

@@ -279,6 +279,7 @@ class JudgeCascade:
                     answers = await self._stage3(run, audit=True)
                     if answers:
                         fields["audit_outcome"] = _outcome(self._panel_preference(run, answers))
+                        fields["orders_agree"] = _orders_agree(run)
                         run.details["audit"] = fields["audit_outcome"]
                 verdict = Verdict(**base, **run.verdict_fields(), stage="equivalence", outcome="equivalent", **fields)
                 return Decision(verdict, run.judgements, run.errors)
@@ -417,11 +418,13 @@ class JudgeCascade:
             "judge": " + ".join(names),
             "prompt_hash": ",".join(sorted({a.result.prompt_hash for a in answers if a.result.prompt_hash})),
             "candidate_position": "both" if self.order == "both" else ("A" if run.cand_a else "B"),
-            # Whether the orders agreed, for pairs where some judge answered in both.
-            "orders_agree": not run.details.get("position_inconsistent")
-            if run.details.get("orders_compared")
-            else None,
+            "orders_agree": _orders_agree(run),
         }
+
+
+def _orders_agree(run: _Judging) -> bool | None:
+    # Whether the two orders agreed, for pairs where some judge answered in both.
+    return not run.details.get("position_inconsistent") if run.details.get("orders_compared") else None
 
 
 def _single(value: Any) -> bool:

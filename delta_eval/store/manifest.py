@@ -157,9 +157,10 @@ class RunCounts(_Model):
         """The counts of a run's ``verdicts`` (:data:`VERDICT_COLUMNS`), ``errors`` (``stage``) and ``judgements``
         (:data:`JUDGEMENT_COLUMNS`), with what reading and sampling found (``read``, ``sampled``, ...).
 
-        ``judging`` is the judge calls per stage; ``orders_compared`` / ``orders_disagree`` the stage-3 verdicts
-        judged in both orders and those whose orders disagreed; ``audited`` / ``audit_found_difference`` the stage-2
-        "equivalent" pairs audited by stage 3, and those where stage 3 preferred one side (a false equivalence).
+        ``judging`` is the judge calls per stage; ``orders_compared`` / ``orders_disagree`` the pairs stage 3 judged
+        in both orders (audits included) and those whose orders disagreed; ``audited`` /
+        ``audit_found_difference`` the stage-2 "equivalent" pairs audited by stage 3, and those where stage 3
+        preferred one side (a false equivalence).
         """
         stages = errors.column("stage").to_pylist()
         names = set(verdicts.column_names)
