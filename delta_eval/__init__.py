@@ -23,6 +23,7 @@ from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.pool import ModelPool
 from delta_eval.adapters.registry import AdapterContext, AdapterFactory, register_adapter
 from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.analysis.calibration import Calibration, calibrate
 from delta_eval.api import VerdictStream, arun, run, stream
 from delta_eval.calls import (
     FinishReason,
@@ -99,6 +100,7 @@ __all__ = [
     "AdapterFactory",
     "AuthenticationError",
     "BadRequestError",
+    "Calibration",
     "ConfigError",
     "Conversation",
     "ConversationSource",
@@ -167,6 +169,7 @@ __all__ = [
     "WinRate",
     "__version__",
     "arun",
+    "calibrate",
     "demo",
     "load_config",
     "open_result",

@@ -7,6 +7,7 @@
     delta-eval run CONFIG [--out DIR]      run (or resume) the evaluation a TOML/YAML file describes
     delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR]
                                            print the report of a run folder (beside an A/A run's win rate)
+    delta-eval calibrate RUN_DIR LABELS    compare a run's verdicts with human labels (CSV/Parquet: pair_id, label)
     delta-eval fake-server openai|anthropic|gemini [--port P] [--latency-ms L]
                                            serve a fake provider (answering from the demo's recordings) until
                                            Ctrl-C, for a real SDK or a run to talk to
@@ -62,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
 
+    cal = sub.add_parser("calibrate", help="compare a run's verdicts with human labels")
+    cal.add_argument("run_dir", type=Path)
+    cal.add_argument("labels", type=Path, help="CSV or Parquet: pair_id and label (candidate / baseline / tie)")
+
     fake = sub.add_parser("fake-server", help="serve a fake provider on 127.0.0.1 until Ctrl-C")
     fake.add_argument("provider", choices=["openai", "anthropic", "gemini"])
     fake.add_argument("--port", type=int, default=0, help="port (default: any free one, printed)")
@@ -86,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "report":
             print(render_report(open_result(args.run_dir), noise_floor=args.noise_floor))
+            return 0
+        if args.command == "calibrate":
+            from delta_eval.analysis.calibration import calibrate
+
+            print(calibrate(open_result(args.run_dir), args.labels))
             return 0
         if args.command == "fake-server":
             return _serve_fake(args.provider, args.port, args.latency_ms)

@@ -59,7 +59,8 @@ class RunConfig(BaseModel):
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
     - ``noise_floor``: the folder of an A/A run (the same variant as baseline and candidate, judged the same way):
-      its win rate is the judges' noise floor, printed beside this run's (no bearing on results).
+      its win rate is the judges' noise floor, printed beside this run's (no bearing on results). In an A/A run
+      the candidate side is named ``candidate``; both sides are replayed independently.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -87,6 +88,9 @@ class RunConfig(BaseModel):
         if not self.baseline.name:
             object.__setattr__(self, "baseline", self.baseline.model_copy(update={"name": "baseline"}))
         if not self.candidate.name:
+            object.__setattr__(self, "candidate", self.candidate.model_copy(update={"name": "candidate"}))
+        if self.candidate == self.baseline:
+            # An A/A run (the same variant on both sides, to measure the judges' noise floor): still two sides.
             object.__setattr__(self, "candidate", self.candidate.model_copy(update={"name": "candidate"}))
         if self.baseline.name == self.candidate.name:
             raise ConfigError(f"baseline and candidate must have different names, both are {self.baseline.name!r}")

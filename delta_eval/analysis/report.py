@@ -236,17 +236,15 @@ def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: st
     judged = result.win_rate(over="judged")
     weighted = result.win_rate(over="all", weighted=True)
     lines.append("win rate of the candidate = (wins + ties/2) / pairs, 95% CI")
-    aa = {k: f"   A/A noise floor {_pct(w)}" for k, w in floor.items()}
+    aa = {k: f"   A/A noise floor {_pct(floor[k])}" for k in ("all", "judged") if k in floor}
     lines.append(
         f"  all pairs (equivalent = tie)      {_pct(everything)}  Wilson, n={everything.pairs}{aa.get('all', '')}"
     )
     lines.append(f"  judged pairs only                 {_pct(judged)}  Wilson, n={judged.pairs}{aa.get('judged', '')}")
     lines.append(f"  all pairs, population-weighted    {_pct(weighted)}  cluster bootstrap by conversation")
     if floor:
-        lines.append(
-            f"  (noise floor: the same judges on an A/A run, {floor['path']}; a difference from 50% no larger than "
-            f"the A/A run's is within the judges' and sampling noise)"
-        )
+        lines.append(f"  (A/A noise floor: the same judges on an A/A run, {floor['path']};")
+        lines.append("   a distance from 50% no larger than the A/A run's is within the judges' and sampling noise)")
     if by_stratum:
         strata = result.win_rate(over="all", by="stratum")
         if len(strata) > 1:
