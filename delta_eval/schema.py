@@ -363,8 +363,8 @@ class Judgement(_Frozen):
     that answer in the run's terms (``equivalent``, or ``candidate``, ``baseline``, ``tie``), given where the
     candidate was shown (``candidate_position``). ``raw`` is the judge's own record of its answer (for an LLM judge,
     the parsed JSON, or the text it could not parse). ``audit`` marks a stage-3 call on a pair stage 2 had already
-    found equivalent (the audit of stage 2). ``at`` is when the call's answer came back. The other fields are those
-    of :class:`Verdict`, for this one call.
+    found equivalent (the audit of stage 2). ``answered_at`` is when the call's answer came back. The other fields
+    are those of :class:`Verdict`, for this one call.
     """
 
     pair_id: str
@@ -388,7 +388,7 @@ class Judgement(_Frozen):
     usage: Usage = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
-    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    answered_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     error: str | None = None
 
 

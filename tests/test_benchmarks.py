@@ -47,3 +47,17 @@ def test_cache_key_benchmark_compares_the_same_requests(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     for name in ("cache_key", "plain json", "sorted dict"):
         assert name in out
+
+
+@pytest.mark.slow
+def test_judges_benchmark_measures_funnel_and_overlap(tmp_path: Path) -> None:
+    judges = load("judges")
+    llm = judges.one_run("openai", "llm", 6, 0.0, tmp_path / "llm")
+    assert llm["judge_calls"] > 0
+    assert 0.0 <= llm["overlap"] <= 1.0
+    assert 0.0 < llm["resolved_early"] <= 1.0
+    assert any("judging funnel" in line for line in llm["funnel"])
+    assert llm["result"].counts.judging["judge"].cost_usd > 0  # priced for illustration
+    rule = judges.one_run("openai", "rule", 6, 0.0, tmp_path / "rule")
+    assert "overlap" not in rule
+    assert rule["result"].counts.pairs == llm["result"].counts.pairs
