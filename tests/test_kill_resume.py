@@ -87,3 +87,12 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     assert answered_after == needed - paid_before_kill
     assert resumed.cache.hits >= 1
     assert result.win_rate() == fresh.win_rate()
+    # The LLM judges' calls are among them: one cached answer per judge call of the finished run, none paid twice.
+    judge_calls = con.execute("SELECT count(*) FROM judgements WHERE answer <> 'error'").fetchone()[0]
+    assert judge_calls > 0
+    cache = sqlite3.connect(out / "cache.sqlite")
+    try:
+        cached = cache.execute("SELECT count(*) FROM responses WHERE model LIKE 'simulated:judge%'").fetchone()[0]
+    finally:
+        cache.close()
+    assert cached == judge_calls

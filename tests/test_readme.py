@@ -43,3 +43,44 @@ def test_every_provider_example_of_the_readme_builds_its_adapter(monkeypatch: py
     for variant in variants:
         adapter = create_adapter(variant.model, variant.provider_options)
         anyio.run(adapter.aclose)
+
+
+def test_every_judge_example_of_the_readme_builds_its_judges(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import tomllib
+
+    import anyio
+
+    import delta_eval as de
+    from delta_eval.adapters.pool import ModelPool
+    from delta_eval.judges.config import build_cascade
+    from delta_eval.judges.context import JudgeContext
+
+    for name in ("OPENAI_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "VLLM_API_KEY"):
+        monkeypatch.setenv(name, "test-key")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rubric.md").write_text("Refund only with a reason.\n\n## Dimensions\n- refunds: policy kept\n")
+    section = (ROOT / "README.md").read_text().split("## Judges", 1)[1].split("\n## ", 1)[0]
+
+    # The Python example, with de.run standing in for a real run.
+    [python] = re.findall(r"```python\n(.+?)\n```", section, flags=re.S)
+    ran: dict[str, object] = {}
+    monkeypatch.setattr(de, "run", lambda config, **options: ran.update(options))
+    exec(python, {"de": de, "config": None})
+    judges = ran["judges"]
+    assert isinstance(judges, de.Judges)
+    assert judges.models() == {"equivalence": ["openai:gpt-4.1-nano"], "judge": ["anthropic:claude-sonnet-4-5"]}
+
+    blocks = re.findall(r"```toml\n(.+?)\n```", section, flags=re.S)
+    assert len(blocks) == 3
+    seen: set[str] = set()
+    for block in [*blocks, None]:
+        judges = de.Judges.model_validate(tomllib.loads(block)["judges"]) if block else judges
+        pool = ModelPool()
+        cascade = build_cascade(judges, JudgeContext(pool=pool))  # every adapter built, every rubric read
+        seen.update(m.split(":")[0] for models in judges.models().values() for m in models)
+        rubrics = {getattr(j, "rubric", None) and j.rubric.dimensions for j in cascade._judges}
+        assert rubrics <= {("refunds",), ("task_success", "policy", "accuracy", "communication"), None}
+        anyio.run(pool.aclose)
+    assert seen == {"openai", "openai-responses", "anthropic", "gemini", "azure"}
