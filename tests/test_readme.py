@@ -45,9 +45,7 @@ def test_every_provider_example_of_the_readme_builds_its_adapter(monkeypatch: py
         anyio.run(adapter.aclose)
 
 
-def test_every_judge_example_of_the_readme_builds_its_judges(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_every_judge_example_of_the_readme_builds_its_judges(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import tomllib
 
     import anyio
