@@ -331,3 +331,25 @@ def test_a_run_with_llm_judges_counts_its_funnel_audits_reproducibly_and_never_p
     assert second.connect().execute(same).fetchall() == con.execute(same).fetchall()
     judged = second.manifest.sessions[-1].calls["openai:judge"]
     assert (judged.answered, judged.cached) == (0, stage3.calls + counts.judging["audit"].calls)
+
+
+@pytest.mark.parametrize(("api", "server_class", "options"), CASES, ids=[c[0] for c in CASES])
+def test_the_trace_is_the_providers_reasoning_summary_where_it_gives_one(
+    api: str, server_class: type[FakeProviderServer], options: Callable[[Any], dict[str, Any]]
+) -> None:
+    from delta_eval.adapters.simulated import SimulatedBehaviour
+
+    with server_class(behaviour=SimulatedBehaviour(reasoning_tokens=50)) as server:
+        judging = Judging()
+        params = de.GenerateParams(max_tokens=4000, reasoning_budget=1024)
+        judge = de.PairwiseJudge(model=f"{api}:judge", provider_options=options(server), params=params)
+        result = judging.run(lambda: judge(judging.context).compare(pair(WORSE, GOOD)))
+    assert result.usage.reasoning_tokens == 50
+    rationale = result.raw["answer"]["rationale"]
+    assert rationale.startswith("Simulated judge:")
+    if api == "openai":  # Chat Completions returns no reasoning summary: the judge's own rationale is the trace
+        assert result.reasoning == rationale
+        assert "reasoning_summary" not in result.raw
+    else:
+        assert result.reasoning == result.raw["reasoning_summary"] != rationale
+        assert result.reasoning
