@@ -43,33 +43,24 @@ def _members(spec: Any) -> list[Any]:
 def _distinct(judges: list[Any], what: str) -> None:
     twice = sorted(name for name, n in Counter(j.name for j in judges).items() if n > 1)
     if twice:
-        raise ConfigError(f"the {what} panel has two members named {twice[0]!r}; give each a distinct name=")
+        raise ConfigError(f"two members of the {what} panel are named {twice[0]!r}; give each a distinct name=")
+
+
+def _panel(spec: Any, context: JudgeContext, protocol: type, what: str, rule: Any) -> list[Any]:
+    judges = [rule(match=context.match) if m == "rule" else _build(m, context, protocol, what) for m in _members(spec)]
+    _distinct(judges, what)
+    return judges
 
 
 def resolve_equivalence_judges(spec: Any, context: JudgeContext) -> list[SupportsEquivalence]:
     """The stage-2 judges (a panel, or one) for ``spec``; empty for ``None`` (no stage 2)."""
     if spec is None:
         return []
-    judges: list[SupportsEquivalence] = []
-    for member in _members(spec):
-        if member == "rule":
-            judges.append(RuleEquivalenceJudge(match=context.match))
-        else:
-            judges.append(_build(member, context, SupportsEquivalence, "equivalence judge"))
-    _distinct(judges, "equivalence")
-    return judges
+    return _panel(spec, context, SupportsEquivalence, "equivalence judge", RuleEquivalenceJudge)
 
 
 def resolve_pairwise_judges(spec: Any, context: JudgeContext) -> list[SupportsComparison]:
     """The stage-3 judges (a panel, or one) for ``spec``."""
-    members = [] if spec is None else _members(spec)
-    if not members:
+    if spec is None or not _members(spec):
         raise ConfigError("a run needs a stage-3 judge; use judge='rule' for the rule-based one")
-    judges: list[SupportsComparison] = []
-    for member in members:
-        if member == "rule":
-            judges.append(RulePairwiseJudge(match=context.match))
-        else:
-            judges.append(_build(member, context, SupportsComparison, "judge"))
-    _distinct(judges, "judge")
-    return judges
+    return _panel(spec, context, SupportsComparison, "judge", RulePairwiseJudge)

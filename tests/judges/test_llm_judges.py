@@ -19,15 +19,13 @@ from delta_eval.judges.cascade import Decision, JudgeCascade
 from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.prompts import Rubric, pairwise_instructions
 from delta_eval.pricing import Price
-from delta_eval.replay.points import replay_points
 from delta_eval.schema import Message, Step, ToolCall, ToolResult, TurnOutput
 from delta_eval.testing import FakeAnthropicServer, FakeGeminiServer, FakeOpenAIServer
 from delta_eval.testing.servers.gemini import normalise
 from delta_eval.testing.servers.provider import FakeProviderServer
-from tests.conftest import tool_turn_conversation
+from tests.judges.test_cascade import POINT, replay
 
 FAST = de.RetryPolicy(initial_wait=0.0, max_wait=0.0, max_attempts=3)
-POINT = next(iter(replay_points(tool_turn_conversation())))
 LOOKUP = ToolCall(id="x", name="get_reservation", arguments='{"id": "ABC123"}')
 RESULT = ToolResult(call_id="x", name="get_reservation", content='{"flight": "HAT001"}')
 GOOD = TurnOutput(steps=(Step(tool_calls=(LOOKUP,), tool_results=(RESULT,)),), final_text="You are on flight HAT001.")
@@ -153,19 +151,6 @@ def test_an_answer_unusable_twice_is_an_error_verdict_that_keeps_what_the_judge_
     assert decision.verdict.judge_cost_usd == row.cost_usd
     [error] = decision.errors
     assert (error.stage, error.pair_id) == ("judge", POINT.pair_id)
-
-
-def replay(side: str, output: TurnOutput) -> de.Replay:
-    return de.Replay(
-        pair_id=POINT.pair_id,
-        conversation_id="c1",
-        turn_index=0,
-        side=side,
-        variant=side,  # type: ignore[arg-type]
-        model="m",
-        output=output,
-        finish_reason="stop",
-    )
 
 
 def answer(winner: str, confidence: float, severity: str = "none", accuracy: int = 3) -> str:
@@ -353,3 +338,15 @@ def test_the_trace_is_the_providers_reasoning_summary_where_it_gives_one(
     else:
         assert result.reasoning == result.raw["reasoning_summary"] != rationale
         assert result.reasoning
+
+
+def test_panel_members_sharing_a_model_need_names_of_their_own() -> None:
+    from delta_eval.judges.config import build_cascade
+
+    twice = [de.PairwiseJudge(model="simulated:judge"), de.PairwiseJudge(model="simulated:judge")]
+    with pytest.raises(de.ConfigError, match="'simulated:judge'; give each a distinct name="):
+        build_cascade(de.Judges(judge=twice), JudgeContext())
+    named = [twice[0], twice[1].model_copy(update={"name": "second opinion"})]
+    judges = de.Judges(judge=named)
+    assert judges.names()[1] == "simulated:judge + second opinion"
+    assert [j.name for j in build_cascade(judges, JudgeContext())._judges] == ["simulated:judge", "second opinion"]
