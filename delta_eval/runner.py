@@ -98,6 +98,7 @@ async def execute(
                 c.max_tool_rounds,
                 c.prices,
                 source.name,
+                c.judges.match,
             )
             for side, v in _sides(c)
         }

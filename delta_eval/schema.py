@@ -287,6 +287,10 @@ class Replay(_Frozen):
 
     ``model`` is the model id asked for; ``served_model`` the one the provider says answered (the last call's);
     ``request_ids`` the provider's id of each call of the turn, in order; ``finished_at`` when the replay ended.
+    The deterministic checks (:mod:`delta_eval.replay.checks`): ``invalid_tool_calls`` (arguments that do not parse,
+    an unknown tool, or arguments the tool's schema rejects) with ``tool_call_problems`` saying why;
+    ``matches_recorded``, whether it did what production did here; ``text_instead_of_action``, whether it answered
+    in text where production called a tool.
     """
 
     pair_id: str
@@ -308,6 +312,10 @@ class Replay(_Frozen):
     served_model: str | None = None
     request_ids: tuple[str, ...] = ()
     finished_at: datetime | None = None
+    invalid_tool_calls: int = 0
+    tool_call_problems: tuple[str, ...] = ()
+    matches_recorded: bool | None = None
+    text_instead_of_action: bool = False
     error: str | None = None
     error_type: str | None = None
 

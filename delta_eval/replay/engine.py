@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from delta_eval.adapters.client import ModelClient
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ProviderError, RecordError, ToolSimulationError
+from delta_eval.matching import DEFAULT_MATCH, MatchOptions
 from delta_eval.pricing import Price, Spend, cost, price_for
+from delta_eval.replay.checks import ReplayChecks, check_output
 from delta_eval.replay.render import build_request
 from delta_eval.replay.tools import ToolContext, ToolSimulator, run_simulator
 from delta_eval.schema import (
@@ -73,6 +75,7 @@ class Replayer:
     max_tool_rounds: int = 5
     prices: Mapping[str, Price] | None = None
     source: str = ""
+    match: MatchOptions = DEFAULT_MATCH
 
     async def replay(self, point: ReplayPoint, side: Side) -> SideReplay:
         """The replay of ``point`` on this side; failures end it with an error row, never an exception."""
@@ -90,6 +93,10 @@ class Replayer:
         request: ModelRequest | None = None
 
         def done(error: Exception | None = None) -> SideReplay:
+            output = TurnOutput(steps=tuple(steps), final_text=final_text, final_reasoning=final_reasoning)
+            checks = ReplayChecks()
+            if error is None and request is not None:
+                checks = check_output(output, request.tools, point.recorded, self.match)
             replay = Replay(
                 pair_id=point.pair_id,
                 conversation_id=point.conversation_id,
@@ -97,7 +104,7 @@ class Replayer:
                 side=side,
                 variant=self.variant.name,
                 model=self.variant.model,
-                output=TurnOutput(steps=tuple(steps), final_text=final_text, final_reasoning=final_reasoning),
+                output=output,
                 finish_reason="error" if error is not None else finish,
                 provider_finish_reason=provider_finish,
                 hit_tool_cap=hit_cap,
@@ -110,6 +117,10 @@ class Replayer:
                 served_model=served,
                 request_ids=tuple(request_ids),
                 finished_at=datetime.now(UTC),
+                invalid_tool_calls=checks.invalid_tool_calls,
+                tool_call_problems=checks.tool_call_problems,
+                matches_recorded=checks.matches_recorded,
+                text_instead_of_action=checks.text_instead_of_action,
                 error=None if error is None else str(error),
                 error_type=None if error is None else type(error).__name__,
             )

@@ -40,17 +40,18 @@ def test_win_rate_counts_ties_as_half_and_equivalents_only_over_all() -> None:
     assert judged.estimate == pytest.approx(2.5 / 4)
     assert (everything.pairs, judged.pairs, everything.errors) == (6, 4, 1)
     assert (judged.candidate, judged.baseline, judged.ties, judged.equivalent) == (2, 1, 1, 0)
-    assert everything.method == "wilson"
+    assert everything.method == "cluster"
 
 
-def test_weighted_uses_weights_and_the_bootstrap() -> None:
+def test_weighted_uses_weights() -> None:
     data = [
         {"outcome": "candidate", "weight": 3.0, "conversation_id": "a", "stratum": "x"},
         {"outcome": "baseline", "weight": 1.0, "conversation_id": "b", "stratum": "y"},
     ]
     w = win_rate(data, weighted=True)
     assert w.estimate == pytest.approx(0.75)
-    assert w.method == "bootstrap"
+    assert w.method == "cluster"
+    assert win_rate(data, weighted=True, method="bootstrap").method == "bootstrap"
 
 
 @settings(max_examples=40, deadline=None)

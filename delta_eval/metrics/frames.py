@@ -1,0 +1,58 @@
+"""Any table of rows as the metrics read it: an Arrow table, a DuckDB relation, a pandas or polars DataFrame, or an
+iterable of mappings. Metrics take whichever the user has, so numbers can be recomputed from one's own queries.
+
+Example:
+    >>> rows_of([{"outcome": "tie", "extra": 1}], ["outcome"])
+    [{'outcome': 'tie'}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["Rows", "rows_of"]
+
+#: What a metric accepts as a table of rows.
+Rows = Any
+
+
+def _arrow(data: Any) -> pa.Table | None:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    # DuckDB relations (and DuckDB results) give Arrow; polars has to_arrow(); pandas goes through pyarrow.
+    for method in ("to_arrow_table", "fetch_arrow_table", "arrow", "to_arrow"):
+        fn = getattr(data, method, None)
+        if callable(fn):
+            got = fn()
+            if isinstance(got, pa.RecordBatchReader):
+                got = got.read_all()
+            if isinstance(got, pa.Table):
+                return got
+    if type(data).__module__.startswith("pandas"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    return None
+
+
+def rows_of(data: Rows, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of ``data`` as dicts, with only ``columns`` (those it has) when given."""
+    table = _arrow(data)
+    if table is not None:
+        if columns is not None:
+            table = table.select([c for c in columns if c in table.column_names])
+        rows: list[dict[str, Any]] = table.to_pylist()
+        return rows
+    if isinstance(data, Iterable) and not isinstance(data, str | bytes | Mapping):
+        out = []
+        for row in data:
+            if not isinstance(row, Mapping):
+                raise TypeError(f"expected rows as mappings, got {type(row).__name__}")
+            out.append({k: row[k] for k in columns if k in row} if columns is not None else dict(row))
+        return out
+    raise TypeError(
+        f"expected an Arrow table, a DuckDB relation, a DataFrame or rows of mappings, not {type(data).__name__}"
+    )

@@ -1,0 +1,96 @@
+"""Deterministic checks of a replayed turn, kept on its ``replays`` row and fed to the decision's gates.
+
+- Tool-call validity: each call's arguments parse as a JSON object, name a tool the side was offered, and validate
+  against that tool's JSON Schema (``jsonschema``, the draft the schema declares, 2020-12 by default). Problems are
+  listed, one line each (``book_reservation: arguments.passengers: [] should be non-empty``).
+- Agreement with the recorded action: the replay made the same tool calls as production did at this point (same
+  tools, equivalent arguments, same order), or, where production answered in text, also answered in text.
+- Text instead of action: production called a tool here, the replay called none.
+
+Example:
+    >>> from delta_eval.schema import ToolCall, ToolSpec, TurnOutput, Step
+    >>> spec = ToolSpec(name="f", parameters={"type": "object", "properties": {"x": {"type": "integer"}},
+    ...                                       "required": ["x"]})
+    >>> out = TurnOutput(steps=(Step(tool_calls=(ToolCall(id="1", name="f", arguments='{"x": "one"}'),)),))
+    >>> check_output(out, (spec,), TurnOutput(final_text="hi")).tool_call_problems
+    ("f: arguments.x: 'one' is not of type 'integer'",)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from delta_eval.matching import DEFAULT_MATCH, MatchOptions, call_sequences_equivalent
+from delta_eval.schema import ToolCall, ToolSpec, TurnOutput
+
+__all__ = ["ReplayChecks", "check_output"]
+
+#: Problems listed per replay at most (the count is always complete).
+MAX_PROBLEMS = 20
+
+
+@dataclass(frozen=True)
+class ReplayChecks:
+    """What :func:`check_output` found: the number of invalid tool calls and why, agreement with the recorded
+    action (``None`` for a replay that failed), and whether the replay answered in text where production acted."""
+
+    invalid_tool_calls: int = 0
+    tool_call_problems: tuple[str, ...] = ()
+    matches_recorded: bool | None = None
+    text_instead_of_action: bool = False
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    from jsonschema.validators import validator_for
+
+    schema = json.loads(schema_json)
+    cls = validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except Exception:  # a broken tool schema checks nothing rather than failing every call
+        return None
+    return cls(schema)
+
+
+def _problems(call: ToolCall, tools: dict[str, ToolSpec]) -> list[str]:
+    if call.name not in tools:
+        return [f"{call.name}: no such tool"]
+    args = call.parsed_arguments
+    if not call.arguments_valid or not isinstance(args, dict):
+        return [f"{call.name}: arguments are not a JSON object"]
+    validator = _validator(json.dumps(tools[call.name].parameters, sort_keys=True))
+    if validator is None:
+        return []
+    out = []
+    for error in sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path)):
+        where = ".".join(["arguments", *(str(p) for p in error.absolute_path)])
+        out.append(f"{call.name}: {where}: {error.message}")
+    return out
+
+
+def check_output(
+    output: TurnOutput,
+    tools: tuple[ToolSpec, ...],
+    recorded: TurnOutput,
+    match: MatchOptions = DEFAULT_MATCH,
+) -> ReplayChecks:
+    """The checks of one replayed turn against the tools it was offered and the recorded turn."""
+    offered = {t.name: t for t in tools}
+    invalid, problems = 0, []
+    for call in output.tool_calls:
+        found = _problems(call, offered)
+        if found:
+            invalid += 1
+            problems += found
+    calls, reference = output.tool_calls, recorded.tool_calls
+    matches = call_sequences_equivalent(calls, reference, match) if reference else not calls
+    return ReplayChecks(
+        invalid_tool_calls=invalid,
+        tool_call_problems=tuple(problems[:MAX_PROBLEMS]),
+        matches_recorded=matches,
+        text_instead_of_action=bool(reference) and not calls,
+    )
