@@ -62,12 +62,9 @@ def test_a_run_keeps_the_checks_on_each_replay_row(tmp_path: object) -> None:
             "SELECT side, avg(text_instead_of_action::INT) FROM replays WHERE side <> 'recorded' GROUP BY side"
         ).fetchall()
     )
-    # the demo's candidate skips a recorded tool call 6% of the time, the baseline 2%
-    assert by_side["candidate"] > by_side["baseline"] > 0 or by_side["candidate"] > 0
+    # the demo's candidate skips a recorded tool call 6% of the time
+    assert by_side["candidate"] > 0
     changed = con.execute(
         "SELECT count(*) FROM replays WHERE side = 'candidate' AND NOT matches_recorded AND NOT text_instead_of_action"
     ).fetchone()[0]
     assert changed > 0  # changed arguments
-    assert con.execute(
-        "SELECT count(*) FROM replays WHERE side = 'recorded' AND invalid_tool_calls > 0"
-    ).fetchone() == (0,)
