@@ -36,6 +36,7 @@ from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.exceptions import ConfigError
 from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
+from delta_eval.metrics.decision import DecisionRule
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid
 from delta_eval.sampling.stratified import Stratified
@@ -61,6 +62,8 @@ class RunConfig(BaseModel):
     - ``noise_floor``: the folder of an A/A run (the same variant as baseline and candidate, judged the same way):
       its win rate is the judges' noise floor, printed beside this run's (no bearing on results). In an A/A run
       the candidate side is named ``candidate``; both sides are replayed independently.
+    - ``decision``: how the report and :meth:`~delta_eval.result.RunResult.decision` turn the numbers into
+      APPROVED / PARTIAL / REJECTED (margin, gates, ...; see :class:`~delta_eval.metrics.decision.DecisionRule`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -82,6 +85,7 @@ class RunConfig(BaseModel):
     flush_every: int = Field(default=50, ge=1)
     description: str | None = None
     noise_floor: Path | None = None
+    decision: DecisionRule = DecisionRule()
 
     def model_post_init(self, __context: Any) -> None:
         # Name the sides so that rows say which is which even when both run the same model.
@@ -107,7 +111,7 @@ class RunConfig(BaseModel):
         left out, so that a later version adding an optional field can still resume this version's folders.
         """
         operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
-                       "noise_floor"}  # fmt: skip
+                       "noise_floor", "decision"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)

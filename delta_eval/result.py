@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from delta_eval.exceptions import RunFolderError
-from delta_eval.metrics import WinRate, win_rate, win_rates_by
+from delta_eval.metrics import Decision, DecisionRule, WinRate, decide, win_rate, win_rates_by
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.views import open_run
@@ -54,20 +54,24 @@ class RunResult:
         *,
         over: Literal["judged", "all"] = "all",
         weighted: bool = False,
-        method: Literal["auto", "wilson", "bootstrap"] = "auto",
+        soft: bool = False,
+        method: Literal["auto", "cluster", "wilson", "bootstrap", "iid"] = "auto",
         confidence: float = 0.95,
         by: str | None = None,
     ) -> Any:
         """The candidate's win rate with a confidence interval (see :mod:`delta_eval.metrics`).
 
         ``over="all"`` counts pairs found equivalent as ties; ``"judged"`` only pairs the judge decided.
-        ``weighted=True`` reweights to the population by the sampling weights. ``by="stratum"`` (or another
-        verdict column) returns one :class:`WinRate` per value.
+        ``weighted=True`` reweights to the population by the sampling weights; ``soft=True`` scores judged pairs by
+        their preference (the continuous win rate). Intervals treat each conversation as a cluster (``method``:
+        see :mod:`delta_eval.metrics.winrate`). ``by="stratum"`` (or another verdict column) returns one
+        :class:`WinRate` per value.
         """
         verdicts = self.table("verdicts")
         options: dict[str, Any] = {
             "over": over,
             "weighted": weighted,
+            "soft": soft,
             "method": method,
             "confidence": confidence,
             "seed": self.manifest.seed,
@@ -76,6 +80,19 @@ class RunResult:
             return win_rates_by(verdicts, by, **options)
         result: WinRate = win_rate(verdicts, **options)
         return result
+
+    def decision(self, rule: DecisionRule | None = None) -> Decision:
+        """The decision on this run: APPROVED, PARTIAL or REJECTED, what decided it, and every number behind it
+        (see :mod:`delta_eval.metrics.decision`). ``rule`` defaults to the one the run was configured with.
+
+        Example::
+
+            d = result.decision(de.DecisionRule(margin=0.03))
+            print(d)               # the outcome, the gate or test that decided, the intervals
+        """
+        if rule is None:
+            rule = DecisionRule.model_validate(self.manifest.config.get("decision") or {})
+        return decide(self.table("verdicts"), self.table("replays"), rule)
 
     def connect(self) -> Any:
         """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,

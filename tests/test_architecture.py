@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
     "judges": {"core", "adapters"},
     "store": {"core"},
     "metrics": {"core"},
-    "config": {"core", "adapters", "variant", "sampling", "judges"},
+    "config": {"core", "adapters", "variant", "sampling", "judges", "metrics"},
     "progress": {"core"},
     "pipeline": _STAGES,
     "runner": _STAGES | {"pipeline"},

@@ -235,22 +235,37 @@ def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: st
     everything = result.win_rate(over="all")
     judged = result.win_rate(over="judged")
     weighted = result.win_rate(over="all", weighted=True)
-    lines.append("win rate of the candidate = (wins + ties/2) / pairs, 95% CI")
+    soft = result.win_rate(over="judged", soft=True)
+    per_turn = result.win_rate(over="all", method="wilson")
+    lines.append("win rate of the candidate = (wins + ties/2) / pairs, 95% CI; intervals treat a conversation's turns")
+    lines.append("as one cluster (design-effect Wilson on the linearised stratified-cluster variance)")
     aa = {k: f"   A/A noise floor {_pct(floor[k])}" for k in ("all", "judged") if k in floor}
-    lines.append(
-        f"  all pairs (equivalent = tie)      {_pct(everything)}  Wilson, n={everything.pairs}{aa.get('all', '')}"
-    )
-    lines.append(f"  judged pairs only                 {_pct(judged)}  Wilson, n={judged.pairs}{aa.get('judged', '')}")
-    lines.append(f"  all pairs, population-weighted    {_pct(weighted)}  cluster bootstrap by conversation")
+    lines.append(f"  all pairs (equivalent = tie)      {_pct(everything)}  n={everything.pairs} pairs / "
+                 f"{everything.clusters} conversations{aa.get('all', '')}")  # fmt: skip
+    lines.append(f"  judged pairs only                 {_pct(judged)}  n={judged.pairs}{aa.get('judged', '')}")
+    if soft.pairs and soft.estimate != judged.estimate:
+        lines.append(f"  judged, soft (mean preference)    {_pct(soft)}  the judges' confidence counted")
+    lines.append(f"  all pairs, population-weighted    {_pct(weighted)}")
+    if everything.design_effect:
+        lines.append(
+            f"  design effect {everything.design_effect:.2f}: the turns carry the information of "
+            f"{everything.pairs / everything.design_effect:.0f} independent pairs; per-turn Wilson would say "
+            f"[{per_turn.ci_low:.1%}, {per_turn.ci_high:.1%}]"
+        )
     if floor:
         lines.append(f"  (A/A noise floor: the same judges on an A/A run, {floor['path']};")
         lines.append("   a distance from 50% no larger than the A/A run's is within the judges' and sampling noise)")
+    decision = result.decision()
     if by_stratum:
-        strata = result.win_rate(over="all", by="stratum")
+        strata = decision.strata
         if len(strata) > 1:
             lines.append("  by stratum (all pairs):")
-            for w in strata:
-                lines.append(f"    {w.stratum or '(none)':45s} {_pct(w)}  n={w.pairs}")
+            for d in strata:
+                flag = "  WORSE" if d.worse else ""
+                small = "  (small)" if d.small else ""
+                lines.append(f"    {d.stratum or '(none)':45s} {_pct(d.win_rate)}  n={d.win_rate.pairs}{flag}{small}")
+    lines.append("")
+    lines += decision.lines()
     lines.append("")
     con = result.connect()
     try:

@@ -4,6 +4,8 @@
 Every function takes verdict (or replay) rows as an Arrow table, a DuckDB relation, a DataFrame or mappings.
 """
 
+from delta_eval.metrics.decision import Decision, DecisionRule, decide
+from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
 from delta_eval.metrics.intervals import (
     ClusteredMean,
     bootstrap_interval,
@@ -13,18 +15,49 @@ from delta_eval.metrics.intervals import (
     t_interval,
     wilson_interval,
 )
+from delta_eval.metrics.multiplicity import benjamini_hochberg, holm
+from delta_eval.metrics.paired import (
+    NetPreference,
+    NonInferiority,
+    SignTest,
+    net_preference,
+    non_inferiority,
+    sign_test,
+)
+from delta_eval.metrics.sides import Rate, SideMetrics, side_metrics
+from delta_eval.metrics.strata import StratumDecision, by_stratum
 from delta_eval.metrics.winrate import SCORES, WinRate, pair_scores, score_of, win_rate, win_rates_by
 
 __all__ = [
+    "DEFAULT_GATES",
     "SCORES",
     "ClusteredMean",
+    "Decision",
+    "DecisionRule",
+    "Gate",
+    "GateResult",
+    "NetPreference",
+    "NonInferiority",
+    "Rate",
+    "SideMetrics",
+    "SignTest",
+    "StratumDecision",
     "WinRate",
+    "benjamini_hochberg",
     "bootstrap_interval",
+    "by_stratum",
     "clopper_pearson",
     "clustered_mean",
+    "decide",
     "design_wilson_interval",
+    "evaluate_gates",
+    "holm",
+    "net_preference",
+    "non_inferiority",
     "pair_scores",
     "score_of",
+    "side_metrics",
+    "sign_test",
     "t_interval",
     "wilson_interval",
     "win_rate",

@@ -1,0 +1,188 @@
+"""Deterministic metrics of each side, from the ``replays`` rows: no judge involved.
+
+Per side (``baseline``, ``candidate``): the replay error rate; invalid tool calls per tool call (arguments that do not
+parse, unknown tools, schema violations; see :mod:`delta_eval.replay.checks`); agreement with the recorded action;
+text instead of action (over the turns where production called a tool); latency per turn (p50, p95); cost per
+conversation. Rates carry cluster-robust design-effect Wilson intervals (turns of a conversation move together).
+
+Example:
+    >>> rows = [{"side": "candidate", "pair_id": "c#0", "conversation_id": "c", "error": None, "latency_ms": 900.0,
+    ...          "cost_usd": 0.01, "n_tool_calls": 1, "invalid_tool_calls": 0, "matches_recorded": True,
+    ...          "text_instead_of_action": False}]
+    >>> side_metrics(rows)["candidate"].latency_p95_ms
+    900.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from delta_eval.metrics.frames import Rows, rows_of
+from delta_eval.metrics.intervals import clustered_mean, design_wilson_interval, t_interval
+
+__all__ = ["Rate", "SideMetrics", "cost_ratio", "quantile_interval", "rate", "side_metrics"]
+
+_COLUMNS = ("side", "pair_id", "conversation_id", "error", "latency_ms", "cost_usd", "n_tool_calls",
+            "invalid_tool_calls", "matches_recorded", "text_instead_of_action")  # fmt: skip
+
+
+class Rate(BaseModel):
+    """A proportion with its interval: ``value`` of ``n`` (events in ``numerator`` units)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    value: float | None
+    ci_low: float
+    ci_high: float
+    numerator: float
+    n: float
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return "n/a"
+        return f"{self.value:.1%} [{self.ci_low:.1%}, {self.ci_high:.1%}]"
+
+
+def rate(
+    events: Sequence[float],
+    clusters: Sequence[str],
+    totals: Sequence[float] | None = None,
+    strata: Sequence[str] | None = None,
+    confidence: float = 0.95,
+) -> Rate:
+    """Events over totals (one row per turn; ``totals`` default to 1 each), with a cluster-robust interval: the
+    ratio estimator ``sum(events) / sum(totals)`` and its linearised variance."""
+    t = [1.0] * len(events) if totals is None else [float(x) for x in totals]
+    keep = [i for i, x in enumerate(t) if x > 0]
+    if not keep:
+        return Rate(value=None, ci_low=0.0, ci_high=1.0, numerator=0.0, n=0.0)
+    values = [float(events[i]) / t[i] for i in keep]
+    mean = clustered_mean(
+        values,
+        weights=[t[i] for i in keep],
+        clusters=[clusters[i] for i in keep],
+        strata=None if strata is None else [strata[i] for i in keep],
+    )
+    lo, hi = design_wilson_interval(mean, confidence)
+    return Rate(value=mean.estimate, ci_low=lo, ci_high=hi, numerator=sum(float(events[i]) for i in keep),
+                n=sum(t[i] for i in keep))  # fmt: skip
+
+
+def quantile_interval(values: Sequence[float], q: float, confidence: float = 0.95) -> tuple[float, float, float]:
+    """The ``q`` quantile of ``values`` and its distribution-free interval from order statistics (binomial).
+
+    Example:
+        >>> quantile_interval(list(range(1, 101)), 0.5)[0]
+        50.5
+    """
+    if not values:
+        return math.nan, math.nan, math.nan
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    from scipy.stats import binom
+
+    alpha = 1 - confidence
+    lo_rank = int(binom.ppf(alpha / 2, n, q))
+    hi_rank = int(binom.ppf(1 - alpha / 2, n, q)) + 1
+    lo = float(x[max(0, lo_rank - 1)])
+    hi = float(x[min(n - 1, hi_rank - 1)]) if hi_rank <= n else math.inf
+    return float(np.quantile(x, q)), lo, hi
+
+
+class SideMetrics(BaseModel):
+    """One side's deterministic metrics (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    side: str
+    turns: int
+    conversations: int
+    error_rate: Rate
+    invalid_tool_call_rate: Rate
+    matches_recorded_rate: Rate
+    text_instead_of_action_rate: Rate
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    latency_p95_ci_ms: tuple[float, float] | None
+    cost_per_conversation: float | None
+    latencies_ms: list[float] = []
+    costs_by_conversation: dict[str, float | None] = {}
+
+    def summary(self) -> str:
+        """One line."""
+        p95 = f"{self.latency_p95_ms / 1000:.1f} s" if self.latency_p95_ms is not None else "n/a"
+        cost = f"${self.cost_per_conversation:.4f}" if self.cost_per_conversation is not None else "unknown"
+        return (
+            f"errors {self.error_rate}, invalid tool calls {self.invalid_tool_call_rate}, same action as recorded "
+            f"{self.matches_recorded_rate}, text instead of action {self.text_instead_of_action_rate}, latency p95 "
+            f"{p95}, cost/conversation {cost}"
+        )
+
+
+def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetrics]:
+    """:class:`SideMetrics` of each replayed side in ``replays`` (the ``recorded`` rows serve as the reference)."""
+    rows = rows_of(replays, _COLUMNS)
+    recorded_acted = {r["pair_id"]: (r.get("n_tool_calls") or 0) > 0 for r in rows if r.get("side") == "recorded"}
+    out: dict[str, SideMetrics] = {}
+    for side in sorted({str(r["side"]) for r in rows} - {"recorded"}):
+        own = [r for r in rows if r["side"] == side]
+        clusters = [str(r["conversation_id"]) for r in own]
+        ok = [r for r in own if r.get("error") is None]
+        ok_clusters = [str(r["conversation_id"]) for r in ok]
+        acted = [r for r in ok if recorded_acted.get(r["pair_id"])]
+        latencies = [float(r["latency_ms"] or 0.0) for r in ok]
+        p50 = float(np.median(latencies)) if latencies else None
+        p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if latencies else (None, None, None)
+        costs: dict[str, float | None] = {}
+        for r in own:
+            c = str(r["conversation_id"])
+            prev = costs.get(c, 0.0)
+            costs[c] = None if prev is None or r.get("cost_usd") is None else prev + float(r["cost_usd"])
+        known = [v for v in costs.values() if v is not None]
+        out[side] = SideMetrics(
+            side=side,
+            turns=len(own),
+            conversations=len(set(clusters)),
+            error_rate=rate([float(r.get("error") is not None) for r in own], clusters, confidence=confidence),
+            invalid_tool_call_rate=rate(
+                [float(r.get("invalid_tool_calls") or 0) for r in ok],
+                ok_clusters,
+                totals=[float(r.get("n_tool_calls") or 0) for r in ok],
+                confidence=confidence,
+            ),
+            matches_recorded_rate=rate(
+                [float(bool(r.get("matches_recorded"))) for r in ok], ok_clusters, confidence=confidence
+            ),
+            text_instead_of_action_rate=rate(
+                [float(bool(r.get("text_instead_of_action"))) for r in acted],
+                [str(r["conversation_id"]) for r in acted],
+                confidence=confidence,
+            ),
+            latency_p50_ms=p50,
+            latency_p95_ms=p95,
+            latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),
+            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == len(costs) else None,
+            latencies_ms=latencies,
+            costs_by_conversation=costs,
+        )
+    return out
+
+
+def cost_ratio(candidate: SideMetrics, baseline: SideMetrics, confidence: float = 0.95) -> Rate:
+    """The candidate's cost per conversation over the baseline's, on the conversations both priced, with a
+    cluster-robust interval (ratio of totals; not a proportion, so its bounds are not held to [0, 1])."""
+    both = [c for c, v in candidate.costs_by_conversation.items()
+            if v is not None and baseline.costs_by_conversation.get(c) is not None]  # fmt: skip
+    x = [float(baseline.costs_by_conversation[c] or 0.0) for c in both]
+    y = [float(candidate.costs_by_conversation[c] or 0.0) for c in both]
+    keep = [i for i, v in enumerate(x) if v > 0]
+    if not keep:
+        return Rate(value=None, ci_low=0.0, ci_high=math.inf, numerator=sum(y), n=sum(x))
+    mean = clustered_mean([y[i] / x[i] for i in keep], weights=[x[i] for i in keep], clusters=[both[i] for i in keep])
+    assert mean.estimate is not None
+    lo, hi = t_interval(mean, confidence, lower=0.0, upper=math.inf)
+    return Rate(value=mean.estimate, ci_low=lo, ci_high=hi, numerator=sum(y), n=sum(x))

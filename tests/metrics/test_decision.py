@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import delta_eval as de
+from delta_eval.metrics import DecisionRule, Gate, by_stratum, decide, evaluate_gates, side_metrics
+
+
+def verdicts(n_conv: int, outcome: str = "candidate", per: int = 3, **extra: object) -> list[dict[str, object]]:
+    return [{"outcome": outcome, "conversation_id": f"c{i}", "stratum": "s", **extra}
+            for i in range(n_conv) for _ in range(per)]  # fmt: skip
+
+
+def replay(side: str, conv: str, pair: str, **fields: object) -> dict[str, object]:
+    row: dict[str, object] = {"side": side, "conversation_id": conv, "pair_id": pair, "error": None,
+                              "latency_ms": 1000.0, "cost_usd": 0.01, "n_tool_calls": 1, "invalid_tool_calls": 0,
+                              "matches_recorded": True, "text_instead_of_action": False}  # fmt: skip
+    row.update(fields)
+    return row
+
+
+def test_one_critical_failure_rejects_whatever_the_average_says() -> None:
+    rows = verdicts(100)
+    rows[0] = {**rows[0], "outcome": "baseline", "severity": "critical"}
+    d = decide(rows)
+    assert d.non_inferiority.verdict == "better"
+    assert (d.outcome, d.decided_by) == ("REJECTED", "gate critical_rate <= 0")
+    [critical] = [g for g in d.gates if g.gate.metric == "critical_rate"]
+    assert critical.passed is False
+    assert critical.value == pytest.approx(1 / 300)
+    # gates not fed by replays are reported as not evaluated and decide nothing
+    assert {g.gate.metric for g in d.gates if g.passed is None} == {"error_rate", "latency_p95_s", "cost_ratio"}
+
+
+def test_point_and_upper_bound_tests() -> None:
+    rows = verdicts(40)
+    rows[0] = {**rows[0], "outcome": "baseline", "severity": "minor"}  # 1 of 120 pairs: 0.8%
+    point, upper = evaluate_gates(
+        [Gate(metric="severity_rate", max=0.02), Gate(metric="severity_rate", max=0.02, test="upper")], rows, {}
+    )
+    assert point.passed is True
+    assert upper.passed is False  # with 40 conversations, 2% is not yet shown
+    assert upper.ci_high is not None
+    assert upper.ci_high > 0.02
+
+
+def test_side_metrics_feed_the_latency_error_and_cost_gates() -> None:
+    replays = []
+    for c in range(50):
+        for t in range(4):
+            pair = f"c{c}#{t}"
+            replays.append(replay("recorded", f"c{c}", pair, latency_ms=0.0, cost_usd=None))
+            replays.append(replay("baseline", f"c{c}", pair))
+            slow = 40_000.0 if t == 0 and c % 4 == 0 else 2_000.0
+            replays.append(replay("candidate", f"c{c}", pair, latency_ms=slow, cost_usd=0.03,
+                                  text_instead_of_action=t == 1, matches_recorded=t != 1))  # fmt: skip
+    sides = side_metrics(replays)
+    cand = sides["candidate"]
+    assert cand.text_instead_of_action_rate.value == pytest.approx(0.25)
+    assert cand.matches_recorded_rate.value == pytest.approx(0.75)
+    assert cand.cost_per_conversation == pytest.approx(0.12)
+    d = decide(verdicts(50, per=4), replays)
+    results = {g.gate.metric: g for g in d.gates}
+    assert results["latency_p95_s"].passed is False  # 13 of 200 turns took 40 s: p95 is 40 s
+    assert results["latency_p95_s"].value == pytest.approx(40.0)
+    assert results["cost_ratio"].value == pytest.approx(3.0)
+    assert results["cost_ratio"].passed is False
+    assert (d.outcome, d.decided_by) == ("REJECTED", "gate latency_p95_s <= 30")
+    relaxed = decide(verdicts(50, per=4), replays, DecisionRule(gates=(Gate(metric="cost_ratio", max=2.0,
+                                                                           on_fail="PARTIAL"),)))  # fmt: skip
+    assert (relaxed.outcome, relaxed.decided_by) == ("PARTIAL", "gate cost_ratio <= 2")
+
+
+def test_undecided_and_worse() -> None:
+    mixed = [{"outcome": o, "conversation_id": f"c{i}"} for i, o in enumerate(["candidate", "baseline"] * 5)]
+    d = decide(mixed, rule=DecisionRule(gates=()))
+    assert (d.outcome, d.decided_by) == ("PARTIAL", "non-inferiority: undecided")
+    assert decide(mixed, rule=DecisionRule(gates=(), undecided="REJECTED")).outcome == "REJECTED"
+    assert decide(verdicts(60, "baseline"), rule=DecisionRule(gates=())).decided_by == "non-inferiority: worse"
+
+
+def test_many_strata_are_adjusted_for_multiplicity() -> None:
+    # Twenty strata where the candidate is as good as the baseline: by luck some look worse at 5% unadjusted.
+    rng = np.random.default_rng(12)
+    rows = [{"outcome": "candidate" if rng.random() < 0.5 else "baseline", "conversation_id": f"s{s}c{c}",
+             "stratum": f"s{s:02d}"} for s in range(20) for c in range(30) for _ in range(2)]  # fmt: skip
+    raw = by_stratum(rows, margin=0.0, adjustment="none")
+    held = by_stratum(rows, margin=0.0, adjustment="holm")
+    assert sum(s.worse for s in raw) > 0
+    assert sum(s.worse for s in held) == 0
+    assert all(h.p_worse_adjusted >= r.p_worse for h, r in zip(held, raw, strict=True))
+    # A stratum that really is worse is still found, and makes the decision PARTIAL.
+    bad = [{"outcome": "baseline", "conversation_id": f"bad{c}", "stratum": "refunds"} for c in range(40)]
+    d = decide(rows + bad, rule=DecisionRule(gates=(), margin=0.05, undecided="APPROVED"))
+    assert (d.outcome, d.decided_by) == ("PARTIAL", "stratum refunds: worse")
+
+
+def test_a_run_decides_with_its_configured_rule(tmp_path: Path) -> None:
+    from delta_eval.analysis.report import render_report
+    from delta_eval.demo import demo_config, demo_conversations
+
+    rule = DecisionRule(margin=0.05, gates=(Gate(metric="text_instead_of_action_rate", max=0.5),))
+    cfg = demo_config(tmp_path / "run", n=10, latency_ms=0.0).model_copy(update={"decision": rule})
+    result = de.run(cfg, conversations=demo_conversations())
+    d = result.decision()
+    assert d.rule == rule
+    assert [g.gate.metric for g in d.gates] == ["text_instead_of_action_rate"]
+    assert d.sides["candidate"].turns == result.counts.pairs
+    assert f"DECISION: {d.outcome} - decided by {d.decided_by}" in render_report(result)
+    assert result.decision(DecisionRule(gates=(), margin=0.4)).rule.margin == 0.4
+
+
+def test_the_decision_rule_reads_from_toml(tmp_path: Path) -> None:
+    config = tmp_path / "eval.toml"
+    config.write_text(
+        """
+out = "runs/x"
+[baseline]
+model = "simulated:a"
+[candidate]
+model = "simulated:b"
+[decision]
+margin = 0.03
+undecided = "REJECTED"
+gates = [{ metric = "critical_rate", max = 0 }, { metric = "latency_p95_s", max = 10, test = "upper" }]
+"""
+    )
+    rule = de.load_config(config).decision
+    assert (rule.margin, rule.undecided) == (0.03, "REJECTED")
+    assert [g.label for g in rule.gates] == ["critical_rate <= 0", "latency_p95_s <= 10 (upper bound)"]
