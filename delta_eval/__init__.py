@@ -24,6 +24,7 @@ from delta_eval.adapters.pool import ModelPool
 from delta_eval.adapters.registry import AdapterContext, AdapterFactory, register_adapter
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.analysis.calibration import Calibration, calibrate
+from delta_eval.analysis.planning import plan
 from delta_eval.api import VerdictStream, arun, run, stream
 from delta_eval.calls import (
     FinishReason,
@@ -62,7 +63,8 @@ from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.llm import EquivalenceJudge, PairwiseJudge
 from delta_eval.mapping import FieldMapping, SourceConfig
 from delta_eval.matching import MatchOptions
-from delta_eval.metrics import WinRate
+from delta_eval.metrics import Decision, DecisionRule, Gate, WinRate, decide
+from delta_eval.metrics.planning import SamplePlan
 from delta_eval.pricing import Price, Spend
 from delta_eval.progress import RunProgress
 from delta_eval.replay.render import RenderInput
@@ -104,12 +106,15 @@ __all__ = [
     "ConfigError",
     "Conversation",
     "ConversationSource",
+    "Decision",
+    "DecisionRule",
     "DeltaEvalError",
     "EquivalenceJudge",
     "EquivalenceResult",
     "ErrorRecord",
     "FieldMapping",
     "FinishReason",
+    "Gate",
     "GenerateParams",
     "JudgeContext",
     "JudgeError",
@@ -144,6 +149,7 @@ __all__ = [
     "RunManifest",
     "RunProgress",
     "RunResult",
+    "SamplePlan",
     "ScriptedAdapter",
     "SideView",
     "SimulatedAdapter",
@@ -170,11 +176,13 @@ __all__ = [
     "__version__",
     "arun",
     "calibrate",
+    "decide",
     "demo",
     "load_config",
     "open_result",
     "open_run",
     "open_source",
+    "plan",
     "read_conversations",
     "read_conversations_sql",
     "register_adapter",

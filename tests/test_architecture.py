@@ -17,7 +17,19 @@ PACKAGE = Path(__file__).resolve().parents[1] / "delta_eval"
 #: Each module's layer, by its first name under ``delta_eval``.
 LAYER_OF = {
     **dict.fromkeys(
-        ("exceptions", "schema", "calls", "matching", "callables", "pricing", "redact", "paths", "chat_format"), "core"
+        (
+            "exceptions",
+            "schema",
+            "calls",
+            "matching",
+            "callables",
+            "pricing",
+            "redact",
+            "paths",
+            "chat_format",
+            "allocation",
+        ),
+        "core",
     ),
     "mapping": "core",
     "ingest": "ingest",

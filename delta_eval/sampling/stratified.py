@@ -1,4 +1,4 @@
-"""Stratified sampling with proportional allocation, executed in DuckDB SQL.
+"""Stratified sampling with proportional (or Neyman) allocation, executed in DuckDB SQL.
 
 The population is one row per conversation (id, position, metadata, stratum columns). Each stratum ``h`` of size
 ``N_h`` gets ``n_h`` draws by proportional allocation (largest remainder, so the sizes add up to ``n`` exactly, with
@@ -14,13 +14,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from delta_eval.allocation import allocate
 from delta_eval.callables import callable_name, resolve_callable
 from delta_eval.exceptions import ConfigError
 from delta_eval.schema import Conversation, Stratum
@@ -42,6 +42,10 @@ class Stratified(BaseModel):
     counted: the population is what passes it (for recent traffic, e.g.
     ``CAST(created_at AS TIMESTAMP) >= now() - INTERVAL 7 DAY``).
 
+    Allocation is proportional to stratum sizes, with at least ``min_per_stratum`` per stratum; with
+    ``stratum_sd`` (per-stratum standard deviations, from a pilot: ``de.plan(pilot).stratum_sd``) it is Neyman's,
+    more draws where outcomes vary more. Weights ``N_h / n_h`` keep weighted estimates unbiased either way.
+
     Example:
         >>> Stratified(by=["reward"], n=100, seed=7).n
         100
@@ -53,6 +57,7 @@ class Stratified(BaseModel):
     n: int | None = Field(default=None, ge=1)
     seed: int = 0
     min_per_stratum: int = Field(default=1, ge=0)
+    stratum_sd: dict[str, float] = Field(default_factory=dict)
     derived: dict[str, DerivedStratum] = Field(default_factory=dict)
     where: str | None = None
 
@@ -85,49 +90,6 @@ class Stratified(BaseModel):
     def sql_strata(self) -> dict[str, str]:
         """The derived strata computed in SQL, by name."""
         return {k: v for k, v in self.derived.items() if isinstance(v, str)}
-
-
-def allocate(counts: Mapping[str, int], n: int | None, min_per_stratum: int = 1) -> dict[str, int]:
-    """Proportional allocation of ``n`` draws over strata of the given sizes (largest-remainder rounding).
-
-    Every stratum gets at least ``min(min_per_stratum, N_h)`` when ``n`` allows it (when it does not, the minimum is
-    lowered until it does); no stratum gets more than its size; the total is ``min(n, sum of sizes)``. ``n=None``
-    takes everything.
-    """
-    total = sum(counts.values())
-    if n is None or n >= total:
-        return dict(counts)
-    alloc = {h: 0 for h in counts}
-    # Too few draws for every stratum's minimum: lower the minimum until it fits (down to plain proportions).
-    while min_per_stratum > 0 and sum(min(min_per_stratum, c) for c in counts.values()) > n:
-        min_per_stratum -= 1
-    # Strata whose proportional share falls below the minimum get the minimum; the rest share what is left.
-    fixed: dict[str, int] = {}
-    while True:
-        free = [h for h in counts if h not in fixed]
-        n_free = n - sum(fixed.values())
-        pop_free = sum(counts[h] for h in free)
-        targets = {h: n_free * counts[h] / pop_free for h in free} if pop_free else {}
-        newly = {h: min(min_per_stratum, counts[h]) for h in free if targets[h] < min(min_per_stratum, counts[h])}
-        if not newly:
-            break
-        fixed.update(newly)
-    alloc.update(fixed)
-    for h, t in targets.items():
-        alloc[h] = min(counts[h], math.floor(t))
-    # Largest remainder first; a stratum already full passes its draw on.
-    order = sorted(targets, key=lambda h: (-(targets[h] - math.floor(targets[h])), -counts[h], h))
-    short = n - sum(alloc.values())
-    while short > 0:
-        progressed = False
-        for h in order:
-            if short and alloc[h] < counts[h]:
-                alloc[h] += 1
-                short -= 1
-                progressed = True
-        if not progressed:
-            break
-    return alloc
 
 
 class SampleResult(BaseModel):
@@ -181,7 +143,7 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
         key = _stratum_sql(spec, columns)
         con.execute(f"CREATE TABLE keyed AS SELECT position, conversation_id, {key} AS stratum FROM population")
         counts = dict(con.execute("SELECT stratum, count(*) FROM keyed GROUP BY stratum").fetchall())
-        alloc = allocate(counts, spec.n, spec.min_per_stratum)
+        alloc = allocate(counts, spec.n, spec.min_per_stratum, spec.stratum_sd or None)
         con.register(
             "allocation",
             pa.table({"stratum": list(alloc), "n_h": list(alloc.values())}),
