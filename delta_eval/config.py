@@ -54,6 +54,8 @@ class RunConfig(BaseModel):
       marked ``hit_tool_cap`` and not retried.
     - ``max_turns_per_conversation``: replay at most this many turns of each sampled conversation (drawn with
       ``seed``; ``None``: all turns). Pair weights account for it.
+    - ``epochs``: replay (and judge) each point this many times per side, to see how consistent each side is and
+      whether the decision holds in every repeat; a variant's ``seed`` is advanced by one per epoch.
     - ``concurrency``: pairs being replayed at once, each side on its own (so up to twice as many model calls in
       flight); ``judge_concurrency``: pairs being judged at once. Each model is further held to its own ``limits``.
     - ``prices``: per-model prices overriding the built-in table.
@@ -76,6 +78,7 @@ class RunConfig(BaseModel):
     judges: Judges = Judges()
     max_tool_rounds: int = Field(default=5, ge=0)
     max_turns_per_conversation: int | None = Field(default=None, ge=1)
+    epochs: int = Field(default=1, ge=1)
     concurrency: int = Field(default=16, ge=1)
     judge_concurrency: int = Field(default=8, ge=1)
     seed: int = 0

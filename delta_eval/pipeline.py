@@ -27,7 +27,7 @@ from delta_eval.ingest.source import ConversationSource
 from delta_eval.judges.cascade import Decision, JudgeCascade
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer, SideReplay, recorded_replay
-from delta_eval.replay.points import replay_points, select_turns
+from delta_eval.replay.points import epochs, replay_points, select_turns
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -93,10 +93,10 @@ class Stages:
                         stratum=stratum,
                         weight=weight,
                         n_turns=len(all_points),
-                        n_pairs=len(points),
+                        n_pairs=len(points) * self.config.epochs,
                     )
                     await write.send(record)
-                for point in points:
+                for point in epochs(points, self.config.epochs):
                     if point.pair_id not in self.state.done_pairs:
                         pair = _Pair(point, stratum, pair_weight)
                         await send.send((pair, "baseline"))
@@ -145,7 +145,7 @@ class Stages:
 
         def n_pairs(conv: Conversation) -> int:
             n = sum(1 for _ in replay_points(conv))
-            return n if c.max_turns_per_conversation is None else min(n, c.max_turns_per_conversation)
+            return c.epochs * (n if c.max_turns_per_conversation is None else min(n, c.max_turns_per_conversation))
 
         plan = sample_source(self.source, c.sample or Stratified(), counters={"n_pairs": n_pairs})
         p.read, p.read_errors, p.pairs_total = plan.read, plan.read_errors, plan.totals["n_pairs"]

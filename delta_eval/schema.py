@@ -244,13 +244,15 @@ class ReplayPoint(_Frozen):
 
     ``context`` is every message before the turn, exactly as recorded; ``recorded`` is what production did in the
     turn, kept for reference and for tool simulation, and never put into a prompt. ``pair_id`` names the pair of
-    replays made from this point (``"{conversation_id}#{turn_index}"``).
+    replays made from this point (``"{conversation_id}#{turn_index}"``; with several epochs, ``"...@{epoch}"``).
+    ``epoch`` numbers the repeats of a point (``RunConfig.epochs``), from 1.
     """
 
     pair_id: str
     conversation_id: str
     turn_index: int
     message_index: int
+    epoch: int = 1
     context: tuple[Message, ...]
     recorded: TurnOutput
     tools: tuple[ToolSpec, ...] = ()
@@ -296,6 +298,7 @@ class Replay(_Frozen):
     pair_id: str
     conversation_id: str
     turn_index: int
+    epoch: int = 1
     side: Side
     variant: str
     model: str
@@ -339,6 +342,7 @@ class Verdict(_Frozen):
     pair_id: str
     conversation_id: str
     turn_index: int
+    epoch: int = 1
     stage: Stage
     outcome: Outcome
     confidence: float | None = None

@@ -253,6 +253,7 @@ class JudgeCascade:
             "pair_id": point.pair_id,
             "conversation_id": point.conversation_id,
             "turn_index": point.turn_index,
+            "epoch": point.epoch,
             "stratum": stratum,
             "weight": weight,
         }

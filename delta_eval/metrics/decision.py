@@ -8,6 +8,10 @@ In order, each step able only to lower the outcome:
 3. Strata (:mod:`delta_eval.metrics.strata`): a stratum shown ``worse`` after the multiplicity adjustment gives
    ``stratum_worse`` (PARTIAL by default).
 
+With several epochs the decision is also taken on each epoch alone (``epochs``: the outcome per epoch), and each
+side's consistency across epochs is reported (:mod:`delta_eval.metrics.consistency`), so one pooled verdict never
+stands alone.
+
 ``decided_by`` names the first step that set the final outcome ("gate critical_rate <= 0", "non-inferiority:
 worse", "stratum task_type=refund: worse", or "every gate passed; not worse").
 
@@ -25,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from delta_eval.metrics.consistency import Consistency, consistency
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
 from delta_eval.metrics.paired import (
@@ -84,6 +89,8 @@ class Decision(BaseModel):
     gates: list[GateResult]
     strata: list[StratumDecision]
     sides: dict[str, SideMetrics]
+    epochs: dict[int, Outcome] = {}
+    consistency: dict[str, Consistency] = {}
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
@@ -116,6 +123,15 @@ class Decision(BaseModel):
             )
             out += [f"    {s.stratum}: {s.verdict}, win rate {s.win_rate.estimate:.1%}, p(worse) adjusted "
                     f"{s.p_worse_adjusted:.3g}" for s in flagged if s.worse]  # fmt: skip
+        if self.epochs:
+            approved = sum(o == "APPROVED" for o in self.epochs.values())
+            each = ", ".join(f"{e}: {o}" for e, o in sorted(self.epochs.items()))
+            out.append(f"  epochs: APPROVED in {approved} of {len(self.epochs)} ({each})")
+        for side, c in self.consistency.items():
+            out.append(
+                f"  {side} consistency: the same answer in all {c.epochs} epochs at {c.consistent} of {c.points} "
+                f"points ({c.distinct_answers:.2f} distinct answers per point)"
+            )
         for side, m in self.sides.items():
             out.append(f"  {side}: {m.summary()}")
         return out
@@ -144,6 +160,14 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     for level, why in steps:
         if _RANK[level] < _RANK[outcome]:
             outcome, decided_by = level, why
+    epochs: dict[int, Outcome] = {}
+    seen = sorted({int(v.get("epoch") or 1) for v in rows})
+    if len(seen) > 1:
+        replay_rows = rows_of(replays) if replays is not None else None
+        for e in seen:
+            mine = [v for v in rows if int(v.get("epoch") or 1) == e]
+            theirs = None if replay_rows is None else [x for x in replay_rows if int(x.get("epoch") or 1) == e]
+            epochs[e] = decide(mine, theirs, r).outcome
     return Decision(
         outcome=outcome,
         decided_by=decided_by,
@@ -154,4 +178,6 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
         gates=gates,
         strata=strata,
         sides=sides,
+        epochs=epochs,
+        consistency=consistency(replays) if replays is not None and len(seen) > 1 else {},
     )

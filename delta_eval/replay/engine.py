@@ -41,6 +41,7 @@ def recorded_replay(point: ReplayPoint) -> Replay:
         pair_id=point.pair_id,
         conversation_id=point.conversation_id,
         turn_index=point.turn_index,
+        epoch=point.epoch,
         side="recorded",
         variant="recorded",
         model="recorded",
@@ -101,6 +102,7 @@ class Replayer:
                 pair_id=point.pair_id,
                 conversation_id=point.conversation_id,
                 turn_index=point.turn_index,
+                epoch=point.epoch,
                 side=side,
                 variant=self.variant.name,
                 model=self.variant.model,
@@ -141,6 +143,10 @@ class Replayer:
             request = build_request(point, self.variant, self.source)
         except RecordError as exc:
             return done(exc)
+        if point.epoch > 1 and request.params.seed is not None:
+            # Each epoch is another draw, where the provider takes a seed.
+            params = request.params.model_copy(update={"seed": request.params.seed + point.epoch - 1})
+            request = request.model_copy(update={"params": params})
         messages: list[Message] = list(request.messages)
         previous: list[ToolCall] = []
         diverged = False

@@ -18,11 +18,11 @@ Example:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolResult, TurnOutput
 
-__all__ = ["pair_id", "replay_points", "select_turns"]
+__all__ = ["epochs", "pair_id", "replay_points", "select_turns"]
 
 
 def pair_id(conversation_id: str, turn_index: int) -> str:
@@ -85,3 +85,22 @@ def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) ->
 
     keep = {p.pair_id for p in sorted(points, key=rank)[:max_turns]}
     return [p for p in points if p.pair_id in keep]
+
+
+def epochs(points: Iterable[ReplayPoint], k: int) -> Iterator[ReplayPoint]:
+    """Each point ``k`` times, numbered ``epoch`` 1..k with pair ids ``"{pair_id}@{epoch}"`` (one epoch: the points
+    as they are), so each repeat is a pair of its own: its own replays, cache entries and verdict.
+
+    Example:
+        >>> from delta_eval.schema import TurnOutput
+        >>> p = ReplayPoint(pair_id="c#0", conversation_id="c", turn_index=0, message_index=1, context=(),
+        ...                 recorded=TurnOutput())
+        >>> [(q.pair_id, q.epoch) for q in epochs([p], 2)]
+        [('c#0@1', 1), ('c#0@2', 2)]
+    """
+    for point in points:
+        if k == 1:
+            yield point
+            continue
+        for e in range(1, k + 1):
+            yield point.model_copy(update={"pair_id": f"{point.pair_id}@{e}", "epoch": e})

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.metrics.consistency import base_pair_id, consistency
+
+
+def test_epochs_replay_each_point_k_times_and_the_decision_is_taken_per_epoch(tmp_path: Path) -> None:
+    cfg = demo_config(tmp_path / "run", n=6, latency_ms=0.0)
+    seeded = cfg.candidate.model_copy(update={"params": de.GenerateParams(seed=1)})
+    result = de.run(cfg.model_copy(update={"epochs": 3, "candidate": seeded}), conversations=demo_conversations())
+    con = result.connect()
+    points = con.execute("SELECT count(DISTINCT pair_id) FROM verdicts WHERE epoch = 1").fetchone()[0]
+    assert result.counts.pairs == result.counts.pairs_planned == 3 * points
+    assert con.execute("SELECT DISTINCT epoch FROM replays ORDER BY 1").fetchall() == [(1,), (2,), (3,)]
+    assert con.execute("SELECT count(*) FROM verdicts WHERE NOT regexp_matches(pair_id, '@[123]$')").fetchone() == (0,)
+    d = result.decision()
+    assert sorted(d.epochs) == [1, 2, 3]
+    # The baseline has no seed: the simulated model answers a request the same way every time; the candidate's
+    # seed moves with the epoch, so it answers differently.
+    assert d.consistency["baseline"].consistent.value == 1.0
+    candidate = d.consistency["candidate"]
+    assert candidate.consistent.value is not None
+    assert candidate.consistent.value < 1.0
+    assert candidate.distinct_answers > 1.0
+    assert candidate.points == points
+    assert "epochs: APPROVED in" in "\n".join(d.lines())
+
+
+def test_consistency_compares_calls_by_meaning_and_text_once_normalised() -> None:
+    def row(epoch: int, args: str, text: str) -> dict[str, object]:
+        steps = [{"tool_calls": [{"name": "book", "arguments": args}]}]
+        return {"side": "candidate", "pair_id": f"c#0@{epoch}", "epoch": epoch, "conversation_id": "c",
+                "final_text": text, "steps": steps}  # fmt: skip
+
+    same = [row(1, '{"a": 1, "b": 2}', "Booked!"), row(2, '{"b": 2.0, "a": 1}', "booked")]
+    assert consistency(same)["candidate"].consistent.value == 1.0
+    different = [row(1, '{"a": 1}', "Booked!"), row(2, '{"a": 2}', "Booked!")]
+    assert consistency(different)["candidate"].distinct_answers == 2.0
+    assert consistency([row(1, "{}", "x")]) == {}  # one epoch: nothing to compare
+    assert base_pair_id("c#0@12", 12) == "c#0"
+    assert base_pair_id("c#0", 1) == "c#0"
