@@ -56,6 +56,9 @@ class RunConfig(BaseModel):
       ``seed``; ``None``: all turns). Pair weights account for it.
     - ``epochs``: replay (and judge) each point this many times per side, to see how consistent each side is and
       whether the decision holds in every repeat; a variant's ``seed`` is advanced by one per epoch.
+    - ``stop_early``: replay conversations in a seeded random order and stop once an anytime-valid test settles
+      whether the candidate is worse than ``decision.margin`` (see :mod:`delta_eval.stopping`); the manifest says
+      when and why.
     - ``concurrency``: pairs being replayed at once, each side on its own (so up to twice as many model calls in
       flight); ``judge_concurrency``: pairs being judged at once. Each model is further held to its own ``limits``.
     - ``prices``: per-model prices overriding the built-in table.
@@ -79,6 +82,7 @@ class RunConfig(BaseModel):
     max_tool_rounds: int = Field(default=5, ge=0)
     max_turns_per_conversation: int | None = Field(default=None, ge=1)
     epochs: int = Field(default=1, ge=1)
+    stop_early: bool = False
     concurrency: int = Field(default=16, ge=1)
     judge_concurrency: int = Field(default=8, ge=1)
     seed: int = 0
@@ -114,7 +118,7 @@ class RunConfig(BaseModel):
         left out, so that a later version adding an optional field can still resume this version's folders.
         """
         operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
-                       "noise_floor", "decision"}  # fmt: skip
+                       "noise_floor", "decision", "stop_early"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)

@@ -7,9 +7,11 @@ a slow stage makes the earlier ones wait (backpressure) and memory stays flat ho
        \\--SampledConversation----------------------------------------------------------------------> write <--+
 
 The writer commits a batch every ``flush_every`` pairs (and at the end); a pair's rows always land in one batch.
-Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already finished and marks the manifest
-``interrupted``; a killed process loses at most the pairs of its last uncommitted batch, whose model calls are in
-the response cache. Running again on the same folder resumes: finished pairs are skipped, nothing is written twice.
+With ``stop_early``, conversations go in a seeded random order and the run stops as soon as the anytime-valid test
+of :mod:`delta_eval.stopping` settles. Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already
+finished and marks the manifest ``interrupted``; a killed process loses at most the pairs of its last uncommitted
+batch, whose model calls are in the response cache. Running again on the same folder resumes: finished pairs are
+skipped, nothing is written twice.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
 from delta_eval.schema import Conversation, ReplayPoint, SampledConversation, Side, Verdict
+from delta_eval.stopping import EarlyStop, random_order
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.session import Resume
 
@@ -66,6 +69,27 @@ class Stages:
     on_verdict: VerdictCallback | None
     since_commit: int = 0
     last_commit: float = 0.0
+    stop: EarlyStop | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+    def _early_stop(self, items: list[tuple[int, Conversation]]) -> list[tuple[int, Conversation]]:
+        """Set up early stopping: the conversations in random order, how many pairs each will have, and what the
+        folder already decided fed to the test first (see :mod:`delta_eval.stopping`)."""
+        c = self.config
+        ordered = random_order(items, c.seed)
+        sizes = {}
+        for _, conv in ordered:
+            points = select_turns(list(replay_points(conv)), c.max_turns_per_conversation, c.seed)
+            sizes[conv.id] = len(points) * c.epochs
+        stop = EarlyStop(c.decision.margin, 1 - c.decision.confidence, max(sizes.values(), default=1))
+        for conv_id, n in sizes.items():
+            stop.expect(conv_id, n)
+        done = self.folder.read("verdicts", ["conversation_id", "outcome"]).to_pylist()
+        rank = {conv.id: k for k, (_, conv) in enumerate(ordered)}
+        for row in sorted(done, key=lambda r: rank.get(r["conversation_id"], len(rank))):
+            stop.add(row["conversation_id"], row["outcome"])
+        self.stop = stop
+        return ordered
 
     async def load(
         self,
@@ -75,7 +99,13 @@ class Stages:
     ) -> None:
         async with send, write:
             iterator: Iterator[tuple[int, Conversation]] = iter(iter_selected(self.source, sample.selected))
+            if self.config.stop_early:
+                # A random order, so that the conversations finished at any moment are a random subset.
+                items = await anyio.to_thread.run_sync(list, iterator)
+                iterator = iter(await anyio.to_thread.run_sync(self._early_stop, items))
             while True:
+                if self.stop is not None and self.stop.settled:
+                    break
                 position, conv = await anyio.to_thread.run_sync(next, iterator, (-1, None))
                 if conv is None:
                     break
@@ -175,6 +205,10 @@ class Stages:
                     assert decision is not None
                     folder.add("replays", [base.replay, cand.replay, recorded_replay(item.point)])
                     folder.add("verdicts", [decision.verdict])
+                    if self.stop is not None and self.stop.add(decision.verdict.conversation_id,
+                                                               decision.verdict.outcome):  # fmt: skip
+                        self.progress.phase = "stopped early"
+                        self.wake.set()
                     folder.add("judgements", decision.judgements)
                     errors = [e for e in (base.error, cand.error) if e is not None] + decision.errors
                     folder.add("errors", errors)
@@ -189,6 +223,7 @@ class Stages:
         finally:
             # Runs on cancellation too (synchronously, so it cannot be cancelled): keep every finished pair.
             self._commit()
+            self.wake.set()
 
 
 async def run_stages(stages: Stages, sample: SampleResult, sides: dict[Side, Replayer], cascade: JudgeCascade) -> None:
@@ -205,5 +240,15 @@ async def run_stages(stages: Stages, sample: SampleResult, sides: dict[Side, Rep
         for _ in range(c.judge_concurrency):
             tg.start_soon(stages.judge, pairs_recv.clone(), write_send.clone(), cascade)
         tg.start_soon(stages.write, write_recv)
+        if c.stop_early:
+            tg.start_soon(_stop_when_settled, stages, tg.cancel_scope)
         for stream in (points_recv, pairs_send, pairs_recv, write_send):
             stream.close()
+
+
+async def _stop_when_settled(stages: Stages, scope: anyio.CancelScope) -> None:
+    # Woken when the test settles (or when the writer is done): on a settled test, stop every stage; the writer
+    # commits what it has on its way out.
+    await stages.wake.wait()
+    if stages.stop is not None and stages.stop.settled:
+        scope.cancel()

@@ -128,5 +128,6 @@ async def execute(
             calls=pool.stats(),
             read=p.sampling_counts(),
             notes=pool.notes(),
+            stopped_early=stages.stop.reason if stages.stop is not None else None,
         )
     return manifest

@@ -43,6 +43,7 @@ LAYER_OF = {
     "config": "config",
     "progress": "progress",
     "pipeline": "pipeline",
+    "stopping": "pipeline",
     "runner": "runner",
     "result": "result",
     "analysis": "analysis",
@@ -67,8 +68,8 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"core"},
     "config": {"core", "adapters", "variant", "sampling", "judges", "metrics"},
     "progress": {"core"},
-    "pipeline": _STAGES,
-    "runner": _STAGES | {"pipeline"},
+    "pipeline": _STAGES | {"metrics"},
+    "runner": _STAGES | {"pipeline", "metrics"},
     "result": {"core", "store", "metrics"},
     "analysis": {"core", "store", "metrics", "result"},
     "testing": {"core", "adapters"},  # test doubles and fake servers speak the canonical types, nothing later

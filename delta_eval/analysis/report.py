@@ -211,6 +211,8 @@ def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: st
         + f", sampled {counts.sampled}"
     )
     by_stage = counts.by_stage
+    if m.stopped_early:
+        lines.append(f"STOPPED EARLY: {m.stopped_early}; {counts.pairs} of {counts.pairs_planned} planned pairs done")
     lines.append(
         f"pairs          replayed and decided {counts.pairs} (planned {counts.pairs_planned}), "
         f"from {counts.conversations_replayed} conversations"

@@ -196,7 +196,8 @@ class RunManifest(_Model):
     for people and tools to read; the fields readers of a run need are typed: ``baseline`` and ``candidate``
     describe each side in a line, ``*_model`` name their models, ``equivalence_judge`` and ``judge`` the judges
     of stages 2 and 3 as configured (``rule`` for the rule-based ones), ``judge_models`` the models of the LLM
-    judges by stage; ``noise_floor`` is the folder of the A/A run the report compares the win rate with.
+    judges by stage; ``noise_floor`` is the folder of the A/A run the report compares the win rate with;
+    ``stopped_early`` says why the last session stopped before the sample was done (``stop_early``).
     """
 
     format: Literal["delta_eval.run/1"] = FORMAT
@@ -213,6 +214,7 @@ class RunManifest(_Model):
     judge: str = ""
     judge_models: dict[str, list[str]] = Field(default_factory=dict)
     noise_floor: str | None = None
+    stopped_early: str | None = None
     seed: int = 0
     versions: dict[str, str] = Field(default_factory=versions)
     started_at: str = Field(default_factory=_now)

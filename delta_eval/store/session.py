@@ -94,6 +94,7 @@ class FolderSession:
         calls: dict[str, CallStats],
         read: dict[str, int],
         notes: list[str] | None = None,
+        stopped_early: str | None = None,
     ) -> RunManifest:
         """End the session: count what the folder holds (with ``read``, what reading and sampling found), record
         the session's calls, cache use and the adapters' notes, write the manifest, close the cache."""
@@ -107,6 +108,7 @@ class FolderSession:
         self.manifest.end_session(
             status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts, notes=notes
         )
+        self.manifest.stopped_early = stopped_early
         self.folder.write_manifest(self.manifest)
         self.cache.close()
         return self.manifest
