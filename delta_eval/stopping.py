@@ -12,7 +12,7 @@ Example:
     ...     watch.expect(f"c{c}", 2)
     ...     _ = watch.add(f"c{c}", "candidate"), watch.add(f"c{c}", "tie")
     >>> watch.reason
-    'the candidate is not worse (anytime-valid test at 95% confidence, margin 5%) after 28 conversations'
+    'the candidate is not worse (anytime-valid test at 95% confidence, margin 5%) after 15 conversations'
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Example:
     >>> for _ in range(40):
     ...     test.add(score_sum=3.0, pairs=4)    # the candidate wins 3 pairs of 4 in every conversation
     >>> test.verdict, test.conversations
-    ('not worse', 28)
+    ('not worse', 20)
 """
 
 from __future__ import annotations
