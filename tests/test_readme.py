@@ -82,3 +82,20 @@ def test_every_judge_example_of_the_readme_builds_its_judges(monkeypatch: pytest
         assert rubrics <= {("refunds",), ("task_success", "policy", "accuracy", "communication"), None}
         anyio.run(pool.aclose)
     assert seen == {"openai", "openai-responses", "anthropic", "gemini", "azure"}
+
+
+def test_the_decision_examples_of_the_readme_run(tmp_path: Path) -> None:
+    import tomllib
+
+    import delta_eval as de
+    from delta_eval.demo import demo_config, demo_conversations
+
+    section = (ROOT / "README.md").read_text().split("## The decision", 1)[1].split("\n## ", 1)[0]
+    [python] = re.findall(r"```python\n(.+?)\n```", section, flags=re.S)
+    [toml] = re.findall(r"```toml\n(.+?)\n```", section, flags=re.S)
+    result = de.run(demo_config(tmp_path / "run", n=8, latency_ms=0.0), conversations=demo_conversations())
+    scope = {"de": de, "result": result, "con": result.connect()}
+    exec(python, scope)
+    assert scope["d"].outcome in ("APPROVED", "PARTIAL", "REJECTED")
+    rule = de.DecisionRule.model_validate(tomllib.loads(toml)["decision"])
+    assert [g.metric for g in rule.gates] == ["critical_rate", "cost_ratio"]

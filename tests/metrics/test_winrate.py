@@ -80,3 +80,19 @@ def test_per_stratum_and_scores() -> None:
     assert score_of("equivalent", "judged") is None
     assert score_of("tie") == 0.5
     assert win_rate([]).estimate is None
+
+
+def test_any_table_of_verdicts_will_do(tmp_path: object) -> None:
+    import duckdb
+    import pyarrow as pa
+
+    data = rows(["candidate", "baseline", "tie", "equivalent", "candidate", "error"])
+    from_rows = win_rate(data)
+    table = pa.Table.from_pylist(data)
+    assert win_rate(table) == from_rows
+    con = duckdb.connect()
+    con.register("v", table)
+    assert win_rate(con.sql("SELECT * FROM v")) == from_rows  # a DuckDB relation: the user's own query
+    assert win_rate(con.sql("SELECT * FROM v WHERE outcome <> 'tie'")).ties == 0
+    with pytest.raises(TypeError, match="Arrow table, a DuckDB relation"):
+        win_rate(42)  # type: ignore[arg-type]
