@@ -4,7 +4,8 @@
                                            run the bundled demo and print its report; with --wire openai |
                                            openai-responses | anthropic | gemini, through that provider's real
                                            SDK against a fake server on 127.0.0.1
-    delta-eval run CONFIG [--out DIR]      run (or resume) the evaluation a TOML/YAML file describes
+    delta-eval run CONFIG [--out DIR] [--overwrite]
+                                           run (or resume) the evaluation a TOML/YAML file describes
     delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR]
                                            print the report of a run folder (beside an A/A run's win rate)
     delta-eval calibrate RUN_DIR LABELS    compare a run's verdicts with human labels (CSV/Parquet: pair_id, label)
@@ -58,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", type=Path, help="a TOML or YAML run configuration")
     run.add_argument("--out", type=Path, help="run folder (overrides the config's 'out')")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a run folder of another configuration (removes only the library's files)",
+    )
 
     report = sub.add_parser("report", help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
@@ -123,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
         else:
-            result = run(args.config, out=args.out, progress=not args.no_progress)
+            result = run(args.config, out=args.out, overwrite=args.overwrite or None, progress=not args.no_progress)
         print(render_report(result))
         return 0 if result.status == "completed" else 1
     except DeltaEvalError as exc:

@@ -64,6 +64,8 @@ class RunConfig(BaseModel):
     - ``prices``: per-model prices overriding the built-in table.
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
+    - ``overwrite``: start afresh in an ``out`` that holds a run of another configuration (only the library's files
+      are removed; the response cache stays). Without it such a folder is refused, naming what differs.
     - ``noise_floor``: the folder of an A/A run (the same variant as baseline and candidate, judged the same way):
       its win rate is the judges' noise floor, printed beside this run's (no bearing on results). In an A/A run
       the candidate side is named ``candidate``; both sides are replayed independently.
@@ -83,6 +85,7 @@ class RunConfig(BaseModel):
     max_turns_per_conversation: int | None = Field(default=None, ge=1)
     epochs: int = Field(default=1, ge=1)
     stop_early: bool = False
+    overwrite: bool = False
     concurrency: int = Field(default=16, ge=1)
     judge_concurrency: int = Field(default=8, ge=1)
     seed: int = 0
@@ -118,7 +121,7 @@ class RunConfig(BaseModel):
         left out, so that a later version adding an optional field can still resume this version's folders.
         """
         operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
-                       "noise_floor", "decision", "stop_early"}  # fmt: skip
+                       "noise_floor", "decision", "stop_early", "overwrite"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)

@@ -103,7 +103,7 @@ async def execute(
             for side, v in _sides(c)
         }
         cascade = build_cascade(c.judges, JudgeContext(pool=pool, prices=c.prices, seed=c.seed, match=c.judges.match))
-        session = FolderSession(folder, fresh, c.cache_path)
+        session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite)
     except BaseException:
         await pool.aclose()
         raise

@@ -178,3 +178,26 @@ params = {{ stream = true }}
     assert {r.path for r in server.requests} == {"/v1/chat/completions", "/v1/responses"}
     for path in (tmp_path / "run").rglob("*"):
         assert not path.is_file() or b"sk-from-the-env" not in path.read_bytes()
+
+
+def test_run_refuses_a_changed_config_until_told_to_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "eval.toml"
+    body = (
+        'out = "runs/x"\nmax_turns_per_conversation = 1\n[source]\npath = "{path}"\nmessages = "traj"\n'
+        'id = "{{task_id}}/{{trial}}"\ntools = "{tools}"\n[sample]\nn = {n}\n'
+        '[baseline]\nmodel = "simulated:a"\n[candidate]\nmodel = "simulated:b"\n'
+    )
+    paths = {"path": de.demo.DEMO_CONVERSATIONS, "tools": de.demo.DEMO_TOOLS}
+    config.write_text(body.format(n=2, **paths))
+    assert main(["run", str(config), "--no-progress"]) == 0
+    config.write_text(body.format(n=3, **paths))
+    capsys.readouterr()
+    assert main(["run", str(config), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "differs in: sample.n" in err
+    assert "--overwrite" in err
+    assert "Traceback" not in err
+    assert main(["run", str(config), "--no-progress", "--overwrite"]) == 0
+    assert de.open_result(tmp_path / "runs" / "x").counts.sampled == 3

@@ -9,6 +9,12 @@ Layout::
       judgements/ errors/ conversations/ strata/
       _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists
       cache.sqlite             the response cache (see cache.py)
+      .delta_eval              the marker: this folder is a delta_eval run folder, of this format
+      .lock                    held (an OS lock) by the one process writing the folder
+
+Only a folder with the marker (or, from before it existed, a valid delta_eval manifest) is ever written to or
+cleaned: a folder of anything else is refused, never deleted from. :meth:`RunFolder.reset` deletes only the files
+the library writes.
 
 A batch is written as temporary files renamed into place, then its commit file (also written then renamed). A
 process killed at any instant leaves either a committed batch or files no commit names; readers see only
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -31,13 +38,18 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RunFolderError
-from delta_eval.store.manifest import RunManifest
+from delta_eval.redact import describe_invalid
+from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
-__all__ = ["MANIFEST", "RunFolder", "write_json_atomic"]
+__all__ = ["MANIFEST", "MARKER", "FolderLock", "RunFolder", "write_json_atomic"]
 
 MANIFEST = "manifest.json"
+MARKER = ".delta_eval"
 _COMMITS = "_commits"
+_LOCK = ".lock"
+_PART = re.compile(r"^(part-\d{6}\.parquet|\.part-\d{6}\.[0-9a-f]{32}\.tmp)$")
+_COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -103,7 +115,37 @@ class RunFolder:
         try:
             return RunManifest.model_validate_json(p.read_bytes())
         except ValidationError as exc:
-            raise RunFolderError(f"{p} is damaged: {exc}") from None
+            if not self.is_marked():
+                raise RunFolderError(f"{self.path} is not a delta_eval run folder ({MANIFEST} is not ours)") from None
+            raise RunFolderError(f"{p} is damaged: {describe_invalid(exc)}") from None
+
+    def is_marked(self) -> bool:
+        """Whether the folder carries the library's marker."""
+        try:
+            marker = json.loads((self.path / MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(marker, dict) and marker.get("library") == "delta_eval"
+
+    def is_run_folder(self) -> bool:
+        """Whether this is a delta_eval run folder: the marker, or (folders from before the marker) a manifest that
+        validates as ours."""
+        if self.is_marked():
+            return True
+        try:
+            return self.manifest() is not None
+        except RunFolderError:
+            return False
+
+    def mark(self) -> None:
+        """Claim the folder as a run folder (creating it): write the marker."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not self.is_marked():
+            write_json_atomic(self.path / MARKER, {"library": "delta_eval", "format": FORMAT})
+
+    def lock(self) -> FolderLock:
+        """Take the folder's writer lock (see :class:`FolderLock`)."""
+        return FolderLock(self.path)
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -125,14 +167,27 @@ class RunFolder:
         self._next_batch = max(batches, default=0) + 1
         return removed
 
-    def reset(self) -> None:
-        """Remove every dataset, commit and the manifest (the response cache stays)."""
-        import shutil
-
-        for name in (*DATASETS, _COMMITS):
-            shutil.rmtree(self.path / name, ignore_errors=True)
-        (self.path / MANIFEST).unlink(missing_ok=True)
+    def reset(self) -> list[Path]:
+        """Remove every part file, commit and the manifest: only files the library writes, by their names (anything
+        else in the folder stays, and so does the response cache). Returns what was removed."""
+        if not self.is_run_folder():
+            raise RunFolderError(f"{self.path} is not a delta_eval run folder; nothing in it is removed")
+        removed = []
+        for name, pattern in [*((d, _PART) for d in DATASETS), (_COMMITS, _COMMIT_FILE)]:
+            folder = self.path / name
+            if not folder.is_dir():
+                continue
+            for f in folder.iterdir():
+                if f.is_file() and pattern.match(f.name):
+                    f.unlink()
+                    removed.append(f)
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        if (self.path / MANIFEST).exists():
+            (self.path / MANIFEST).unlink()
+            removed.append(self.path / MANIFEST)
         self._next_batch = 1
+        return removed
 
     def write_manifest(self, manifest: RunManifest) -> None:
         """Replace the manifest."""
@@ -180,3 +235,59 @@ class RunFolder:
             rows.clear()
         self._next_batch = batch + 1
         return batch
+
+
+class FolderLock:
+    """The one-writer lock of a run folder: an exclusive OS lock on ``.lock`` (``flock``), released by the OS when
+    the process ends, however it ends, and the holder's pid and start time written in the file for the next one.
+
+    Example::
+
+        with RunFolder(out).lock():
+            ...  # this process alone writes the folder
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._file: Any = None
+
+    def acquire(self) -> FolderLock:
+        """Take the lock, or raise :class:`RunFolderError` naming the process that holds it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        f = open(self.path / _LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the session
+        try:
+            import fcntl
+
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # no flock on this platform: one writer is the user's care
+            pass
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()
+            f.close()
+            try:
+                info = json.loads(holder)
+                who = f"pid {info.get('pid')}, started {info.get('started')}"
+            except ValueError:
+                who = "another process"
+            raise RunFolderError(
+                f"{self.path} is being written by another run ({who}); wait for it to end, or choose another 'out'"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"pid": os.getpid(), "started": datetime.now(UTC).isoformat()}))
+        f.flush()
+        self._file = f
+        return self
+
+    def release(self) -> None:
+        """Let the lock go (closing the file releases it)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

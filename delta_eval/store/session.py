@@ -2,17 +2,23 @@
 
 What a run does with the folder it is pointed at:
 
-- no manifest: the folder must be new or empty (a response cache may already be there); the run starts afresh;
+- not a run folder (no marker, no manifest of ours): it must be new or empty (a response cache may already be
+  there); the run claims it and starts afresh. A folder holding anything else is refused, and nothing in it is
+  touched;
 - a manifest with the same fingerprint: the run resumes; files a killed process left uncommitted are removed, and
   the pairs and conversations already written are skipped;
-- a manifest with another fingerprint: refused when any pair was decided under it; when none was (the old run
-  failed early), its datasets are removed and the run starts afresh.
+- a manifest with another fingerprint: refused, naming the settings that differ; with ``overwrite`` the library's
+  own files are removed (the response cache stays) and the run starts afresh.
+
+One process writes a folder at a time: a session holds the folder's lock (:class:`~delta_eval.store.folder.
+FolderLock`) from before it looks at the folder until it has written its manifest's end.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from delta_eval.calls import CallStats
 from delta_eval.exceptions import RunFolderError
@@ -20,7 +26,7 @@ from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
 
-__all__ = ["FolderSession", "Resume", "resume"]
+__all__ = ["FolderSession", "Resume", "differences", "resume"]
 
 
 @dataclass
@@ -34,28 +40,53 @@ class Resume:
     population_committed: bool = False
 
 
-def resume(folder: RunFolder, fresh: RunManifest) -> Resume:
+def differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """The dotted paths at which two configuration fingerprints differ.
+
+    Example:
+        >>> differences({"sample": {"n": 100}, "seed": 1}, {"sample": {"n": 200}, "seed": 1})
+        ['sample.n']
+    """
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    return [] if old == new else [path or "(configuration)"]
+
+
+def _refuse_foreign(folder: RunFolder) -> None:
+    """Refuse a folder that holds anything but a run (or a response cache): nothing in it is ours to touch."""
+    if folder.path.is_file():
+        raise RunFolderError(f"'out' is a file, not a folder: {folder.path}")
+    if folder.is_run_folder() or not folder.path.exists():
+        return
+    if any(p for p in folder.path.iterdir() if p.name not in ("cache.sqlite", ".lock")):
+        raise RunFolderError(f"{folder.path} exists and is not a delta_eval run folder; choose an empty or new 'out'")
+
+
+def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False) -> Resume:
     """Decide what to do with ``folder`` for the run ``fresh`` describes (see the module docstring).
 
     Nothing is written into a folder that is not a run folder; the caller begins the new session.
     """
-    previous = folder.manifest()
-    if previous is None:
-        if folder.path.exists() and any(p for p in folder.path.iterdir() if p.name != "cache.sqlite"):
-            raise RunFolderError(
-                f"{folder.path} exists and is not a delta_eval run folder; choose an empty or new 'out'"
-            )
+    if not folder.is_run_folder():
+        _refuse_foreign(folder)
         return Resume(fresh)
-    decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
-    if previous.fingerprint != fresh.fingerprint:
-        if decided:
-            raise RunFolderError(
-                f"{folder.path} holds a run with a different configuration; resume it with the same "
-                "configuration, or choose another 'out'"
-            )
-        # Nothing was decided under the old configuration (it failed early): start afresh.
+    previous = folder.manifest()
+    if previous is None:  # marked, but the first session never wrote its manifest
         folder.reset()
         return Resume(fresh)
+    if previous.fingerprint != fresh.fingerprint:
+        if not overwrite:
+            changed = ", ".join(differences(previous.fingerprint, fresh.fingerprint)[:8])
+            raise RunFolderError(
+                f"{folder.path} holds a run with a different configuration (differs in: {changed}); resume it with "
+                "the same configuration, choose another 'out', or overwrite it (--overwrite, overwrite=True)"
+            )
+        folder.reset()
+        return Resume(fresh)
+    decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
     folder.recover()
     conversations = folder.read("conversations", ["conversation_id"]).column("conversation_id").to_pylist()
     return Resume(
@@ -77,13 +108,20 @@ class FolderSession:
         manifest = session.close("completed", pairs_decided=12, calls=pool.stats(), read={"read": 200})
     """
 
-    def __init__(self, folder: RunFolder, fresh: RunManifest, cache_path: Path) -> None:
+    def __init__(self, folder: RunFolder, fresh: RunManifest, cache_path: Path, *, overwrite: bool = False) -> None:
         self.folder = folder
-        self.state = resume(folder, fresh)
-        self.manifest = self.state.manifest
-        self.cache = SQLiteCache(cache_path)
-        self.manifest.begin_session(resumed_pairs=len(self.state.done_pairs), cached_responses=len(self.cache))
-        folder.write_manifest(self.manifest)
+        _refuse_foreign(folder)  # before the lock, whose file would be the first thing written into it
+        self.lock = folder.lock().acquire()
+        try:
+            self.state = resume(folder, fresh, overwrite=overwrite)
+            folder.mark()
+            self.manifest = self.state.manifest
+            self.cache = SQLiteCache(cache_path)
+            self.manifest.begin_session(resumed_pairs=len(self.state.done_pairs), cached_responses=len(self.cache))
+            folder.write_manifest(self.manifest)
+        except BaseException:
+            self.lock.release()
+            raise
 
     def close(
         self,
@@ -109,6 +147,9 @@ class FolderSession:
             status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts, notes=notes
         )
         self.manifest.stopped_early = stopped_early
-        self.folder.write_manifest(self.manifest)
-        self.cache.close()
+        try:
+            self.folder.write_manifest(self.manifest)
+            self.cache.close()
+        finally:
+            self.lock.release()
         return self.manifest
