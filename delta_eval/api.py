@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from delta_eval.config import RunConfig, load_config
 from delta_eval.exceptions import ConfigError
 from delta_eval.ingest.source import ConversationSource
+from delta_eval.interrupts import handle_signals
 from delta_eval.progress import RunProgress
 from delta_eval.redact import describe_invalid
 from delta_eval.replay.tools import ToolSimulator
@@ -92,7 +93,8 @@ def run(
     tracker = progress if isinstance(progress, RunProgress) else RunProgress()
 
     async def main() -> RunResult:
-        return await arun(cfg, conversations=conversations, tool_simulator=tool_simulator, progress=tracker)
+        with handle_signals():  # SIGTERM / SIGHUP stop the run as Ctrl-C does: finished pairs are saved
+            return await arun(cfg, conversations=conversations, tool_simulator=tool_simulator, progress=tracker)
 
     if progress is True:
         from delta_eval.display import ProgressDisplay

@@ -13,7 +13,8 @@
                                            serve a fake provider (answering from the demo's recordings) until
                                            Ctrl-C, for a real SDK or a run to talk to
 
-Exit status: 0 when the run completed, 1 on an error or an interrupted run, 2 on bad usage.
+Errors are one line (``--debug`` shows the traceback). Exit status: 0 when the run completed, 1 on an error or an
+interrupted run, 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="delta-eval", description="Delta evaluation of LLM agents.")
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's default must not undo a --debug given before it.
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
+    parser = argparse.ArgumentParser(prog="delta-eval", description="Delta evaluation of LLM agents.", parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the bundled tau-bench airline demo on simulated models")
+    demo = sub.add_parser("demo", parents=[common], help="run the bundled tau-bench airline demo on simulated models")
     demo.add_argument("--out", type=Path, help="run folder (default: runs/demo-<time>)")
     demo.add_argument("-n", type=int, default=100, help="conversations to sample (default 100)")
     demo.add_argument("--seed", type=int, default=7)
@@ -55,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         "--judges", choices=["llm", "rule"], default="llm", help="LLM judges (on simulated models) or rule-based"
     )
 
-    run = sub.add_parser("run", help="run or resume the evaluation a config file describes")
+    run = sub.add_parser("run", parents=[common], help="run or resume the evaluation a config file describes")
     run.add_argument("config", type=Path, help="a TOML or YAML run configuration")
     run.add_argument("--out", type=Path, help="run folder (overrides the config's 'out')")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -65,15 +69,15 @@ def _parser() -> argparse.ArgumentParser:
         help="start afresh in a run folder of another configuration (removes only the library's files)",
     )
 
-    report = sub.add_parser("report", help="print the report of a run folder")
+    report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
 
-    cal = sub.add_parser("calibrate", help="compare a run's verdicts with human labels")
+    cal = sub.add_parser("calibrate", parents=[common], help="compare a run's verdicts with human labels")
     cal.add_argument("run_dir", type=Path)
     cal.add_argument("labels", type=Path, help="CSV or Parquet: pair_id and label (candidate / baseline / tie)")
 
-    fake = sub.add_parser("fake-server", help="serve a fake provider on 127.0.0.1 until Ctrl-C")
+    fake = sub.add_parser("fake-server", parents=[common], help="serve a fake provider on 127.0.0.1 until Ctrl-C")
     fake.add_argument("provider", choices=["openai", "anthropic", "gemini"])
     fake.add_argument("--port", type=int, default=0, help="port (default: any free one, printed)")
     fake.add_argument("--latency-ms", type=float, default=0.0, help="median latency of an answer")
@@ -83,11 +87,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``delta-eval`` command; returns the exit status."""
     args = _parser().parse_args(argv)
+    args.debug = getattr(args, "debug", False)
     # Imported here so that `delta-eval --help` stays instant.
     from delta_eval.analysis.report import render_report
     from delta_eval.api import run
     from delta_eval.demo import demo_config, demo_conversations, wire_models
     from delta_eval.result import open_result
+    from delta_eval.runner import describe_failure
 
     out = (
         args.out
@@ -133,7 +139,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render_report(result))
         return 0 if result.status == "completed" else 1
     except DeltaEvalError as exc:
+        if args.debug:
+            raise
         print(f"delta-eval: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if args.debug:
+            raise
+        if isinstance(exc, ExceptionGroup) and (ours := _ours(exc)) is not None:
+            print(f"delta-eval: error: {ours}", file=sys.stderr)
+            return 1
+        print(f"delta-eval: error: {describe_failure(exc)} (--debug shows where)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         given = list(sys.argv[1:] if argv is None else argv)
@@ -142,6 +158,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         again = "delta-eval " + shlex.join(given)
         print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
         return 1
+
+
+def _ours(group: BaseExceptionGroup) -> DeltaEvalError | None:
+    """The first of our own errors in a group (raised inside a task), if any."""
+    for exc in group.exceptions:
+        if isinstance(exc, DeltaEvalError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup) and (found := _ours(exc)) is not None:
+            return found
+    return None
 
 
 def _serve_fake(provider: str, port: int, latency_ms: float) -> int:

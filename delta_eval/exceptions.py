@@ -16,6 +16,8 @@ The tree::
             ├── ContextLengthError   the prompt does not fit the model's context window
             └── ContentFilterError   the provider's content filter blocked the prompt
 
+``RunFolderWarning`` (a ``UserWarning``) says a run folder was read without its damaged batches.
+
 Per-record and per-call errors do not stop a run: they become rows of the run's ``errors`` table. Messages never
 contain credentials.
 """
@@ -39,6 +41,7 @@ __all__ = [
     "RateLimitError",
     "RecordError",
     "RunFolderError",
+    "RunFolderWarning",
     "ToolSimulationError",
     "TransientError",
 ]
@@ -54,6 +57,11 @@ class ConfigError(DeltaEvalError, ValueError):
 
 class RunFolderError(DeltaEvalError):
     """A run folder that cannot be opened, resumed or written."""
+
+
+class RunFolderWarning(UserWarning):
+    """A run folder read with some of its batches damaged (they are left out, and named in the warning), or a
+    damaged response cache moved aside."""
 
 
 class JudgeError(DeltaEvalError):

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.metrics import Decision, DecisionRule, WinRate, decide, win_rate, win_rates_by
-from delta_eval.store.folder import RunFolder
+from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.views import open_run
 
@@ -32,6 +32,8 @@ class RunResult:
         if manifest is None:
             raise RunFolderError(f"{self.path} is not a delta_eval run folder (no manifest.json)")
         self.manifest: RunManifest = manifest
+        #: The damaged batches of the folder, left out of every table and view (a rerun repairs them).
+        self.damage: list[Damage] = self._folder.damage()
 
     @property
     def status(self) -> RunStatus:

@@ -10,6 +10,8 @@ adapters are closed and the manifest records the end.
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 import time
 from collections.abc import Iterable
 
@@ -22,6 +24,7 @@ from delta_eval.calls import split_model_id
 from delta_eval.config import RunConfig
 from delta_eval.exceptions import ConfigError
 from delta_eval.ingest.source import ConversationSource, open_source
+from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.config import build_cascade
 from delta_eval.judges.context import JudgeContext
 from delta_eval.pipeline import Stages, VerdictCallback, run_stages
@@ -43,6 +46,33 @@ def _source(config: RunConfig, conversations: ConversationSource | Iterable[Conv
     if config.source is None:
         raise ConfigError("no conversations given and the config has no [source]")
     return open_source(config.source)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether a run ended because it was interrupted (Ctrl-C, a stop signal, cancellation): the exception, or every
+    exception of a group, is one of those."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(interrupted(e) for e in exc.exceptions)
+    return isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class())
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether an error says the disk is full (an OS write, or SQLite's own words for it)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """Why a run failed, in a line for its manifest and report: the first error of a group, by its type and
+    message (our errors carry no credentials; a disk found full is said so)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if disk_full(exc):
+        where = getattr(exc, "filename", None) or "the run folder"
+        return f"the disk is full (writing {where}): free space, then rerun the same command to resume"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
 
 
 def _sides(config: RunConfig) -> tuple[tuple[Side, Variant], ...]:
@@ -108,26 +138,41 @@ async def execute(
         await pool.aclose()
         raise
     pool.use_cache(session.cache)
+    # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
+    folder.on_commit = lambda batch: session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
     p.pairs_resumed = len(session.state.done_pairs)
     stages = Stages(c, source, folder, session.state, p, recordings, on_verdict, last_commit=time.monotonic())
     status: RunStatus = "failed"
+    failure: str | None = None
     try:
         sample = await anyio.to_thread.run_sync(stages.sample)
         await run_stages(stages, sample, sides, cascade)
         status = "completed"
     except BaseException as exc:
-        status = "interrupted" if isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class()) else "failed"
+        if interrupted(exc):
+            status = "interrupted"
+            if isinstance(exc, BaseExceptionGroup):
+                raise KeyboardInterrupt from None  # a second Ctrl-C landed inside a task: say it plainly
+        else:
+            failure = describe_failure(exc)
         raise
     finally:
-        await pool.aclose()
-        p.phase = status
-        manifest = session.close(
-            status,
-            seconds=time.monotonic() - started,
-            pairs_decided=p.decided,
-            calls=pool.stats(),
-            read=p.sampling_counts(),
-            notes=pool.notes(),
-            stopped_early=stages.stop.reason if stages.stop is not None else None,
-        )
+        with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
+            await pool.aclose()
+            p.phase = status
+            try:
+                manifest = session.close(
+                    status,
+                    seconds=time.monotonic() - started,
+                    pairs_decided=p.decided,
+                    calls=pool.stats(),
+                    read=p.sampling_counts(),
+                    notes=pool.notes(),
+                    stopped_early=stages.stop.reason if stages.stop is not None else None,
+                    failure=failure,
+                )
+            except Exception:
+                if status == "completed":
+                    raise
+                # The run's own error is on its way out and is the one to see (a full disk fails this write too).
     return manifest

@@ -28,6 +28,7 @@ LAYER_OF = {
             "paths",
             "chat_format",
             "allocation",
+            "interrupts",
         ),
         "core",
     ),

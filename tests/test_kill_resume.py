@@ -73,6 +73,9 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     assert con.execute("SELECT count(*) FROM conversations").fetchone() == (30,)
     sessions = result.manifest.sessions
     assert [s.status for s in sessions] == ["killed", "completed"]
+    # the killed session's calls are counted, up to its last committed batch
+    assert 0 < sessions[0].answered <= paid_before_kill
+    assert result.counts.calls.answered == sessions[0].answered + sessions[1].answered
     assert sessions[-1].resumed_pairs == kept
     assert sessions[-1].cached_responses_at_start == paid_before_kill
     assert "session 1: killed" in done.stdout
@@ -96,3 +99,35 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     finally:
         cache.close()
     assert cached == judge_calls
+
+
+def start_demo(out: Path) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "delta_eval", "demo", "--out", str(out), "-n", "30", "--latency-ms", "40",
+           "--no-progress"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((out / "_commits").glob("*.json"))) < 3:
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("signals", [("SIGTERM",), ("SIGHUP",), ("SIGINT", "SIGINT"), ("SIGTERM", "SIGINT")])
+def test_stop_signals_save_finished_pairs_and_end_as_interrupted(tmp_path: Path, signals: tuple[str, ...]) -> None:
+    out = tmp_path / "run"
+    proc = start_demo(out)
+    with proc:
+        for name in signals:
+            os.kill(proc.pid, getattr(signal, name))
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=60)
+    # A second signal that comes once the run has saved and ended gets the default action (-2 for SIGINT).
+    assert proc.returncode in (1, -signal.SIGINT), err
+    assert "interrupted; finished pairs are saved" in err
+    result = de.open_result(out)
+    assert result.status == "interrupted"
+    assert [s.status for s in result.manifest.sessions] == ["interrupted"]
+    assert result.manifest.sessions[0].answered > 0
+    kept = result.table("verdicts").num_rows
+    assert kept > 0
+    assert result.damage == []

@@ -8,14 +8,16 @@ Every figure comes from the run folder, so the same numbers can be re-derived wi
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-from delta_eval.exceptions import RunFolderError
+from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.metrics import WinRate, wilson_interval
 from delta_eval.pricing import total_cost
 from delta_eval.result import RunResult
+from delta_eval.store.folder import damage_message
 from delta_eval.store.manifest import RunManifest, StageSpend
 
 __all__ = [
@@ -189,6 +191,12 @@ def _noise_floor(result: RunResult, path: str | Path | None) -> dict[str, Any]:
 def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: str | Path | None = None) -> str:
     """The report as text. ``noise_floor`` is an A/A run folder whose win rate is printed beside this run's
     (default: the one the run was configured with, if any)."""
+    with warnings.catch_warnings():  # the damage is named in the report itself
+        warnings.simplefilter("ignore", RunFolderWarning)
+        return _render(result, by_stratum=by_stratum, noise_floor=noise_floor)
+
+
+def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | None) -> str:
     m = result.manifest
     counts = result.counts
     lines: list[str] = []
@@ -201,6 +209,10 @@ def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: st
         lines.append(m.description)
         lines.append("")
     lines.append(f"run folder   {result.path}   ({result.status})")
+    if m.status == "failed" and m.failure:
+        lines += [f"FAILED: {m.failure}", ""]
+    if result.damage:
+        lines += ["DAMAGED: " + damage_message(result.path, result.damage), ""]
     lines.append(f"baseline     {m.baseline}")
     lines.append(f"candidate    {m.candidate}")
     lines.append(f"source       {m.source}")

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import warnings
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from delta_eval.calls import ModelResponse
+from delta_eval.exceptions import RunFolderWarning
 
 __all__ = ["SQLiteCache"]
 
@@ -44,14 +46,40 @@ class SQLiteCache:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL keeps every committed row across a process kill (only a power cut may lose the last ones).
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        #: Where a corrupt cache file found at this path was moved (``None``: it was sound, or new).
+        self.moved_aside: Path | None = None
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            # A damaged cache costs answers, never the run: keep the file for inspection and start an empty one.
+            self.moved_aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                damaged = self.path.with_name(self.path.name + suffix)
+                if damaged.exists():
+                    damaged.rename(self.moved_aside.with_name(self.moved_aside.name + suffix))
+            warnings.warn(
+                f"the response cache {self.path} is damaged ({exc}); it was moved to {self.moved_aside} and an "
+                "empty cache started (answers it held will be asked for again)",
+                RunFolderWarning,
+                stacklevel=2,
+            )
+            self._db = self._open()
         self.hits = 0
         self.misses = 0
         self.writes = 0
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL keeps every committed row across a process kill (only a power cut may lose the last ones).
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
+            db.execute("SELECT count(*) FROM responses").fetchone()  # reads the table's pages: finds a damaged file
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
 
     def get(self, key: str) -> ModelResponse | None:
         """The response stored under ``key``; an unreadable entry counts as a miss."""

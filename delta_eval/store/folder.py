@@ -28,7 +28,8 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,10 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RunFolderError
-from delta_eval.redact import describe_invalid
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
-__all__ = ["MANIFEST", "MARKER", "FolderLock", "RunFolder", "write_json_atomic"]
+__all__ = ["MANIFEST", "MARKER", "Damage", "FolderLock", "RunFolder", "damage_message", "write_json_atomic"]
 
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
@@ -50,6 +50,37 @@ _COMMITS = "_commits"
 _LOCK = ".lock"
 _PART = re.compile(r"^(part-\d{6}\.parquet|\.part-\d{6}\.[0-9a-f]{32}\.tmp)$")
 _COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
+_COMMITTED = re.compile(r"^\d{6}\.json$")
+_COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
+_ROOT_TMP = re.compile(r"^\.(manifest\.json|\.delta_eval)\.[0-9a-f]{32}\.tmp$")
+
+
+@dataclass(frozen=True, order=True)
+class Damage:
+    """A damaged batch of a run folder: its number and what is wrong with it."""
+
+    batch: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"batch {self.batch}: {self.problem}"
+
+
+def damage_message(path: Path, damage: list[Damage]) -> str:
+    """What is damaged in a run folder, and what to do, in a few lines."""
+    lines = [f"{path} has {len(damage)} damaged batch{'es' if len(damage) > 1 else ''}, left out of what is read:"]
+    lines += [f"  {d}" for d in damage]
+    lines.append("  rerun the run's command to drop and recompute them (answers come from the response cache)")
+    return "\n".join(lines)
+
+
+def _whole_parquet(path: Path, size: int) -> bool:
+    """Whether a file ends as a Parquet file does (a truncated one does not)."""
+    if size < 12:
+        return False
+    with open(path, "rb") as f:
+        f.seek(-4, os.SEEK_END)
+        return f.read(4) == b"PAR1"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -74,24 +105,84 @@ class RunFolder:
         self.path = Path(path)
         self._pending: dict[str, list[BaseModel]] = {name: [] for name in DATASETS}
         self._next_batch = 1
+        #: Called with the batch number after each commit (the session records its progress in the manifest).
+        self.on_commit: Callable[[int], None] | None = None
 
     # -- reading ---------------------------------------------------------------------------------------------
 
     def commits(self) -> list[dict[str, Any]]:
-        """The commit records, in batch order."""
+        """The commit records of the undamaged batches, in batch order (see :meth:`damage`)."""
+        return self._scan()[0]
+
+    def damage(self) -> list[Damage]:
+        """What is damaged in the folder, batch by batch: a commit file that is not a valid record, a part file it
+        names that is missing or not the size it recorded (or, for commits written before sizes were, not a whole
+        Parquet file), a batch number with no commit file below the last one (or below the number of batches the
+        manifest counts). Readers skip damaged batches; a rerun drops and recomputes them (:meth:`repair`).
+
+        Files of a batch a killed process never committed are not damage: :meth:`recover` removes them.
+        """
+        return self._scan()[1]
+
+    def _scan(self) -> tuple[list[dict[str, Any]], list[Damage]]:
         folder = self.path / _COMMITS
-        if not folder.is_dir():
-            return []
-        out = []
-        for f in sorted(folder.glob("*.json")):
+        good: list[dict[str, Any]] = []
+        damage: list[Damage] = []
+        numbers: set[int] = set()
+        files = sorted(f for f in folder.iterdir() if _COMMITTED.match(f.name)) if folder.is_dir() else []
+        for f in files:
+            batch = int(f.name[:6])
+            numbers.add(batch)
+            rel = f"{_COMMITS}/{f.name}"
             try:
-                out.append(json.loads(f.read_text(encoding="utf-8")))
-            except ValueError as exc:
-                raise RunFolderError(f"{f} is damaged ({exc}); remove it to drop that batch") from None
-        return out
+                record = json.loads(f.read_bytes())
+            except (OSError, ValueError) as exc:
+                damage.append(Damage(batch, f"{rel} is not readable JSON ({exc})"))
+                continue
+            problem = self._check_commit(record, batch)
+            if problem is not None:
+                damage.append(Damage(batch, f"{rel} {problem}" if problem.startswith("is ") else problem))
+                continue
+            good.append(record)
+        last = max(numbers | {self._counted_batches()})
+        damage += [
+            Damage(n, f"its commit file {_COMMITS}/{n:06d}.json is missing") for n in range(1, last + 1)
+            if n not in numbers
+        ]  # fmt: skip
+        return good, sorted(damage)
+
+    def _check_commit(self, record: Any, batch: int) -> str | None:
+        """What is wrong with a commit record and the parts it names (``None``: nothing)."""
+        if not isinstance(record, dict) or record.get("batch") != batch or not isinstance(record.get("files"), dict):
+            return "is not a commit record of this batch"
+        sizes = record.get("sizes") or {}
+        for rels in record["files"].values():
+            for rel in rels if isinstance(rels, list) else [rels]:
+                if not isinstance(rel, str) or not _PART.match(Path(rel).name) or ".." in Path(rel).parts:
+                    return f"names a file that is not a part of the folder: {rel!r}"
+                part = self.path / rel
+                try:
+                    size = part.stat().st_size
+                except OSError:
+                    return f"{rel} is missing"
+                if rel in sizes:
+                    if size != sizes[rel]:
+                        return f"{rel} is {size:,} bytes where its commit recorded {sizes[rel]:,}"
+                elif not _whole_parquet(part, size):
+                    return f"{rel} is not a whole Parquet file"
+        return None
+
+    def _counted_batches(self) -> int:
+        """The batches the manifest counts as committed (0 when it says nothing, or cannot be read)."""
+        try:
+            data = json.loads((self.path / MANIFEST).read_bytes())
+        except (OSError, ValueError):
+            return 0
+        batches = data.get("batches") if isinstance(data, dict) else None
+        return batches if isinstance(batches, int) else 0
 
     def committed_files(self) -> dict[str, list[Path]]:
-        """The committed part files of every dataset (reading the commit files once)."""
+        """The part files of every dataset in the undamaged committed batches (scanning the commits once)."""
         files: dict[str, list[Path]] = {name: [] for name in DATASETS}
         for c in self.commits():
             for name, rels in c["files"].items():
@@ -113,11 +204,21 @@ class RunFolder:
         if not p.exists():
             return None
         try:
-            return RunManifest.model_validate_json(p.read_bytes())
-        except ValidationError as exc:
-            if not self.is_marked():
-                raise RunFolderError(f"{self.path} is not a delta_eval run folder ({MANIFEST} is not ours)") from None
-            raise RunFolderError(f"{p} is damaged: {describe_invalid(exc)}") from None
+            data = json.loads(p.read_bytes())
+        except (OSError, ValueError) as exc:
+            problem = f"not JSON ({exc})"
+        else:
+            if not isinstance(data, dict):
+                problem = f"not a JSON object but a {type(data).__name__}"
+            else:
+                try:
+                    return RunManifest.model_validate(data)
+                except ValidationError as exc:
+                    fields = sorted({".".join(map(str, e["loc"])) or "(top level)" for e in exc.errors()})
+                    problem = f"fields missing or invalid: {', '.join(fields[:8])}"
+        if not self.is_marked():
+            raise RunFolderError(f"{self.path} is not a delta_eval run folder ({MANIFEST} is not ours)")
+        raise RunFolderError(f"{p} is damaged: {problem}")
 
     def is_marked(self) -> bool:
         """Whether the folder carries the library's marker."""
@@ -150,22 +251,37 @@ class RunFolder:
     # -- writing ---------------------------------------------------------------------------------------------
 
     def recover(self) -> list[Path]:
-        """Delete part and temporary files that no commit names (left by a killed process); return them."""
-        commits = self.commits()
-        committed = {(self.path / rel).resolve() for c in commits for files in c["files"].values() for rel in files}
+        """Delete the library's part and temporary files that no commit names (left by a killed process, or by a
+        damaged batch); return them. Files the library does not name so are never touched."""
+        committed = {rel for c in self.commits() for rels in c["files"].values() for rel in rels}
         removed = []
-        for name in (*DATASETS, _COMMITS, "."):
+        for name, pattern in [*((d, _PART) for d in DATASETS), (_COMMITS, _COMMIT_TMP), (".", _ROOT_TMP)]:
             folder = self.path / name
             if not folder.is_dir():
                 continue
             for f in folder.iterdir():
-                stray_part = f.suffix == ".parquet" and name != "." and f.resolve() not in committed
-                if f.name.endswith(".tmp") or stray_part:
+                if pattern.match(f.name) and f"{name}/{f.name}" not in committed and f.is_file():
                     f.unlink()
                     removed.append(f)
-        batches = [int(c["batch"]) for c in commits]
-        self._next_batch = max(batches, default=0) + 1
+        numbers = [int(f.name[:6]) for f in (self.path / _COMMITS).glob("*.json") if _COMMITTED.match(f.name)]
+        self._next_batch = max(numbers, default=0) + 1
         return removed
+
+    def repair(self) -> list[Damage]:
+        """Drop every damaged batch: its files go, and a commit record saying why takes its number (so the numbers
+        stay without gaps); then :meth:`recover`. The pairs of a dropped batch are no longer done: a rerun
+        recomputes them (their answers come from the response cache). Returns what was dropped."""
+        damage = self.damage()
+        commits = self.path / _COMMITS
+        for d in damage:
+            for name in DATASETS:
+                (self.path / name / f"part-{d.batch:06d}.parquet").unlink(missing_ok=True)
+            commits.mkdir(parents=True, exist_ok=True)
+            record = {"batch": d.batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(),
+                      "dropped": d.problem}  # fmt: skip
+            write_json_atomic(commits / f"{d.batch:06d}.json", record)
+        self.recover()
+        return damage
 
     def reset(self) -> list[Path]:
         """Remove every part file, commit and the manifest: only files the library writes, by their names (anything
@@ -209,6 +325,7 @@ class RunFolder:
             return None
         batch = self._next_batch
         files: dict[str, list[str]] = {}
+        sizes: dict[str, int] = {}
         counts: dict[str, int] = {}
         for name, rows in self._pending.items():
             if not rows:
@@ -220,6 +337,7 @@ class RunFolder:
             pq.write_table(TABLES[name].to_arrow(rows), tmp, compression="zstd")
             os.replace(tmp, final)
             files[name] = [f"{name}/{final.name}"]
+            sizes[f"{name}/{final.name}"] = final.stat().st_size
             counts[name] = len(rows)
         commits = self.path / _COMMITS
         commits.mkdir(parents=True, exist_ok=True)
@@ -227,6 +345,7 @@ class RunFolder:
             "batch": batch,
             "files": files,
             "rows": counts,
+            "sizes": sizes,
             "at": datetime.now(UTC).isoformat(),
             **(note or {}),
         }
@@ -234,7 +353,14 @@ class RunFolder:
         for rows in self._pending.values():
             rows.clear()
         self._next_batch = batch + 1
+        if self.on_commit is not None:
+            self.on_commit(batch)
         return batch
+
+    @property
+    def last_batch(self) -> int:
+        """The number of the last batch this object committed or found committed (0: none)."""
+        return self._next_batch - 1
 
 
 class FolderLock:

@@ -197,7 +197,10 @@ class RunManifest(_Model):
     describe each side in a line, ``*_model`` name their models, ``equivalence_judge`` and ``judge`` the judges
     of stages 2 and 3 as configured (``rule`` for the rule-based ones), ``judge_models`` the models of the LLM
     judges by stage; ``noise_floor`` is the folder of the A/A run the report compares the win rate with;
-    ``stopped_early`` says why the last session stopped before the sample was done (``stop_early``).
+    ``stopped_early`` says why the last session stopped before the sample was done (``stop_early``);
+    ``failure`` says why the last session failed; ``batches`` is the number of batches committed (a commit file
+    missing below it is damage, not a batch never committed). The manifest is rewritten after every batch, so a
+    killed session's calls are counted up to its last batch.
     """
 
     format: Literal["delta_eval.run/1"] = FORMAT
@@ -215,11 +218,13 @@ class RunManifest(_Model):
     judge_models: dict[str, list[str]] = Field(default_factory=dict)
     noise_floor: str | None = None
     stopped_early: str | None = None
+    failure: str | None = None
     seed: int = 0
     versions: dict[str, str] = Field(default_factory=versions)
     started_at: str = Field(default_factory=_now)
     ended_at: str | None = None
     sessions: list[Session] = Field(default_factory=list)
+    batches: int = 0
     counts: RunCounts = Field(default_factory=RunCounts)
     notes: list[str] = Field(default_factory=list)
 
@@ -232,6 +237,14 @@ class RunManifest(_Model):
         session = Session(resumed_pairs=resumed_pairs, cached_responses_at_start=cached_responses)
         self.sessions.append(session)
         return session
+
+    def checkpoint(self, batch: int, *, pairs_decided: int, calls: dict[str, CallStats]) -> None:
+        """Record a committed batch and the current session's progress (its calls and pairs so far), as a killed
+        session leaves them."""
+        session = self.sessions[-1]
+        session.pairs_decided = pairs_decided
+        session.calls = {name: stats.model_copy() for name, stats in calls.items()}
+        self.batches = max(self.batches, batch)
 
     def end_session(
         self,

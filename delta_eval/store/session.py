@@ -23,7 +23,7 @@ from typing import Any
 from delta_eval.calls import CallStats
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store.cache import SQLiteCache
-from delta_eval.store.folder import RunFolder
+from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
 
 __all__ = ["FolderSession", "Resume", "differences", "resume"]
@@ -38,6 +38,7 @@ class Resume:
     done_pairs: set[str] = field(default_factory=set)
     done_conversations: set[str] = field(default_factory=set)
     population_committed: bool = False
+    dropped: list[Damage] = field(default_factory=list)
 
 
 def differences(old: Any, new: Any, path: str = "") -> list[str]:
@@ -73,8 +74,13 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False) ->
     if not folder.is_run_folder():
         _refuse_foreign(folder)
         return Resume(fresh)
-    previous = folder.manifest()
-    if previous is None:  # marked, but the first session never wrote its manifest
+    try:
+        previous = folder.manifest()
+    except RunFolderError as exc:
+        if not overwrite:
+            raise RunFolderError(f"{exc}; overwrite it (--overwrite, overwrite=True) to start afresh") from None
+        previous = None
+    if previous is None:  # marked, but the first session never wrote its manifest (or it is damaged: overwrite)
         folder.reset()
         return Resume(fresh)
     if previous.fingerprint != fresh.fingerprint:
@@ -86,14 +92,15 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False) ->
             )
         folder.reset()
         return Resume(fresh)
+    dropped = folder.repair()
     decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
-    folder.recover()
     conversations = folder.read("conversations", ["conversation_id"]).column("conversation_id").to_pylist()
     return Resume(
         manifest=fresh.model_copy(update={"sessions": previous.sessions, "started_at": previous.started_at}),
         done_pairs=decided,
         done_conversations=set(conversations),
         population_committed=any(c.get("kind") == "population" for c in folder.commits()),
+        dropped=dropped,
     )
 
 
@@ -118,10 +125,25 @@ class FolderSession:
             self.manifest = self.state.manifest
             self.cache = SQLiteCache(cache_path)
             self.manifest.begin_session(resumed_pairs=len(self.state.done_pairs), cached_responses=len(self.cache))
+            if self.cache.moved_aside is not None:
+                self.manifest.notes.append(
+                    f"the response cache was damaged; it was moved to {self.cache.moved_aside.name} and a new one "
+                    "started"
+                )
+            self.manifest.notes += [
+                f"repaired: batch {d.batch} was damaged ({d.problem}); it was dropped and its pairs recomputed"
+                for d in self.state.dropped
+            ]
             folder.write_manifest(self.manifest)
         except BaseException:
             self.lock.release()
             raise
+
+    def checkpoint(self, batch: int, *, pairs_decided: int, calls: dict[str, CallStats]) -> None:
+        """Record a committed batch and the session's progress in the manifest (see
+        :meth:`RunManifest.checkpoint`)."""
+        self.manifest.checkpoint(batch, pairs_decided=pairs_decided, calls=calls)
+        self.folder.write_manifest(self.manifest)
 
     def close(
         self,
@@ -133,6 +155,7 @@ class FolderSession:
         read: dict[str, int],
         notes: list[str] | None = None,
         stopped_early: str | None = None,
+        failure: str | None = None,
     ) -> RunManifest:
         """End the session: count what the folder holds (with ``read``, what reading and sampling found), record
         the session's calls, cache use and the adapters' notes, write the manifest, close the cache."""
@@ -147,8 +170,16 @@ class FolderSession:
             status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts, notes=notes
         )
         self.manifest.stopped_early = stopped_early
+        self.manifest.failure = failure
+        self.manifest.batches = max(self.manifest.batches, self.folder.last_batch)
         try:
-            self.folder.write_manifest(self.manifest)
+            try:
+                self.folder.write_manifest(self.manifest)
+            except OSError:
+                # Most likely the disk is full: the files of the batch that could not be committed free some
+                # space; the manifest is small. If it still cannot be written, the run's own error says why.
+                self.folder.recover()
+                self.folder.write_manifest(self.manifest)
             self.cache.close()
         finally:
             self.lock.release()

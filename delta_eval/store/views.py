@@ -15,11 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
-from delta_eval.exceptions import RunFolderError
-from delta_eval.store.folder import MANIFEST, RunFolder
+from delta_eval.exceptions import RunFolderError, RunFolderWarning
+from delta_eval.store.folder import MANIFEST, RunFolder, damage_message
 from delta_eval.store.tables import DATASETS, SCHEMAS
 
 __all__ = ["open_run"]
@@ -63,12 +64,17 @@ def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
     """A DuckDB connection with views over the run folder's datasets (see the module docstring).
 
     The views cover the batches committed when it is called; call it again to see a run that is still going.
+    Damaged batches (see :meth:`RunFolder.damage`) are left out, with a :class:`RunFolderWarning` naming each; a
+    rerun of the run's command repairs them.
     """
     import duckdb
 
     folder = RunFolder(Path(run_dir))
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
+    folder.manifest()  # a damaged manifest is an error that names it
+    if damage := folder.damage():
+        warnings.warn(damage_message(folder.path, damage), RunFolderWarning, stacklevel=2)
     con = duckdb.connect(database)
     committed = folder.committed_files()
     for name in DATASETS:
