@@ -50,7 +50,7 @@ def config(out: Path) -> de.RunConfig:
 def test_a_full_disk_fails_the_run_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "run"
     state = fill_the_disk_after(monkeypatch, writes=8)
-    with pytest.raises(BaseException, match="No space left on device|unhandled errors") as info:
+    with pytest.raises(BaseException, match=r"No space left on device|unhandled errors") as info:
         de.run(config(out), conversations=demo_conversations())
     assert "No space left on device" in repr(info.value)
     assert state["manifest_failures"] == 1
