@@ -4,7 +4,7 @@
                                            run the bundled demo and print its report; with --wire openai |
                                            openai-responses | anthropic | gemini, through that provider's real
                                            SDK against a fake server on 127.0.0.1
-    delta-eval run CONFIG [--out DIR] [--overwrite]
+    delta-eval run CONFIG [--out DIR] [--overwrite] [--retry-errors]
                                            run (or resume) the evaluation a TOML/YAML file describes
     delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR]
                                            print the report of a run folder (beside an A/A run's win rate)
@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="start afresh in a run folder of another configuration (removes only the library's files)",
+    )
+    run.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="on resuming, try again every pair that ended in an error (default: only retryable provider errors)",
     )
 
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
@@ -135,7 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
         else:
-            result = run(args.config, out=args.out, overwrite=args.overwrite or None, progress=not args.no_progress)
+            result = run(
+                args.config,
+                out=args.out,
+                overwrite=args.overwrite or None,
+                retry_errors=args.retry_errors or None,
+                progress=not args.no_progress,
+            )
         print(render_report(result))
         return 0 if result.status == "completed" else 1
     except DeltaEvalError as exc:

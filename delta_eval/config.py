@@ -66,6 +66,8 @@ class RunConfig(BaseModel):
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
     - ``overwrite``: start afresh in an ``out`` that holds a run of another configuration (only the library's files
       are removed; the response cache stays). Without it such a folder is refused, naming what differs.
+    - ``retry_errors``: on resuming, try again every pair that ended in an error (by default only those whose
+      provider error was retryable: rate limits, server errors, lost connections).
     - ``noise_floor``: the folder of an A/A run (the same variant as baseline and candidate, judged the same way):
       its win rate is the judges' noise floor, printed beside this run's (no bearing on results). In an A/A run
       the candidate side is named ``candidate``; both sides are replayed independently.
@@ -86,6 +88,7 @@ class RunConfig(BaseModel):
     epochs: int = Field(default=1, ge=1)
     stop_early: bool = False
     overwrite: bool = False
+    retry_errors: bool = False
     concurrency: int = Field(default=16, ge=1)
     judge_concurrency: int = Field(default=8, ge=1)
     seed: int = 0
@@ -121,7 +124,7 @@ class RunConfig(BaseModel):
         left out, so that a later version adding an optional field can still resume this version's folders.
         """
         operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
-                       "noise_floor", "decision", "stop_early", "overwrite"}  # fmt: skip
+                       "noise_floor", "decision", "stop_early", "overwrite", "retry_errors"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)

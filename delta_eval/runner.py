@@ -133,7 +133,7 @@ async def execute(
             for side, v in _sides(c)
         }
         cascade = build_cascade(c.judges, JudgeContext(pool=pool, prices=c.prices, seed=c.seed, match=c.judges.match))
-        session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite)
+        session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite, retry_errors=c.retry_errors)
     except BaseException:
         await pool.aclose()
         raise

@@ -405,7 +405,10 @@ class Judgement(_Frozen):
 
 
 class ErrorRecord(_Frozen):
-    """A row of the run's ``errors`` table: what failed, where, and why, so nothing is dropped silently."""
+    """A row of the run's ``errors`` table: what failed, where, and why, so nothing is dropped silently.
+
+    ``retryable`` is the provider's word on a failed call (``True``: the same request may succeed later, and the
+    next run of the same command tries the pair again); ``None`` for errors that are not a provider's."""
 
     stage: ErrorStage
     message: str
@@ -416,6 +419,7 @@ class ErrorRecord(_Frozen):
     pair_id: str | None = None
     error_type: str = ""
     attempts: int = 0
+    retryable: bool | None = None
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @classmethod
@@ -449,4 +453,5 @@ class ErrorRecord(_Frozen):
             pair_id=pair_id,
             error_type=type(exc).__name__,
             attempts=getattr(exc, "attempts", 0),
+            retryable=retryable if isinstance(retryable := getattr(exc, "retryable", None), bool) else None,
         )

@@ -306,8 +306,9 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
     if len(m.sessions) > 1:
         for k, s in enumerate(m.sessions, start=1):
             said = f"{s.answered} answered, {s.cache.hits if s.cache else 0} from cache" if s.calls else "no record"
+            retried = f", retried {s.retried_pairs} pairs that had ended in error" if s.retried_pairs else ""
             lines.append(
-                f"  session {k}: {s.status:11s} resumed {s.resumed_pairs} pairs, "
+                f"  session {k}: {s.status:11s} resumed {s.resumed_pairs} pairs{retried}, "
                 f"{s.cached_responses_at_start} responses already cached, {said}"
             )
     for k, note in enumerate(m.notes):

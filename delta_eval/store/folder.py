@@ -268,20 +268,34 @@ class RunFolder:
         return removed
 
     def repair(self) -> list[Damage]:
-        """Drop every damaged batch: its files go, and a commit record saying why takes its number (so the numbers
-        stay without gaps); then :meth:`recover`. The pairs of a dropped batch are no longer done: a rerun
-        recomputes them (their answers come from the response cache). Returns what was dropped."""
+        """Drop every damaged batch (:meth:`drop`) and remove what a killed process left (:meth:`recover`). The
+        pairs of a dropped batch are no longer done: a rerun recomputes them (their answers come from the response
+        cache). Returns what was dropped."""
         damage = self.damage()
-        commits = self.path / _COMMITS
         for d in damage:
-            for name in DATASETS:
-                (self.path / name / f"part-{d.batch:06d}.parquet").unlink(missing_ok=True)
-            commits.mkdir(parents=True, exist_ok=True)
-            record = {"batch": d.batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(),
-                      "dropped": d.problem}  # fmt: skip
-            write_json_atomic(commits / f"{d.batch:06d}.json", record)
+            self.drop(d.batch, d.problem)
         self.recover()
         return damage
+
+    def drop(self, batch: int, reason: str) -> None:
+        """Remove a batch: its part files go, and a commit record saying why takes its number (so the numbers stay
+        without gaps). Its rows are no longer in the run."""
+        for name in DATASETS:
+            (self.path / name / f"part-{batch:06d}.parquet").unlink(missing_ok=True)
+        commits = self.path / _COMMITS
+        commits.mkdir(parents=True, exist_ok=True)
+        record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), "dropped": reason}
+        write_json_atomic(commits / f"{batch:06d}.json", record)
+
+    def batches_holding(self, dataset: str, column: str, values: set[Any]) -> set[int]:
+        """The committed batches whose rows of ``dataset`` have one of ``values`` in ``column``."""
+        found = set()
+        for c in self.commits():
+            for rel in c["files"].get(dataset, []):
+                column_values = pq.read_table(self.path / rel, columns=[column]).column(column).to_pylist()
+                if values.intersection(column_values):
+                    found.add(int(c["batch"]))
+        return found
 
     def reset(self) -> list[Path]:
         """Remove every part file, commit and the manifest: only files the library writes, by their names (anything

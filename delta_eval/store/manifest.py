@@ -73,10 +73,12 @@ class CacheStats(_Model):
 
 
 class Session(_Model):
-    """One execution of the run: when, how it ended, what it resumed, and the calls it made per model."""
+    """One execution of the run: when, how it ended, what it resumed (and ``retried_pairs``: pairs that had ended in
+    an error and were tried again), and the calls it made per model."""
 
     started_at: str = Field(default_factory=_now)
     resumed_pairs: int = 0
+    retried_pairs: int = 0
     cached_responses_at_start: int = 0
     ended_at: str | None = None
     status: SessionStatus = "running"
@@ -228,13 +230,15 @@ class RunManifest(_Model):
     counts: RunCounts = Field(default_factory=RunCounts)
     notes: list[str] = Field(default_factory=list)
 
-    def begin_session(self, *, resumed_pairs: int, cached_responses: int) -> Session:
+    def begin_session(self, *, resumed_pairs: int, cached_responses: int, retried_pairs: int = 0) -> Session:
         """Mark sessions that never recorded their end as killed, and start a new one."""
         for past in self.sessions:
             if past.ended_at is None:
                 past.status = "killed"
         self.status = "running"
-        session = Session(resumed_pairs=resumed_pairs, cached_responses_at_start=cached_responses)
+        session = Session(
+            resumed_pairs=resumed_pairs, cached_responses_at_start=cached_responses, retried_pairs=retried_pairs
+        )
         self.sessions.append(session)
         return session
 

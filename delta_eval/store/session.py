@@ -5,8 +5,10 @@ What a run does with the folder it is pointed at:
 - not a run folder (no marker, no manifest of ours): it must be new or empty (a response cache may already be
   there); the run claims it and starts afresh. A folder holding anything else is refused, and nothing in it is
   touched;
-- a manifest with the same fingerprint: the run resumes; files a killed process left uncommitted are removed, and
-  the pairs and conversations already written are skipped;
+- a manifest with the same fingerprint: the run resumes; files a killed process left uncommitted are removed,
+  damaged batches dropped, and the pairs and conversations already written are skipped, except pairs that ended in
+  a retryable provider error (or any error, with ``retry_errors``): the batches holding them are dropped and
+  recomputed (the other pairs in them from the response cache);
 - a manifest with another fingerprint: refused, naming the settings that differ; with ``overwrite`` the library's
   own files are removed (the response cache stays) and the run starts afresh.
 
@@ -26,7 +28,7 @@ from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
 
-__all__ = ["FolderSession", "Resume", "differences", "resume"]
+__all__ = ["FolderSession", "Resume", "differences", "errors_to_retry", "resume"]
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Resume:
     done_conversations: set[str] = field(default_factory=set)
     population_committed: bool = False
     dropped: list[Damage] = field(default_factory=list)
+    retried: int = 0
 
 
 def differences(old: Any, new: Any, path: str = "") -> list[str]:
@@ -66,7 +69,18 @@ def _refuse_foreign(folder: RunFolder) -> None:
         raise RunFolderError(f"{folder.path} exists and is not a delta_eval run folder; choose an empty or new 'out'")
 
 
-def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False) -> Resume:
+def errors_to_retry(folder: RunFolder, *, everything: bool = False) -> set[str]:
+    """The pairs that ended in an error and are tried again: those with an error the provider called retryable (a
+    rate limit, a server error, a lost connection), or with ``everything``, all of them."""
+    verdicts = folder.read("verdicts", ["pair_id", "outcome"]).to_pydict()
+    failed = {p for p, o in zip(verdicts["pair_id"], verdicts["outcome"], strict=True) if o == "error"}
+    if everything or not failed:
+        return failed
+    errors = folder.read("errors", ["pair_id", "retryable"]).to_pydict()
+    return {p for p, again in zip(errors["pair_id"], errors["retryable"], strict=True) if again and p in failed}
+
+
+def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False, retry_errors: bool = False) -> Resume:
     """Decide what to do with ``folder`` for the run ``fresh`` describes (see the module docstring).
 
     Nothing is written into a folder that is not a run folder; the caller begins the new session.
@@ -93,6 +107,9 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False) ->
         folder.reset()
         return Resume(fresh)
     dropped = folder.repair()
+    retried = errors_to_retry(folder, everything=retry_errors)
+    for batch in sorted(folder.batches_holding("verdicts", "pair_id", retried)):
+        folder.drop(batch, "tried again: it held pairs that had ended in an error")
     decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
     conversations = folder.read("conversations", ["conversation_id"]).column("conversation_id").to_pylist()
     return Resume(
@@ -101,6 +118,7 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False) ->
         done_conversations=set(conversations),
         population_committed=any(c.get("kind") == "population" for c in folder.commits()),
         dropped=dropped,
+        retried=len(retried),
     )
 
 
@@ -115,16 +133,28 @@ class FolderSession:
         manifest = session.close("completed", pairs_decided=12, calls=pool.stats(), read={"read": 200})
     """
 
-    def __init__(self, folder: RunFolder, fresh: RunManifest, cache_path: Path, *, overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        folder: RunFolder,
+        fresh: RunManifest,
+        cache_path: Path,
+        *,
+        overwrite: bool = False,
+        retry_errors: bool = False,
+    ) -> None:
         self.folder = folder
         _refuse_foreign(folder)  # before the lock, whose file would be the first thing written into it
         self.lock = folder.lock().acquire()
         try:
-            self.state = resume(folder, fresh, overwrite=overwrite)
+            self.state = resume(folder, fresh, overwrite=overwrite, retry_errors=retry_errors)
             folder.mark()
             self.manifest = self.state.manifest
             self.cache = SQLiteCache(cache_path)
-            self.manifest.begin_session(resumed_pairs=len(self.state.done_pairs), cached_responses=len(self.cache))
+            self.manifest.begin_session(
+                resumed_pairs=len(self.state.done_pairs),
+                cached_responses=len(self.cache),
+                retried_pairs=self.state.retried,
+            )
             if self.cache.moved_aside is not None:
                 self.manifest.notes.append(
                     f"the response cache was damaged; it was moved to {self.cache.moved_aside.name} and a new one "
