@@ -38,7 +38,7 @@ from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.pricing import Price
-from delta_eval.redact import describe_invalid
+from delta_eval.redact import describe_invalid, redact_secrets
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.variant import Variant
 
@@ -128,6 +128,13 @@ class RunConfig(BaseModel):
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)
+        redacted: dict[str, Any] = redact_secrets(data)
+        return redacted
+
+    def public_dump(self) -> dict[str, Any]:
+        """The whole configuration as JSON data with every secret redacted (see
+        :func:`~delta_eval.redact.redact_secrets`): what a run folder keeps of it."""
+        data: dict[str, Any] = redact_secrets(self.model_dump(mode="json"))
         return data
 
 

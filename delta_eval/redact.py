@@ -13,27 +13,70 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["REDACTED", "describe_invalid", "redact_secrets"]
+__all__ = ["REDACTED", "describe_invalid", "redact_secrets", "redact_text"]
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|credential)", re.IGNORECASE)
+#: Keys whose value is a secret wherever they appear (provider options, ``params.extra``, a judge's options).
+_SECRET_KEY = re.compile(
+    r"(api[_-]?key|secret|token|password|passwd|authori[sz]ation|credential|cookie|signature|private[_-]?key|"
+    r"bearer|session[_-]?id|^auth$|^key$)",
+    re.IGNORECASE,
+)
+#: Keys that name a secret's word but count something else (``max_tokens``, ``thinking_budget_tokens``).
+_NOT_SECRET_KEY = re.compile(r"(tokens|^max_|budget|_field$|_env$)", re.IGNORECASE)
+#: Keys that hold HTTP headers: every value under them is secret (a header may carry any token).
+_HEADERS_KEY = re.compile(r"headers?$", re.IGNORECASE)
+#: Secrets recognised by their shape, wherever they are: keys of the major providers, bearer tokens, JWTs.
+_SECRET_VALUE = re.compile(
+    r"(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}|"
+    r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*)"
+)
+#: The userinfo of a URL (``https://user:password@host``).
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s]+@")
 REDACTED = "***"
 
 
-def redact_secrets(value: Any) -> Any:
-    """``value`` with every entry whose key names a secret (``api_key``, ``token``, ...) replaced by ``***``.
+def redact_text(text: str) -> str:
+    """``text`` without URL userinfo and without anything shaped like a provider key, bearer token or JWT.
 
-    Names of environment variables that hold a secret (``api_key_env``) are kept: they are not secrets.
+    Example:
+        >>> redact_text("https://bob:hunter2@proxy.example/v1 with Bearer abcdefgh12345")
+        'https://***@proxy.example/v1 with ***'
+    """
+    text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    return _SECRET_VALUE.sub(REDACTED, text)
+
+
+def redact_secrets(value: Any) -> Any:
+    """``value`` with every secret replaced by ``***``: entries whose key names a secret (``api_key``, ``token``,
+    ``password``, ...), everything under a headers key, URL userinfo, and values shaped like keys (``sk-...``,
+    ``Bearer ...``). Names of environment variables that hold a secret (``api_key_env``) are kept: they are not
+    secrets. Applied to everything a run writes that came from its configuration.
     """
     if isinstance(value, Mapping):
-        return {
-            k: REDACTED
-            if _SECRET_KEY.search(str(k)) and not str(k).lower().endswith("_env") and v is not None
-            else redact_secrets(v)
-            for k, v in value.items()
-        }
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            name = str(k)
+            if v is None or name.lower().endswith("_env"):
+                out[k] = redact_secrets(v)
+            elif _HEADERS_KEY.search(name) and isinstance(v, Mapping | list | tuple):
+                out[k] = _all_redacted(v)
+            elif _SECRET_KEY.search(name) and not _NOT_SECRET_KEY.search(name):
+                out[k] = REDACTED
+            else:
+                out[k] = redact_secrets(v)
+        return out
     if isinstance(value, list | tuple):
         return [redact_secrets(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
     return value
+
+
+def _all_redacted(value: Any) -> Any:
+    """Headers as a mapping or as a list of pairs: the names stay, every value goes."""
+    if isinstance(value, Mapping):
+        return {k: REDACTED for k in value}
+    return [[item[0], REDACTED] if isinstance(item, list | tuple) and len(item) == 2 else REDACTED for item in value]
 
 
 def describe_invalid(exc: ValidationError) -> str:

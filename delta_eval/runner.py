@@ -100,7 +100,7 @@ async def execute(
     folder = RunFolder(c.out)
     fresh = RunManifest(
         fingerprint={**c.fingerprint(), "source_name": source.name},
-        config=c.model_dump(mode="json"),
+        config=c.public_dump(),
         source=source.name,
         baseline=c.baseline.describe(),
         candidate=c.candidate.describe(),

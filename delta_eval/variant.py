@@ -85,7 +85,7 @@ class Variant(BaseModel):
         parts = [self.model]
         if self.system_prompt is not None:
             parts.append("system prompt replaced")
-        changed = self.params.model_dump(exclude_defaults=True)
+        changed = redact_secrets(self.params.model_dump(mode="json", exclude_defaults=True))
         if changed:
             parts.append(", ".join(f"{k}={v}" for k, v in changed.items()))
         if self.tools is not None:

@@ -30,6 +30,7 @@ from delta_eval.exceptions import (
     RateLimitError,
     TransientError,
 )
+from delta_eval.redact import redact_text
 
 __all__ = ["connection_error", "is_transport_error", "retry_after", "scrub", "status_error"]
 
@@ -38,11 +39,12 @@ _FILTER = re.compile(r"content[_ ]filter|content management policy|responsible a
 
 
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` with every non-empty secret in it replaced by ``***``."""
+    """``text`` with every non-empty secret in it replaced by ``***``, and whatever looks like one (URL userinfo,
+    key-shaped strings: see :func:`~delta_eval.redact.redact_text`)."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    return text
+    return redact_text(text)
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:

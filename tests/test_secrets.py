@@ -1,0 +1,150 @@
+"""No secret in any output: a run with a secret in every place a configuration can hold one, then a scan of every
+file of its folder (the manifest, each Parquet file through DuckDB, the cache's rows, the errors) and of what the
+command printed."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import delta_eval as de
+from delta_eval.cli import main
+from delta_eval.demo import behaviours
+from delta_eval.redact import redact_secrets
+from delta_eval.schema import Conversation
+from delta_eval.testing import FakeOpenAIServer, SimulatedBehaviour
+
+SECRETS = {
+    "inline api_key": "inline-key-5f1d9c0b",
+    "header value": "header-value-8a7e6d5c",
+    "URL userinfo": "url-password-3b2a1f0e",
+    "params.extra token": "extra-token-9c8b7a6f",
+    "headers list in params.extra": "listed-header-4d3c2b1a",
+    "judge api_key": "judge-key-7e6d5c4b",
+    "key-shaped value": "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX",
+}
+
+
+def everything_in(folder: Path) -> str:
+    """Every file's content as text: Parquet read through DuckDB, SQLite through its rows, the rest as bytes."""
+    parts = []
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        parts.append(path.read_bytes().decode("utf-8", "replace"))
+        if path.suffix == ".parquet":
+            rows = duckdb.sql(f"SELECT * FROM read_parquet('{path}')").fetchall()
+            assert rows
+            parts.append(repr(rows))
+        elif path.name == "cache.sqlite":
+            with sqlite3.connect(path) as db:
+                parts.append(repr(db.execute("SELECT * FROM responses").fetchall()))
+    return "\n".join(parts)
+
+
+def test_no_secret_reaches_the_run_folder_or_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tau_conversations: list[Conversation]
+) -> None:
+    s = SECRETS
+    # The candidate rewords every reply, so pairs reach the judges.
+    behaviour = {**behaviours(latency_ms=0.0), "candidate": SimulatedBehaviour(reword_rate=1.0, latency_ms=0.0)}
+    with FakeOpenAIServer(recordings=tau_conversations, behaviour=behaviour) as server:
+        url = server.base_url.replace("http://", f"http://scan-user:{s['URL userinfo']}@")
+        config = tmp_path / "eval.toml"
+        config.write_text(
+            f"""
+out = "run"
+max_turns_per_conversation = 1
+description = "secrets scan"
+
+[source]
+path = "{de.demo.DEMO_CONVERSATIONS}"
+messages = "traj"
+id = "{{task_id}}/{{trial}}"
+tools = "{de.demo.DEMO_TOOLS}"
+
+[sample]
+n = 3
+
+[baseline]
+model = "openai:baseline"
+[baseline.provider_options]
+base_url = "{url}"
+api_key = "{s["inline api_key"]}"
+headers = {{ X-Team = "{s["header value"]}" }}
+
+[candidate]
+model = "openai:candidate"
+name = "candidate"
+system_prompt = "Be brief. {{{{recorded_system_prompt}}}}"
+provider_options = {{ base_url = "{server.base_url}", api_key = "{s["key-shaped value"]}" }}
+
+[candidate.params.extra]
+metadata = {{ access_token = "{s["params.extra token"]}" }}
+headers = [["X-Auth", "{s["headers list in params.extra"]}"]]
+
+[judges.judge]
+model = "openai:judge"
+provider_options = {{ base_url = "{server.base_url}", api_key = "{s["judge api_key"]}" }}
+"""
+        )
+        assert main(["run", str(config), "--no-progress"]) == 0
+        assert main(["report", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr()
+    result = de.open_result(tmp_path / "run")
+    assert result.counts.pairs == 3
+    assert result.counts.by_stage.get("judge", 0) + result.counts.by_stage.get("equivalence", 0) > 0
+    written = everything_in(tmp_path / "run")
+    assert "openai:candidate" in written  # the scan reads what the run wrote
+    for where, secret in SECRETS.items():
+        assert secret not in written, f"the {where} reached the run folder"
+        assert secret not in printed.out + printed.err, f"the {where} reached the console"
+    # what stands in for them
+    baseline = result.manifest.config["baseline"]["provider_options"]
+    assert baseline["api_key"] == "***"
+    assert baseline["headers"] == {"X-Team": "***"}
+    assert baseline["base_url"].startswith("http://***@127.0.0.1:")
+
+
+def test_a_rejected_secret_is_never_echoed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secret = "sk-live-0123456789abcdefghij"
+    for body in (
+        f'[baseline]\nmodel = "simulated:a"\nparams = {{ temperature = "{secret}" }}\n',
+        f'[baseline]\nmodel = "openai:gpt-4o"\nprovider_options = {{ apikey = "{secret}" }}\n',
+        f'[baseline]\nmodel = "openai:gpt-4o"\nprovider_options = {{ headers = [["Authorization", "{secret}"]] }}\n',
+        f'[baseline]\nmodel = "openai:gpt-4o"\nprovider_options = {{ timeout = "{secret}" }}\n',
+    ):
+        config = tmp_path / "bad.toml"
+        config.write_text(
+            f'out = "x"\n[source]\npath = "{de.demo.DEMO_CONVERSATIONS}"\nmessages = "traj"\n{body}'
+            '[candidate]\nmodel = "simulated:b"\n'
+        )
+        assert main(["run", str(config), "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        assert "error" in err
+        assert secret not in err
+        assert not (tmp_path / "x").exists()
+
+
+def test_redaction_covers_names_headers_urls_and_key_shapes() -> None:
+    value = {
+        "base_url": "https://me:pw123456@proxy.example/v1",
+        "max_tokens": 512,
+        "max_tokens_field": "max_tokens",
+        "thinking": {"budget_tokens": 1024},
+        "api_key_env": "MY_KEY",
+        "extra": {"note": "call with Bearer abcdefgh12345678", "refresh_token": "r-1"},
+        "headers": [["X-Api", "v1"], ["X-Other", "v2"]],
+    }
+    assert redact_secrets(value) == {
+        "base_url": "https://***@proxy.example/v1",
+        "max_tokens": 512,
+        "max_tokens_field": "max_tokens",
+        "thinking": {"budget_tokens": 1024},
+        "api_key_env": "MY_KEY",
+        "extra": {"note": "call with ***", "refresh_token": "***"},
+        "headers": [["X-Api", "***"], ["X-Other", "***"]],
+    }
