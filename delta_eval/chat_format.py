@@ -13,7 +13,10 @@ object instead of a JSON string (re-serialised), and ``content`` next to ``tool_
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,8 +72,56 @@ def _tool_call(raw: Any, err: _Err, field: str) -> ToolCall:
     if args is None:
         args = "{}"
     elif not isinstance(args, str):
-        args = json.dumps(args, ensure_ascii=False)
+        try:
+            # Given as an object; a SQL source may hand over dates and decimals for what were JSON strings.
+            args = json.dumps(args, ensure_ascii=False, default=_as_json)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise err(f"{field}.function.arguments", f"arguments cannot be written as JSON: {exc}") from None
+    # Counting brackets first keeps the exact scan for the rare arguments that could be too deep.
+    if args.count("[") + args.count("{") > MAX_JSON_DEPTH and (depth := json_depth(args)) > MAX_JSON_DEPTH:
+        raise err(f"{field}.function.arguments", f"arguments nest {depth} levels deep (at most {MAX_JSON_DEPTH})")
     return ToolCall(id=call_id, name=name, arguments=args)
+
+
+def _as_json(value: Any) -> Any:
+    """JSON for the values a database gives where the export had JSON strings (dates, times, decimals, UUIDs)."""
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value) if isinstance(value, uuid.UUID) else float(value)
+    raise TypeError(f"a value of type {type(value).__name__} is not JSON")
+
+
+#: How deep tool-call arguments may nest: real ones stay far below; Python's parser fails near 1,000 levels and
+#: every later reader of the arguments would fail with it.
+MAX_JSON_DEPTH = 100
+
+
+def json_depth(text: str) -> int:
+    """How deep the brackets of a JSON text nest (brackets inside strings do not count).
+
+    Example:
+        >>> json_depth('{"a": [1, {"b": "[[["}]}')
+        3
+    """
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str = "messages") -> tuple[Message, ...]:

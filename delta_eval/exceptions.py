@@ -6,6 +6,7 @@ The tree::
     ├── ConfigError              a run configuration or variant that cannot work (raised before anything runs)
     ├── RecordError              one bad input record: names the source, the record and the field
     ├── RunFolderError           a run folder that cannot be opened, resumed or written
+    ├── SourceError              a source with no conversation to replay (the errors table says why)
     ├── JudgeError               a judge's answer that cannot be used (malformed JSON, failed validation)
     ├── ToolSimulationError      a tool simulator failed on a replayed call (that replay ends in error)
     └── ProviderError            a model call failed; ``retryable`` says whether trying again may help
@@ -42,6 +43,7 @@ __all__ = [
     "RecordError",
     "RunFolderError",
     "RunFolderWarning",
+    "SourceError",
     "ToolSimulationError",
     "TransientError",
 ]
@@ -85,6 +87,11 @@ class JudgeError(DeltaEvalError):
         self.usage = usage
         self.cost_usd = cost_usd
         self.latency_ms = latency_ms
+
+
+class SourceError(DeltaEvalError):
+    """The source gave no conversation to replay (empty, unreadable, every record bad, or all left out); the
+    message says which, and the bad records are rows of the run's ``errors`` table."""
 
 
 class ToolSimulationError(DeltaEvalError):

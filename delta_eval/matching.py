@@ -109,7 +109,7 @@ def _canonical(arguments: str, opts: MatchOptions) -> str:
     # Cached by the raw text: replays fingerprint the same recorded calls many times.
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse, so compared as text
         return "raw:" + _SPACE.sub(" ", arguments.strip())
     return json.dumps(_canon(parsed, opts), ensure_ascii=False, separators=(",", ":"))
 

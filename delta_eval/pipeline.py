@@ -25,6 +25,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.config import RunConfig
+from delta_eval.exceptions import SourceError
 from delta_eval.ingest.source import ConversationSource
 from delta_eval.judges.cascade import Decision, JudgeCascade
 from delta_eval.progress import RunProgress
@@ -185,6 +186,8 @@ class Stages:
             self.folder.add("strata", plan.sample.strata)
             self.folder.commit(note={"kind": "population"})
             p.error_rows += len(plan.errors)
+        if (why := plan.nothing_to_run(self.source.name)) is not None:
+            raise SourceError(why)  # never "completed, 0 pairs" in silence; the bad records are written above
         return plan.sample
 
     def _commit(self) -> None:

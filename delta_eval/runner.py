@@ -22,7 +22,7 @@ from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import split_model_id
 from delta_eval.config import RunConfig
-from delta_eval.exceptions import ConfigError
+from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.config import build_cascade
@@ -72,6 +72,8 @@ def describe_failure(exc: BaseException) -> str:
         where = getattr(exc, "filename", None) or "the run folder"
         return f"the disk is full (writing {where}): free space, then rerun the same command to resume"
     text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, DeltaEvalError) and text:
+        return text[:500]  # our own errors say what happened in words
     return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
 
 

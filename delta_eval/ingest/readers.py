@@ -14,7 +14,17 @@ from typing import Any
 
 from delta_eval.exceptions import ConfigError, RecordError
 
-__all__ = ["READERS", "RawRecord", "infer_format", "iter_json", "iter_jsonl", "iter_parquet", "iter_sql"]
+__all__ = [
+    "MAX_DEPTH",
+    "READERS",
+    "RawRecord",
+    "infer_format",
+    "iter_json",
+    "iter_jsonl",
+    "iter_parquet",
+    "iter_sql",
+    "parse_json",
+]
 
 RawRecord = tuple[str, Any]
 _BATCH_ROWS = 1024
@@ -38,40 +48,100 @@ def infer_format(path: Path) -> str:
     raise ConfigError(f"cannot tell the format of {path}: name it .json, .jsonl or .parquet, or pass format=")
 
 
-def _open_text(path: Path) -> Any:
+#: How deep a record's JSON may nest. Python's parser gives up near 1,000 levels with a RecursionError; real
+#: conversations stay far below this, and a record nested deeper is that record's error, not the run's.
+MAX_DEPTH = 200
+
+
+def _open_binary(path: Path) -> Any:
     if path.suffix.lower() == ".gz":
         import gzip
 
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
+        return gzip.open(path, "rb")
+    return path.open("rb")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads``, with nesting too deep for the parser reported as a ``ValueError`` like any bad JSON.
+
+    Example:
+        >>> parse_json('{"a": [1]}')
+        {'a': [1]}
+        >>> try:
+        ...     parse_json("[" * 5000 + "]" * 5000)
+        ... except ValueError as exc:
+        ...     print(exc)
+        JSON nested too deep (more than the parser's limit of about 1,000 levels)
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep (more than the parser's limit of about 1,000 levels)") from None
+
+
+def _read_error(path: Path, label: str, exc: BaseException) -> RecordError:
+    if isinstance(exc, UnicodeDecodeError):
+        return RecordError(str(path), label, "", f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at column "
+                           f"{exc.start + 1})")  # fmt: skip
+    return RecordError(str(path), label, "", f"not valid JSON: {exc}")
+
+
+def _cut_short(path: Path, after: str, exc: BaseException) -> RecordError:
+    """The error of a file that ends early (a truncated .gz, an unreadable tail): what was read before stays."""
+    return RecordError(str(path), after, "", f"the file ends early or is damaged here ({type(exc).__name__}: {exc}); "
+                       "the records before this point were read")  # fmt: skip
 
 
 def iter_json(path: Path) -> Iterator[RawRecord]:
-    """Records of a JSON file holding a list of objects (or one object)."""
-    with _open_text(path) as fh:
-        try:
-            data = json.load(fh)
-        except ValueError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc}); for one record per line use format='jsonl'") from None
+    """Records of a JSON file holding a list of objects (or one object). A file that cannot be read as JSON is
+    one bad record (naming why), not a crash: a run over it ends saying no conversation could be read."""
+    try:
+        with _open_binary(path) as fh:
+            raw = fh.read()
+    except Exception as exc:  # EOFError, BadGzipFile, zlib.error: a truncated or damaged compressed file
+        yield "the file", _cut_short(path, "the file", exc)
+        return
+    try:
+        data = parse_json(raw.decode("utf-8"))
+    except ValueError as exc:
+        hint = "; for one record per line name it .jsonl or pass format='jsonl'"
+        yield "the file", RecordError(str(path), "the file", "", _read_error(path, "", exc).reason + hint)
+        return
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
-        raise ConfigError(f"{path}: expected a JSON list of conversation records, got {type(data).__name__}")
+        yield (
+            "the file",
+            RecordError(
+                str(path), "the file", "", f"expected a JSON list of conversation records, got {type(data).__name__}"
+            ),
+        )
+        return
     for i, rec in enumerate(data):
         yield f"record {i}", rec
 
 
 def iter_jsonl(path: Path) -> Iterator[RawRecord]:
-    """Records of a JSON Lines file; a line that is not valid JSON yields a :class:`RecordError`."""
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
+    """Records of a JSON Lines file; a line that is not valid UTF-8 or JSON yields a :class:`RecordError`, and so
+    does a file that ends early (a truncated ``.gz``), after the lines before it."""
+    lineno = 0
+    with _open_binary(path) as fh:
+        while True:
+            try:
+                line = fh.readline()
+            except Exception as exc:  # EOFError, BadGzipFile, zlib.error: the file is cut short or damaged
+                yield f"after line {lineno}", _cut_short(path, f"after line {lineno}", exc)
+                return
+            if not line:
+                return
+            lineno += 1
             if not line.strip():
                 continue
             label = f"line {lineno}"
             try:
-                yield label, json.loads(line)
-            except ValueError as exc:
-                yield label, RecordError(str(path), label, "", f"not valid JSON: {exc}")
+                yield label, parse_json(line.decode("utf-8"))
+            except ValueError as exc:  # UnicodeDecodeError is a ValueError
+                yield label, _read_error(path, label, exc)
 
 
 def iter_parquet(path: Path) -> Iterator[RawRecord]:

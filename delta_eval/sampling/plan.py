@@ -40,16 +40,45 @@ class SamplePlan:
     errors: list[ErrorRecord] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=dict)
 
+    def nothing_to_run(self, source: str) -> str | None:
+        """Why the sample holds no conversation, in a sentence naming the source (``None`` when it holds some).
+
+        Example:
+            >>> empty = SampleResult(selected={}, strata=(), population=0)
+            >>> SamplePlan(empty, read=0, read_errors=0).nothing_to_run("x.jsonl")
+            'x.jsonl holds no records'
+        """
+        if self.sample.selected:
+            return None
+        first = f" (the first: {self.errors[0].message})" if self.errors else ""
+        if self.read == 0:
+            return f"{source} holds no records"
+        readable = self.read - self.read_errors
+        if readable == 0 and self.read == 1:
+            return f"{source} could not be read: {self.errors[0].message}"
+        if readable == 0:
+            return f"none of the {self.read} records of {source} could be read{first}; see the errors table"
+        if self.sample.population == 0 and self.sample.excluded == 0:
+            return (f"no conversation of {source} could be placed in a stratum ({len(self.errors)} errors{first}); "
+                    "see the errors table")  # fmt: skip
+        if self.sample.population == 0:
+            return f"the sample's 'where' condition left out all {self.sample.excluded} conversations of {source}"
+        return f"the sample drew no conversation from the {self.sample.population} of {source}"
+
 
 def sample_source(
     source: ConversationSource | Iterable[Conversation | RecordError],
     spec: Stratified,
     counters: Mapping[str, Callable[[Conversation], int]] | None = None,
 ) -> SamplePlan:
-    """Read ``source`` once into its population table and draw ``spec``'s sample from it."""
+    """Read ``source`` once into its population table and draw ``spec``'s sample from it (an empty one when no
+    record could be read: see :meth:`SamplePlan.nothing_to_run`)."""
     errors: list[ErrorRecord] = []
     population = build_population(source, spec, errors.append, counters=counters)
-    sample = draw_sample(population, spec)
+    # Nothing readable: no sample to draw (its strata would name columns no record had); the caller says why.
+    sample = (
+        draw_sample(population, spec) if population.num_rows else SampleResult(selected={}, strata=(), population=0)
+    )
     drawn = population.filter(pc.is_in(population["position"], pa.array(sorted(sample.selected), pa.int64())))
     return SamplePlan(
         sample=sample,

@@ -86,6 +86,8 @@ def build_population(
         for col in extra.values():
             if len(col) < count:
                 col.append(None)
+    for name in functions:  # a function that failed on every record still names its column (all missing)
+        extra.setdefault(name, [None] * count)
     table = pa.table(
         {
             "position": pa.array(rows["position"], pa.int64()),
