@@ -52,6 +52,8 @@ class RunConfig(BaseModel):
     - ``sample``: how to sample them (``None``: every conversation).
     - ``max_tool_rounds``: tool-call rounds allowed per replayed turn; a turn still calling tools after that is
       marked ``hit_tool_cap`` and not retried.
+    - ``replay_greetings``: replay greetings too (assistant turns before any user message, left out by default:
+      the model would be sent nothing to answer; the report counts them).
     - ``max_turns_per_conversation``: replay at most this many turns of each sampled conversation (drawn with
       ``seed``; ``None``: all turns). Pair weights account for it.
     - ``epochs``: replay (and judge) each point this many times per side, to see how consistent each side is and
@@ -85,6 +87,7 @@ class RunConfig(BaseModel):
     judges: Judges = Judges()
     max_tool_rounds: int = Field(default=5, ge=0)
     max_turns_per_conversation: int | None = Field(default=None, ge=1)
+    replay_greetings: bool = False
     epochs: int = Field(default=1, ge=1)
     stop_early: bool = False
     overwrite: bool = False

@@ -51,6 +51,33 @@ class FieldMapping(BaseModel):
       or a mapping ``{name: path}``.
     - ``tools``: tool specs offered to every conversation (a list, or the path of a JSON file holding one).
     - ``tools_field``: dotted path to per-record tool specs; used when present, overriding ``tools``.
+
+    For nested exports (one document holding many conversations, messages in another dialect):
+
+    - ``records``: the path of the list of conversation records inside each document (``"simulations[*]"``);
+      metadata paths starting with ``$.`` then read the document itself (``"$.info.domain"``).
+    - ``message_fields``: where a message keeps a field under another name, as ``{canonical: source}``
+      (``{"tool_call_id": "id"}``).
+    - ``roles``: source roles renamed (``{"human": "user"}``); a role mapped to ``None`` or ``""`` is left out.
+    - ``skip``: messages and tool calls whose fields have these values are left out (``{"requestor": "user"}``:
+      tool calls the user side made, which the agent never saw, and their results); a user message left with
+      nothing to say goes too.
+
+    Example:
+        >>> m = FieldMapping(records="simulations[*]", message_fields={"tool_call_id": "id"},
+        ...                  skip={"requestor": "user"}, metadata={"domain": "$.info.domain"})
+        >>> doc = {"info": {"domain": "telecom"}, "simulations": [{"id": "s1", "messages": [
+        ...     {"role": "user", "content": "my phone is offline"},
+        ...     {"role": "user", "content": None, "tool_calls": [
+        ...         {"id": "u1", "name": "toggle_airplane_mode", "arguments": {}, "requestor": "user"}]},
+        ...     {"role": "tool", "id": "u1", "content": "off", "requestor": "user"},
+        ...     {"role": "assistant", "content": None, "tool_calls": [
+        ...         {"id": "a1", "name": "check_line", "arguments": {"line": 1}, "requestor": "assistant"}]},
+        ...     {"role": "tool", "id": "a1", "content": "ok", "requestor": "assistant"},
+        ...     {"role": "assistant", "content": "Your line works."}]}]}
+        >>> conv = m.to_conversation(m.records_of(doc)[0], source="x.json", root=doc)
+        >>> [msg.role for msg in conv.messages], conv.metadata
+        (['user', 'assistant', 'tool', 'assistant'], {'domain': 'telecom'})
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -60,6 +87,53 @@ class FieldMapping(BaseModel):
     metadata: tuple[str, ...] | dict[str, str] = ()
     tools: tuple[ToolSpec, ...] = ()
     tools_field: str | None = "tools"
+    records: str | None = None
+    message_fields: dict[str, str] = {}
+    roles: dict[str, str | None] = {}
+    skip: dict[str, Any] = {}
+
+    def records_of(self, document: Any) -> list[Any]:
+        """The conversation records inside one document (``records``); the document itself when unset. Raises
+        ``ValueError`` when the path leads to no list."""
+        if self.records is None:
+            return [document]
+        path = self.records.removesuffix("[*]")
+        found = get_path(document, path) if path else document
+        if not isinstance(found, list):
+            what = "nothing" if found is MISSING else f"a {type(found).__name__}"
+            raise ValueError(f"the records path {self.records!r} leads to {what}, not a list")
+        return found
+
+    def _dialect(self, raw: Any) -> Any:
+        """Messages of another dialect in the chat format: fields renamed, roles mapped, skipped ones left out."""
+        if not (self.message_fields or self.roles or self.skip) or not isinstance(raw, list):
+            return raw
+        out = []
+        for m in raw:
+            if not isinstance(m, Mapping):
+                out.append(m)
+                continue
+            if self._skipped(m):
+                continue
+            m = dict(m)
+            for canonical, source_name in self.message_fields.items():
+                if source_name in m and canonical not in m:
+                    m[canonical] = m.pop(source_name)
+            if isinstance(m.get("role"), str) and m["role"] in self.roles:
+                if not (role := self.roles[m["role"]]):
+                    continue
+                m["role"] = role
+            calls = m.get("tool_calls")
+            if self.skip and isinstance(calls, list):
+                kept = [c for c in calls if not (isinstance(c, Mapping) and self._skipped(c))]
+                m["tool_calls"] = kept or None
+                if not kept and calls and m.get("role") != "assistant" and m.get("content") in (None, ""):
+                    continue  # a user message that only made tool calls the agent never saw
+            out.append(m)
+        return out
+
+    def _skipped(self, item: Mapping[str, Any]) -> bool:
+        return bool(self.skip) and all(item.get(k, MISSING) == v for k, v in self.skip.items())
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -71,6 +145,17 @@ class FieldMapping(BaseModel):
         if isinstance(self.metadata, dict):
             return dict(self.metadata)
         return {path.rsplit(".", 1)[-1]: path for path in self.metadata}
+
+    @field_validator("roles")
+    @classmethod
+    def _known_roles(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for source_role, role in value.items():
+            if role and role not in ("system", "user", "assistant", "tool"):
+                raise ValueError(
+                    f"role {source_role!r} maps to {role!r}; map to system, user, assistant or tool, or to null or "
+                    '"" to leave it out'
+                )
+        return value
 
     def conversation_id(self, record: Mapping[str, Any], *, source: str, label: str, position: int) -> str:
         """The id of one record, following ``id``."""
@@ -89,8 +174,11 @@ class FieldMapping(BaseModel):
         except (IndexError, ValueError, TypeError) as exc:
             raise RecordError(source, label, "id", f"id template {self.id!r} failed: {exc}") from None
 
-    def to_conversation(self, record: Any, *, source: str, label: str = "", position: int = 0) -> Conversation:
-        """Build a validated :class:`Conversation` from one record, or raise :class:`RecordError`."""
+    def to_conversation(
+        self, record: Any, *, source: str, label: str = "", position: int = 0, root: Any = None
+    ) -> Conversation:
+        """Build a validated :class:`Conversation` from one record, or raise :class:`RecordError`. ``root`` is
+        the document the record came from (metadata paths starting with ``$.`` read it)."""
         if not isinstance(record, Mapping):
             raise RecordError(source, label, "", f"a record must be an object, not {type(record).__name__}")
         conv_id = self.conversation_id(record, source=source, label=label, position=position)
@@ -98,7 +186,9 @@ class FieldMapping(BaseModel):
         raw_messages = get_path(record, self.messages)
         if raw_messages is MISSING:
             raise RecordError(source, label, self.messages, "the messages field is missing")
-        messages = parse_messages(_maybe_json(raw_messages), source=source, record=label, field=self.messages)
+        messages = parse_messages(
+            self._dialect(_maybe_json(raw_messages)), source=source, record=label, field=self.messages
+        )
         tools = self.tools
         if self.tools_field:
             raw_tools = get_path(record, self.tools_field)
@@ -106,7 +196,10 @@ class FieldMapping(BaseModel):
                 tools = parse_tools(_maybe_json(raw_tools), source=source, record=label, field=self.tools_field)
         metadata = {}
         for name, path in self.metadata_paths().items():
-            value = get_path(record, path)
+            if path.startswith("$."):
+                value = get_path(root if root is not None else record, path[2:])
+            else:
+                value = get_path(record, path)
             # Kept exactly as found: a string that happens to look like JSON stays a string.
             metadata[name] = None if value is MISSING else value
         return Conversation(id=conv_id, messages=messages, tools=tools, metadata=metadata, source=source, record=label)

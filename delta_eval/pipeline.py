@@ -30,7 +30,7 @@ from delta_eval.ingest.source import ConversationSource
 from delta_eval.judges.cascade import Decision, JudgeCascade
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer, SideReplay, recorded_replay
-from delta_eval.replay.points import epochs, replay_points, select_turns
+from delta_eval.replay.points import count_turns, epochs, replay_points, select_turns
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -80,7 +80,8 @@ class Stages:
         ordered = random_order(items, c.seed)
         sizes = {}
         for _, conv in ordered:
-            points = select_turns(list(replay_points(conv)), c.max_turns_per_conversation, c.seed)
+            points = select_turns(list(replay_points(conv, greetings=c.replay_greetings)),
+                                  c.max_turns_per_conversation, c.seed)  # fmt: skip
             sizes[conv.id] = len(points) * c.epochs
         stop = EarlyStop(c.decision.margin, 1 - c.decision.confidence, max(sizes.values(), default=1))
         for conv_id, n in sizes.items():
@@ -111,7 +112,7 @@ class Stages:
                 if conv is None:
                     break
                 stratum, weight = sample.selected[position]
-                all_points = list(replay_points(conv))
+                all_points = list(replay_points(conv, greetings=self.config.replay_greetings))
                 points = select_turns(all_points, self.config.max_turns_per_conversation, self.config.seed)
                 # Subsampled turns stand for all of the conversation's turns.
                 pair_weight = weight * (len(all_points) / len(points)) if points else weight
@@ -175,11 +176,16 @@ class Stages:
         c, p = self.config, self.progress
 
         def n_pairs(conv: Conversation) -> int:
-            n = sum(1 for _ in replay_points(conv))
+            n = count_turns(conv, greetings=c.replay_greetings)
             return c.epochs * (n if c.max_turns_per_conversation is None else min(n, c.max_turns_per_conversation))
 
-        plan = sample_source(self.source, c.sample or Stratified(), counters={"n_pairs": n_pairs})
+        def greetings(conv: Conversation) -> int:
+            return 0 if c.replay_greetings else count_turns(conv, greetings=True) - count_turns(conv)
+
+        counters = {"n_pairs": n_pairs, "greetings": greetings}
+        plan = sample_source(self.source, c.sample or Stratified(), counters=counters)
         p.read, p.read_errors, p.pairs_total = plan.read, plan.read_errors, plan.totals["n_pairs"]
+        p.greetings_skipped = plan.totals["greetings"]
         p.population, p.excluded, p.sampled = plan.sample.population, plan.sample.excluded, len(plan.sample.selected)
         if not self.state.population_committed:
             self.folder.add("errors", plan.errors)

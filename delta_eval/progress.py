@@ -25,7 +25,8 @@ class RunProgress:
 
     ``read`` / ``read_errors``: records read and how many were bad; ``population`` / ``excluded`` / ``sampled``:
     conversations in the population, left out by ``where``, drawn; ``pairs_total`` / ``pairs_resumed``: pairs the
-    sample plans and those an earlier session already wrote; ``replayed``: pairs whose two sides are replayed;
+    sample plans and those an earlier session already wrote; ``greetings_skipped``: greeting turns of the sample
+    left out (see :func:`~delta_eval.replay.points.replay_points`); ``replayed``: pairs whose two sides are replayed;
     ``deterministic`` ... ``error``: verdicts by stage; ``written``: pairs committed to disk; ``error_rows``: rows
     written to the errors table.
     """
@@ -37,6 +38,7 @@ class RunProgress:
     excluded: int = 0
     sampled: int = 0
     pairs_total: int = 0
+    greetings_skipped: int = 0
     pairs_resumed: int = 0
     replayed: int = 0
     deterministic: int = 0
@@ -59,6 +61,7 @@ class RunProgress:
             "excluded_by_where": self.excluded,
             "sampled": self.sampled,
             "pairs_planned": self.pairs_total,
+            "greetings_skipped": self.greetings_skipped,
         }
 
     @property

@@ -228,6 +228,11 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
     lines.append(
         f"pairs          replayed and decided {counts.pairs} (planned {counts.pairs_planned}), "
         f"from {counts.conversations_replayed} conversations"
+        + (
+            f"; {counts.greetings_skipped} greeting turns left out (no user message before them)"
+            if counts.greetings_skipped
+            else ""
+        )
     )
     out = counts.by_outcome
     lines.append(

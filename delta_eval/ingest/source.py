@@ -57,9 +57,24 @@ class ConversationSource:
                 raise ConfigError(f"expected Conversation objects, got {type(c).__name__}")
         return cls(name, lambda: [(c.record or f"record {i}", c) for i, c in enumerate(items)], FieldMapping())
 
+    def _documents(self) -> Iterator[tuple[str, Any, Any]]:
+        """``(label, record, document)``: each record of each document (``records``), or each record as is."""
+        base = (self.mapping.records or "").removesuffix("[*]")
+        for label, raw in self._records():
+            if self.mapping.records is None or isinstance(raw, RecordError | Conversation):
+                yield label, raw, None
+                continue
+            try:
+                items = self.mapping.records_of(raw)
+            except ValueError as exc:
+                yield label, RecordError(self.name, label, self.mapping.records, str(exc)), None
+                continue
+            for j, item in enumerate(items):
+                yield f"{label}, {base}[{j}]", item, raw
+
     def __iter__(self) -> Iterator[Conversation | RecordError]:
         seen: dict[str, str] = {}
-        for position, (label, raw) in enumerate(self._records()):
+        for position, (label, raw, document) in enumerate(self._documents()):
             if isinstance(raw, RecordError):
                 yield raw
                 continue
@@ -67,7 +82,9 @@ class ConversationSource:
                 conv = (
                     raw
                     if isinstance(raw, Conversation)
-                    else self.mapping.to_conversation(raw, source=self.name, label=label, position=position)
+                    else self.mapping.to_conversation(
+                        raw, source=self.name, label=label, position=position, root=document
+                    )
                 )
             except RecordError as exc:
                 yield exc
@@ -112,6 +129,10 @@ def read_conversations(
     metadata: Sequence[str] | Mapping[str, str] | None = None,
     tools: str | Path | Sequence[Any] | None = None,
     tools_field: str | None = "tools",
+    records: str | None = None,
+    message_fields: Mapping[str, str] | None = None,
+    roles: Mapping[str, str | None] | None = None,
+    skip: Mapping[str, Any] | None = None,
 ) -> ConversationSource:
     """Read OpenAI-chat conversations from a JSON list, a JSONL file or Parquet (file or folder).
 
@@ -123,8 +144,19 @@ def read_conversations(
         metadata: fields to keep, as paths or ``{name: path}``; usable as sampling strata and prompt variables.
         tools: tool specs for every conversation: a JSON file path or a list.
         tools_field: per-record tool specs path, used instead of ``tools`` when a record has it.
+        records: for nested exports, the path of the conversation records in each document
+            (``"simulations[*]"``); metadata paths starting with ``$.`` then read the document.
+        message_fields: message fields kept under other names, ``{canonical: source}`` (``{"tool_call_id": "id"}``).
+        roles: source roles renamed (``{"human": "user"}``), or left out (``None``).
+        skip: messages and tool calls with these field values are left out (``{"requestor": "user"}``).
 
     Bad records do not raise: they are yielded as :class:`RecordError` and end up in the run's ``errors`` table.
+
+    Example (a tau2-bench results file)::
+
+        read_conversations("results.json", records="simulations[*]", id="{task_id}/{trial}",
+                           message_fields={"tool_call_id": "id"}, skip={"requestor": "user"},
+                           metadata={"reward": "reward_info.reward", "domain": "$.info.environment_info.domain_name"})
     """
     return open_source(
         _described(
@@ -135,6 +167,10 @@ def read_conversations(
             metadata=metadata or (),
             tools=tools,
             tools_field=tools_field,
+            records=records,
+            message_fields=message_fields or {},
+            roles=roles or {},
+            skip=skip or {},
         )
     )
 
@@ -158,6 +194,10 @@ def read_conversations_sql(
     metadata: Sequence[str] | Mapping[str, str] | None = None,
     tools: str | Path | Sequence[Any] | None = None,
     tools_field: str | None = "tools",
+    records: str | None = None,
+    message_fields: Mapping[str, str] | None = None,
+    roles: Mapping[str, str | None] | None = None,
+    skip: Mapping[str, Any] | None = None,
 ) -> ConversationSource:
     """Read conversations from a DuckDB query, e.g. ``SELECT * FROM read_parquet('logs/*.parquet') WHERE ...``.
 
@@ -173,6 +213,10 @@ def read_conversations_sql(
             metadata=metadata or (),
             tools=tools,
             tools_field=tools_field,
+            records=records,
+            message_fields=message_fields or {},
+            roles=roles or {},
+            skip=skip or {},
         )
     )
 

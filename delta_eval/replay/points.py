@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolResult, TurnOutput
 
-__all__ = ["epochs", "pair_id", "replay_points", "select_turns"]
+__all__ = ["count_turns", "epochs", "pair_id", "replay_points", "select_turns"]
 
 
 def pair_id(conversation_id: str, turn_index: int) -> str:
@@ -48,16 +48,18 @@ def _turn(messages: Sequence[Message], start: int) -> tuple[TurnOutput, int]:
     return TurnOutput(steps=tuple(steps)), i
 
 
-def replay_points(conversation: Conversation) -> Iterator[ReplayPoint]:
-    """Every assistant turn of ``conversation`` as a :class:`ReplayPoint`, in order."""
+def replay_points(conversation: Conversation, *, greetings: bool = False) -> Iterator[ReplayPoint]:
+    """Every assistant turn of ``conversation`` as a :class:`ReplayPoint`, in order.
+
+    A greeting (an assistant turn with no user message before it, as exports that open with "Hi! How can I help?"
+    have) is left out unless ``greetings``: replayed, the model would be sent a request with nothing to answer.
+    Turn numbers count it either way, so a turn keeps its pair id.
+    """
     messages = conversation.messages
-    i = 0
-    turn_index = 0
-    while i < len(messages):
-        if messages[i].role != "assistant":
-            i += 1
+    for turn_index, (i, user_seen) in enumerate(_turn_starts(messages)):
+        if not user_seen and not greetings:
             continue
-        recorded, end = _turn(messages, i)
+        recorded, _ = _turn(messages, i)
         yield ReplayPoint(
             pair_id=pair_id(conversation.id, turn_index),
             conversation_id=conversation.id,
@@ -68,8 +70,36 @@ def replay_points(conversation: Conversation) -> Iterator[ReplayPoint]:
             tools=conversation.tools,
             metadata=conversation.metadata,
         )
-        turn_index += 1
-        i = end
+
+
+def _turn_starts(messages: Sequence[Message]) -> Iterator[tuple[int, bool]]:
+    """Where each turn starts, and whether a user message came before it: at an assistant message that does not
+    continue a turn (after a user or system message, or after plain assistant text; after a tool result the
+    assistant goes on with its turn)."""
+    user_seen = False
+    previous: Message | None = None
+    for i, m in enumerate(messages):
+        user_seen = user_seen or m.role == "user"
+        if m.role == "assistant" and (
+            previous is None
+            or previous.role in ("user", "system")
+            or (previous.role == "assistant" and not previous.tool_calls)
+        ):
+            yield i, user_seen
+        previous = m
+
+
+def count_turns(conversation: Conversation, *, greetings: bool = False) -> int:
+    """How many points :func:`replay_points` yields, without building them (sampling counts every conversation).
+
+    Example:
+        >>> from delta_eval.schema import Conversation, Message
+        >>> conv = Conversation(id="c", messages=(Message(role="assistant", content="Hi! How can I help?"),
+        ...     Message(role="user", content="hi"), Message(role="assistant", content="hello")))
+        >>> count_turns(conv), count_turns(conv, greetings=True)
+        (1, 2)
+    """
+    return sum(1 for _, user_seen in _turn_starts(conversation.messages) if user_seen or greetings)
 
 
 def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) -> list[ReplayPoint]:

@@ -141,6 +141,7 @@ class RunCounts(_Model):
     excluded_by_where: int = 0
     sampled: int = 0
     pairs_planned: int = 0
+    greetings_skipped: int = 0
     pairs: int = 0
     conversations_replayed: int = 0
     by_stage: dict[str, int] = Field(default_factory=dict)
