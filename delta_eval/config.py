@@ -209,4 +209,4 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{p}: {describe_invalid(exc)}") from None
+        raise ConfigError(describe_invalid(exc, where=str(p))) from None

@@ -79,25 +79,85 @@ def _all_redacted(value: Any) -> Any:
     return [[item[0], REDACTED] if isinstance(item, list | tuple) and len(item) == 2 else REDACTED for item in value]
 
 
-def describe_invalid(exc: ValidationError) -> str:
-    """A validation error as text that names each bad field and what is wrong with it, but never the value given:
-    a key pasted into the wrong setting must not reach a log or a terminal.
+def describe_invalid(exc: ValidationError, where: str | None = None) -> str:
+    """A validation error in words a person reads: each bad setting by its dotted path, what it expects, and the
+    value given, unless the setting's name or the value looks secret (a key pasted into the wrong setting must not
+    reach a log or a terminal). ``where`` (a file) closes the message.
 
     Example:
         >>> from pydantic import BaseModel, ConfigDict
-        >>> class Options(BaseModel):
+        >>> class Params(BaseModel):
         ...     model_config = ConfigDict(extra="forbid")
-        ...     base_url: str = ""
-        >>> try:
-        ...     Options(api_key="sk-secret")
-        ... except ValidationError as exc:
-        ...     print(describe_invalid(exc))
-        1 invalid setting in Options:
-          api_key: Extra inputs are not permitted
+        ...     temperature: float | None = None
+        ...     api_key: int = 0
+        >>> def check(**given):
+        ...     try:
+        ...         Params(**given)
+        ...     except ValidationError as exc:
+        ...         print(describe_invalid(exc, "eval.toml"))
+        >>> check(temperature="hot")
+        temperature: expected a number, got 'hot' (eval.toml)
+        >>> check(api_key="sk-secret", top_p=1)
+        2 invalid settings in eval.toml:
+          api_key: expected a whole number
+          top_p: unknown setting
     """
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
-    lines = [f"{len(errors)} invalid setting{'s' if len(errors) != 1 else ''} in {exc.title}:"]
-    for err in errors:
-        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {err['msg']}")
-    return "\n".join(lines)
+    phrases: dict[str, list[str]] = {}  # per setting: what it expects (a union setting: each member's)
+    given: dict[str, str] = {}
+    for err in exc.errors(include_url=False):
+        parts = [str(p) for p in err["loc"] if not _UNION_MEMBER.search(str(p))]
+        path = ".".join(parts) or "(top level)"
+        said = phrases.setdefault(path, [])
+        if (phrase := _phrase(err)) not in said:
+            said.append(phrase)
+        value = err.get("input")
+        if (
+            err["type"] not in ("extra_forbidden", "missing")
+            and isinstance(value, str | int | float | bool)
+            and len(str(value)) <= 60
+            and not any(_SECRET_KEY.search(p) and not _NOT_SECRET_KEY.search(p) for p in parts)
+            and redact_text(str(value)) == str(value)
+        ):
+            given.setdefault(path, f", got {value!r}")
+    lines = [f"{path}: {' or '.join(said)}{given.get(path, '')}" for path, said in phrases.items()]
+    if len(lines) == 1:
+        return lines[0] + (f" ({where})" if where else "")
+    head = f"{len(lines)} invalid settings" + (f" in {where}" if where else "") + ":"
+    return "\n".join([head, *(f"  {line}" for line in lines)])
+
+
+#: Parts of an error's location that name a member of a union type, not a setting.
+_UNION_MEMBER = re.compile(r"[\[(]|^(str|int|float|bool|list|dict|tuple|function-\w+|lax-or-strict|[A-Z]\w+)$")
+
+
+def _phrase(err: Any) -> str:
+    """What a setting expects, for the common validation errors; pydantic's words otherwise."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    phrases = {
+        "float_parsing": "expected a number",
+        "float_type": "expected a number",
+        "int_parsing": "expected a whole number",
+        "int_type": "expected a whole number",
+        "int_from_float": "expected a whole number",
+        "bool_parsing": "expected true or false",
+        "bool_type": "expected true or false",
+        "string_type": "expected text",
+        "missing": "required",
+        "extra_forbidden": "unknown setting",
+        "model_type": "expected a table of settings",
+        "dict_type": "expected a table of settings",
+        "model_attributes_type": "expected a table of settings",
+        "list_type": "expected a list",
+        "tuple_type": "expected a list",
+    }
+    if kind in phrases:
+        return phrases[kind]
+    if kind == "literal_error":
+        return f"expected {ctx.get('expected', 'one of the allowed values')}"
+    bounds = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "more than"),
+              "less_than_equal": ("le", "at most"), "less_than": ("lt", "less than")}  # fmt: skip
+    if kind in bounds:
+        key, words = bounds[kind]
+        return f"must be {words} {ctx.get(key)}"
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")

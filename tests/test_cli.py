@@ -201,3 +201,40 @@ def test_run_refuses_a_changed_config_until_told_to_overwrite(
     assert "Traceback" not in err
     assert main(["run", str(config), "--no-progress", "--overwrite"]) == 0
     assert de.open_result(tmp_path / "runs" / "x").counts.sampled == 3
+
+
+def test_early_errors_are_one_line_before_anything_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_provider_keys: None
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    source = f'[source]\npath = "{de.demo.DEMO_CONVERSATIONS}"\nmessages = "traj"\n'
+    sides = '[baseline]\nmodel = "{base}"\n{extra}[candidate]\nmodel = "simulated:b"\n'
+    cases = [
+        ('out = "a-file"\n', {"base": "simulated:a", "extra": ""}, "'out' is a file, not a folder"),
+        ('out = "a-file/run"\n', {"base": "simulated:a", "extra": ""}, "cannot create the run folder"),
+        ('out = "r1"\n', {"base": "nosuch:model", "extra": ""}, "nosuch"),
+        ('out = "r2"\n', {"base": "openai:gpt-4.1", "extra": ""}, "no API key; set OPENAI_API_KEY"),
+        (
+            'out = "r3"\n',
+            {"base": "openai:gpt-4.1", "extra": "provider_options = { timeout = -1 }\n"},
+            "bad provider_options for openai:gpt-4.1",
+        ),
+        (
+            'out = "r4"\n',
+            {"base": "simulated:a", "extra": 'params = { temperature = "hot" }\n'},
+            "baseline.params.temperature: expected a number, got 'hot' (",
+        ),
+    ]
+    for head, side, said in cases:
+        config = tmp_path / "eval.toml"
+        config.write_text(head + source + sides.format(**side))
+        assert main(["run", str(config), "--no-progress"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert err[0].startswith("delta-eval: error: ")
+        assert said in err[0]
+    for name in ("r1", "r2", "r3", "r4"):
+        assert not (tmp_path / name).exists()  # nothing written: the errors came before the run began
+    config.write_text('out = "r5"\n' + source + sides.format(base="openai:gpt-4.1", extra=""))
+    with pytest.raises(de.ConfigError, match="no API key"):
+        main(["--debug", "run", str(config), "--no-progress"])

@@ -18,6 +18,7 @@ FolderLock`) from before it looks at the folder until it has written its manifes
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,18 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
             out += differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
         return out
     return [] if old == new else [path or "(configuration)"]
+
+
+def _check_writable(folder: RunFolder) -> None:
+    """Create the folder if it is new; refuse a file, a path that cannot be created, a folder not writable."""
+    if folder.path.is_file():
+        raise RunFolderError(f"'out' is a file, not a folder: {folder.path}")
+    try:
+        folder.path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunFolderError(f"cannot create the run folder {folder.path}: {exc.strerror or exc}") from None
+    if not os.access(folder.path, os.W_OK):
+        raise RunFolderError(f"cannot write in the run folder {folder.path}: permission denied")
 
 
 def _refuse_foreign(folder: RunFolder) -> None:
@@ -144,6 +157,7 @@ class FolderSession:
     ) -> None:
         self.folder = folder
         _refuse_foreign(folder)  # before the lock, whose file would be the first thing written into it
+        _check_writable(folder)
         self.lock = folder.lock().acquire()
         try:
             self.state = resume(folder, fresh, overwrite=overwrite, retry_errors=retry_errors)
