@@ -24,6 +24,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
+from collections import OrderedDict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -149,10 +150,25 @@ class ModelRequest(_Frozen):
         head = json.dumps([CACHE_KEY_VERSION, namespace, identity or {}], sort_keys=True, separators=(",", ":"))
         digest = hashlib.sha256(head.encode("utf-8"))
         digest.update(b"\x00")
-        # The JSON of canonical(), in field declaration order: pydantic's own serialiser is 3x faster than dumping
-        # the dict with sorted keys, and the key is computed for every call.
-        digest.update(self.model_dump_json(exclude_defaults=True).encode("utf-8"))
+        digest.update(self._body())
         return digest.hexdigest()
+
+    def _body(self) -> bytes:
+        # The JSON of canonical(), in field declaration order: pydantic's own serialiser is 3x faster than dumping
+        # the dict with sorted keys. Kept a while by object identity (the entry holds the request, so the identity
+        # is not reused while it lives): a call asks for its key more than once, and the request of a late turn
+        # of a long conversation holds its whole history.
+        hit = _BODIES.get(id(self))
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        body = self.model_dump_json(exclude_defaults=True).encode("utf-8")
+        _BODIES[id(self)] = (self, body)
+        if len(_BODIES) > 256:
+            _BODIES.popitem(last=False)
+        return body
+
+
+_BODIES: OrderedDict[int, tuple[ModelRequest, bytes]] = OrderedDict()
 
 
 class ModelResponse(_Frozen):

@@ -17,15 +17,18 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 __all__ = [
     "Conversation",
     "ErrorRecord",
+    "History",
     "Judgement",
     "Message",
     "Outcome",
@@ -239,12 +242,62 @@ class Stratum(_Frozen):
     weight: float
 
 
+class History(Sequence["Message"]):
+    """The first ``stop`` messages of a conversation, without a copy: every replay point of a conversation shares its
+    messages, so building the points of a 10,000-message conversation costs time and memory linear in its length.
+
+    Example:
+        >>> msgs = (Message(role="user", content="a"), Message(role="assistant", content="b"))
+        >>> h = History(msgs, 1)
+        >>> len(h), h[-1].content, h == msgs[:1]
+        (1, 'a', True)
+    """
+
+    __slots__ = ("_messages", "_stop")
+
+    def __init__(self, messages: tuple[Message, ...], stop: int) -> None:
+        self._messages = messages
+        self._stop = max(0, min(stop, len(messages)))
+
+    def __len__(self) -> int:
+        return self._stop
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return self._messages[: self._stop][index]
+        if not -self._stop <= index < self._stop:
+            raise IndexError("history index out of range")
+        return self._messages[index % self._stop]
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.islice(self._messages, self._stop)
+
+    def __reversed__(self) -> Iterator[Message]:
+        return (self._messages[i] for i in range(self._stop - 1, -1, -1))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, History):
+            return tuple(self) == tuple(other)
+        return isinstance(other, tuple | list) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"History({len(self)} messages)"
+
+
 class ReplayPoint(_Frozen):
     """One assistant turn of a recorded conversation, ready to replay.
 
-    ``context`` is every message before the turn, exactly as recorded; ``recorded`` is what production did in the
-    turn, kept for reference and for tool simulation, and never put into a prompt. ``pair_id`` names the pair of
-    replays made from this point (``"{conversation_id}#{turn_index}"``; with several epochs, ``"...@{epoch}"``).
+    ``context`` is every message before the turn, exactly as recorded (a :class:`History` sharing the
+    conversation's messages when built by :func:`~delta_eval.replay.points.replay_points`); ``recorded`` is what
+    production did in the turn, kept for reference and for tool simulation, and never put into a prompt.
+    ``pair_id`` names the pair of replays made from this point (``"{conversation_id}#{turn_index}"``; with several epochs, ``"...@{epoch}"``).
     ``epoch`` numbers the repeats of a point (``RunConfig.epochs``), from 1.
     """
 
@@ -253,10 +306,19 @@ class ReplayPoint(_Frozen):
     turn_index: int
     message_index: int
     epoch: int = 1
-    context: tuple[Message, ...]
+    context: Sequence[Message]
     recorded: TurnOutput
     tools: tuple[ToolSpec, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("context", mode="after")
+    @classmethod
+    def _frozen_context(cls, value: Sequence[Message]) -> Sequence[Message]:
+        return value if isinstance(value, tuple | History) else tuple(value)
+
+    @field_serializer("context")
+    def _context_items(self, value: Sequence[Message]) -> list[Message]:
+        return list(value)
 
 
 class Usage(_Frozen):

@@ -61,3 +61,16 @@ def test_judges_benchmark_measures_funnel_and_overlap(tmp_path: Path) -> None:
     rule = judges.one_run("openai", "rule", 6, 0.0, tmp_path / "rule")
     assert "overlap" not in rule
     assert rule["result"].counts.pairs == llm["result"].counts.pairs
+
+
+@pytest.mark.slow
+def test_long_conversation_benchmark_builds_the_same_points_both_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("long_conversation")
+    conv = bench.long_conversation(300)
+    assert len(conv.messages) == 300
+    new = [p.model_dump() for p in bench.replay_points(conv)]
+    old = [p.model_dump() for p in bench.old_points(conv)]
+    assert new == old
+    bench.main(["--sizes", "200", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "     200 " in out

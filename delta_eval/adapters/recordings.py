@@ -12,17 +12,32 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from delta_eval.matching import canonical_arguments
 from delta_eval.schema import Conversation, Message
 
-__all__ = ["RecordingIndex", "prefix_keys"]
+__all__ = ["RecordingIndex", "prefix_key", "prefix_keys"]
 
 
-def _fingerprint(m: Message) -> str:
+#: Fingerprints of messages seen lately, by object identity (each entry holds its message, so the identity cannot
+#: be reused while the entry lives): the requests of one conversation share its messages, and fingerprinting each
+#: again for every request of a long conversation made its replay quadratic.
+_SEEN: OrderedDict[int, tuple[Message, bytes]] = OrderedDict()
+_SEEN_MAX = 1 << 17
+
+
+def _fingerprint(m: Message) -> bytes:
+    hit = _SEEN.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
     calls = [[c.name, canonical_arguments(c)] for c in m.tool_calls]
-    return json.dumps([m.role, m.content or "", calls], ensure_ascii=False, separators=(",", ":"))
+    fp = json.dumps([m.role, m.content or "", calls], ensure_ascii=False, separators=(",", ":")).encode() + b"\x00"
+    _SEEN[id(m)] = (m, fp)
+    if len(_SEEN) > _SEEN_MAX:
+        _SEEN.popitem(last=False)
+    return fp
 
 
 def prefix_keys(messages: Sequence[Message]) -> list[str]:
@@ -32,10 +47,16 @@ def prefix_keys(messages: Sequence[Message]) -> list[str]:
     for m in messages:
         if m.role == "system":
             continue
-        h.update(_fingerprint(m).encode("utf-8"))
-        h.update(b"\x00")
+        h.update(_fingerprint(m))
         keys.append(h.hexdigest())
     return keys
+
+
+def prefix_key(messages: Sequence[Message]) -> str:
+    """The key of all the non-system messages (the last of :func:`prefix_keys`, at a fraction of the cost)."""
+    h = hashlib.sha256()
+    h.update(b"".join(_fingerprint(m) for m in messages if m.role != "system"))
+    return h.hexdigest()
 
 
 class RecordingIndex:
@@ -66,4 +87,4 @@ class RecordingIndex:
 
     def next_message(self, messages: Sequence[Message]) -> Message | None:
         """The recorded assistant message that followed exactly these messages, if any."""
-        return self._next.get(prefix_keys(messages)[-1])
+        return self._next.get(prefix_key(messages))

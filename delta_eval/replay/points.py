@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 
-from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolResult, TurnOutput
+from delta_eval.schema import Conversation, History, Message, ReplayPoint, Step, ToolResult, TurnOutput
 
 __all__ = ["count_turns", "epochs", "pair_id", "replay_points", "select_turns"]
 
@@ -60,12 +60,14 @@ def replay_points(conversation: Conversation, *, greetings: bool = False) -> Ite
         if not user_seen and not greetings:
             continue
         recorded, _ = _turn(messages, i)
-        yield ReplayPoint(
+        # Built without validation: every part is already a validated piece of the conversation, and validating the
+        # history again at each turn would make a long conversation's points cost quadratic time.
+        yield ReplayPoint.model_construct(
             pair_id=pair_id(conversation.id, turn_index),
             conversation_id=conversation.id,
             turn_index=turn_index,
             message_index=i,
-            context=messages[:i],
+            context=History(messages, i),
             recorded=recorded,
             tools=conversation.tools,
             metadata=conversation.metadata,

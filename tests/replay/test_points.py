@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 import delta_eval as de
 from delta_eval.replay.points import replay_points, select_turns
+from delta_eval.schema import Conversation, History, Message, ReplayPoint
 from tests.conftest import tool_turn_conversation
 
 
@@ -41,3 +46,34 @@ def test_select_turns_is_seeded_and_keeps_order(tau_conversations: list[de.Conve
     assert picked == select_turns(points, 3, seed=1)
     assert [p.turn_index for p in picked] == sorted(p.turn_index for p in picked)
     assert select_turns(points, None, seed=1) == points
+
+
+@given(st.lists(st.sampled_from(["user", "assistant"]), max_size=30), st.integers(-5, 40), st.data())
+def test_a_history_is_the_tuple_slice_it_stands_for(roles: list[str], stop: int, data: st.DataObject) -> None:
+    messages = tuple(Message(role=r, content=f"m{k}") for k, r in enumerate(roles))  # type: ignore[arg-type]
+    history, expected = History(messages, stop), messages[: max(0, stop)]
+    assert len(history) == len(expected)
+    assert tuple(history) == expected
+    assert tuple(reversed(history)) == tuple(reversed(expected))
+    assert history == expected
+    assert history == History((*messages, Message(role="user", content="later")), len(expected))
+    index = data.draw(st.integers(-len(expected) - 2, len(expected) + 2))
+    if -len(expected) <= index < len(expected):
+        assert history[index] is expected[index]
+    else:
+        with pytest.raises(IndexError):
+            history[index]
+    lo, hi = data.draw(st.integers(-3, 35)), data.draw(st.integers(-3, 35))
+    assert history[lo:hi] == expected[lo:hi]
+
+
+def test_points_share_the_conversations_messages(small_conversation: Conversation) -> None:
+    points = list(replay_points(small_conversation))
+    for p in points:
+        assert isinstance(p.context, History)
+        assert all(a is b for a, b in zip(p.context, small_conversation.messages, strict=False))
+        assert tuple(p.context) == small_conversation.messages[: p.message_index]
+    # a point built by hand is validated as before, its context a tuple
+    again = ReplayPoint.model_validate(points[-1].model_dump())
+    assert isinstance(again.context, tuple)
+    assert again == points[-1]
