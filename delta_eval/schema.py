@@ -297,8 +297,8 @@ class ReplayPoint(_Frozen):
     ``context`` is every message before the turn, exactly as recorded (a :class:`History` sharing the
     conversation's messages when built by :func:`~delta_eval.replay.points.replay_points`); ``recorded`` is what
     production did in the turn, kept for reference and for tool simulation, and never put into a prompt.
-    ``pair_id`` names the pair of replays made from this point (``"{conversation_id}#{turn_index}"``; with several epochs, ``"...@{epoch}"``).
-    ``epoch`` numbers the repeats of a point (``RunConfig.epochs``), from 1.
+    ``pair_id`` names the pair of replays made from this point (``"{conversation_id}#{turn_index}"``; with
+    several epochs, ``"...@{epoch}"``). ``epoch`` numbers the repeats of a point (``RunConfig.epochs``), from 1.
     """
 
     pair_id: str
