@@ -86,11 +86,13 @@ class Session(_Model):
     pairs_decided: int = 0
     calls: dict[str, CallStats] = Field(default_factory=dict)
     cache: CacheStats | None = None
+    answered_unrecorded: int = 0
 
     @property
     def answered(self) -> int:
-        """Calls the provider answered in this session, over every model."""
-        return sum(c.answered for c in self.calls.values())
+        """Calls the provider answered in this session, over every model (for a killed session, with those it
+        made after it last recorded its calls: ``answered_unrecorded``, found from the response cache)."""
+        return sum(c.answered for c in self.calls.values()) + self.answered_unrecorded
 
 
 class StageSpend(_Model):
@@ -232,10 +234,17 @@ class RunManifest(_Model):
     notes: list[str] = Field(default_factory=list)
 
     def begin_session(self, *, resumed_pairs: int, cached_responses: int, retried_pairs: int = 0) -> Session:
-        """Mark sessions that never recorded their end as killed, and start a new one."""
+        """Mark sessions that never recorded their end as killed, and start a new one.
+
+        A killed session recorded its calls at its last batch; the answers it got after that are in the response
+        cache, which has grown by every answer the session got: the difference is counted as
+        ``answered_unrecorded`` (each answer is cached once, so none is counted twice).
+        """
         for past in self.sessions:
-            if past.ended_at is None:
+            if past.ended_at is None and past.status == "running":  # not yet found killed by an earlier session
                 past.status = "killed"
+                grown = cached_responses - past.cached_responses_at_start
+                past.answered_unrecorded = max(0, grown - sum(c.answered for c in past.calls.values()))
         self.status = "running"
         session = Session(
             resumed_pairs=resumed_pairs, cached_responses_at_start=cached_responses, retried_pairs=retried_pairs
@@ -275,6 +284,7 @@ class RunManifest(_Model):
         for past in self.sessions:
             for stats in past.calls.values():
                 total = total + stats
+            total = total + CallStats(made=past.answered_unrecorded, answered=past.answered_unrecorded)
         self.status = status
         self.ended_at = session.ended_at
         self.counts = counts.model_copy(update={"calls": total})
