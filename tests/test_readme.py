@@ -99,3 +99,23 @@ def test_the_decision_examples_of_the_readme_run(tmp_path: Path) -> None:
     assert scope["d"].outcome in ("APPROVED", "PARTIAL", "REJECTED")
     rule = de.DecisionRule.model_validate(tomllib.loads(toml)["decision"])
     assert [g.metric for g in rule.gates] == ["critical_rate", "cost_ratio"]
+
+
+def test_the_nested_export_example_of_the_readme_reads_a_tau2_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tau_raw: list
+) -> None:
+    import json
+
+    import delta_eval as de
+    from tests.ingest.test_nested_exports import tau2_document
+
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.+?)\n```", readme, flags=re.S) if "records=" in b)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps(tau2_document(tau_raw[:5])))
+    scope: dict[str, object] = {"de": de}
+    exec(block, scope)
+    good, bad = scope["convs"].load()  # type: ignore[attr-defined]
+    assert bad == []
+    assert len(good) == 5
+    assert good[0].metadata["domain"] == "airline"
