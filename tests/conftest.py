@@ -69,3 +69,19 @@ def tool_turn_conversation(conv_id: str = "c1") -> Conversation:
 @pytest.fixture
 def small_conversation() -> Conversation:
     return tool_turn_conversation()
+
+
+def demo_source_toml(n: int = 3) -> str:
+    """A config file's [source] and [sample] tables for the bundled tau-bench export, one turn per conversation."""
+    return f"""
+max_turns_per_conversation = 1
+
+[source]
+path = "{de.demo.DEMO_CONVERSATIONS}"
+messages = "traj"
+id = "{{task_id}}/{{trial}}"
+tools = "{de.demo.DEMO_TOOLS}"
+
+[sample]
+n = {n}
+"""

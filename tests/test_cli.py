@@ -6,6 +6,7 @@ import pytest
 
 import delta_eval as de
 from delta_eval.cli import main
+from tests.conftest import demo_source_toml
 
 
 def test_demo_prints_counts_win_rate_and_says_it_is_simulated(
@@ -149,19 +150,9 @@ def test_run_a_toml_config_on_a_real_adapter_with_its_key_from_the_environment(
     with FakeOpenAIServer(recordings=tau_conversations, api_key="sk-from-the-env") as server:
         config = tmp_path / "eval.toml"
         config.write_text(
-            f"""
-out = "run"
-max_turns_per_conversation = 1
-
-[source]
-path = "{de.demo.DEMO_CONVERSATIONS}"
-messages = "traj"
-id = "{{task_id}}/{{trial}}"
-tools = "{de.demo.DEMO_TOOLS}"
-
-[sample]
-n = 3
-
+            'out = "run"\n'
+            + demo_source_toml()
+            + f"""
 [baseline]
 model = "openai:gpt-4.1-mini"
 provider_options = {{ base_url = "{server.base_url}", api_key_env = "EVAL_OPENAI_KEY" }}

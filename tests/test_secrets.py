@@ -16,6 +16,7 @@ from delta_eval.demo import behaviours
 from delta_eval.redact import redact_secrets
 from delta_eval.schema import Conversation
 from delta_eval.testing import FakeOpenAIServer, SimulatedBehaviour
+from tests.conftest import demo_source_toml
 
 SECRETS = {
     "inline api_key": "inline-key-5f1d9c0b",
@@ -55,20 +56,9 @@ def test_no_secret_reaches_the_run_folder_or_the_console(
         url = server.base_url.replace("http://", f"http://scan-user:{s['URL userinfo']}@")
         config = tmp_path / "eval.toml"
         config.write_text(
-            f"""
-out = "run"
-max_turns_per_conversation = 1
-description = "secrets scan"
-
-[source]
-path = "{de.demo.DEMO_CONVERSATIONS}"
-messages = "traj"
-id = "{{task_id}}/{{trial}}"
-tools = "{de.demo.DEMO_TOOLS}"
-
-[sample]
-n = 3
-
+            'out = "run"\ndescription = "secrets scan"\n'
+            + demo_source_toml()
+            + f"""
 [baseline]
 model = "openai:baseline"
 [baseline.provider_options]
@@ -130,21 +120,14 @@ def test_a_rejected_secret_is_never_echoed(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_redaction_covers_names_headers_urls_and_key_shapes() -> None:
-    value = {
-        "base_url": "https://me:pw123456@proxy.example/v1",
-        "max_tokens": 512,
-        "max_tokens_field": "max_tokens",
-        "thinking": {"budget_tokens": 1024},
-        "api_key_env": "MY_KEY",
-        "extra": {"note": "call with Bearer abcdefgh12345678", "refresh_token": "r-1"},
-        "headers": [["X-Api", "v1"], ["X-Other", "v2"]],
-    }
-    assert redact_secrets(value) == {
-        "base_url": "https://***@proxy.example/v1",
-        "max_tokens": 512,
-        "max_tokens_field": "max_tokens",
-        "thinking": {"budget_tokens": 1024},
-        "api_key_env": "MY_KEY",
-        "extra": {"note": "call with ***", "refresh_token": "***"},
-        "headers": [["X-Api", "***"], ["X-Other", "***"]],
-    }
+    cases = [
+        ({"base_url": "https://me:pw123456@proxy.example/v1"}, {"base_url": "https://***@proxy.example/v1"}),
+        ({"max_tokens": 512, "max_tokens_field": "max_tokens"}, {"max_tokens": 512, "max_tokens_field": "max_tokens"}),
+        ({"thinking": {"budget_tokens": 1024}}, {"thinking": {"budget_tokens": 1024}}),
+        ({"api_key_env": "MY_KEY"}, {"api_key_env": "MY_KEY"}),
+        ({"note": "call with Bearer abcdefgh12345678"}, {"note": "call with ***"}),
+        ({"refresh_token": "r-1"}, {"refresh_token": "***"}),
+        ({"headers": [["X-Api", "v1"], ["X-Other", "v2"]]}, {"headers": [["X-Api", "***"], ["X-Other", "***"]]}),
+    ]
+    for given, redacted in cases:
+        assert redact_secrets(given) == redacted
