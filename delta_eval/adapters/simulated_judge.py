@@ -14,7 +14,9 @@ output, ``[calls]`` lines are tool calls and ``[says]`` / ``[replies]`` lines ar
   the texts say (a position bias, so that judging in both orders has something to catch). Severity: ``critical``
   when the loser made a call the reference did not, ``minor`` when it lost on text, ``none`` on a tie. Every
   dimension of the schema's ``scores`` gets ``1 + round(3 q)``, where ``q`` is the output's share of the reference
-  calls followed (its text overlap when the reference makes no call).
+  calls followed (its text overlap when the reference makes no call). The rationale names what the losing output
+  did differently (:func:`behaviour`: "skipped the required get_reservation_details call", "called book with a
+  different 'cabin' argument", ...), so that clustering the reasons of a run finds its themes.
 
 Example:
     >>> import random
@@ -34,7 +36,7 @@ from typing import Any
 
 from delta_eval.matching import word_overlap
 
-__all__ = ["is_judge_schema", "judge_answer"]
+__all__ = ["behaviour", "is_judge_schema", "judge_answer"]
 
 
 #: How much more of the reference's words an output must share to win on text alone.
@@ -83,6 +85,45 @@ def _follows(calls: list[str], reference: list[str]) -> tuple[int, int]:
     return followed, len(calls) - followed
 
 
+def _call(line: str) -> tuple[str, Any]:
+    """A ``[calls]`` line's tool name and parsed arguments (``None`` when they are not JSON)."""
+    name, _, rest = line.partition("(")
+    try:
+        args = json.loads(rest[:-1]) if rest.endswith(")") else None
+    except ValueError:
+        args = None
+    return name, args
+
+
+def behaviour(calls: list[str], text: str, reference: list[str]) -> str:
+    """What an output did differently from the reference, in words naming the tool and the argument (the theme a
+    reader of many such reasons would find).
+
+    Example:
+        >>> behaviour([], "Could you confirm?", ["get_reservation_details({})"])
+        'asked the user to confirm instead of making the required get_reservation_details call'
+        >>> behaviour(['book({"cabin": "economy"})'], "", ['book({"cabin": "business"})'])
+        "called book with a different 'cabin' argument"
+    """
+    for k, ref in enumerate(reference):
+        ref_name, ref_args = _call(ref)
+        if k >= len(calls):
+            if "?" in text:
+                return f"asked the user to confirm instead of making the required {ref_name} call"
+            return f"skipped the required {ref_name} call"
+        name, args = _call(calls[k])
+        if name != ref_name:
+            return f"called {name} instead of the required {ref_name}"
+        if args != ref_args:
+            if isinstance(args, dict) and isinstance(ref_args, dict):
+                changed = sorted(key for key in set(args) | set(ref_args) if args.get(key) != ref_args.get(key))
+                return f"called {name} with a different {changed[0]!r} argument"
+            return f"called {name} with different arguments"
+    if len(calls) > len(reference):
+        return f"made an extra {_call(calls[len(reference)])[0]} call the reference did not make"
+    return "worded its reply differently from the reference"
+
+
 def _pairwise(schema: dict[str, Any], text: str, rng: random.Random, position_bias: float) -> dict[str, Any]:
     ref_calls, ref_text = _parts(_section(text, "reference") or "")
     sides = {s: _parts(_section(text, f"output_{s.lower()}") or "") for s in ("A", "B")}
@@ -94,7 +135,10 @@ def _pairwise(schema: dict[str, Any], text: str, rng: random.Random, position_bi
         loser = "B" if winner == "A" else "A"
         confidence = min(1.0, 0.6 + 0.2 * abs(score["A"] - score["B"]))
         severity = "critical" if follows[loser][1] > 0 else "minor"
-        why = f"A follows {follows['A'][0]} of {len(ref_calls)} reference calls, B {follows['B'][0]}"
+        why = (
+            f"reply {loser} {behaviour(*sides[loser], ref_calls)}; A follows {follows['A'][0]} of {len(ref_calls)} "
+            f"reference calls, B {follows['B'][0]}"
+        )
     else:
         diff = overlap["A"] - overlap["B"]
         if rng.random() < position_bias:
@@ -103,7 +147,11 @@ def _pairwise(schema: dict[str, Any], text: str, rng: random.Random, position_bi
             winner = "tie" if abs(diff) <= _TEXT_MARGIN else "A" if diff > 0 else "B"
         confidence = round(min(1.0, 0.5 + abs(diff)), 3)
         severity = "none" if winner == "tie" else "minor"
-        why = f"same calls; text overlap with the reference A {overlap['A']:.2f}, B {overlap['B']:.2f}"
+        drift = ""
+        if winner != "tie":
+            loser = "B" if winner == "A" else "A"
+            drift = f"reply {loser} {behaviour(*sides[loser], ref_calls)}; "
+        why = f"{drift}same calls; text overlap with the reference A {overlap['A']:.2f}, B {overlap['B']:.2f}"
 
     def quality(s: str) -> float:
         return follows[s][0] / len(ref_calls) if ref_calls else overlap[s]
