@@ -23,6 +23,7 @@ from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.pool import ModelPool
 from delta_eval.adapters.registry import AdapterContext, AdapterFactory, register_adapter
 from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.analysis.analyze import Analysis, analyze
 from delta_eval.analysis.calibration import Calibration, calibrate
 from delta_eval.analysis.planning import plan
 from delta_eval.api import VerdictStream, arun, run, stream
@@ -100,6 +101,7 @@ except _PackageNotFoundError:  # pragma: no cover - running from a source tree w
 __all__ = [
     "AdapterContext",
     "AdapterFactory",
+    "Analysis",
     "AuthenticationError",
     "BadRequestError",
     "Calibration",
@@ -174,6 +176,7 @@ __all__ = [
     "VerdictStream",
     "WinRate",
     "__version__",
+    "analyze",
     "arun",
     "calibrate",
     "decide",

@@ -8,6 +8,10 @@
                                            run (or resume) the evaluation a TOML/YAML file describes
     delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR]
                                            print the report of a run folder (beside an A/A run's win rate)
+    delta-eval analyze RUN_DIR [--json] [--outcome baseline|candidate|tie]
+                                           what changed and why: win rates, behaviour changes, themes of the
+                                           judge's reasons (cached in RUN_DIR/analysis)
+    delta-eval skills install DIR          copy the coding-agent skills (run, analyze) where an agent looks
     delta-eval calibrate RUN_DIR LABELS    compare a run's verdicts with human labels (CSV/Parquet: pair_id, label)
     delta-eval fake-server openai|anthropic|gemini [--port P] [--latency-ms L]
                                            serve a fake provider (answering from the demo's recordings) until
@@ -20,13 +24,14 @@ interrupted run, 2 on bad usage.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from delta_eval.exceptions import DeltaEvalError
+from delta_eval.exceptions import ConfigError, DeltaEvalError
 
 __all__ = ["main"]
 
@@ -78,6 +83,20 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
 
+    an = sub.add_parser("analyze", parents=[common], help="what changed and why: summary, behaviours, themes")
+    an.add_argument("run_dir", type=Path)
+    an.add_argument("--json", action="store_true", help="one JSON document (for agents and scripts)")
+    an.add_argument(
+        "--outcome",
+        choices=["baseline", "candidate", "tie"],
+        default="baseline",
+        help="themes of the pairs with this outcome (default baseline: where the candidate lost)",
+    )
+
+    skills = sub.add_parser("skills", parents=[common], help="the coding-agent skills shipped with delta_eval")
+    skills.add_argument("action", choices=["install", "list"])
+    skills.add_argument("dir", type=Path, nargs="?", help="where to install them (e.g. .claude/skills)")
+
     cal = sub.add_parser("calibrate", parents=[common], help="compare a run's verdicts with human labels")
     cal.add_argument("run_dir", type=Path)
     cal.add_argument("labels", type=Path, help="CSV or Parquet: pair_id and label (candidate / baseline / tie)")
@@ -109,6 +128,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             print(render_report(open_result(args.run_dir), noise_floor=args.noise_floor))
             return 0
+        if args.command == "analyze":
+            from delta_eval.analysis.analyze import analyze
+            from delta_eval.analysis.text import analysis_text
+
+            a = analyze(args.run_dir)
+            data = {"summary": a.summary(), "changes": a.changes(), "themes": a.themes(outcome=args.outcome)}
+            print(json.dumps(data, indent=1, default=str) if args.json else analysis_text(data, args.outcome))
+            return 0
+        if args.command == "skills":
+            return _skills(args.action, args.dir)
         if args.command == "calibrate":
             from delta_eval.analysis.calibration import calibrate
 
@@ -169,6 +198,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         again = "delta-eval " + shlex.join(given)
         print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
         return 1
+
+
+def _skills(action: str, target: Path | None) -> int:
+    from delta_eval.skills import SKILLS, install_skills
+
+    if action == "list":
+        for path in SKILLS:
+            print(path.parent.name)
+        return 0
+    if target is None:
+        raise ConfigError("say where to install the skills: delta-eval skills install DIR (e.g. .claude/skills)")
+    for path in install_skills(target):
+        print(f"installed {path}")
+    return 0
 
 
 def _ours(group: BaseExceptionGroup) -> DeltaEvalError | None:

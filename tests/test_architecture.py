@@ -49,7 +49,7 @@ LAYER_OF = {
     "result": "result",
     "analysis": "analysis",
     "testing": "testing",
-    **dict.fromkeys(("api", "display", "demo", "cli", "__init__", "__main__", "data"), "front"),
+    **dict.fromkeys(("api", "display", "demo", "cli", "__init__", "__main__", "data", "skills"), "front"),
 }
 
 _STAGES = {"core", "ingest", "sampling", "adapters", "variant", "replay", "judges", "store", "config", "progress"}

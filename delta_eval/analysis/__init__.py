@@ -1,1 +1,3 @@
-"""Reading a finished run: the plain-text report, with every figure re-derivable from the run folder with SQL."""
+"""Reading a finished run: the plain-text report (every figure re-derivable with SQL), calibration against human
+labels, planning from a pilot, and the analysis for people and coding agents (:func:`analyze`: summary, behaviour
+changes, themes of the judges' reasons, the pairs behind them)."""

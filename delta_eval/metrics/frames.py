@@ -13,10 +13,19 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["Rows", "rows_of"]
+__all__ = ["Rows", "rows_of", "to_arrow"]
 
 #: What a metric accepts as a table of rows.
 Rows = Any
+
+
+def to_arrow(data: Any) -> pa.Table:
+    """``data`` as an Arrow table: a DuckDB result or relation (whichever name this DuckDB gives the method), a
+    polars or pandas frame, an Arrow table or batch."""
+    table = _arrow(data)
+    if table is None:
+        raise TypeError(f"cannot read a {type(data).__name__} as a table")
+    return table
 
 
 def _arrow(data: Any) -> pa.Table | None:

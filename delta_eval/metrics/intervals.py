@@ -32,6 +32,7 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = [
+    "ClusterSums",
     "ClusteredMean",
     "bootstrap_interval",
     "clopper_pearson",
@@ -142,28 +143,63 @@ def clustered_mean(
     st, cl = [r[0] for r in rows], [r[1] for r in rows]
     y = np.fromiter((r[2] for r in rows), dtype=float, count=n)
     w = np.fromiter((r[3] for r in rows), dtype=float, count=n)
-    total = float(w.sum())
-    theta = float(np.dot(w, y) / total)
-    z = w * (y - theta) / total
     keys: dict[str, int] = {}
     cid = np.fromiter((keys.setdefault(c, len(keys)) for c in cl), dtype=np.int64, count=n)
-    zc = np.bincount(cid, weights=z, minlength=len(keys))
     stratum_of: dict[int, str] = {}
     for c, h in zip(cid.tolist(), st, strict=True):
         stratum_of.setdefault(c, h)
-    members: dict[str, list[int]] = {}
-    for c in range(len(keys)):
-        members.setdefault(stratum_of[c], []).append(c)
-    lone = [m[0] for m in members.values() if len(m) == 1]
-    groups = [m for m in members.values() if len(m) > 1] + ([lone] if len(lone) > 1 else [])
-    var = 0.0
-    for g in groups:
-        zg = zc[g]
-        var += len(g) / (len(g) - 1) * float(((zg - zg.mean()) ** 2).sum())
-    # As if every pair were independent: the same formula with each pair its own cluster, one stratum.
-    var_iid = n / (n - 1) * float(((z - z.mean()) ** 2).sum()) if n > 1 else 0.0
-    df = float(sum(len(g) - 1 for g in groups))
-    return ClusteredMean(theta, math.sqrt(var), math.sqrt(var_iid), n, len(keys), len(members), df)
+    k = len(keys)
+
+    def per_cluster(values: np.ndarray) -> np.ndarray:
+        return np.bincount(cid, weights=values, minlength=k)
+
+    sums = ClusterSums(
+        strata=[stratum_of[c] for c in range(k)],
+        wy=per_cluster(w * y),
+        w=per_cluster(w),
+        w2y2=per_cluster(w * w * y * y),
+        w2y=per_cluster(w * w * y),
+        w2=per_cluster(w * w),
+        n=n,
+    )
+    return sums.mean()
+
+
+@dataclass(frozen=True)
+class ClusterSums:
+    """What :func:`clustered_mean` needs of each cluster (conversation): its stratum and the sums of ``w y``,
+    ``w``, ``w^2 y^2``, ``w^2 y`` and ``w^2`` over its pairs; ``n`` is the number of pairs. A query engine can
+    compute these in one pass (see :mod:`delta_eval.analysis.analyze`), so a million pairs need not be loaded."""
+
+    strata: Sequence[str]
+    wy: np.ndarray
+    w: np.ndarray
+    w2y2: np.ndarray
+    w2y: np.ndarray
+    w2: np.ndarray
+    n: int
+
+    def mean(self) -> ClusteredMean:
+        """The weighted mean and its linearised stratified-cluster standard error (see :func:`clustered_mean`)."""
+        if self.n == 0:
+            return ClusteredMean(None, 0.0, 0.0, 0, 0, 0, 0.0)
+        total = float(self.w.sum())
+        theta = float(self.wy.sum() / total)
+        zc = (self.wy - theta * self.w) / total  # each cluster's sum of w (y - theta) / total
+        members: dict[str, list[int]] = {}
+        for c, h in enumerate(self.strata):
+            members.setdefault(h, []).append(c)
+        lone = [m[0] for m in members.values() if len(m) == 1]
+        groups = [m for m in members.values() if len(m) > 1] + ([lone] if len(lone) > 1 else [])
+        var = 0.0
+        for g in groups:
+            zg = zc[g]
+            var += len(g) / (len(g) - 1) * float(((zg - zg.mean()) ** 2).sum())
+        # As if every pair were independent: each pair its own cluster, one stratum (the z sum to 0).
+        sum_z2 = float((self.w2y2 - 2 * theta * self.w2y + theta * theta * self.w2).sum()) / (total * total)
+        var_iid = self.n / (self.n - 1) * max(sum_z2, 0.0) if self.n > 1 else 0.0
+        df = float(sum(len(g) - 1 for g in groups))
+        return ClusteredMean(theta, math.sqrt(var), math.sqrt(var_iid), self.n, len(self.strata), len(members), df)
 
 
 def t_interval(

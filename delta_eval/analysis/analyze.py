@@ -1,0 +1,289 @@
+"""The analysis of a run, for people and coding agents: compact answers from the run folder, computed once and kept
+beside the run (``RUN/analysis/``), so an agent calls a function instead of reading Parquet into its context.
+
+Example::
+
+    a = de.analyze("runs/prompt-v2")
+    a.summary()                        # win rates overall and per stratum, funnel, cost, latency, the decision
+    a.changes()                        # behaviours per side with intervals, and how the calls differ
+    a.themes(outcome="baseline")       # clusters of the judge's reasons where the candidate lost
+    a.pairs(theme=0, limit=5)          # the pairs behind a theme, both outputs side by side
+
+Every method returns JSON-ready data (dicts and lists of plain values); ``delta-eval analyze RUN_DIR --json``
+prints the same. Cached analyses are dropped when the run gains pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from delta_eval.analysis.changes import changes, pair_behaviours
+from delta_eval.analysis.themes import Theme, attribute, find_themes, prompt_sections
+from delta_eval.metrics.frames import to_arrow
+from delta_eval.metrics.intervals import ClusterSums, design_wilson_interval
+from delta_eval.result import RunResult, open_result
+
+__all__ = ["Analysis", "analyze"]
+
+_SCORE = "CASE outcome WHEN 'candidate' THEN 1.0 WHEN 'baseline' THEN 0.0 ELSE 0.5 END"
+
+#: Per conversation, the sums a win rate's interval needs (see :class:`~delta_eval.metrics.intervals.ClusterSums`):
+#: one pass over the verdicts in DuckDB, so the summary of a million pairs does not load them.
+_CLUSTER_SQL = """
+SELECT stratum, conversation_id, sum(y) AS sy, count(*)::DOUBLE AS n, sum(y * y) AS syy
+FROM (SELECT stratum, conversation_id, {score} AS y FROM verdicts WHERE outcome <> 'error' {where})
+GROUP BY ALL ORDER BY stratum, conversation_id
+"""
+
+
+def _win_rate(rows: list[tuple[Any, ...]]) -> dict[str, Any] | None:
+    """The win rate of per-conversation sums with the design-effect Wilson interval: the figures of
+    :meth:`RunResult.win_rate` (unweighted, over the same pairs)."""
+    if not rows:
+        return None
+    sy = np.array([r[2] for r in rows], dtype=float)
+    n = np.array([r[3] for r in rows], dtype=float)
+    syy = np.array([r[4] for r in rows], dtype=float)
+    mean = ClusterSums(strata=[str(r[0]) for r in rows], wy=sy, w=n, w2y2=syy, w2y=sy, w2=n, n=int(n.sum())).mean()
+    lo, hi = design_wilson_interval(mean)
+    assert mean.estimate is not None
+    return {
+        "estimate": round(mean.estimate, 4),
+        "lo": round(lo, 4),
+        "hi": round(hi, 4),
+        "pairs": mean.n,
+        "conversations": mean.clusters,
+    }
+
+
+class Analysis:
+    """The analyses of one run folder (see the module docstring)."""
+
+    def __init__(self, run: str | Path | RunResult) -> None:
+        self.result = run if isinstance(run, RunResult) else open_result(run)
+        self.path = self.result.path
+        self.cache = self.path / "analysis"
+        self._con: Any = None
+        self._fresh_cache()
+
+    # -- cache -------------------------------------------------------------------------------------------------
+
+    def _stamp(self) -> str:
+        m = self.result.manifest
+        return f"{m.batches}:{m.counts.pairs}:{m.ended_at}"
+
+    def _fresh_cache(self) -> None:
+        stamp = self.cache / "stamp.json"
+        try:
+            current = json.loads(stamp.read_text(encoding="utf-8")).get("stamp")
+        except (OSError, ValueError):
+            current = None
+        if current != self._stamp():
+            shutil.rmtree(self.cache, ignore_errors=True)  # the run changed: every cached analysis is stale
+
+    def _save(self, name: str, data: Any) -> None:
+        self.cache.mkdir(parents=True, exist_ok=True)
+        (self.cache / "stamp.json").write_text(json.dumps({"stamp": self._stamp()}), encoding="utf-8")
+        (self.cache / name).write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+
+    def _load(self, name: str) -> Any:
+        try:
+            return json.loads((self.cache / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def con(self) -> Any:
+        """The run's DuckDB connection (views over its datasets, see :func:`delta_eval.open_run`)."""
+        if self._con is None:
+            self._con = self.result.connect()
+        return self._con
+
+    # -- summary -----------------------------------------------------------------------------------------------
+
+    def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        sql = _CLUSTER_SQL.format(score=_SCORE, where="AND stage = 'judge'" if judged else "")
+        rows = self.con.execute(sql).fetchall()
+        per: dict[str, list[tuple[Any, ...]]] = {}
+        for r in rows:
+            per.setdefault(r[0], []).append(r)
+        strata = [{"stratum": h, **rate} for h, rs in per.items() if (rate := _win_rate(rs)) is not None]
+        return _win_rate(rows), strata
+
+    def summary(self, *, decision: bool = True) -> dict[str, Any]:
+        """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs
+        and over judged pairs with a cluster-robust 95% interval, per stratum too, cost, tokens and latency per side,
+        judge spend per stage, and the decision (``decision=False`` leaves out what needs the rows in memory)."""
+        cached = self._load(f"summary-{int(decision)}.json")
+        if cached is not None:
+            return dict(cached)
+        m, con = self.result.manifest, self.con
+        overall, by_stratum = self._win_rates(judged=False)
+        funnel = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage ORDER BY stage").fetchall())
+        outcomes = dict(con.execute("SELECT outcome, count(*) FROM verdicts GROUP BY 1 ORDER BY 1").fetchall())
+        sides = con.execute(
+            "SELECT side, count(*), sum(cost_usd), count(cost_usd), sum(input_tokens), sum(output_tokens), "
+            "quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.9), avg(hit_tool_cap::INT), "
+            "sum((error IS NOT NULL)::INT) FROM replays WHERE side <> 'recorded' GROUP BY side ORDER BY side"
+        ).fetchall()
+        data: dict[str, Any] = {
+            "run": str(self.path),
+            "status": m.status,
+            "baseline": m.baseline,
+            "candidate": m.candidate,
+            "description": m.description,
+            "pairs": sum(funnel.values()),
+            "funnel": funnel,
+            "outcomes": outcomes,
+            "win_rate": {"all": overall, "judged": self._win_rates(judged=True)[0]},
+            "by_stratum": by_stratum,
+            "sides": {
+                side: {
+                    "replays": n,
+                    "cost_usd": round(cost, 6) if priced == n and cost is not None else None,
+                    "input_tokens": int(tin or 0),
+                    "output_tokens": int(tout or 0),
+                    "latency_ms_p50": round(p50 or 0.0, 1),
+                    "latency_ms_p90": round(p90 or 0.0, 1),
+                    "hit_tool_cap": round(cap or 0.0, 4),
+                    "errors": int(errs or 0),
+                }
+                for side, n, cost, priced, tin, tout, p50, p90, cap, errs in sides
+            },
+            "judging": {stage: spend.model_dump() for stage, spend in m.counts.judging.items()},
+            "damage": [str(d) for d in self.result.damage],
+        }
+        if decision:
+            d = self.result.decision()
+            data["decision"] = {"outcome": d.outcome, "decided_by": d.decided_by}
+        self._save(f"summary-{int(decision)}.json", data)
+        return data
+
+    # -- changes -----------------------------------------------------------------------------------------------
+
+    def behaviours(self) -> Any:
+        """Per pair, how the sides' calls differ and what each side did (an Arrow table; see
+        :func:`~delta_eval.analysis.changes.pair_behaviours`), cached as ``analysis/behaviours.parquet``."""
+        path = self.cache / "behaviours.parquet"
+        if path.exists():
+            return pq.read_table(path)
+        table = pair_behaviours(self.con)
+        self._save("behaviours.json", {"rows": table.num_rows})
+        pq.write_table(table, path)
+        return table
+
+    def changes(self, *, by: Literal["stratum"] | None = None) -> list[dict[str, Any]]:
+        """Which behaviours changed: per side rates with intervals, the kinds of call differences with the tools
+        and arguments involved, reply length (see :func:`~delta_eval.analysis.changes.changes`)."""
+        return changes(self.behaviours(), by=by)
+
+    # -- themes ------------------------------------------------------------------------------------------------
+
+    def _reasons(self, outcome: str) -> list[tuple[str, str]]:
+        rows = self.con.execute(
+            "SELECT pair_id, trim(summary || ' ' || reasoning) FROM verdicts "
+            "WHERE stage = 'judge' AND outcome = ? ORDER BY pair_id",
+            [outcome],
+        ).fetchall()
+        return [(p, t) for p, t in rows if t]
+
+    def system_prompt(self) -> str:
+        """The candidate's system prompt as one conversation of the run saw it (its template filled with that
+        conversation's recorded prompt), for attributing themes to its sections."""
+        recorded = ""
+        rows = self.con.execute("SELECT messages FROM conversations WHERE messages IS NOT NULL LIMIT 1").fetchall()
+        if rows:
+            messages = json.loads(rows[0][0])
+            recorded = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+        template = (self.result.manifest.config.get("candidate") or {}).get("system_prompt")
+        if not template:
+            return recorded
+        return str(template).replace("{{recorded_system_prompt}}", recorded)
+
+    def themes(
+        self,
+        *,
+        outcome: Literal["baseline", "candidate", "tie"] = "baseline",
+        k: int | None = None,
+        seed: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Clusters of the stage-3 judge's reasons for pairs with this ``outcome`` (``baseline``: where the
+        candidate lost), largest first: id, name, size, share, terms, example pair ids and reasons, and the system
+        prompt section closest to them. Cached per outcome, ``k`` and ``seed`` (default: the run's seed)."""
+        seed = self.result.manifest.seed if seed is None else seed
+        name = f"themes-{outcome}-{k}-{seed}.json"
+        cached = self._load(name)
+        if cached is not None:
+            return list(cached)
+        reasons = self._reasons(outcome)
+        themes = find_themes([t for _, t in reasons], [p for p, _ in reasons], seed=seed, k=k)
+        text = dict(reasons)
+        attribute(themes, {t.id: [text[p] for p in t.members] for t in themes}, prompt_sections(self.system_prompt()))
+        data = [t.to_dict(members=True) for t in themes]
+        self._save(name, data)
+        return data
+
+    # -- pairs -------------------------------------------------------------------------------------------------
+
+    def pairs(
+        self,
+        *,
+        theme: int | None = None,
+        outcome: Literal["baseline", "candidate", "tie"] = "baseline",
+        pair_ids: list[str] | None = None,
+        limit: int = 5,
+    ) -> list[dict[str, Any]]:
+        """Pairs with both outputs side by side (text and tool calls, the recorded turn too) and the judge's
+        verdict: those of a theme (``theme``, of :meth:`themes` for ``outcome``), or the given ``pair_ids``, or
+        the first pairs with that outcome."""
+        if theme is not None:
+            found = [t for t in self.themes(outcome=outcome) if t["id"] == theme]
+            if not found:
+                raise ValueError(f"no theme {theme} among the {outcome!r} themes")
+            pair_ids = found[0]["members"]
+        if pair_ids is None:
+            pair_ids = [p for p, _ in self._reasons(outcome)]
+        wanted = pair_ids[:limit]
+        if not wanted:
+            return []
+        verdicts = to_arrow(
+            self.con.sql(
+                "SELECT pair_id, conversation_id, turn_index, stratum, stage, outcome, severity, summary, reasoning "
+                f"FROM verdicts WHERE pair_id IN ({', '.join('?' * len(wanted))})",
+                params=wanted,
+            )
+        ).to_pylist()
+        replays = to_arrow(
+            self.con.sql(
+                "SELECT pair_id, side, steps, final_text, hit_tool_cap, error FROM replays "
+                f"WHERE pair_id IN ({', '.join('?' * len(wanted))})",
+                params=wanted,
+            )
+        ).to_pylist()
+        sides: dict[str, dict[str, Any]] = {}
+        for r in replays:
+            calls = [f"{c['name']}({c['arguments']})" for step in r["steps"] or [] for c in step["tool_calls"] or []]
+            sides.setdefault(r["pair_id"], {})[r["side"]] = {
+                "calls": calls,
+                "text": r["final_text"],
+                "hit_tool_cap": r["hit_tool_cap"],
+                "error": r["error"],
+            }
+        by_id = {v["pair_id"]: v for v in verdicts}
+        return [{**by_id[p], **sides.get(p, {})} for p in wanted if p in by_id]
+
+
+def analyze(run: str | Path | RunResult) -> Analysis:
+    """The :class:`Analysis` of a run folder."""
+    return Analysis(run)
+
+
+def theme_of(data: dict[str, Any]) -> Theme:
+    """A theme read back from :meth:`Analysis.themes` data."""
+    return Theme(**data)

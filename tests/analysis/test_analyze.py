@@ -1,0 +1,161 @@
+"""de.analyze on a real demo run: the summary agrees with RunResult, the behaviour changes re-derive with SQL, the
+themes are seeded and cached, the pairs come with both outputs, and the CLI and the skills use the same functions."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import delta_eval as de
+from delta_eval.analysis.changes import compare_calls
+from delta_eval.analysis.themes import find_themes, prompt_sections
+from delta_eval.cli import main
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.skills import SKILLS, install_skills
+from delta_eval.store.folder import RunFolder
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> de.RunResult:
+    out = tmp_path_factory.mktemp("analysis") / "run"
+    return de.run(demo_config(out, n=60, latency_ms=0.0), conversations=demo_conversations())
+
+
+def test_the_summary_agrees_with_the_run_result(run: de.RunResult) -> None:
+    s = de.analyze(run.path).summary()
+    assert s["funnel"] == run.counts.by_stage
+    assert s["pairs"] == run.counts.pairs
+    for over in ("all", "judged"):
+        expected = run.win_rate(over=over)
+        got = s["win_rate"][over]
+        assert got["estimate"] == pytest.approx(expected.estimate, abs=1e-4)
+        assert (got["lo"], got["hi"]) == pytest.approx((expected.ci_low, expected.ci_high), abs=1e-4)
+        assert got["pairs"] == expected.pairs
+    per = {w.stratum: w for w in run.win_rate(by="stratum")}
+    assert {r["stratum"]: (r["estimate"], r["lo"], r["hi"]) for r in s["by_stratum"]} == {
+        k: pytest.approx((w.estimate, w.ci_low, w.ci_high), abs=1e-4) for k, w in per.items()
+    }
+    assert s["decision"]["outcome"] == run.decision().outcome
+    assert set(s["sides"]) == {"baseline", "candidate"}
+    json.dumps(s)  # JSON-ready
+
+
+def test_behaviour_changes_rederive_with_sql(run: de.RunResult) -> None:
+    a = de.analyze(run.path)
+    rows = {(r["kind"], r["behaviour"]): r for r in a.changes()}
+    con = run.connect()
+    acts = dict(con.execute(
+        "SELECT side, count(*) FILTER (WHERE n_tool_calls > 0) FROM replays r JOIN verdicts v USING (pair_id) "
+        "WHERE side <> 'recorded' AND v.outcome <> 'error' GROUP BY side"
+    ).fetchall())  # fmt: skip
+    row = rows[("behaviour", "makes a tool call")]
+    assert (row["baseline"]["count"], row["candidate"]["count"]) == (acts["baseline"], acts["candidate"])
+    assert row["candidate"]["lo"] <= row["candidate"]["rate"] <= row["candidate"]["hi"]
+    one_side_acts = con.execute(
+        "SELECT count(*) FROM (SELECT pair_id, count(*) FILTER (WHERE n_tool_calls > 0) AS acting FROM replays "
+        "JOIN verdicts USING (pair_id) WHERE side <> 'recorded' AND outcome <> 'error' GROUP BY pair_id) "
+        "WHERE acting = 1"
+    ).fetchone()[0]
+    assert rows[("difference", "call vs text reply")]["pairs"]["count"] == one_side_acts
+    by = a.changes(by="stratum")
+    assert {r["stratum"] for r in by} == {v for (v,) in con.execute("SELECT DISTINCT stratum FROM verdicts").fetchall()}
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.dictionaries(st.sampled_from("xyz"), st.integers(0, 2),
+                                                                              max_size=2)), max_size=4))  # fmt: skip
+def test_calls_compared_with_themselves_do_not_differ(calls: list[tuple[str, Any]]) -> None:
+    assert compare_calls(calls, list(calls)) == (None, None, None)
+    if calls:
+        assert compare_calls(calls, calls[:-1])[0] in ("missing calls", "call vs text reply")
+        assert compare_calls(calls[:-1], calls)[0] in ("extra calls", "call vs text reply")
+
+
+def test_themes_recover_known_groups_and_choose_their_number() -> None:
+    groups = {
+        "skipped the required get_reservation_details call before cancelling": "a",
+        "called book_reservation with a different cabin argument for the passenger": "b",
+        "transferred to a human agent although the policy allows the refund": "c",
+    }
+    texts = [t for t in groups for _ in range(8)]
+    ids = [f"{groups[t]}{i}" for i, t in enumerate(texts)]
+    themes = find_themes(texts, ids, seed=3)
+    assert len(themes) == 3
+    assert sorted(sorted({m[0] for m in t.members}) for t in themes) == [["a"], ["b"], ["c"]]
+    assert find_themes(texts, ids, seed=3) == themes  # seeded
+    assert sum(t.size for t in themes) == len(texts)
+
+
+def test_prompt_sections_follow_headings_and_rules() -> None:
+    sections = prompt_sections(
+        "# Booking\nOnly for the user.\n1. Ask for the user id.\n## Refunds\n- Never refund cash."
+    )
+    assert [s.title for s in sections] == ["Booking: Ask for the user id.", "Booking", "Refunds: Never refund cash."]
+
+
+def test_themes_are_cached_and_dropped_when_the_run_gains_pairs(run: de.RunResult) -> None:
+    a = de.analyze(run.path)
+    themes = a.themes(outcome="baseline")
+    assert themes
+    assert sum(t["size"] for t in themes) == run.counts.by_outcome.get("baseline", 0) - sum(
+        1 for r in a._reasons("baseline") if not r[1]
+    )
+    cached = list((run.path / "analysis").glob("themes-baseline-*.json"))
+    assert len(cached) == 1
+    assert de.analyze(run.path).themes(outcome="baseline") == themes
+    assert {"asked", "confirm"} & {w for t in themes for term in t["terms"] for w in term.split()}
+    # the run gains a batch: the cached analyses go
+    folder = RunFolder(run.path)
+    manifest = folder.manifest()
+    assert manifest is not None
+    folder.write_manifest(manifest.model_copy(update={"batches": manifest.batches + 1}))
+    try:
+        de.analyze(run.path)
+        assert not (run.path / "analysis").exists()
+    finally:
+        folder.write_manifest(manifest)
+
+
+def test_pairs_of_a_theme_show_both_outputs(run: de.RunResult) -> None:
+    a = de.analyze(run.path)
+    theme = a.themes(outcome="baseline")[0]
+    pairs = a.pairs(theme=theme["id"], limit=3)
+    assert [p["pair_id"] for p in pairs] == theme["members"][:3]
+    for p in pairs:
+        assert p["outcome"] == "baseline"
+        assert {"baseline", "candidate", "recorded"} <= set(p)
+        assert isinstance(p["candidate"]["calls"], list)
+        assert p["summary"]
+    with pytest.raises(ValueError, match="no theme 99"):
+        a.pairs(theme=99)
+
+
+def test_the_cli_prints_the_same_as_text_and_json(run: de.RunResult, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(run.path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"summary", "changes", "themes"}
+    assert data["themes"] == de.analyze(run.path).themes(outcome="baseline")
+    assert main(["analyze", str(run.path)]) == 0
+    text = capsys.readouterr().out
+    assert "themes where the candidate lost" in text
+    assert f"#0 {data['themes'][0]['name']}" in text
+
+
+def test_the_skills_install_and_name_only_functions_that_exist(tmp_path: Path, run: de.RunResult) -> None:
+    assert main(["skills", "install", str(tmp_path / "skills")]) == 0
+    installed = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "skills").rglob("SKILL.md"))
+    assert installed == ["skills/delta-eval-analyze/SKILL.md", "skills/delta-eval-run/SKILL.md"]
+    assert len(install_skills(tmp_path / "again")) == len(SKILLS) == 2
+    a = de.analyze(run.path)
+    for skill in SKILLS:
+        text = skill.read_text()
+        assert text.startswith("---\nname: ")
+        for name in re.findall(r"\bde\.(\w+)\(", text):
+            assert callable(getattr(de, name)), name
+        for name in re.findall(r"\ba\.(\w+)\(", text):
+            assert callable(getattr(a, name)), name
