@@ -74,3 +74,13 @@ def test_long_conversation_benchmark_builds_the_same_points_both_ways(capsys: py
     bench.main(["--sizes", "200", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "     200 " in out
+
+
+@pytest.mark.slow
+def test_analysis_benchmark_runs_on_a_small_synthetic_run(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("analysis")
+    bench.main(["--pairs", "5000", "--reasons", "300", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "a.summary():" in out
+    assert "a.themes():" in out
+    assert " over 300 reasons" in out

@@ -29,7 +29,10 @@ from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.intervals import ClusterSums, design_wilson_interval
 from delta_eval.result import RunResult, open_result
 
-__all__ = ["Analysis", "analyze"]
+__all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze"]
+
+#: Up to this many pairs, :meth:`Analysis.summary` includes the decision (which reads every pair into memory).
+DECISION_MAX_PAIRS = 200_000
 
 _SCORE = "CASE outcome WHEN 'candidate' THEN 1.0 WHEN 'baseline' THEN 0.0 ELSE 0.5 END"
 
@@ -42,15 +45,13 @@ GROUP BY ALL ORDER BY stratum, conversation_id
 """
 
 
-def _win_rate(rows: list[tuple[Any, ...]]) -> dict[str, Any] | None:
-    """The win rate of per-conversation sums with the design-effect Wilson interval: the figures of
+def _win_rate(strata: Any, sy: Any, n: Any, syy: Any) -> dict[str, Any] | None:
+    """The win rate of per-conversation sums (arrays) with the design-effect Wilson interval: the figures of
     :meth:`RunResult.win_rate` (unweighted, over the same pairs)."""
-    if not rows:
+    if len(sy) == 0:
         return None
-    sy = np.array([r[2] for r in rows], dtype=float)
-    n = np.array([r[3] for r in rows], dtype=float)
-    syy = np.array([r[4] for r in rows], dtype=float)
-    mean = ClusterSums(strata=[str(r[0]) for r in rows], wy=sy, w=n, w2y2=syy, w2y=sy, w2=n, n=int(n.sum())).mean()
+    sums = ClusterSums(strata=strata, wy=sy, w=n, w2y2=syy, w2y=sy, w2=n, n=int(n.sum()))
+    mean = sums.mean()
     lo, hi = design_wilson_interval(mean)
     assert mean.estimate is not None
     return {
@@ -109,21 +110,30 @@ class Analysis:
 
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         sql = _CLUSTER_SQL.format(score=_SCORE, where="AND stage = 'judge'" if judged else "")
-        rows = self.con.execute(sql).fetchall()
-        per: dict[str, list[tuple[Any, ...]]] = {}
-        for r in rows:
-            per.setdefault(r[0], []).append(r)
-        strata = [{"stratum": h, **rate} for h, rs in per.items() if (rate := _win_rate(rs)) is not None]
-        return _win_rate(rows), strata
+        cols = self.con.execute(sql).fetchnumpy()  # one row per conversation, as arrays: no Python row objects
+        strata = np.asarray(cols["stratum"]).astype(str)
+        sy, n, syy = (np.asarray(cols[c], dtype=float) for c in ("sy", "n", "syy"))
+        names, which = np.unique(strata, return_inverse=True)
+        per = []
+        for k, h in enumerate(names.tolist()):
+            mask = which == k
+            if (rate := _win_rate(strata[mask], sy[mask], n[mask], syy[mask])) is not None:
+                per.append({"stratum": h, **rate})
+        return _win_rate(strata, sy, n, syy), per
 
-    def summary(self, *, decision: bool = True) -> dict[str, Any]:
+    def summary(self, *, decision: bool | None = None) -> dict[str, Any]:
         """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs
-        and over judged pairs with a cluster-robust 95% interval, per stratum too, cost, tokens and latency per side,
-        judge spend per stage, and the decision (``decision=False`` leaves out what needs the rows in memory)."""
+        and over judged pairs with a cluster-robust 95% interval (the figures of ``RunResult.win_rate``), per stratum
+        too, cost, tokens and latency per side, judge spend per stage, and the decision with its gates
+        (:meth:`decision`). The decision reads every pair into memory: by default it is included up to
+        :data:`DECISION_MAX_PAIRS` pairs, beyond which the summary says to call :meth:`decision`."""
+        m = self.result.manifest
+        if decision is None:
+            decision = m.counts.pairs <= DECISION_MAX_PAIRS
         cached = self._load(f"summary-{int(decision)}.json")
         if cached is not None:
             return dict(cached)
-        m, con = self.result.manifest, self.con
+        con = self.con
         overall, by_stratum = self._win_rates(judged=False)
         funnel = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage ORDER BY stage").fetchall())
         outcomes = dict(con.execute("SELECT outcome, count(*) FROM verdicts GROUP BY 1 ORDER BY 1").fetchall())
@@ -160,9 +170,22 @@ class Analysis:
             "damage": [str(d) for d in self.result.damage],
         }
         if decision:
-            d = self.result.decision()
-            data["decision"] = {"outcome": d.outcome, "decided_by": d.decided_by}
+            data["decision"] = self.decision()
+        else:
+            said = f"not computed for {m.counts.pairs:,} pairs here: call decision()"
+            data["decision"] = {"outcome": None, "decided_by": said}
         self._save(f"summary-{int(decision)}.json", data)
+        return data
+
+    def decision(self) -> dict[str, Any]:
+        """The decision on the run (APPROVED / PARTIAL / REJECTED), what decided it, and its lines: the gates,
+        the non-inferiority test, the strata (see :meth:`RunResult.decision`)."""
+        cached = self._load("decision.json")
+        if cached is not None:
+            return dict(cached)
+        d = self.result.decision()
+        data = {"outcome": d.outcome, "decided_by": d.decided_by, "lines": d.lines()}
+        self._save("decision.json", data)
         return data
 
     # -- changes -----------------------------------------------------------------------------------------------

@@ -186,20 +186,22 @@ class ClusterSums:
         total = float(self.w.sum())
         theta = float(self.wy.sum() / total)
         zc = (self.wy - theta * self.w) / total  # each cluster's sum of w (y - theta) / total
-        members: dict[str, list[int]] = {}
-        for c, h in enumerate(self.strata):
-            members.setdefault(h, []).append(c)
-        lone = [m[0] for m in members.values() if len(m) == 1]
-        groups = [m for m in members.values() if len(m) > 1] + ([lone] if len(lone) > 1 else [])
-        var = 0.0
-        for g in groups:
-            zg = zc[g]
-            var += len(g) / (len(g) - 1) * float(((zg - zg.mean()) ** 2).sum())
+        # Clusters grouped by stratum with numpy (a million pairs in 100,000 conversations take milliseconds);
+        # strata holding a single cluster are pooled (a lone cluster says nothing about its stratum's spread).
+        names, which = np.unique(np.asarray(self.strata, dtype=str), return_inverse=True)
+        m = np.bincount(which, minlength=len(names))
+        order = np.argsort(which, kind="stable")
+        by_stratum = np.split(zc[order], np.cumsum(m)[:-1])
+        groups = [g for g in by_stratum if len(g) > 1]
+        lone = [g[0] for g in by_stratum if len(g) == 1]
+        if len(lone) > 1:
+            groups.append(np.asarray(lone))
+        var = sum(len(g) / (len(g) - 1) * float(((g - g.mean()) ** 2).sum()) for g in groups)
+        df = float(sum(len(g) - 1 for g in groups))
         # As if every pair were independent: each pair its own cluster, one stratum (the z sum to 0).
         sum_z2 = float((self.w2y2 - 2 * theta * self.w2y + theta * theta * self.w2).sum()) / (total * total)
         var_iid = self.n / (self.n - 1) * max(sum_z2, 0.0) if self.n > 1 else 0.0
-        df = float(sum(len(g) - 1 for g in groups))
-        return ClusteredMean(theta, math.sqrt(var), math.sqrt(var_iid), self.n, len(self.strata), len(members), df)
+        return ClusteredMean(theta, math.sqrt(var), math.sqrt(var_iid), self.n, len(self.strata), len(names), df)
 
 
 def t_interval(

@@ -1,0 +1,157 @@
+"""The analysis at scale: ``a.summary()`` over a run folder of 1,000,000 verdicts and ``a.themes()`` over 20,000
+judge reasons, each against a baseline measured in the same run.
+
+The run folder is synthetic (written straight as Parquet with the run's schemas, no model involved): verdicts of
+1,000,000 pairs from 140,000 conversations in 8 strata, their 2,000,000 replays, and 20,000 stage-3 verdicts where
+the candidate lost, whose reasons name what it did, as the judges' do. Printed: seconds for the summary (target:
+<= 1 s) beside ``RunResult.win_rate()`` on the same rows (the in-memory path it replaces), and seconds for the
+themes (<= 60 s) beside one TF-IDF + k-means fit at the chosen k (what choosing k by silhouette costs on top).
+
+    python benchmarks/analysis.py                         # 1,000,000 pairs, 20,000 reasons
+    python benchmarks/analysis.py --pairs 100000 --reasons 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import delta_eval as de
+from delta_eval.adapters.simulated_judge import behaviour
+from delta_eval.store.folder import MARKER, RunFolder, write_json_atomic
+from delta_eval.store.manifest import RunManifest
+from delta_eval.store.tables import SCHEMAS
+
+TOOLS = ["get_user_details", "get_reservation_details", "search_direct_flight", "update_reservation_flights",
+         "cancel_reservation", "book_reservation", "send_certificate", "calculate"]  # fmt: skip
+ARGS = ["user_id", "reservation_id", "origin", "date", "cabin", "payment_id", "amount"]
+
+
+def _table(name: str, columns: dict[str, Any], n: int) -> pa.Table:
+    schema = SCHEMAS[name]
+    return pa.table(
+        {f.name: pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type) for f in schema},
+        schema=schema,
+    )
+
+
+def reason(rng: random.Random) -> tuple[str, str]:
+    """A stage-3 verdict's summary and reasoning, naming what the losing side did."""
+    tool, arg = rng.choice(TOOLS), rng.choice(ARGS)
+    calls = [f'{tool}({{"{arg}": "{rng.randrange(100)}"}})']
+    kind = rng.random()
+    mine = [] if kind < 0.4 else [f'{tool}({{"{arg}": "x"}})'] if kind < 0.8 else [f"{rng.choice(TOOLS)}({{}})"]
+    text = "Could you confirm the details?" if kind < 0.25 else ""
+    said = behaviour(mine, text, calls)
+    return f"Reply A is better: reply B {said}.", f"Reply B {said}; A follows 1 of 1 reference calls, B 0."
+
+
+def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0) -> Path:
+    """Write a run folder of ``pairs`` verdicts (``reasons`` of them stage-3 with reasons) and their replays."""
+    rng = random.Random(seed)
+    conversations = max(1, pairs // 7)
+    conv = [f"c{rng.randrange(conversations)}" for _ in range(pairs)]
+    strata = [f"task_type=t{int(c[1:]) % 8}" for c in conv]
+    ids = [f"{c}#{i}" for i, c in enumerate(conv)]
+    judged = set(rng.sample(range(pairs), min(reasons, pairs)))
+    stage, outcome, summary, reasoning = [], [], [], []
+    for i in range(pairs):
+        if i in judged:
+            s, r = reason(rng)
+            stage.append("judge")
+            outcome.append("baseline")  # every reason is a loss's: the themes run over all of them
+            summary.append(s)
+            reasoning.append(r)
+        else:
+            stage.append("deterministic" if rng.random() < 0.7 else "equivalence")
+            outcome.append("equivalent")
+            summary.append("")
+            reasoning.append("")
+    folder = RunFolder(out)
+    out.mkdir(parents=True)
+    write_json_atomic(out / MARKER, {"library": "delta_eval", "format": "delta_eval.run/1"})
+    verdicts = _table("verdicts", {"pair_id": ids, "conversation_id": conv, "turn_index": [0] * pairs,
+                                   "epoch": [1] * pairs, "stage": stage, "outcome": outcome, "stratum": strata,
+                                   "weight": [1.0] * pairs, "summary": summary, "reasoning": reasoning,
+                                   "judge": ["simulated:judge"] * pairs}, pairs)  # fmt: skip
+    sides = {"pair_id": ids * 2, "conversation_id": conv * 2, "turn_index": [0] * (2 * pairs),
+             "epoch": [1] * (2 * pairs), "side": ["baseline"] * pairs + ["candidate"] * pairs,
+             "latency_ms": [rng.uniform(200, 2000) for _ in range(2 * pairs)],
+             "cost_usd": [0.001] * (2 * pairs), "input_tokens": [900] * (2 * pairs),
+             "output_tokens": [120] * (2 * pairs), "hit_tool_cap": [False] * (2 * pairs),
+             "n_tool_calls": [rng.randrange(3) for _ in range(2 * pairs)]}  # fmt: skip
+    replays = _table("replays", sides, 2 * pairs)
+    commits = out / "_commits"
+    commits.mkdir()
+    for batch, (name, table) in enumerate([("verdicts", verdicts), ("replays", replays)], start=1):
+        (out / name).mkdir()
+        part = out / name / f"part-{batch:06d}.parquet"
+        pq.write_table(table, part, compression="zstd")
+        rel = f"{name}/{part.name}"
+        record = {"batch": batch, "files": {name: [rel]}, "rows": {name: table.num_rows},
+                  "sizes": {rel: part.stat().st_size}}  # fmt: skip
+        write_json_atomic(commits / f"{batch:06d}.json", record)
+    manifest = RunManifest(status="completed", fingerprint={}, config={}, source="synthetic", baseline="baseline",
+                           candidate="candidate", batches=2)  # fmt: skip
+    manifest.counts.pairs = pairs
+    folder.write_manifest(manifest)
+    return out
+
+
+def timed(fn: Any) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=1_000_000)
+    parser.add_argument("--reasons", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="delta-eval-analysis-"))
+    try:
+        seconds, run = timed(lambda: synthetic_run(tmp / "run", args.pairs, args.reasons))
+        print(f"synthetic run: {args.pairs:,} pairs, {2 * args.pairs:,} replays, {args.reasons:,} reasons "
+              f"written in {seconds:.1f} s")  # fmt: skip
+        summary, baseline = [], []
+        for _ in range(args.repeats):  # each time from a cold cache, interleaved with the baseline
+            shutil.rmtree(run / "analysis", ignore_errors=True)
+            summary.append(timed(lambda: de.analyze(run).summary())[0])
+            baseline.append(timed(lambda: de.open_result(run).win_rate())[0])
+        s, b = statistics.median(summary), statistics.median(baseline)
+        print(f"a.summary():             {s:6.2f} s (median of {args.repeats}; target <= 1 s)   "
+              f"RunResult.win_rate() on the same rows: {b:6.2f} s  (ratio {b / s:.1f}x)")  # fmt: skip
+        shutil.rmtree(run / "analysis", ignore_errors=True)
+        a = de.analyze(run)
+        t_themes, themes = timed(lambda: a.themes(outcome="baseline"))
+        texts = [t for _, t in a._reasons("baseline")]
+        k = len(themes)
+
+        def one_fit() -> None:
+            from sklearn.cluster import KMeans
+            from sklearn.feature_extraction.text import TfidfVectorizer
+
+            KMeans(n_clusters=max(k, 2), n_init=4, random_state=0).fit(TfidfVectorizer().fit_transform(texts))
+
+        t_fit, _ = timed(one_fit)
+        print(f"a.themes():              {t_themes:6.2f} s over {len(texts):,} reasons, {k} themes (target <= 60 s)"
+              f"   one TF-IDF + k-means fit at k={k}: {t_fit:6.2f} s")  # fmt: skip
+        for t in themes[:5]:
+            print(f"  #{t['id']} {t['name']}: {t['size']:,} ({100 * t['share']:.0f}%)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
