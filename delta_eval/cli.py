@@ -6,8 +6,9 @@
                                            SDK against a fake server on 127.0.0.1
     delta-eval run CONFIG [--out DIR] [--overwrite] [--retry-errors]
                                            run (or resume) the evaluation a TOML/YAML file describes
-    delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR]
-                                           print the report of a run folder (beside an A/A run's win rate)
+    delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR] [--html [PATH]]
+                                           print the report of a run folder (beside an A/A run's win rate), or
+                                           write it as one self-contained HTML page
     delta-eval analyze RUN_DIR [--json] [--outcome baseline|candidate|tie]
                                            what changed and why: win rates, behaviour changes, themes of the
                                            judge's reasons (cached in RUN_DIR/analysis)
@@ -82,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
+    report.add_argument(
+        "--html",
+        nargs="?",
+        const=True,
+        metavar="PATH",
+        help="write one self-contained HTML page instead (default RUN_DIR/report.html)",
+    )
 
     an = sub.add_parser("analyze", parents=[common], help="what changed and why: summary, behaviours, themes")
     an.add_argument("run_dir", type=Path)
@@ -125,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
     )
     try:
+        if args.command == "report" and args.html:
+            from delta_eval.analysis.analyze import analyze
+            from delta_eval.analysis.html import write_html
+
+            print(write_html(analyze(args.run_dir), None if args.html is True else args.html))
+            return 0
         if args.command == "report":
             print(render_report(open_result(args.run_dir), noise_floor=args.noise_floor))
             return 0

@@ -159,3 +159,38 @@ def test_the_skills_install_and_name_only_functions_that_exist(tmp_path: Path, r
             assert callable(getattr(de, name)), name
         for name in re.findall(r"\ba\.(\w+)\(", text):
             assert callable(getattr(a, name)), name
+
+
+def test_the_html_report_is_one_self_contained_page(run: de.RunResult, tmp_path: Path) -> None:
+    from html.parser import HTMLParser
+
+    target = tmp_path / "r.html"
+    assert main(["report", str(run.path), "--html", str(target)]) == 0
+    page = target.read_text()
+    a = de.analyze(run.path)
+    s = a.summary()
+    assert f"{s['win_rate']['all']['estimate']:.3f}" in page
+    for row in s["by_stratum"]:
+        assert row["stratum"] in page
+    for theme in a.themes():
+        assert f"#{theme['id']} " in page
+        assert theme["members"][0] in page
+    assert "<script" not in page
+    assert "http://" not in page
+    assert "https://" not in page  # nothing fetched when the page opens
+
+    class Balanced(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.open: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: Any) -> None:
+            if tag not in ("meta", "br"):
+                self.open.append(tag)
+
+        def handle_endtag(self, tag: str) -> None:
+            assert self.open.pop() == tag
+
+    parser = Balanced()
+    parser.feed(page)
+    assert parser.open == []

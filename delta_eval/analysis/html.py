@@ -1,0 +1,130 @@
+"""The report of a run as one self-contained HTML page (no script, no network: inline CSS and SVG), for
+``delta-eval report RUN_DIR --html``: the decision, win rates overall and per stratum with their intervals drawn,
+the funnel, cost and latency per side, what changed, and the themes with their pairs side by side.
+
+Example::
+
+    path = write_html(de.analyze("runs/demo"))     # runs/demo/report.html
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from delta_eval.analysis.analyze import Analysis
+from delta_eval.analysis.report import render_report
+
+__all__ = ["render_html", "write_html"]
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#777}
+.APPROVED{color:#17803d}.REJECTED{color:#b42318}.PARTIAL{color:#b54708}
+pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;font-size:12px}
+.side{display:grid;grid-template-columns:1fr 1fr 1fr;gap:8px}.side pre{margin:0}
+details{margin:.3em 0}summary{cursor:pointer}
+"""
+
+
+def _bar(lo: float, est: float, hi: float, width: int = 240) -> str:
+    """An interval on [0, 1] as inline SVG: the 0.5 line, the interval, the estimate."""
+    x = [round(width * v, 1) for v in (lo, est, hi)]
+    half = width / 2
+    return (
+        f'<svg width="{width}" height="14" role="img" aria-label="{est:.3f} [{lo:.3f}, {hi:.3f}]">'
+        f'<line x1="{half}" y1="0" x2="{half}" y2="14" stroke="#bbb"/>'
+        f'<line x1="{x[0]}" y1="7" x2="{x[2]}" y2="7" stroke="#3b6fb6" stroke-width="3"/>'
+        f'<circle cx="{x[1]}" cy="7" r="4" fill="#1d3f72"/></svg>'
+    )
+
+
+def _rate_row(label: str, r: dict[str, Any] | None) -> str:
+    if not r:
+        return f"<tr><td>{escape(label)}</td><td colspan=4 class=muted>none</td></tr>"
+    return (
+        f"<tr><td>{escape(label)}</td><td class=n>{r['estimate']:.3f}</td>"
+        f"<td class=n>[{r['lo']:.3f}, {r['hi']:.3f}]</td><td class=n>{r['pairs']:,}</td>"
+        f"<td>{_bar(r['lo'], r['estimate'], r['hi'])}</td></tr>"
+    )
+
+
+def _output(side: dict[str, Any] | None) -> str:
+    if not side:
+        return "(none)"
+    lines = [f"[calls] {c}" for c in side.get("calls") or []]
+    if side.get("text"):
+        lines.append(str(side["text"]))
+    if side.get("error"):
+        lines.append(f"[error] {side['error']}")
+    return escape("\n".join(lines) or "(no reply)")
+
+
+def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int = 3) -> str:
+    """The page (see the module docstring); ``outcome`` picks the themes (default: where the candidate lost)."""
+    s = a.summary()
+    out = [f"<!doctype html><html><head><meta charset=utf-8><title>delta_eval: {escape(str(a.path))}</title>"
+           f"<style>{_CSS}</style></head><body>"]  # fmt: skip
+    out.append(f"<h1>{escape(s['candidate'])} <span class=muted>vs</span> {escape(s['baseline'])}</h1>")
+    if s.get("description"):
+        out.append(f"<p>{escape(s['description'])}</p>")
+    d = s.get("decision") or {}
+    if d.get("outcome"):
+        out.append(f"<p><b class={escape(d['outcome'])}>{escape(d['outcome'])}</b> - {escape(d['decided_by'])}</p>")
+    out.append(f"<p class=muted>run folder {escape(s['run'])} ({escape(s['status'])}), {s['pairs']:,} pairs</p>")
+    if s["damage"]:
+        out.append("<p class=REJECTED>DAMAGED: " + escape("; ".join(s["damage"])) + "</p>")
+    out.append("<h2>Win rate of the candidate</h2><table><tr><th></th><th>estimate</th><th>95% CI</th>"
+               "<th>pairs</th><th>0 &larr; 0.5 &rarr; 1</th></tr>")  # fmt: skip
+    out.append(_rate_row("all pairs", s["win_rate"]["all"]))
+    out.append(_rate_row("judged pairs", s["win_rate"]["judged"]))
+    for row in s["by_stratum"]:
+        out.append(_rate_row(row["stratum"], row))
+    out.append("</table>")
+    out.append("<h2>Funnel</h2><table>")
+    for stage, n in s["funnel"].items():
+        out.append(f"<tr><td>{escape(stage)}</td><td class=n>{n:,}</td></tr>")
+    out.append("</table><h2>Cost and latency</h2><table><tr><th>side</th><th>cost (USD)</th><th>latency p50</th>"
+               "<th>p90</th><th>tool cap</th><th>errors</th></tr>")  # fmt: skip
+    for side, v in s["sides"].items():
+        cost = f"{v['cost_usd']:.4f}" if v["cost_usd"] is not None else "unknown"
+        out.append(f"<tr><td>{escape(side)}</td><td class=n>{cost}</td><td class=n>{v['latency_ms_p50']} ms</td>"
+                   f"<td class=n>{v['latency_ms_p90']} ms</td><td class=n>{v['hit_tool_cap']:.3f}</td>"
+                   f"<td class=n>{v['errors']}</td></tr>")  # fmt: skip
+    out.append("</table><h2>What changed</h2><table><tr><th></th><th>baseline</th><th>candidate (95% CI)</th></tr>")
+    for row in a.changes():
+        if row["kind"] == "behaviour":
+            b, c = row["baseline"], row["candidate"]
+            out.append(f"<tr><td>{escape(row['behaviour'])}</td><td class=n>{b['rate']:.3f}</td>"
+                       f"<td class=n>{c['rate']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]</td></tr>")  # fmt: skip
+        elif row["kind"] == "difference" and row["pairs"]["count"]:
+            tools = ", ".join(f"{k} {v}" for k, v in row["tools"].items())
+            out.append(f"<tr><td>calls differ: {escape(row['behaviour'])}</td><td class=n>"
+                       f"{row['pairs']['count']} pairs</td><td>{escape(tools)}</td></tr>")  # fmt: skip
+    out.append("</table>")
+    who = {"baseline": "where the candidate lost", "candidate": "where the candidate won"}.get(outcome, outcome)
+    out.append(f"<h2>Themes {escape(who)}</h2>")
+    themes = a.themes(outcome=outcome)  # type: ignore[arg-type]
+    if not themes:
+        out.append("<p class=muted>no stage-3 verdict with this outcome</p>")
+    for t in themes:
+        section = f" &middot; prompt section: <i>{escape(t['section'])}</i>" if t["section"] else ""
+        out.append(f"<h3>#{t['id']} {escape(t['name'])} <span class=muted>{t['size']} pairs "
+                   f"({100 * t['share']:.0f}%)</span>{section}</h3>")  # fmt: skip
+        for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme):  # type: ignore[arg-type]
+            cells = "".join(f"<div><b>{side}</b><pre>{_output(p.get(side))}</pre></div>"
+                            for side in ("baseline", "candidate", "recorded"))  # fmt: skip
+            head = f"{escape(p['pair_id'])}: {escape(p['summary'][:200])}"
+            out.append(f"<details><summary>{head}</summary><div class=side>{cells}</div></details>")
+    out.append("<h2>The text report</h2><pre>" + escape(render_report(a.result)) + "</pre></body></html>")
+    return "\n".join(out)
+
+
+def write_html(a: Analysis, path: str | Path | None = None, **options: Any) -> Path:
+    """Write :func:`render_html` to ``path`` (default ``RUN/report.html``) and return where."""
+    target = Path(path) if path is not None else a.path / "report.html"
+    target.write_text(render_html(a, **options), encoding="utf-8")
+    return target
