@@ -14,8 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +33,7 @@ from delta_eval.replay.tools import ToolSimulator
 from delta_eval.result import RunResult
 from delta_eval.runner import execute
 from delta_eval.schema import Conversation, Verdict
+from delta_eval.sync import run_sync
 
 __all__ = ["VerdictStream", "arun", "make_config", "run", "stream"]
 
@@ -100,31 +99,8 @@ def run(
         from delta_eval.display import ProgressDisplay
 
         with ProgressDisplay(tracker):
-            return _run_sync(main)
-    return _run_sync(main)
-
-
-def _run_sync(main: Any) -> RunResult:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        result: RunResult = anyio.run(main)
-        return result
-    # A loop is already running in this thread (Jupyter): run ours in a thread of its own.
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = anyio.run(main)
-        except BaseException as exc:
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, name="delta-eval-run")
-    worker.start()
-    worker.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]  # type: ignore[no-any-return]
+            return run_sync(main)
+    return run_sync(main)
 
 
 class VerdictStream:

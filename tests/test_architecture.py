@@ -29,6 +29,7 @@ LAYER_OF = {
             "chat_format",
             "allocation",
             "interrupts",
+            "sync",
         ),
         "core",
     ),
@@ -72,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": _STAGES | {"metrics"},
     "runner": _STAGES | {"pipeline", "metrics"},
     "result": {"core", "store", "metrics"},
-    "analysis": {"core", "store", "metrics", "result"},
+    "analysis": {"core", "store", "metrics", "result", "adapters"},  # adapters: theme names from the judge model
     "testing": {"core", "adapters"},  # test doubles and fake servers speak the canonical types, nothing later
     "front": set(LAYER_OF.values()),
 }

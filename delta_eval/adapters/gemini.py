@@ -25,7 +25,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from google import genai
 from google.genai import errors, types
@@ -221,15 +221,16 @@ class GeminiAdapter(ModelAdapter):
             if request.params.stream:
                 chunks: list[Any] = []
                 stream = await self.clients.next().aio.models.generate_content_stream(
-                    model=self.wire_model, contents=contents, config=config
+                    model=self.wire_model, contents=cast(Any, contents), config=config
                 )
                 async for chunk in stream:
                     if ttft is None and any(p.text or p.function_call for p in _parts(chunk)):
                         ttft = (time.perf_counter() - start) * 1000
                     chunks.append(chunk)
                 return self._decode(chunks, ttft_ms=ttft)
+            # The contents are the wire's dicts; the SDK's hints (a union of its TypedDicts) do not take them.
             response = await self.clients.next().aio.models.generate_content(
-                model=self.wire_model, contents=contents, config=config
+                model=self.wire_model, contents=cast(Any, contents), config=config
             )
         except errors.APIError as exc:
             raise self._error(exc) from None

@@ -183,7 +183,7 @@ class SimulatedAdapter(ModelAdapter):
         fmt = request.params.response_format
         if fmt is not None and fmt.json_schema is not None and is_judge_schema(fmt.json_schema):
             pair = next((m.content for m in reversed(request.messages) if m.role == "user" and m.content
-                         and "<output_a>" in m.content), "")  # fmt: skip
+                         and ("<output_a>" in m.content or "<examples>" in m.content)), "")  # fmt: skip
             return Message(role="assistant", content=judge_answer(fmt.json_schema, pair, rng, b.judge_position_bias))
         recorded = self.recordings.next_message(request.messages)
         if recorded is None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from delta_eval.matching import word_overlap
 
-__all__ = ["behaviour", "is_judge_schema", "judge_answer"]
+__all__ = ["behaviour", "is_judge_schema", "judge_answer", "theme_name"]
 
 
 #: How much more of the reference's words an output must share to win on text alone.
@@ -44,9 +44,29 @@ _TEXT_MARGIN = 0.2
 
 
 def is_judge_schema(schema: dict[str, Any] | None) -> bool:
-    """Whether a response schema is a delta_eval judge's (stage 2 or stage 3)."""
+    """Whether a response schema is a delta_eval judge's (stage 2 or stage 3), or asks to name a theme of the
+    judges' reasons (see :mod:`delta_eval.analysis.naming`)."""
     props = (schema or {}).get("properties") or {}
-    return "equivalent" in props or "winner" in props
+    return "equivalent" in props or "winner" in props or "theme_name" in props
+
+
+_SAID = re.compile(r"\breply [AB] ([^;.]+)")
+
+
+def theme_name(text: str) -> str:
+    """The simulated namer's name for a theme: the behaviour its example reasons state most often, with the tool
+    and argument names kept.
+
+    Example:
+        >>> examples = "- reply B skipped the required book call; B 0.\\n- reply A skipped the required book call"
+        >>> theme_name(f"<examples>\\n{examples}\\n</examples>")
+        'Skipped the required book call'
+    """
+    said: list[str] = _SAID.findall(_section(text, "examples") or text)
+    if not said:
+        return "Other differences"
+    common = max(set(said), key=lambda phrase: (said.count(phrase), phrase))
+    return common[:1].upper() + common[1:]
 
 
 def _section(text: str, tag: str) -> str | None:
@@ -172,5 +192,7 @@ def _pairwise(schema: dict[str, Any], text: str, rng: random.Random, position_bi
 def judge_answer(schema: dict[str, Any], text: str, rng: random.Random, position_bias: float) -> str:
     """The simulated judge's JSON answer to a judge request whose pair is rendered in ``text``."""
     props = schema.get("properties") or {}
+    if "theme_name" in props:
+        return json.dumps({"theme_name": theme_name(text)})
     answer = _equivalence(text) if "equivalent" in props else _pairwise(schema, text, rng, position_bias)
     return json.dumps(answer)

@@ -16,6 +16,7 @@ prints the same. Cached analyses are dropped when the run gains pairs.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from delta_eval.analysis.changes import changes, pair_behaviours
+from delta_eval.analysis.naming import LLMNamer
 from delta_eval.analysis.themes import Theme, attribute, find_themes, prompt_sections
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.intervals import ClusterSums, design_wilson_interval
@@ -229,23 +231,46 @@ class Analysis:
             return recorded
         return str(template).replace("{{recorded_system_prompt}}", recorded)
 
+    def namer(self, names: str = "auto") -> LLMNamer | None:
+        """What names the themes: ``"auto"``, the run's stage-3 judge model when it is an LLM; ``"terms"``, nobody
+        (themes are named by their top terms); any other value, that model id."""
+        if names == "terms":
+            return None
+        config = self.result.manifest.config
+        cache = Path(config.get("cache") or self.path / "cache.sqlite")
+        if names != "auto":
+            return LLMNamer(names, cache_path=cache)
+        models = self.result.manifest.judge_models.get("judge") or []
+        if not models:
+            return None
+        judge = (config.get("judges") or {}).get("judge")
+        options = judge.get("provider_options") if isinstance(judge, dict) and judge.get("model") == models[0] else {}
+        return LLMNamer(models[0], options or {}, cache_path=cache)
+
     def themes(
         self,
         *,
         outcome: Literal["baseline", "candidate", "tie"] = "baseline",
         k: int | None = None,
         seed: int | None = None,
+        names: str = "auto",
     ) -> list[dict[str, Any]]:
         """Clusters of the stage-3 judge's reasons for pairs with this ``outcome`` (``baseline``: where the
         candidate lost), largest first: id, name, size, share, terms, example pair ids and reasons, and the system
-        prompt section closest to them. Cached per outcome, ``k`` and ``seed`` (default: the run's seed)."""
+        prompt section closest to them. Names come from an LLM (:meth:`namer`: by default the run's judge model,
+        one cached call per theme) or, with ``names="terms"`` or no LLM judge, from the theme's top terms. Cached
+        per outcome, ``k``, ``seed`` (default: the run's seed) and ``names``."""
         seed = self.result.manifest.seed if seed is None else seed
-        name = f"themes-{outcome}-{k}-{seed}.json"
+        name = f"themes-{outcome}-{k}-{seed}-{re.sub(r'[^A-Za-z0-9.-]+', '_', names)}.json"
         cached = self._load(name)
         if cached is not None:
             return list(cached)
         reasons = self._reasons(outcome)
         themes = find_themes([t for _, t in reasons], [p for p, _ in reasons], seed=seed, k=k)
+        namer = self.namer(names)
+        if namer is not None and themes:
+            for theme, label in zip(themes, namer.name_all([(t.terms, t.examples) for t in themes]), strict=True):
+                theme.name = label
         text = dict(reasons)
         attribute(themes, {t.id: [text[p] for p in t.members] for t in themes}, prompt_sections(self.system_prompt()))
         data = [t.to_dict(members=True) for t in themes]

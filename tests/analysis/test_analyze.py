@@ -194,3 +194,36 @@ def test_the_html_report_is_one_self_contained_page(run: de.RunResult, tmp_path:
     parser = Balanced()
     parser.feed(page)
     assert parser.open == []
+
+
+def test_themes_are_named_by_the_runs_judge_model_once(run: de.RunResult, tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    from delta_eval.analysis.naming import LLMNamer
+
+    a = de.analyze(run.path)
+    named = a.themes(outcome="baseline")
+    by_terms = a.themes(outcome="baseline", names="terms")
+    assert [t["members"] for t in named] == [t["members"] for t in by_terms]
+    assert [t["name"] for t in by_terms] == [", ".join(t["terms"][:3]) for t in by_terms]
+    # the simulated judge names a theme by the behaviour its reasons state most often
+    assert all(t["name"][0].isupper() for t in named)
+    assert any("confirm instead of making the required" in t["name"] for t in named)
+    namer = a.namer()
+    assert namer is not None
+    assert namer.model == "simulated:judge"
+    # one call per theme, through a response cache: asked again, every name comes from it
+    fresh = LLMNamer(namer.model, namer.options, cache_path=tmp_path / "cache.sqlite")
+    themes = [(t["terms"], t["examples"]) for t in named]
+    assert fresh.name_all(themes) == [t["name"] for t in named]
+
+    def cached() -> int:
+        with sqlite3.connect(tmp_path / "cache.sqlite") as db:
+            return int(db.execute("SELECT count(*) FROM responses").fetchone()[0])
+
+    assert cached() == len(named)
+    assert fresh.name_all(themes) == [t["name"] for t in named]
+    assert cached() == len(named)
+    shutil.rmtree(run.path / "analysis")
+    assert de.analyze(run.path).themes(outcome="baseline") == named
