@@ -119,3 +119,23 @@ def test_the_nested_export_example_of_the_readme_reads_a_tau2_file(
     assert bad == []
     assert len(good) == 5
     assert good[0].metadata["domain"] == "airline"
+
+
+def test_the_analyze_json_documented_in_the_readme_is_what_it_prints(tmp_path: Path) -> None:
+    import delta_eval as de
+    from delta_eval.demo import demo_config, demo_conversations
+
+    readme = (ROOT / "README.md").read_text()
+    doc = " ".join(readme.split("`delta-eval analyze RUN_DIR", 1)[1].split("- `delta-eval report", 1)[0].split())
+    result = de.run(demo_config(tmp_path / "run", n=20, latency_ms=0.0), conversations=demo_conversations())
+    a = de.analyze(result.path)
+    summary, themes = a.summary(), a.themes()
+    documented = re.findall(r"[a-z_0-9]+", doc.split("`summary` has", 1)[1].split("; each `changes`", 1)[0])
+    assert set(summary) <= set(documented)
+    assert set(summary["win_rate"]["all"]) <= set(documented)
+    assert set(summary["sides"]["candidate"]) <= set(documented)
+    assert set(summary["decision"]) <= set(documented)
+    theme_keys = re.findall(r"[a-z_]+", doc.split("each theme", 1)[1])
+    assert themes
+    assert set(themes[0]) <= set(theme_keys)
+    assert {row["kind"] for row in a.changes()} == {"behaviour", "difference", "length"}
