@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -254,19 +255,23 @@ class Analysis:
         k: int | None = None,
         seed: int | None = None,
         names: str = "auto",
+        embed: Callable[[list[str]], Any] | None = None,
     ) -> list[dict[str, Any]]:
         """Clusters of the stage-3 judge's reasons for pairs with this ``outcome`` (``baseline``: where the
         candidate lost), largest first: id, name, size, share, terms, example pair ids and reasons, and the system
         prompt section closest to them. Names come from an LLM (:meth:`namer`: by default the run's judge model,
         one cached call per theme) or, with ``names="terms"`` or no LLM judge, from the theme's top terms. Cached
-        per outcome, ``k``, ``seed`` (default: the run's seed) and ``names``."""
+        per outcome, ``k``, ``seed`` (default: the run's seed), ``names`` and ``embed`` (a function giving each
+        reason a vector, e.g. a provider's embeddings, clustered instead of TF-IDF; cached by its name)."""
         seed = self.result.manifest.seed if seed is None else seed
-        name = f"themes-{outcome}-{k}-{seed}-{re.sub(r'[^A-Za-z0-9.-]+', '_', names)}.json"
+        space = "tfidf" if embed is None else getattr(embed, "__qualname__", type(embed).__name__)
+        key = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{outcome}-{k}-{seed}-{names}-{space}")
+        name = f"themes-{key}.json"
         cached = self._load(name)
         if cached is not None:
             return list(cached)
         reasons = self._reasons(outcome)
-        themes = find_themes([t for _, t in reasons], [p for p, _ in reasons], seed=seed, k=k)
+        themes = find_themes([t for _, t in reasons], [p for p, _ in reasons], seed=seed, k=k, embed=embed)
         namer = self.namer(names)
         if namer is not None and themes:
             for theme, label in zip(themes, namer.name_all([(t.terms, t.examples) for t in themes]), strict=True):

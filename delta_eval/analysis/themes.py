@@ -106,9 +106,12 @@ def find_themes(
     k_range: tuple[int, int] = (2, 8),
     namer: Callable[[list[str], list[str]], str] | None = None,
     max_features: int = 20_000,
+    embed: Callable[[list[str]], Any] | None = None,
 ) -> list[Theme]:
     """Cluster ``texts`` (one per pair) into themes, largest first. ``k`` fixes the number of clusters; else the
     best silhouette over ``k_range`` decides. ``namer(terms, examples)`` names a theme (default: its top terms).
+    ``embed(texts)`` (an array, one row per text: e.g. a provider's embeddings) replaces TF-IDF + SVD as the space
+    clustered in; the terms still come from TF-IDF.
 
     Fewer than 4 texts make one theme (or none); the result is the same for the same texts and seed.
     """
@@ -132,8 +135,13 @@ def find_themes(
         labels = np.zeros(n, dtype=int)
         space = tfidf.toarray()
     else:
-        dims = max(2, min(100, tfidf.shape[1] - 1, n - 1))
-        space = TruncatedSVD(n_components=dims, random_state=seed).fit_transform(tfidf)
+        if embed is not None:
+            space = np.asarray(embed(list(texts)), dtype=float)
+            if space.shape[0] != n:
+                raise ValueError(f"embed returned {space.shape[0]} vectors for {n} texts")
+        else:
+            dims = max(2, min(100, tfidf.shape[1] - 1, n - 1))
+            space = TruncatedSVD(n_components=dims, random_state=seed).fit_transform(tfidf)
         norms = np.linalg.norm(space, axis=1, keepdims=True)
         space = space / np.where(norms == 0, 1, norms)
         distinct = len(np.unique(space.round(6), axis=0))  # k-means cannot make more clusters than distinct points

@@ -227,3 +227,17 @@ def test_themes_are_named_by_the_runs_judge_model_once(run: de.RunResult, tmp_pa
     assert cached() == len(named)
     shutil.rmtree(run.path / "analysis")
     assert de.analyze(run.path).themes(outcome="baseline") == named
+
+
+def test_themes_cluster_in_an_embedding_space_when_given_one() -> None:
+    import numpy as np
+
+    texts = ["alpha one", "alpha two", "alpha three", "beta one", "beta two", "beta three"]
+
+    def embed(batch: list[str]) -> Any:  # stands in for a provider's embeddings
+        return np.array([[1.0, 0.0] if t.startswith("alpha") else [0.0, 1.0] for t in batch])
+
+    themes = find_themes(texts, [f"p{i}" for i in range(6)], seed=0, embed=embed)
+    assert sorted(sorted(t.members) for t in themes) == [["p0", "p1", "p2"], ["p3", "p4", "p5"]]
+    with pytest.raises(ValueError, match="embed returned 1 vectors for 6 texts"):
+        find_themes(texts, [f"p{i}" for i in range(6)], embed=lambda b: np.zeros((1, 2)))
