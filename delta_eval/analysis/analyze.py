@@ -255,15 +255,20 @@ class Analysis:
         k: int | None = None,
         seed: int | None = None,
         names: str = "auto",
-        embed: Callable[[list[str]], Any] | None = None,
+        embed: Callable[[list[str]], Any] | str | None = None,
     ) -> list[dict[str, Any]]:
         """Clusters of the stage-3 judge's reasons for pairs with this ``outcome`` (``baseline``: where the
         candidate lost), largest first: id, name, size, share, terms, example pair ids and reasons, and the system
         prompt section closest to them. Names come from an LLM (:meth:`namer`: by default the run's judge model,
         one cached call per theme) or, with ``names="terms"`` or no LLM judge, from the theme's top terms. Cached
-        per outcome, ``k``, ``seed`` (default: the run's seed), ``names`` and ``embed`` (a function giving each
-        reason a vector, e.g. a provider's embeddings, clustered instead of TF-IDF; cached by its name)."""
+        per outcome, ``k``, ``seed`` (default: the run's seed), ``names`` and ``embed``: an embedding model id
+        (``"openai:text-embedding-3-small"``, key from the environment) or a function giving each reason a vector,
+        clustered instead of TF-IDF (cached by its name)."""
         seed = self.result.manifest.seed if seed is None else seed
+        if isinstance(embed, str):
+            from delta_eval.adapters.embeddings import Embedder  # needs the openai SDK: only when asked for
+
+            embed = Embedder(embed)
         space = "tfidf" if embed is None else getattr(embed, "__qualname__", type(embed).__name__)
         key = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{outcome}-{k}-{seed}-{names}-{space}")
         name = f"themes-{key}.json"

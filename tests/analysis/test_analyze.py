@@ -241,3 +241,23 @@ def test_themes_cluster_in_an_embedding_space_when_given_one() -> None:
     assert sorted(sorted(t.members) for t in themes) == [["p0", "p1", "p2"], ["p3", "p4", "p5"]]
     with pytest.raises(ValueError, match="embed returned 1 vectors for 6 texts"):
         find_themes(texts, [f"p{i}" for i in range(6)], embed=lambda b: np.zeros((1, 2)))
+
+
+def test_themes_from_a_providers_embeddings_through_the_real_sdk(run: de.RunResult, tau_conversations: list) -> None:
+    import numpy as np
+
+    from delta_eval.adapters.embeddings import Embedder
+    from delta_eval.testing import FakeOpenAIServer
+
+    with FakeOpenAIServer(recordings=tau_conversations) as server:
+        embed = Embedder("openai:text-embedding-3-small", {"base_url": server.base_url, "api_key": "sk-test"})
+        vectors = np.array(embed(["skipped the booking call", "skipped the booking call again", "asked to confirm"]))
+        assert vectors.shape == (3, 64)
+        assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]  # texts sharing words are close
+        assert server.requests[-1].json()["encoding_format"] == "base64"  # the SDK's default, decoded by it
+        themes = de.analyze(run.path).themes(outcome="baseline", names="terms", embed=embed)
+        sent = sum(len(r.json()["input"]) for r in server.requests if r.path.endswith("/embeddings"))
+    assert sum(t["size"] for t in themes) == sent - 3
+    assert len(themes) >= 2
+    cached = [p.name for p in (run.path / "analysis").glob("themes-*Embedder*")]
+    assert len(cached) == 1

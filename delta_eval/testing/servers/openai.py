@@ -1,6 +1,7 @@
 """A fake OpenAI server: Chat Completions and Responses, at OpenAI's paths and Azure's.
 
-Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (also under ``/openai/v1/``, Azure's v1 API),
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/embeddings`` (also under
+``/openai/v1/``, Azure's v1 API),
 and ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` (Azure's classic API, where the
 deployment names the model). Like the real service it rejects, with a 400 in OpenAI's error shape: an assistant
 tool call left unanswered; ``temperature`` other than 1 or ``max_tokens`` sent to a reasoning model (o-series,
@@ -21,7 +22,11 @@ Example:
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import math
 import re
+import struct
 from typing import Any
 
 from delta_eval.calls import GenerateParams, ModelRequest
@@ -43,6 +48,7 @@ __all__ = ["FakeOpenAIServer"]
 _CHAT = re.compile(r"^(?:/openai)?(?:/v1)?/chat/completions$")
 _AZURE_CHAT = re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/chat/completions$")
 _RESPONSES = re.compile(r"^(?:/openai)?(?:/v1)?/responses$")
+_EMBEDDINGS = re.compile(r"^(?:/openai)?(?:/v1)?/embeddings$")
 _REASONING_MODEL = re.compile(r"^(o\d+|gpt-5(?!.*chat))", re.I)
 _CREATED = 1767225600
 
@@ -100,7 +106,35 @@ class FakeOpenAIServer(FakeProviderServer):
             request.presented("authorization", f"Bearer {self.api_key}") or request.presented("api-key", self.api_key)
         ):
             return self.error(401, "auth", "Incorrect API key provided.")
+        if _EMBEDDINGS.match(request.path):
+            return self.embeddings(request)
         return await super().handle(request)
+
+    def embeddings(self, request: Request) -> JSONReply:
+        """``POST /v1/embeddings``: a hashed bag of words per input (texts sharing words are close), as floats or,
+        as the SDK asks by default, base64 of little-endian float32."""
+        body = request.json() or {}
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            return self.error(400, "invalid", "'input' must be a non-empty string or a list of non-empty strings.")
+        dims = int(body.get("dimensions") or 64)
+        data = []
+        for i, text in enumerate(texts):
+            vector = [0.0] * dims
+            for word in re.findall(r"\w+", text.lower()):
+                vector[int(hashlib.md5(word.encode(), usedforsecurity=False).hexdigest(), 16) % dims] += 1.0
+            norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+            vector = [v / norm for v in vector]
+            if body.get("encoding_format") == "base64":
+                encoded: Any = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
+            else:
+                encoded = vector
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+        tokens = sum(len(t.split()) for t in texts)
+        reply = {"object": "list", "data": data, "model": body.get("model", ""),
+                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
+        return JSONReply(reply, headers={"x-request-id": f"req_emb{len(self.requests)}"})
 
     def error(self, status: int, kind: str, message: str) -> JSONReply:
         kinds = {
