@@ -82,7 +82,6 @@ class ModelClient:
                     self.limiter.on_rate_limited()
                     raise
                 self.limiter.on_success()
-                self.stats.answered += 1
                 elapsed = (time.perf_counter() - start) * 1000
                 return response.model_copy(update={"latency_ms": elapsed})
 
@@ -96,4 +95,7 @@ class ModelClient:
             raise
         if self.cache is not None and response.finish_reason != "content_filter":
             self.cache.put(key, self.model, response)
+        # Counted once cached: a session killed after this has its answer in the cache, where the next session
+        # finds the answers the killed one had not recorded (see RunManifest.begin_session).
+        self.stats.answered += 1
         return CallResult(response, cached=False, attempts=attempts)
