@@ -24,11 +24,11 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
-from collections import OrderedDict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from delta_eval.memo import IdentityMemo
 from delta_eval.schema import Message, ToolSpec, Usage
 
 __all__ = [
@@ -155,20 +155,12 @@ class ModelRequest(_Frozen):
 
     def _body(self) -> bytes:
         # The JSON of canonical(), in field declaration order: pydantic's own serialiser is 3x faster than dumping
-        # the dict with sorted keys. Kept a while by object identity (the entry holds the request, so the identity
-        # is not reused while it lives): a call asks for its key more than once, and the request of a late turn
-        # of a long conversation holds its whole history.
-        hit = _BODIES.get(id(self))
-        if hit is not None and hit[0] is self:
-            return hit[1]
-        body = self.model_dump_json(exclude_defaults=True).encode("utf-8")
-        _BODIES[id(self)] = (self, body)
-        if len(_BODIES) > 256:
-            _BODIES.popitem(last=False)
-        return body
+        # the dict with sorted keys. Kept a while: a call asks for its key more than once, and the request of a late
+        # turn of a long conversation holds its whole history.
+        return _BODIES.get(self, lambda r: r.model_dump_json(exclude_defaults=True).encode("utf-8"))
 
 
-_BODIES: OrderedDict[int, tuple[ModelRequest, bytes]] = OrderedDict()
+_BODIES = IdentityMemo[bytes](maxsize=256)
 
 
 class ModelResponse(_Frozen):

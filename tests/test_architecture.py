@@ -30,6 +30,7 @@ LAYER_OF = {
             "allocation",
             "interrupts",
             "sync",
+            "memo",
         ),
         "core",
     ),

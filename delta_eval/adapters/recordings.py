@@ -12,32 +12,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from delta_eval.matching import canonical_arguments
+from delta_eval.memo import IdentityMemo
 from delta_eval.schema import Conversation, Message
 
 __all__ = ["RecordingIndex", "prefix_key", "prefix_keys"]
 
 
-#: Fingerprints of messages seen lately, by object identity (each entry holds its message, so the identity cannot
-#: be reused while the entry lives): the requests of one conversation share its messages, and fingerprinting each
-#: again for every request of a long conversation made its replay quadratic.
-_SEEN: OrderedDict[int, tuple[Message, bytes]] = OrderedDict()
-_SEEN_MAX = 1 << 17
+#: Fingerprints of messages seen lately: the requests of one conversation share its messages, and fingerprinting
+#: each again for every request of a long conversation made its replay quadratic.
+_SEEN = IdentityMemo[bytes](maxsize=1 << 17)
 
 
 def _fingerprint(m: Message) -> bytes:
-    hit = _SEEN.get(id(m))
-    if hit is not None and hit[0] is m:
-        return hit[1]
+    return _SEEN.get(m, _compute_fingerprint)
+
+
+def _compute_fingerprint(m: Message) -> bytes:
     calls = [[c.name, canonical_arguments(c)] for c in m.tool_calls]
-    fp = json.dumps([m.role, m.content or "", calls], ensure_ascii=False, separators=(",", ":")).encode() + b"\x00"
-    _SEEN[id(m)] = (m, fp)
-    if len(_SEEN) > _SEEN_MAX:
-        _SEEN.popitem(last=False)
-    return fp
+    return json.dumps([m.role, m.content or "", calls], ensure_ascii=False, separators=(",", ":")).encode() + b"\x00"
 
 
 def prefix_keys(messages: Sequence[Message]) -> list[str]:
