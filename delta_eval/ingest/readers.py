@@ -15,7 +15,6 @@ from typing import Any
 from delta_eval.exceptions import ConfigError, RecordError
 
 __all__ = [
-    "MAX_DEPTH",
     "READERS",
     "RawRecord",
     "infer_format",
@@ -46,11 +45,6 @@ def infer_format(path: Path) -> str:
     if last in (".parquet", ".pq"):
         return "parquet"
     raise ConfigError(f"cannot tell the format of {path}: name it .json, .jsonl or .parquet, or pass format=")
-
-
-#: How deep a record's JSON may nest. Python's parser gives up near 1,000 levels with a RecursionError; real
-#: conversations stay far below this, and a record nested deeper is that record's error, not the run's.
-MAX_DEPTH = 200
 
 
 def _open_binary(path: Path) -> Any:
