@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from delta_eval.analysis.changes import changes, pair_behaviours
 from delta_eval.analysis.naming import LLMNamer
-from delta_eval.analysis.themes import Theme, attribute, find_themes, prompt_sections
+from delta_eval.analysis.themes import attribute, find_themes, prompt_sections
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.intervals import ClusterSums, design_wilson_interval
 from delta_eval.result import RunResult, open_result
@@ -91,10 +91,15 @@ class Analysis:
         if current != self._stamp():
             shutil.rmtree(self.cache, ignore_errors=True)  # the run changed: every cached analysis is stale
 
-    def _save(self, name: str, data: Any) -> None:
+    def _stamped_cache(self) -> Path:
+        """The cache folder, created and stamped with the run as it is now."""
         self.cache.mkdir(parents=True, exist_ok=True)
         (self.cache / "stamp.json").write_text(json.dumps({"stamp": self._stamp()}), encoding="utf-8")
-        (self.cache / name).write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+        return self.cache
+
+    def _save(self, name: str, data: Any) -> None:
+        text = json.dumps(data, ensure_ascii=False, indent=1)
+        (self._stamped_cache() / name).write_text(text, encoding="utf-8")
 
     def _load(self, name: str) -> Any:
         try:
@@ -200,8 +205,7 @@ class Analysis:
         if path.exists():
             return pq.read_table(path)
         table = pair_behaviours(self.con)
-        self._save("behaviours.json", {"rows": table.num_rows})
-        pq.write_table(table, path)
+        pq.write_table(table, self._stamped_cache() / path.name)
         return table
 
     def changes(self, *, by: Literal["stratum"] | None = None) -> list[dict[str, Any]]:
@@ -340,8 +344,3 @@ class Analysis:
 def analyze(run: str | Path | RunResult) -> Analysis:
     """The :class:`Analysis` of a run folder."""
     return Analysis(run)
-
-
-def theme_of(data: dict[str, Any]) -> Theme:
-    """A theme read back from :meth:`Analysis.themes` data."""
-    return Theme(**data)
