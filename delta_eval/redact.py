@@ -35,6 +35,12 @@ _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s]+@")
 REDACTED = "***"
 
 
+def _secret_name(name: str) -> bool:
+    """Whether a setting's name says it holds a secret (``api_key``, ``access_token``; not ``max_tokens``, not
+    ``api_key_env``, which names a variable)."""
+    return bool(_SECRET_KEY.search(name)) and not _NOT_SECRET_KEY.search(name)
+
+
 def redact_text(text: str) -> str:
     """``text`` without URL userinfo and without anything shaped like a provider key, bearer token or JWT.
 
@@ -60,7 +66,7 @@ def redact_secrets(value: Any) -> Any:
                 out[k] = redact_secrets(v)
             elif _HEADERS_KEY.search(name) and isinstance(v, Mapping | list | tuple):
                 out[k] = _all_redacted(v)
-            elif _SECRET_KEY.search(name) and not _NOT_SECRET_KEY.search(name):
+            elif _secret_name(name):
                 out[k] = REDACTED
             else:
                 out[k] = redact_secrets(v)
@@ -115,7 +121,7 @@ def describe_invalid(exc: ValidationError, where: str | None = None) -> str:
             err["type"] not in ("extra_forbidden", "missing")
             and isinstance(value, str | int | float | bool)
             and len(str(value)) <= 60
-            and not any(_SECRET_KEY.search(p) and not _NOT_SECRET_KEY.search(p) for p in parts)
+            and not any(_secret_name(p) for p in parts)
             and redact_text(str(value)) == str(value)
         ):
             given.setdefault(path, f", got {value!r}")
