@@ -112,7 +112,7 @@ class RunFolder:
 
     def commits(self) -> list[dict[str, Any]]:
         """The commit records of the undamaged batches, in batch order (see :meth:`damage`)."""
-        return self._scan()[0]
+        return self.scan()[0]
 
     def damage(self) -> list[Damage]:
         """What is damaged in the folder, batch by batch: a commit file that is not a valid record, a part file it
@@ -122,9 +122,10 @@ class RunFolder:
 
         Files of a batch a killed process never committed are not damage: :meth:`recover` removes them.
         """
-        return self._scan()[1]
+        return self.scan()[1]
 
-    def _scan(self) -> tuple[list[dict[str, Any]], list[Damage]]:
+    def scan(self) -> tuple[list[dict[str, Any]], list[Damage]]:
+        """:meth:`commits` and :meth:`damage` from one pass over the commit files."""
         folder = self.path / _COMMITS
         good: list[dict[str, Any]] = []
         damage: list[Damage] = []
@@ -181,10 +182,11 @@ class RunFolder:
         batches = data.get("batches") if isinstance(data, dict) else None
         return batches if isinstance(batches, int) else 0
 
-    def committed_files(self) -> dict[str, list[Path]]:
-        """The part files of every dataset in the undamaged committed batches (scanning the commits once)."""
+    def committed_files(self, commits: list[dict[str, Any]] | None = None) -> dict[str, list[Path]]:
+        """The part files of every dataset in the undamaged committed batches (of ``commits``, when the caller has
+        just scanned them)."""
         files: dict[str, list[Path]] = {name: [] for name in DATASETS}
-        for c in self.commits():
+        for c in self.commits() if commits is None else commits:
             for name, rels in c["files"].items():
                 files.setdefault(name, []).extend(self.path / rel for rel in rels)
         return files
@@ -250,19 +252,27 @@ class RunFolder:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
+    def _library_files(self, commits: re.Pattern[str], root: re.Pattern[str] | None = None) -> list[Path]:
+        """The files the library writes, found by their names: part files in the datasets' folders, files of the
+        ``commits`` pattern in the commits folder, and of the ``root`` pattern beside the manifest."""
+        places = [*((d, _PART) for d in DATASETS), (_COMMITS, commits), *([(".", root)] if root else [])]
+        return [
+            f
+            for name, pattern in places
+            if (self.path / name).is_dir()
+            for f in (self.path / name).iterdir()
+            if pattern.match(f.name) and f.is_file()
+        ]
+
     def recover(self) -> list[Path]:
         """Delete the library's part and temporary files that no commit names (left by a killed process, or by a
         damaged batch); return them. Files the library does not name so are never touched."""
         committed = {rel for c in self.commits() for rels in c["files"].values() for rel in rels}
         removed = []
-        for name, pattern in [*((d, _PART) for d in DATASETS), (_COMMITS, _COMMIT_TMP), (".", _ROOT_TMP)]:
-            folder = self.path / name
-            if not folder.is_dir():
-                continue
-            for f in folder.iterdir():
-                if pattern.match(f.name) and f"{name}/{f.name}" not in committed and f.is_file():
-                    f.unlink()
-                    removed.append(f)
+        for f in self._library_files(_COMMIT_TMP, _ROOT_TMP):
+            if f.relative_to(self.path).as_posix() not in committed:
+                f.unlink()
+                removed.append(f)
         numbers = [int(f.name[:6]) for f in (self.path / _COMMITS).glob("*.json") if _COMMITTED.match(f.name)]
         self._next_batch = max(numbers, default=0) + 1
         return removed
@@ -302,16 +312,12 @@ class RunFolder:
         else in the folder stays, and so does the response cache). Returns what was removed."""
         if not self.is_run_folder():
             raise RunFolderError(f"{self.path} is not a delta_eval run folder; nothing in it is removed")
-        removed = []
-        for name, pattern in [*((d, _PART) for d in DATASETS), (_COMMITS, _COMMIT_FILE)]:
+        removed = self._library_files(_COMMIT_FILE)
+        for f in removed:
+            f.unlink()
+        for name in (*DATASETS, _COMMITS):
             folder = self.path / name
-            if not folder.is_dir():
-                continue
-            for f in folder.iterdir():
-                if f.is_file() and pattern.match(f.name):
-                    f.unlink()
-                    removed.append(f)
-            if not any(folder.iterdir()):
+            if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
         if (self.path / MANIFEST).exists():
             (self.path / MANIFEST).unlink()

@@ -244,7 +244,7 @@ class RunManifest(_Model):
             if past.ended_at is None and past.status == "running":  # not yet found killed by an earlier session
                 past.status = "killed"
                 grown = cached_responses - past.cached_responses_at_start
-                past.answered_unrecorded = max(0, grown - sum(c.answered for c in past.calls.values()))
+                past.answered_unrecorded = max(0, grown - past.answered)  # answered: what it recorded, so far
         self.status = "running"
         session = Session(
             resumed_pairs=resumed_pairs, cached_responses_at_start=cached_responses, retried_pairs=retried_pairs

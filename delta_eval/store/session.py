@@ -61,9 +61,8 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
 
 
 def _check_writable(folder: RunFolder) -> None:
-    """Create the folder if it is new; refuse a file, a path that cannot be created, a folder not writable."""
-    if folder.path.is_file():
-        raise RunFolderError(f"'out' is a file, not a folder: {folder.path}")
+    """Create the folder if it is new; refuse a path that cannot be created, or a folder not writable (a file is
+    refused before, by :func:`_refuse_foreign`)."""
     try:
         folder.path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

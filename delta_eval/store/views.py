@@ -73,10 +73,11 @@ def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
     folder.manifest()  # a damaged manifest is an error that names it
-    if damage := folder.damage():
+    commits, damage = folder.scan()
+    if damage:
         warnings.warn(damage_message(folder.path, damage), RunFolderWarning, stacklevel=2)
     con = duckdb.connect(database)
-    committed = folder.committed_files()
+    committed = folder.committed_files(commits)
     for name in DATASETS:
         files = committed[name]
         if files:
