@@ -4,7 +4,7 @@ import json
 import random
 from typing import Any
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from delta_eval.matching import (
@@ -14,6 +14,7 @@ from delta_eval.matching import (
     canonical_arguments,
     normalize_text,
     texts_equivalent,
+    word_overlap,
 )
 from delta_eval.schema import ToolCall
 
@@ -108,13 +109,102 @@ def test_normalize_text_is_idempotent(text: str) -> None:
 
 
 # ASCII: some Unicode letters do not survive upper() then casefold() (Turkish dotless i), nor should they.
-@given(st.text(alphabet=st.sampled_from("abcXYZ019 .,;:!?'\"-"), max_size=60))
-def test_case_whitespace_and_punctuation_are_ignored(text: str) -> None:
+@given(st.text(alphabet=st.sampled_from("abcXYZ019 .,;:!?'\"-+$%€()’−…"), max_size=60))
+def test_case_whitespace_and_a_final_exclamation_are_ignored(text: str) -> None:
     noisy = "  " + text.upper().replace(" ", "  \n") + "!!"
     assert texts_equivalent([text], [noisy])
+
+
+# Sentences of plain words, and numbers as an assistant writes them: signed or not, with decimals, with a
+# thousands separator.
+words = st.lists(st.from_regex(r"[a-z]{1,8}", fullmatch=True), min_size=1, max_size=8)
+numbers = st.from_regex(r"[-+]?(\d{1,6}|\d{1,3},\d{3}|\d{0,4}\.\d{1,3})", fullmatch=True)
+# What may stand right before and after a number in a sentence.
+before_number = st.sampled_from([" ", ", ", ": ", " (", ' "', " -- "])
+after_number = st.sampled_from([" ", ". ", ", ", "! ", "? ", ") ", '" ', "; "])
+
+
+def sentence(before: list[str], thing: str, after: list[str], left: str = " ", right: str = " ") -> str:
+    return " ".join(before) + left + thing + right + " ".join(after)
+
+
+@given(words, numbers, numbers, words, before_number, after_number)
+def test_texts_differing_only_in_a_number_differ(
+    before: list[str], a: str, b: str, after: list[str], left: str, right: str
+) -> None:
+    assume(a != b)
+    assert normalize_text(sentence(before, a, after, left, right)) != normalize_text(
+        sentence(before, b, after, left, right)
+    )
+
+
+@given(words, st.from_regex(r"[$€£]?(\d{1,5}|\d{0,3}\.\d{1,2})", fullmatch=True), words, before_number, after_number)
+def test_a_sign_before_a_number_or_amount_counts(
+    before: list[str], number: str, after: list[str], left: str, right: str
+) -> None:
+    plain = normalize_text(sentence(before, number, after, left, right))
+    minus = normalize_text(sentence(before, "-" + number, after, left, right))
+    plus = normalize_text(sentence(before, "+" + number, after, left, right))
+    assert len({plain, minus, plus}) == 3
+    # The Unicode minus sign and the en dash used as one are the same sign as the hyphen-minus.
+    assert normalize_text(sentence(before, "−" + number, after, left, right)) == minus
+    assert normalize_text(sentence(before, "–" + number, after, left, right)) == minus
+
+
+@given(words, st.from_regex(r"\d{1,5}(\.\d{1,2})?", fullmatch=True), words)
+def test_percent_and_currency_signs_count(before: list[str], number: str, after: list[str]) -> None:
+    forms = [number, number + "%", number + "‰", "$" + number, "€" + number, "£" + number, number + "$"]
+    normal = [normalize_text(sentence(before, form, after)) for form in forms]
+    assert len(set(normal)) == len(forms)
+
+
+@given(words)
+def test_a_question_is_not_a_statement(text: list[str]) -> None:
+    said = " ".join(text)
+    assert normalize_text(said + "?") != normalize_text(said + ".")
+    assert normalize_text(said + "?") == normalize_text(said + "??") == normalize_text(said + "?!")
+    # A full stop, an exclamation mark or nothing end a statement alike.
+    assert normalize_text(said + ".") == normalize_text(said + "!") == normalize_text(said)
+
+
+@given(words, st.integers(0, 8), st.sampled_from(["not", "no", "never"]))
+def test_a_negation_counts(text: list[str], at: int, negation: str) -> None:
+    negated = [*text[:at], negation, *text[at:]]
+    assert normalize_text(" ".join(text)) != normalize_text(" ".join(negated))
+
+
+@given(words, st.integers(0, 7), st.sampled_from(["'", "’"]))
+def test_an_apostrophe_inside_a_word_counts(text: list[str], at: int, apostrophe: str) -> None:
+    at = min(at, len(text) - 1)
+    contracted = [*text[:at], text[at] + f"n{apostrophe}t", *text[at + 1 :]]
+    assert normalize_text(" ".join(text)) != normalize_text(" ".join(contracted))
+    # "can't" is not "can t"; the curly apostrophe is the straight one.
+    assert normalize_text(" ".join(contracted)) != normalize_text(" ".join(contracted).replace(apostrophe, " "))
+    assert normalize_text(" ".join(contracted)) == normalize_text(" ".join(contracted).replace("’", "'"))
+
+
+# Punctuation that only separates words: commas, dashes, colons, brackets, quotes, ellipses, sentence ends.
+separators = st.sampled_from([" ", ", ", " -- ", " — ", "—", "-", "; ", ": ", " (", ") ", "... ", "… ", ". ", "! "])
+separators |= st.sampled_from([' "', '" ', " ‘", "’ ", "' ", " '", " «", "» "])
+
+
+@given(st.lists(st.tuples(st.from_regex(r"[a-z]{1,8}", fullmatch=True), separators), min_size=1, max_size=8))
+def test_separators_between_words_fold_away(pieces: list[tuple[str, str]]) -> None:
+    text = "".join(word + sep for word, sep in pieces)
+    assert normalize_text(text) == " ".join(word for word, _ in pieces)
 
 
 def test_symbols_and_words_still_count() -> None:
     assert not texts_equivalent(["It costs $30"], ["It costs €30"])
     assert not texts_equivalent(["Your flight is booked"], ["Your flight is not booked"])
     assert texts_equivalent(["Part one.", "Part two"], ["part one part two"])
+    assert texts_equivalent(["Sure -- I'll  help!"], ["sure, i'll help"])
+    for a, b in [("-$5", "$5"), ("10%", "10"), ("it.", "it?"), ("1.5", "15"), ("can't", "can"), (".5", "5")]:
+        assert not texts_equivalent([f"That is {a}"], [f"That is {b}"]), (a, b)
+
+
+def test_word_overlap_counts_the_kept_tokens() -> None:
+    assert word_overlap("Your flight is booked.", "your flight is booked!") == 1.0
+    assert word_overlap("It is $5.", "It is -$5.") == 0.5
+    assert word_overlap("Booked?", "Booked.") == 0.5
+    assert word_overlap("", "") == 1.0
