@@ -4,6 +4,7 @@ Arguments are compared as canonical JSON with the type tolerance function-callin
 and (by default) ``"1"`` are the same number; strings are compared after trimming; an argument set to ``null``
 equals an argument left out. Texts are compared after Unicode normalisation, case folding, dropping the punctuation
 that only separates words and collapsing whitespace; what can change the meaning stays (see :func:`normalize_text`).
+Judges are shown arguments in one canonical layout (:func:`display_arguments`), whatever wire they came back on.
 
 Example:
     >>> from delta_eval.schema import ToolCall
@@ -37,6 +38,7 @@ __all__ = [
     "call_sequences_equivalent",
     "calls_equivalent",
     "canonical_arguments",
+    "display_arguments",
     "normalize_text",
     "texts_equivalent",
     "word_overlap",
@@ -155,6 +157,63 @@ def _canonical(arguments: str, opts: MatchOptions) -> str:
     except (ValueError, RecursionError):  # RecursionError: nested too deep to parse, so compared as text
         return "raw:" + _SPACE.sub(" ", arguments.strip())
     return json.dumps(_canon(parsed, opts), ensure_ascii=False, separators=(",", ":"))
+
+
+class _Number(str):
+    """A JSON number as written (``1.50`` stays ``1.50``), so that displaying arguments changes no value."""
+
+
+class _Object(list[tuple[str, Any]]):
+    """A JSON object's members in order, duplicates kept (displayed as they were, only sorted)."""
+
+
+# Characters that json.dumps(ensure_ascii=False) leaves raw but that break a line (str.splitlines) or cannot be
+# encoded (lone surrogates); escaped so that a displayed call stays one line of valid UTF-8.
+_LINE_BREAKING = re.compile("[\x85\u2028\u2029\ud800-\udfff]")
+
+
+def _display_value(value: Any) -> str:
+    if isinstance(value, _Number):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, _Object):
+        members = sorted(value, key=lambda kv: kv[0])  # stable: duplicate keys keep their order, the last wins
+        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {_display_value(v)}" for k, v in members) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_display_value(v) for v in value) + "]"
+    return json.dumps(value)  # true, false, null
+
+
+def display_arguments(call: ToolCall) -> str:
+    """A call's arguments as shown to a judge: one canonical layout, so that judges see what a call says and not how
+    the provider spaced it.
+
+    Valid JSON is re-serialised on one line with sorted keys, ``", "`` and ``": "`` as separators and non-ASCII
+    text unescaped; numbers and strings stay as written (``1.50`` is not ``1.5``, ``"1"`` is not ``1``). Blank
+    arguments show as ``{}``; arguments that are not JSON as their raw text, whitespace-collapsed.
+
+    Example:
+        >>> display_arguments(ToolCall(id="1", name="f", arguments='{"b":1.50,"a":{"z":"é","y":null}}'))
+        '{"a": {"y": null, "z": "é"}, "b": 1.50}'
+        >>> display_arguments(ToolCall(id="2", name="f", arguments='{"a": '))
+        '{"a":'
+    """
+    return _display(call.arguments)
+
+
+@lru_cache(maxsize=65536)
+def _display(arguments: str) -> str:
+    if not arguments.strip():
+        return "{}"  # some providers send "" for a call without arguments, others "{}"
+    try:
+        parsed = json.loads(
+            arguments, parse_int=_Number, parse_float=_Number, parse_constant=_Number, object_pairs_hook=_Object
+        )
+        text = _display_value(parsed)
+    except (ValueError, RecursionError):  # RecursionError: nested too deep, so shown as text
+        return _SPACE.sub(" ", arguments.strip())
+    return _LINE_BREAKING.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def arguments_equivalent(a: ToolCall, b: ToolCall, opts: MatchOptions = DEFAULT_MATCH) -> bool:

@@ -12,6 +12,7 @@ from delta_eval.matching import (
     call_sequences_equivalent,
     calls_equivalent,
     canonical_arguments,
+    display_arguments,
     normalize_text,
     texts_equivalent,
     word_overlap,
@@ -208,3 +209,33 @@ def test_word_overlap_counts_the_kept_tokens() -> None:
     assert word_overlap("It is $5.", "It is -$5.") == 0.5
     assert word_overlap("Booked?", "Booked.") == 0.5
     assert word_overlap("", "") == 1.0
+
+
+@given(
+    objects,
+    st.integers(0, 1000),
+    st.sampled_from([None, 2]),
+    st.booleans(),
+    st.sampled_from([(",", ":"), (" , ", " : ")]),
+)
+def test_displayed_arguments_ignore_key_order_and_spacing(
+    args: dict[str, Any], seed: int, indent: int | None, ascii_only: bool, separators: tuple[str, str]
+) -> None:
+    shuffled = shuffle_keys(args, random.Random(seed))
+    raw = json.dumps(shuffled, indent=indent, ensure_ascii=ascii_only, separators=separators)
+    shown = display_arguments(call(args))
+    assert display_arguments(call(None, raw=raw)) == shown
+    # One line of JSON that says what the call said, and displaying it again changes nothing.
+    assert len(shown.splitlines()) == 1
+    assert json.loads(shown) == args
+    assert display_arguments(call(None, raw=shown)) == shown
+
+
+def test_displayed_arguments_keep_values_as_written() -> None:
+    raw = '{"n":1.50, "big": 12345678901234567890, "e": 1E+2, "id": "1", "z": -0, "s": "é\\u00e9"}'
+    shown = display_arguments(call(None, raw=raw))
+    assert shown == '{"big": 12345678901234567890, "e": 1E+2, "id": "1", "n": 1.50, "s": "éé", "z": -0}'
+    assert display_arguments(call(None, raw="")) == display_arguments(call(None, raw=" {} ")) == "{}"
+    assert display_arguments(call(None, raw='{"a":\n  oops')) == '{"a": oops'
+    # A line separator inside a string stays escaped, so a displayed call is one line.
+    assert display_arguments(call(None, raw='{"a": "x\\u2028y"}')) == '{"a": "x\\u2028y"}'

@@ -11,7 +11,9 @@ between tags the instructions name:
 
 In an output, ``[calls]`` is a tool call, ``[result]`` its result, ``[result, could not run]`` a call that did not
 execute in the replay (it left the recorded path, see :mod:`delta_eval.replay.tools`), ``[says]`` text written
-beside tool calls and ``[replies]`` the final reply. A message longer than :data:`MAX_CHARS` is cut in the middle
+beside tool calls and ``[replies]`` the final reply. Every call's arguments (outputs, reference and history) are
+shown in one canonical layout (:func:`~delta_eval.matching.display_arguments`), so that the judge sees what a
+call says and not how the provider's wire spaced it. A message longer than :data:`MAX_CHARS` is cut in the middle
 with a marker, so one huge tool result cannot crowd out the rest.
 
 The prompt hash is the SHA-256 (first 12 hex digits) of the instructions as sent, so a changed template, rubric or
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from delta_eval.exceptions import ConfigError
 from delta_eval.judges.base import PairView, SideView
+from delta_eval.matching import display_arguments
 from delta_eval.schema import Message, ToolSpec, TurnOutput
 
 __all__ = [
@@ -176,7 +179,7 @@ def _output(out: TurnOutput, *, results: bool) -> str:
         if step.text:
             lines.append(f"[says] {_cut(step.text)}")
         for call in step.tool_calls:
-            lines.append(f"[calls] {call.name}({_cut(call.arguments)})")
+            lines.append(f"[calls] {call.name}({_cut(display_arguments(call))})")
         if results:
             for res in step.tool_results:
                 tag = "result, could not run" if res.source == "simulated" else "result"
@@ -224,7 +227,7 @@ def _message(m: Message) -> list[str]:
     if m.content:
         lines.append(f"[{m.role}] {_cut(m.content)}")
     for call in m.tool_calls:
-        lines.append(f"[{m.role} calls] {call.name}({_cut(call.arguments)})")
+        lines.append(f"[{m.role} calls] {call.name}({_cut(display_arguments(call))})")
     return lines
 
 

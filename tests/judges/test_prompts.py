@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import itertools
+import json
+import random
 from pathlib import Path
 
 import pytest
 
+from delta_eval.adapters.simulated_judge import behaviour, judge_answer
 from delta_eval.calls import ModelRequest
 from delta_eval.judges.base import PairView, SideView
 from delta_eval.judges.prompts import (
@@ -15,7 +19,7 @@ from delta_eval.judges.prompts import (
     render_pairwise_pair,
 )
 from delta_eval.replay.points import replay_points
-from delta_eval.schema import Message, Step, ToolCall, ToolResult, ToolSpec, TurnOutput
+from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolCall, ToolResult, ToolSpec, TurnOutput
 from tests.conftest import tool_turn_conversation
 
 POINT = next(iter(replay_points(tool_turn_conversation())))
@@ -81,6 +85,62 @@ def test_stage3_sees_the_whole_context_the_reference_and_the_results_each_output
     assert "[result, could not run] cancel_reservation: not run" in b
     assert "<reference>" not in render_pairwise_pair(
         PairView(point=POINT, a=side(FOLLOWED), b=side(DIVERGED)), reference=False
+    )
+
+
+# The same call as three provider wires return it: spaced, compact with other key order, pretty-printed.
+WIRES = (
+    '{"id": "ABC123", "party": {"adults": 2, "infants": 0}, "fare": 1.50}',
+    '{"party":{"infants":0,"adults":2},"fare":1.50,"id":"ABC123"}',
+    '{\n  "fare": 1.50,\n  "id": "ABC123",\n  "party": {\n    "adults": 2,\n    "infants": 0\n  }\n}',
+)
+SHOWN = '({"fare": 1.50, "id": "ABC123", "party": {"adults": 2, "infants": 0}})'
+
+
+def looked_up(arguments: str) -> TurnOutput:
+    call = ToolCall(id="x", name="get_reservation", arguments=arguments)
+    return FOLLOWED.model_copy(update={"steps": (FOLLOWED.steps[0].model_copy(update={"tool_calls": (call,)}),)})
+
+
+def recorded_with(arguments: str) -> list[ReplayPoint]:
+    """The points of the test conversation, its recorded lookup call sent as ``arguments``."""
+    conv = tool_turn_conversation()
+    messages = list(conv.messages)
+    messages[2] = Message(
+        role="assistant", tool_calls=(ToolCall(id="call_1", name="get_reservation", arguments=arguments),)
+    )
+    return list(replay_points(Conversation(id=conv.id, messages=tuple(messages), metadata=conv.metadata)))
+
+
+def test_judges_see_call_arguments_in_one_layout_whatever_the_wire() -> None:
+    stage2, stage3 = set(), set()
+    for a, b in itertools.product(WIRES, repeat=2):
+        # Both outputs, the reference (the first point records the call) and the history (later points have it).
+        for point in recorded_with(a):
+            pair = PairView(point=point, a=side(looked_up(a)), b=side(looked_up(b)))
+            stage2.add((point.message_index, render_equivalence_pair(pair)))
+            stage3.add((point.message_index, render_pairwise_pair(pair)))
+    points = len(recorded_with(WIRES[0]))
+    assert points > 1
+    assert len(stage2) == len(stage3) == points  # one text per point, whichever wires the calls came on
+    first, *later = (text for _, text in sorted(stage3))
+    for text in [first, *(text for _, text in stage2)]:
+        a = text.split("<output_a>")[1].split("</output_a>")[0]
+        assert f"[calls] get_reservation{SHOWN}" in a
+        assert a == text.split("<output_b>")[1].split("</output_b>")[0]
+    assert f"[calls] get_reservation{SHOWN}" in first.split("<reference>")[1]
+    assert f"[assistant calls] get_reservation{SHOWN}" in later[0].split("<conversation>")[1]
+
+
+def test_the_simulated_judge_no_longer_tells_wires_apart() -> None:
+    # It compares [calls] lines as text and parses their arguments as JSON, as a model reads them.
+    pair = PairView(point=POINT, a=side(looked_up(WIRES[0])), b=side(looked_up(WIRES[1])))
+    schema = {"type": "object", "properties": {"equivalent": {"type": "boolean"}}}
+    answer = json.loads(judge_answer(schema, render_equivalence_pair(pair), random.Random(0), 0.0))
+    assert answer["equivalent"] is True
+    line = f"get_reservation{SHOWN}"
+    assert (
+        behaviour([line], "", [line.replace("1.50", "2")]) == "called get_reservation with a different 'fare' argument"
     )
 
 
