@@ -276,3 +276,44 @@ def test_a_model_that_cannot_work_stops_the_run_before_anything_is_written(
         with pytest.raises(ConfigError, match=re.escape(said)):
             de.run(conversations=demo_conversations(), baseline=base, candidate=candidate, out=out)
         assert not out.exists()
+
+
+def ticket_runs(n: int) -> list[de.Conversation]:
+    """Autonomous agents: each handed a ticket in its system prompt, with no user message at all."""
+    from delta_eval.schema import Message, ToolCall
+
+    tool = de.ToolSpec(name="get_order", description="Look up an order.", parameters={"type": "object"})
+    return [
+        de.Conversation(
+            id=f"ticket-{k}",
+            messages=(
+                Message(role="system", content=f"You resolve support tickets. Ticket #{k}: refund order {k}."),
+                Message(
+                    role="assistant", tool_calls=(ToolCall(id=f"c{k}", name="get_order", arguments=f'{{"id": {k}}}'),)
+                ),
+                Message(role="tool", tool_call_id=f"c{k}", name="get_order", content='{"status": "delivered"}'),
+                Message(role="assistant", content=f"Refunded order {k}; ticket #{k} closed."),
+            ),
+            tools=(tool,),
+            metadata={"queue": "billing" if k % 2 else "returns"},
+        )
+        for k in range(4)
+    ]
+
+
+def test_autonomous_runs_are_replayed_not_skipped_as_greetings(tmp_path: Path) -> None:
+    result = de.run(
+        conversations=ticket_runs(4),
+        out=tmp_path / "run",
+        baseline=de.Variant(model="simulated:a"),
+        candidate=de.Variant(model="simulated:b", provider_options={"reword_rate": 0.5}),
+        sample=de.Stratified(by=["queue"]),
+    )
+    assert result.status == "completed"
+    assert (result.counts.greetings_skipped, result.counts.errors) == (0, 0)
+    assert result.counts.pairs == result.counts.pairs_planned == 4
+    con = result.connect()
+    assert con.execute("SELECT DISTINCT pair_id FROM verdicts ORDER BY 1").fetchall() == [
+        (f"ticket-{k}#0",) for k in range(4)
+    ]
+    assert {d.stratum for d in result.decision().strata} == {"queue=billing", "queue=returns"}

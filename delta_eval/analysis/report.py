@@ -229,7 +229,8 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
         f"pairs          replayed and decided {counts.pairs} (planned {counts.pairs_planned}), "
         f"from {counts.conversations_replayed} conversations"
         + (
-            f"; {counts.greetings_skipped} greeting turns left out (no user message before them)"
+            f"; {counts.greetings_skipped} greeting turns left out (plain text before the first user message; "
+            "replay_greetings replays them)"
             if counts.greetings_skipped
             else ""
         )
