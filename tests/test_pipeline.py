@@ -317,3 +317,33 @@ def test_autonomous_runs_are_replayed_not_skipped_as_greetings(tmp_path: Path) -
         (f"ticket-{k}#0",) for k in range(4)
     ]
     assert {d.stratum for d in result.decision().strata} == {"queue=billing", "queue=returns"}
+
+
+def test_a_source_with_nothing_to_replay_fails_saying_why(tmp_path: Path) -> None:
+    from delta_eval.exceptions import SourceError
+    from delta_eval.schema import Message
+
+    sides = {"baseline": de.Variant(model="simulated:a"), "candidate": de.Variant(model="simulated:b")}
+    questions = [
+        de.Conversation(id=f"q{k}", messages=(Message(role="user", content=f"question {k}"),)) for k in range(3)
+    ]
+    with pytest.raises(SourceError, match=r"3 conversations read from .*, none has an assistant turn to replay"):
+        de.run(conversations=questions, out=tmp_path / "none", **sides)
+    failed = de.open_result(tmp_path / "none")
+    assert failed.status == "failed"
+    assert failed.manifest.failure is not None
+    assert "none has an assistant turn" in failed.manifest.failure
+
+    greeted = [
+        de.Conversation(
+            id=f"g{k}",
+            messages=(Message(role="assistant", content="Hi! How can I help?"), Message(role="user", content="hi")),
+        )
+        for k in range(2)
+    ]
+    said = r"all 2 assistant turns of the 2 conversations drawn from .* are greetings .* set replay_greetings"
+    with pytest.raises(SourceError, match=said):
+        de.run(conversations=greeted, out=tmp_path / "greetings", **sides)
+    # told to, it replays them
+    result = de.run(conversations=greeted, out=tmp_path / "replayed", replay_greetings=True, **sides)
+    assert (result.status, result.counts.pairs) == ("completed", 2)

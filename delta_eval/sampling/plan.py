@@ -65,6 +65,32 @@ class SamplePlan:
             return f"the sample's 'where' condition left out all {self.sample.excluded} conversations of {source}"
         return f"the sample drew no conversation from the {self.sample.population} of {source}"
 
+    def nothing_to_replay(self, source: str, *, turns: str = "n_pairs", greetings: str = "greetings") -> str | None:
+        """Why the drawn conversations hold no turn to replay, in a sentence naming the source (``None`` when they
+        hold some, or when nothing was drawn: :meth:`nothing_to_run` says why). ``turns`` and ``greetings`` name
+        the counters of the turns to replay and of the greetings left out.
+
+        Example:
+            >>> drawn = SampleResult(selected={0: ("all", 1.0), 1: ("all", 1.0)}, strata=(), population=2)
+            >>> SamplePlan(drawn, read=2, read_errors=0, totals={"n_pairs": 0}).nothing_to_replay("x.jsonl")
+            '2 conversations read from x.jsonl, none has an assistant turn to replay'
+        """
+        if not self.sample.selected or self.totals.get(turns, 0) > 0:
+            return None
+        drawn = len(self.sample.selected)
+        bad = f"; {self.read_errors} more records could not be read (see the errors table)" if self.read_errors else ""
+        if (left_out := self.totals.get(greetings, 0)) > 0:
+            return (
+                f"all {left_out} assistant turns of the {drawn} conversations drawn from {source} are greetings "
+                f"(plain text before the first user message), left out; set replay_greetings to replay them{bad}"
+            )
+        if drawn == self.sample.population:
+            return f"{drawn} conversations read from {source}, none has an assistant turn to replay{bad}"
+        return (
+            f"none of the {drawn} conversations drawn from the {self.sample.population} of {source} has an assistant "
+            f"turn to replay{bad}"
+        )
+
 
 def sample_source(
     source: ConversationSource | Iterable[Conversation | RecordError],
