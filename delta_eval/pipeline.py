@@ -186,6 +186,7 @@ class Stages:
         plan = sample_source(self.source, c.sample or Stratified(), counters=counters)
         p.read, p.read_errors, p.pairs_total = plan.read, plan.read_errors, plan.totals["n_pairs"]
         p.greetings_skipped = plan.totals["greetings"]
+        p.strata_without_pairs = plan.strata_without_turns()
         p.population, p.excluded, p.sampled = plan.sample.population, plan.sample.excluded, len(plan.sample.selected)
         if not self.state.population_committed:
             self.folder.add("errors", plan.errors)

@@ -347,3 +347,39 @@ def test_a_source_with_nothing_to_replay_fails_saying_why(tmp_path: Path) -> Non
     # told to, it replays them
     result = de.run(conversations=greeted, out=tmp_path / "replayed", replay_greetings=True, **sides)
     assert (result.status, result.counts.pairs) == ("completed", 2)
+
+
+def test_a_sampled_stratum_with_no_pairs_is_named_with_why(tmp_path: Path) -> None:
+    from delta_eval.analysis.report import render_report
+    from delta_eval.schema import Message
+
+    asked = [
+        de.Conversation(id=f"q{k}", messages=(Message(role="user", content="anyone?"),), metadata={"queue": "chat"})
+        for k in range(2)
+    ]
+    greeted = [
+        de.Conversation(
+            id=f"g{k}",
+            messages=(Message(role="assistant", content="Hi! How can I help?"), Message(role="user", content="hi")),
+            metadata={"queue": "phone"},
+        )
+        for k in range(3)
+    ]
+    result = de.run(
+        conversations=[*ticket_runs(4), *asked, *greeted],
+        out=tmp_path / "run",
+        baseline=de.Variant(model="simulated:a"),
+        candidate=de.Variant(model="simulated:b"),
+        sample=de.Stratified(by=["queue"]),
+    )
+    assert result.status == "completed"
+    assert result.counts.pairs == 4
+    empty = {
+        "queue=chat": "2 conversations drawn, no assistant turns to replay",
+        "queue=phone": "3 conversations drawn, all 3 turns are greetings, left out (replay_greetings replays them)",
+    }
+    assert result.counts.strata_without_pairs == empty
+    assert json.loads((result.path / "manifest.json").read_text())["counts"]["strata_without_pairs"] == empty
+    report = render_report(result)
+    for stratum, why in empty.items():
+        assert f"WARNING stratum {stratum}: no pairs ({why}); it is in no win rate and no decision" in report

@@ -235,6 +235,11 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
             else ""
         )
     )
+    # A stratum whose conversations have nothing to replay is in no win rate and no decision: say so, by name.
+    lines += [
+        f"  WARNING stratum {h}: no pairs ({why}); it is in no win rate and no decision"
+        for h, why in counts.strata_without_pairs.items()
+    ]
     out = counts.by_outcome
     lines.append(
         f"  decided by: stage 1 {by_stage.get('deterministic', 0)}, stage 2 {by_stage.get('equivalence', 0)}, "
