@@ -383,3 +383,26 @@ def test_a_sampled_stratum_with_no_pairs_is_named_with_why(tmp_path: Path) -> No
     report = render_report(result)
     for stratum, why in empty.items():
         assert f"WARNING stratum {stratum}: no pairs ({why}); it is in no win rate and no decision" in report
+
+
+def test_a_stratum_field_missing_from_most_conversations_is_in_the_notes_and_the_report(tmp_path: Path) -> None:
+    from delta_eval.analysis.report import render_report
+    from delta_eval.exceptions import SampleWarning
+
+    runs = ticket_runs(4)
+    # a field renamed part way through the export: three of four conversations lack 'queue'
+    convs = [runs[0], *(c.model_copy(update={"metadata": {"queues": "billing"}}) for c in runs[1:])]
+    with pytest.warns(SampleWarning, match="'queue' is missing from 3 of 4 conversations"):
+        result = de.run(
+            conversations=convs,
+            out=tmp_path / "run",
+            baseline=de.Variant(model="simulated:a"),
+            candidate=de.Variant(model="simulated:b"),
+            sample=de.Stratified(by=["queue"]),
+        )
+    note = (
+        "stratum field 'queue' is missing from 3 of 4 conversations, which fall in its '(missing)' stratum; did you "
+        "mean 'queues'?"
+    )
+    assert result.manifest.notes == [note]
+    assert note in render_report(result)
