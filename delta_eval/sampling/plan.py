@@ -110,7 +110,7 @@ class SamplePlan:
                 f"all {left_out} assistant turns of the {drawn} conversations drawn from {source} are greetings "
                 f"(plain text before the first user message), left out; set replay_greetings to replay them{bad}"
             )
-        if drawn == self.sample.population:
+        if drawn == self.sample.population and not self.sample.excluded:
             return f"{drawn} conversations read from {source}, none has an assistant turn to replay{bad}"
         return (
             f"none of the {drawn} conversations drawn from the {self.sample.population} of {source} has an assistant "
