@@ -52,8 +52,10 @@ class RunConfig(BaseModel):
     - ``sample``: how to sample them (``None``: every conversation).
     - ``max_tool_rounds``: tool-call rounds allowed per replayed turn; a turn still calling tools after that is
       marked ``hit_tool_cap`` and not retried.
-    - ``replay_greetings``: replay greetings too (assistant turns before any user message, left out by default:
-      the model would be sent nothing to answer; the report counts them).
+    - ``replay_greetings``: replay greetings too (plain-text assistant turns before the first user message of a
+      conversation where a user speaks later, left out by default: the model would be sent nothing to answer; the
+      report counts them). A pre-user turn that calls tools, or any turn of a conversation with no user message
+      (an autonomous run), is not a greeting and is always replayed.
     - ``max_turns_per_conversation``: replay at most this many turns of each sampled conversation (drawn with
       ``seed``; ``None``: all turns). Pair weights account for it.
     - ``epochs``: replay (and judge) each point this many times per side, to see how consistent each side is and

@@ -17,7 +17,9 @@ The tree::
             ├── ContextLengthError   the prompt does not fit the model's context window
             └── ContentFilterError   the provider's content filter blocked the prompt
 
-``RunFolderWarning`` (a ``UserWarning``) says a run folder was read without its damaged batches.
+``RunFolderWarning`` (a ``UserWarning``) says a run folder was read without its damaged batches; ``SampleWarning``
+(a ``UserWarning``) that a stratum field is missing from most conversations, which all share its ``(missing)``
+stratum.
 
 Per-record and per-call errors do not stop a run: they become rows of the run's ``errors`` table. Messages never
 contain credentials.
@@ -43,6 +45,7 @@ __all__ = [
     "RecordError",
     "RunFolderError",
     "RunFolderWarning",
+    "SampleWarning",
     "SourceError",
     "ToolSimulationError",
     "TransientError",
@@ -64,6 +67,11 @@ class RunFolderError(DeltaEvalError):
 class RunFolderWarning(UserWarning):
     """A run folder read with some of its batches damaged (they are left out, and named in the warning), or a
     damaged response cache moved aside."""
+
+
+class SampleWarning(UserWarning):
+    """A stratum field missing from most conversations of the population (more than half): they all fall in its
+    ``(missing)`` stratum, which a misspelt field name or mapping path would cause. The run's manifest notes it."""
 
 
 class JudgeError(DeltaEvalError):
@@ -90,8 +98,9 @@ class JudgeError(DeltaEvalError):
 
 
 class SourceError(DeltaEvalError):
-    """The source gave no conversation to replay (empty, unreadable, every record bad, or all left out); the
-    message says which, and the bad records are rows of the run's ``errors`` table."""
+    """The source gave no conversation to replay (empty, unreadable, every record bad, or all left out), or the
+    conversations drawn have no assistant turn to replay; the message says which, and the bad records are rows of
+    the run's ``errors`` table."""
 
 
 class ToolSimulationError(DeltaEvalError):

@@ -58,8 +58,8 @@ class _Pair:
 @dataclass
 class Stages:
     """The stage coroutines of one session, and what they share: the run's configuration and source, its folder
-    and what it already holds, the live counters, the simulated model's recordings (when a side uses it), and the
-    caller's verdict callback."""
+    and what it already holds, the live counters, the simulated model's recordings (when a side uses it), the
+    caller's verdict callback, and ``notes`` for the manifest (what sampling found worth saying)."""
 
     config: RunConfig
     source: ConversationSource
@@ -72,6 +72,7 @@ class Stages:
     last_commit: float = 0.0
     stop: EarlyStop | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
+    notes: list[str] = field(default_factory=list)
 
     def _early_stop(self, items: list[tuple[int, Conversation]]) -> list[tuple[int, Conversation]]:
         """Set up early stopping: the conversations in random order, how many pairs each will have, and what the
@@ -186,13 +187,16 @@ class Stages:
         plan = sample_source(self.source, c.sample or Stratified(), counters=counters)
         p.read, p.read_errors, p.pairs_total = plan.read, plan.read_errors, plan.totals["n_pairs"]
         p.greetings_skipped = plan.totals["greetings"]
+        p.strata_without_pairs = plan.strata_without_turns()
+        self.notes += plan.sample.notes
         p.population, p.excluded, p.sampled = plan.sample.population, plan.sample.excluded, len(plan.sample.selected)
         if not self.state.population_committed:
             self.folder.add("errors", plan.errors)
             self.folder.add("strata", plan.sample.strata)
             self.folder.commit(note={"kind": "population"})
             p.error_rows += len(plan.errors)
-        if (why := plan.nothing_to_run(self.source.name)) is not None:
+        why = plan.nothing_to_run(self.source.name) or plan.nothing_to_replay(self.source.name)
+        if why is not None:
             raise SourceError(why)  # never "completed, 0 pairs" in silence; the bad records are written above
         return plan.sample
 

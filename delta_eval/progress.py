@@ -12,7 +12,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from delta_eval.schema import Stage
 
@@ -26,7 +27,8 @@ class RunProgress:
     ``read`` / ``read_errors``: records read and how many were bad; ``population`` / ``excluded`` / ``sampled``:
     conversations in the population, left out by ``where``, drawn; ``pairs_total`` / ``pairs_resumed``: pairs the
     sample plans and those an earlier session already wrote; ``greetings_skipped``: greeting turns of the sample
-    left out (see :func:`~delta_eval.replay.points.replay_points`); ``replayed``: pairs whose two sides are replayed;
+    left out (see :func:`~delta_eval.replay.points.replay_points`); ``strata_without_pairs``: the strata drawn from
+    whose conversations have no turn to replay, with why; ``replayed``: pairs whose two sides are replayed;
     ``deterministic`` ... ``error``: verdicts by stage; ``written``: pairs committed to disk; ``error_rows``: rows
     written to the errors table.
     """
@@ -39,6 +41,7 @@ class RunProgress:
     sampled: int = 0
     pairs_total: int = 0
     greetings_skipped: int = 0
+    strata_without_pairs: dict[str, str] = field(default_factory=dict)
     pairs_resumed: int = 0
     replayed: int = 0
     deterministic: int = 0
@@ -52,7 +55,7 @@ class RunProgress:
         """Count one verdict of ``stage``."""
         setattr(self, stage, getattr(self, stage) + 1)
 
-    def sampling_counts(self) -> dict[str, int]:
+    def sampling_counts(self) -> dict[str, Any]:
         """What reading and sampling found, under the names the run's manifest counts use."""
         return {
             "read": self.read,
@@ -62,6 +65,7 @@ class RunProgress:
             "sampled": self.sampled,
             "pairs_planned": self.pairs_total,
             "greetings_skipped": self.greetings_skipped,
+            "strata_without_pairs": dict(self.strata_without_pairs),
         }
 
     @property

@@ -169,7 +169,7 @@ async def execute(
                     pairs_decided=p.decided,
                     calls=pool.stats(),
                     read=p.sampling_counts(),
-                    notes=pool.notes(),
+                    notes=[*stages.notes, *pool.notes()],
                     stopped_early=stages.stop.reason if stages.stop is not None else None,
                     failure=failure,
                 )

@@ -229,3 +229,22 @@ def test_early_errors_are_one_line_before_anything_is_read(
     config.write_text('out = "r5"\n' + source + sides.format(base="openai:gpt-4.1", extra=""))
     with pytest.raises(de.ConfigError, match="no API key"):
         main(["--debug", "run", str(config), "--no-progress"])
+
+
+def test_a_source_with_no_assistant_turn_exits_nonzero_saying_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    records = [{"id": f"q{k}", "messages": [{"role": "user", "content": f"question {k}"}]} for k in range(3)]
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = tmp_path / "eval.toml"
+    config.write_text(
+        'out = "run"\n[source]\npath = "questions.jsonl"\n[baseline]\nmodel = "simulated:a"\n'
+        '[candidate]\nmodel = "simulated:b"\n'
+    )
+    assert main(["run", str(config), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    path = tmp_path / "questions.jsonl"
+    assert err == [f"delta-eval: error: 3 conversations read from {path}, none has an assistant turn to replay"]
+    assert de.open_result(tmp_path / "run").status == "failed"

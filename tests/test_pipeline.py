@@ -276,3 +276,133 @@ def test_a_model_that_cannot_work_stops_the_run_before_anything_is_written(
         with pytest.raises(ConfigError, match=re.escape(said)):
             de.run(conversations=demo_conversations(), baseline=base, candidate=candidate, out=out)
         assert not out.exists()
+
+
+def ticket_runs(n: int) -> list[de.Conversation]:
+    """Autonomous agents: each handed a ticket in its system prompt, with no user message at all."""
+    from delta_eval.schema import Message, ToolCall
+
+    tool = de.ToolSpec(name="get_order", description="Look up an order.", parameters={"type": "object"})
+    return [
+        de.Conversation(
+            id=f"ticket-{k}",
+            messages=(
+                Message(role="system", content=f"You resolve support tickets. Ticket #{k}: refund order {k}."),
+                Message(
+                    role="assistant", tool_calls=(ToolCall(id=f"c{k}", name="get_order", arguments=f'{{"id": {k}}}'),)
+                ),
+                Message(role="tool", tool_call_id=f"c{k}", name="get_order", content='{"status": "delivered"}'),
+                Message(role="assistant", content=f"Refunded order {k}; ticket #{k} closed."),
+            ),
+            tools=(tool,),
+            metadata={"queue": "billing" if k % 2 else "returns"},
+        )
+        for k in range(4)
+    ]
+
+
+def test_autonomous_runs_are_replayed_not_skipped_as_greetings(tmp_path: Path) -> None:
+    result = de.run(
+        conversations=ticket_runs(4),
+        out=tmp_path / "run",
+        baseline=de.Variant(model="simulated:a"),
+        candidate=de.Variant(model="simulated:b", provider_options={"reword_rate": 0.5}),
+        sample=de.Stratified(by=["queue"]),
+    )
+    assert result.status == "completed"
+    assert (result.counts.greetings_skipped, result.counts.errors) == (0, 0)
+    assert result.counts.pairs == result.counts.pairs_planned == 4
+    con = result.connect()
+    assert con.execute("SELECT DISTINCT pair_id FROM verdicts ORDER BY 1").fetchall() == [
+        (f"ticket-{k}#0",) for k in range(4)
+    ]
+    assert {d.stratum for d in result.decision().strata} == {"queue=billing", "queue=returns"}
+
+
+def test_a_source_with_nothing_to_replay_fails_saying_why(tmp_path: Path) -> None:
+    from delta_eval.exceptions import SourceError
+    from delta_eval.schema import Message
+
+    sides = {"baseline": de.Variant(model="simulated:a"), "candidate": de.Variant(model="simulated:b")}
+    questions = [
+        de.Conversation(id=f"q{k}", messages=(Message(role="user", content=f"question {k}"),)) for k in range(3)
+    ]
+    with pytest.raises(SourceError, match=r"3 conversations read from .*, none has an assistant turn to replay"):
+        de.run(conversations=questions, out=tmp_path / "none", **sides)
+    failed = de.open_result(tmp_path / "none")
+    assert failed.status == "failed"
+    assert failed.manifest.failure is not None
+    assert "none has an assistant turn" in failed.manifest.failure
+
+    greeted = [
+        de.Conversation(
+            id=f"g{k}",
+            messages=(Message(role="assistant", content="Hi! How can I help?"), Message(role="user", content="hi")),
+        )
+        for k in range(2)
+    ]
+    said = r"all 2 assistant turns of the 2 conversations drawn from .* are greetings .* set replay_greetings"
+    with pytest.raises(SourceError, match=said):
+        de.run(conversations=greeted, out=tmp_path / "greetings", **sides)
+    # told to, it replays them
+    result = de.run(conversations=greeted, out=tmp_path / "replayed", replay_greetings=True, **sides)
+    assert (result.status, result.counts.pairs) == ("completed", 2)
+
+
+def test_a_sampled_stratum_with_no_pairs_is_named_with_why(tmp_path: Path) -> None:
+    from delta_eval.analysis.report import render_report
+    from delta_eval.schema import Message
+
+    asked = [
+        de.Conversation(id=f"q{k}", messages=(Message(role="user", content="anyone?"),), metadata={"queue": "chat"})
+        for k in range(2)
+    ]
+    greeted = [
+        de.Conversation(
+            id=f"g{k}",
+            messages=(Message(role="assistant", content="Hi! How can I help?"), Message(role="user", content="hi")),
+            metadata={"queue": "phone"},
+        )
+        for k in range(3)
+    ]
+    result = de.run(
+        conversations=[*ticket_runs(4), *asked, *greeted],
+        out=tmp_path / "run",
+        baseline=de.Variant(model="simulated:a"),
+        candidate=de.Variant(model="simulated:b"),
+        sample=de.Stratified(by=["queue"]),
+    )
+    assert result.status == "completed"
+    assert result.counts.pairs == 4
+    empty = {
+        "queue=chat": "2 conversations drawn, no assistant turns to replay",
+        "queue=phone": "3 conversations drawn, all 3 turns are greetings, left out (replay_greetings replays them)",
+    }
+    assert result.counts.strata_without_pairs == empty
+    assert json.loads((result.path / "manifest.json").read_text())["counts"]["strata_without_pairs"] == empty
+    report = render_report(result)
+    for stratum, why in empty.items():
+        assert f"WARNING stratum {stratum}: no pairs ({why}); it is in no win rate and no decision" in report
+
+
+def test_a_stratum_field_missing_from_most_conversations_is_in_the_notes_and_the_report(tmp_path: Path) -> None:
+    from delta_eval.analysis.report import render_report
+    from delta_eval.exceptions import SampleWarning
+
+    runs = ticket_runs(4)
+    # a field renamed part way through the export: three of four conversations lack 'queue'
+    convs = [runs[0], *(c.model_copy(update={"metadata": {"queues": "billing"}}) for c in runs[1:])]
+    with pytest.warns(SampleWarning, match="'queue' is missing from 3 of 4 conversations"):
+        result = de.run(
+            conversations=convs,
+            out=tmp_path / "run",
+            baseline=de.Variant(model="simulated:a"),
+            candidate=de.Variant(model="simulated:b"),
+            sample=de.Stratified(by=["queue"]),
+        )
+    note = (
+        "stratum field 'queue' is missing from 3 of 4 conversations, which fall in its '(missing)' stratum; did you "
+        "mean 'queues'?"
+    )
+    assert result.manifest.notes == [note]
+    assert note in render_report(result)

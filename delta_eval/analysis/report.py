@@ -229,11 +229,17 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
         f"pairs          replayed and decided {counts.pairs} (planned {counts.pairs_planned}), "
         f"from {counts.conversations_replayed} conversations"
         + (
-            f"; {counts.greetings_skipped} greeting turns left out (no user message before them)"
+            f"; {counts.greetings_skipped} greeting turns left out (plain text before the first user message; "
+            "replay_greetings replays them)"
             if counts.greetings_skipped
             else ""
         )
     )
+    # A stratum whose conversations have nothing to replay is in no win rate and no decision: say so, by name.
+    lines += [
+        f"  WARNING stratum {h}: no pairs ({why}); it is in no win rate and no decision"
+        for h, why in counts.strata_without_pairs.items()
+    ]
     out = counts.by_outcome
     lines.append(
         f"  decided by: stage 1 {by_stage.get('deterministic', 0)}, stage 2 {by_stage.get('equivalence', 0)}, "

@@ -5,6 +5,11 @@ speaks in plain text: assistant messages with tool calls and the tool results th
 A turn that ends without final text (the conversation stops after a tool result, or the user speaks) keeps its
 steps and has no final text. The context of a turn is every message before it, exactly as recorded.
 
+A greeting is a turn before the first user message that makes no tool calls, in a conversation where a user speaks
+later: a fixed opening ("Hi! How can I help?") with nothing to answer, left out unless asked for. A turn before any
+user message that calls tools, or any turn of a conversation with no user message at all (an autonomous agent handed
+its task in the system prompt), is a decision of the agent and is replayed.
+
 Example:
     >>> from delta_eval.schema import Conversation, Message
     >>> conv = Conversation(id="c", messages=(
@@ -51,13 +56,14 @@ def _turn(messages: Sequence[Message], start: int) -> tuple[TurnOutput, int]:
 def replay_points(conversation: Conversation, *, greetings: bool = False) -> Iterator[ReplayPoint]:
     """Every assistant turn of ``conversation`` as a :class:`ReplayPoint`, in order.
 
-    A greeting (an assistant turn with no user message before it, as exports that open with "Hi! How can I help?"
-    have) is left out unless ``greetings``: replayed, the model would be sent a request with nothing to answer.
-    Turn numbers count it either way, so a turn keeps its pair id.
+    A greeting (see the module docstring: a plain-text turn before the first user message of a conversation where
+    a user speaks later, as exports that open with "Hi! How can I help?" have) is left out unless ``greetings``:
+    replayed, the model would be sent a request with nothing to answer. Turn numbers count it either way, so a turn
+    keeps its pair id.
     """
     messages = conversation.messages
-    for turn_index, (i, user_seen) in enumerate(_turn_starts(messages)):
-        if not user_seen and not greetings:
+    for turn_index, (i, greeting) in enumerate(_turn_starts(messages)):
+        if greeting and not greetings:
             continue
         recorded, _ = _turn(messages, i)
         # Built without validation: every part is already a validated piece of the conversation, and validating the
@@ -75,19 +81,21 @@ def replay_points(conversation: Conversation, *, greetings: bool = False) -> Ite
 
 
 def _turn_starts(messages: Sequence[Message]) -> Iterator[tuple[int, bool]]:
-    """Where each turn starts, and whether a user message came before it: at an assistant message that does not
-    continue a turn (after a user or system message, or after plain assistant text; after a tool result the
-    assistant goes on with its turn)."""
-    user_seen = False
+    """Where each turn starts, and whether it is a greeting: at an assistant message that does not continue a turn
+    (after a user or system message, or after plain assistant text; after a tool result the assistant goes on with
+    its turn)."""
+    # Only a turn before the first user message can be a greeting, and only if a user message comes at all: with
+    # none, the conversation is an autonomous run and its first turn is the agent's first decision.
+    first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     previous: Message | None = None
     for i, m in enumerate(messages):
-        user_seen = user_seen or m.role == "user"
         if m.role == "assistant" and (
             previous is None
             or previous.role in ("user", "system")
             or (previous.role == "assistant" and not previous.tool_calls)
         ):
-            yield i, user_seen
+            # A turn that starts with tool calls acts on something (a ticket in the system prompt): not a greeting.
+            yield i, first_user is not None and i < first_user and not m.tool_calls
         previous = m
 
 
@@ -101,7 +109,7 @@ def count_turns(conversation: Conversation, *, greetings: bool = False) -> int:
         >>> count_turns(conv), count_turns(conv, greetings=True)
         (1, 2)
     """
-    return sum(1 for _, user_seen in _turn_starts(conversation.messages) if user_seen or greetings)
+    return sum(1 for _, greeting in _turn_starts(conversation.messages) if greetings or not greeting)
 
 
 def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) -> list[ReplayPoint]:

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ class SamplePlan:
 
     ``read`` counts every record read (a record whose stratum function failed was read fine); ``read_errors`` the
     bad records among them; ``errors`` holds the error rows of both kinds; ``totals`` sums each counter over the
-    drawn conversations.
+    drawn conversations, and ``by_stratum`` over those of each stratum drawn from.
     """
 
     sample: SampleResult
@@ -39,6 +40,7 @@ class SamplePlan:
     read_errors: int
     errors: list[ErrorRecord] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=dict)
+    by_stratum: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def nothing_to_run(self, source: str) -> str | None:
         """Why the sample holds no conversation, in a sentence naming the source (``None`` when it holds some).
@@ -65,6 +67,56 @@ class SamplePlan:
             return f"the sample's 'where' condition left out all {self.sample.excluded} conversations of {source}"
         return f"the sample drew no conversation from the {self.sample.population} of {source}"
 
+    def strata_without_turns(self, *, turns: str = "n_pairs", greetings: str = "greetings") -> dict[str, str]:
+        """The strata drawn from whose conversations hold no turn to replay, each with why (``turns`` and
+        ``greetings`` name the counters, as for :meth:`nothing_to_replay`): they add nothing to any estimate.
+
+        Example:
+            >>> drawn = SampleResult(selected={0: ("a", 1.0), 1: ("b", 1.0)}, strata=(), population=2)
+            >>> SamplePlan(drawn, read=2, read_errors=0,
+            ...            by_stratum={"a": {"n_pairs": 3}, "b": {"n_pairs": 0}}).strata_without_turns()
+            {'b': '1 conversation drawn, no assistant turns to replay'}
+        """
+        drawn = Counter(h for h, _ in self.sample.selected.values())
+        out = {}
+        for h, n in sorted(drawn.items()):
+            sums = self.by_stratum.get(h, {})
+            if sums.get(turns, 0) > 0:
+                continue
+            left_out = sums.get(greetings, 0)
+            out[h] = f"{n} conversation{'' if n == 1 else 's'} drawn, " + (
+                f"all {left_out} turns are greetings, left out (replay_greetings replays them)"
+                if left_out
+                else "no assistant turns to replay"
+            )
+        return out
+
+    def nothing_to_replay(self, source: str, *, turns: str = "n_pairs", greetings: str = "greetings") -> str | None:
+        """Why the drawn conversations hold no turn to replay, in a sentence naming the source (``None`` when they
+        hold some, or when nothing was drawn: :meth:`nothing_to_run` says why). ``turns`` and ``greetings`` name
+        the counters of the turns to replay and of the greetings left out.
+
+        Example:
+            >>> drawn = SampleResult(selected={0: ("all", 1.0), 1: ("all", 1.0)}, strata=(), population=2)
+            >>> SamplePlan(drawn, read=2, read_errors=0, totals={"n_pairs": 0}).nothing_to_replay("x.jsonl")
+            '2 conversations read from x.jsonl, none has an assistant turn to replay'
+        """
+        if not self.sample.selected or self.totals.get(turns, 0) > 0:
+            return None
+        drawn = len(self.sample.selected)
+        bad = f"; {self.read_errors} more records could not be read (see the errors table)" if self.read_errors else ""
+        if (left_out := self.totals.get(greetings, 0)) > 0:
+            return (
+                f"all {left_out} assistant turns of the {drawn} conversations drawn from {source} are greetings "
+                f"(plain text before the first user message), left out; set replay_greetings to replay them{bad}"
+            )
+        if drawn == self.sample.population and not self.sample.excluded:
+            return f"{drawn} conversations read from {source}, none has an assistant turn to replay{bad}"
+        return (
+            f"none of the {drawn} conversations drawn from the {self.sample.population} of {source} has an assistant "
+            f"turn to replay{bad}"
+        )
+
 
 def sample_source(
     source: ConversationSource | Iterable[Conversation | RecordError],
@@ -80,10 +132,17 @@ def sample_source(
         draw_sample(population, spec) if population.num_rows else SampleResult(selected={}, strata=(), population=0)
     )
     drawn = population.filter(pc.is_in(population["position"], pa.array(sorted(sample.selected), pa.int64())))
+    by_stratum: dict[str, dict[str, int]] = {}
+    columns = {name: drawn[name].to_pylist() for name in counters or {}}
+    for k, position in enumerate(drawn["position"].to_pylist()):
+        sums = by_stratum.setdefault(sample.selected[position][0], dict.fromkeys(columns, 0))
+        for name, values in columns.items():
+            sums[name] += values[k]
     return SamplePlan(
         sample=sample,
         read=population.num_rows + len(errors),
         read_errors=sum(e.stage == "ingest" for e in errors),
         errors=errors,
-        totals={name: int(pc.sum(drawn[name]).as_py() or 0) for name in counters or {}},
+        totals={name: sum(values) for name, values in columns.items()},
+        by_stratum=by_stratum,
     )

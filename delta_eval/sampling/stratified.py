@@ -14,7 +14,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from delta_eval.allocation import allocate
 from delta_eval.callables import callable_name, resolve_callable
-from delta_eval.exceptions import ConfigError
+from delta_eval.exceptions import ConfigError, SampleWarning
 from delta_eval.schema import Conversation, Stratum
 
 __all__ = ["DerivedStratum", "SampleResult", "Stratified", "allocate", "draw_sample"]
@@ -93,8 +95,9 @@ class Stratified(BaseModel):
 
 
 class SampleResult(BaseModel):
-    """Which conversations were drawn (position -> stratum and weight), the strata table, the population size and
-    how many conversations the ``where`` condition left out."""
+    """Which conversations were drawn (position -> stratum and weight), the strata table, the population size,
+    how many conversations the ``where`` condition left out, and ``notes``: what the run should say about the
+    sample (a stratum field missing from most conversations)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -102,6 +105,16 @@ class SampleResult(BaseModel):
     strata: tuple[Stratum, ...]
     population: int
     excluded: int = 0
+    notes: tuple[str, ...] = ()
+
+
+#: Columns of the population table that are not fields to stratify by.
+_NOT_FIELDS = {"position", "conversation_id", "metadata"}
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _stratum_sql(spec: Stratified, columns: set[str]) -> str:
@@ -110,16 +123,57 @@ def _stratum_sql(spec: Stratified, columns: set[str]) -> str:
     parts = []
     for name in spec.by:
         if name not in columns:
-            known = ", ".join(sorted(columns - {"position", "conversation_id", "metadata"})) or "none"
-            raise ConfigError(f"stratum {name!r} is neither a metadata field nor a derived stratum (known: {known})")
+            known = columns - _NOT_FIELDS
+            raise ConfigError(
+                f"stratum {name!r} is neither a metadata field nor a derived stratum (known: "
+                f"{', '.join(sorted(known)) or 'none'}){_did_you_mean(name, known)}"
+            )
         parts.append(f"'{name}=' || coalesce(CAST(\"{name}\" AS VARCHAR), '(missing)')")
     return " || ', ' || ".join(parts)
+
+
+def _check_fields(spec: Stratified, con: Any, types: dict[str, str]) -> list[str]:
+    """Refuse a stratum field missing (or null) in every conversation of the population, and say which are missing
+    from most: either puts (nearly) every conversation in one ``(missing)`` stratum, as a misspelt field name or
+    mapping path does, and the sample would quietly stop being stratified. Derived strata are left alone (a SQL
+    ``CASE`` without ``ELSE`` is empty on purpose)."""
+    # Metadata fields are the VARCHAR columns that are not derived strata (counters and n_messages are integers).
+    candidates = sorted(c for c, t in types.items() if t == "VARCHAR" and c not in _NOT_FIELDS | set(spec.derived))
+    fields = [name for name in dict.fromkeys(spec.by) if name in candidates]
+    if not fields:
+        return []
+    counted = ", ".join('count("' + c + '")' for c in candidates)  # count(x): the rows where x is not NULL
+    total, *present = con.execute(f"SELECT count(*), {counted} FROM population").fetchone()
+    if total == 0:
+        return []
+    have = dict(zip(candidates, present, strict=True))
+    known = {c for c, n in have.items() if n and c not in fields}
+    notes = []
+    for name in fields:
+        missing = total - have[name]
+        if missing == total:
+            raise ConfigError(
+                f"stratum field {name!r} is missing from all {total} conversations, which would all fall in one "
+                f"'(missing)' stratum (fields present: {', '.join(sorted(known)) or 'none'})"
+                + _did_you_mean(name, known)
+            )
+        if 2 * missing > total:
+            note = (
+                f"stratum field {name!r} is missing from {missing} of {total} conversations, which fall in its "
+                f"'(missing)' stratum{_did_you_mean(name, known)}"
+            )
+            warnings.warn(note, SampleWarning, stacklevel=3)
+            notes.append(note)
+    return notes
 
 
 def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
     """Draw the sample from a population table (``position``, ``conversation_id``, ``metadata`` and strata columns).
 
-    SQL-derived strata are evaluated here, in DuckDB; a SQL error is a :class:`ConfigError` naming the stratum.
+    SQL-derived strata are evaluated here, in DuckDB; a SQL error is a :class:`ConfigError` naming the stratum. A
+    metadata field of ``by`` that no conversation of the population has is a :class:`ConfigError` too (naming the
+    fields present, and the close matches); one missing from more than half of them is a :class:`SampleWarning`,
+    kept in the result's ``notes``.
     """
     import duckdb
 
@@ -139,8 +193,9 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
             raise ConfigError(f"the sample's 'where' condition failed: {exc}") from None
         kept = con.execute("SELECT count(*) FROM population").fetchone()
         excluded = population.num_rows - (kept[0] if kept else 0)
-        columns = {row[0] for row in con.execute("DESCRIBE population").fetchall()}
-        key = _stratum_sql(spec, columns)
+        types = {row[0]: row[1] for row in con.execute("DESCRIBE population").fetchall()}
+        key = _stratum_sql(spec, set(types))
+        notes = _check_fields(spec, con, types)
         con.execute(f"CREATE TABLE keyed AS SELECT position, conversation_id, {key} AS stratum FROM population")
         counts = dict(con.execute("SELECT stratum, count(*) FROM keyed GROUP BY stratum").fetchall())
         alloc = allocate(counts, spec.n, spec.min_per_stratum, spec.stratum_sd or None)
@@ -172,4 +227,6 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
     )
     weights = {row.stratum: row.weight for row in strata}
     selected = {int(pos): (h, weights[h]) for pos, h in rows}
-    return SampleResult(selected=selected, strata=strata, population=sum(counts.values()), excluded=excluded)
+    return SampleResult(
+        selected=selected, strata=strata, population=sum(counts.values()), excluded=excluded, notes=tuple(notes)
+    )

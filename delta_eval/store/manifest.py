@@ -135,7 +135,11 @@ VERDICT_COLUMNS = ["stage", "outcome", "conversation_id", "orders_agree", "audit
 
 
 class RunCounts(_Model):
-    """What the run read, sampled and decided, as of its last session's end."""
+    """What the run read, sampled and decided, as of its last session's end.
+
+    ``strata_without_pairs`` names the strata the sample drew from whose conversations have no turn to replay, with
+    why: they are in no estimate and no decision, and the report says so.
+    """
 
     read: int = 0
     read_errors: int = 0
@@ -144,6 +148,7 @@ class RunCounts(_Model):
     sampled: int = 0
     pairs_planned: int = 0
     greetings_skipped: int = 0
+    strata_without_pairs: dict[str, str] = Field(default_factory=dict)
     pairs: int = 0
     conversations_replayed: int = 0
     by_stage: dict[str, int] = Field(default_factory=dict)
@@ -158,7 +163,7 @@ class RunCounts(_Model):
     audit_found_difference: int = 0
 
     @classmethod
-    def tally(cls, verdicts: pa.Table, errors: pa.Table, judgements: pa.Table | None = None, **read: int) -> RunCounts:
+    def tally(cls, verdicts: pa.Table, errors: pa.Table, judgements: pa.Table | None = None, **read: Any) -> RunCounts:
         """The counts of a run's ``verdicts`` (:data:`VERDICT_COLUMNS`), ``errors`` (``stage``) and ``judgements``
         (:data:`JUDGEMENT_COLUMNS`), with what reading and sampling found (``read``, ``sampled``, ...).
 

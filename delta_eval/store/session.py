@@ -195,7 +195,7 @@ class FolderSession:
         seconds: float,
         pairs_decided: int,
         calls: dict[str, CallStats],
-        read: dict[str, int],
+        read: dict[str, Any],
         notes: list[str] | None = None,
         stopped_early: str | None = None,
         failure: str | None = None,

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import delta_eval as de
-from delta_eval.replay.points import replay_points, select_turns
-from delta_eval.schema import Conversation, History, Message, ReplayPoint
+from delta_eval.replay.points import count_turns, replay_points, select_turns
+from delta_eval.schema import Conversation, History, Message, ReplayPoint, ToolCall
 from tests.conftest import tool_turn_conversation
 
 
@@ -77,3 +77,63 @@ def test_points_share_the_conversations_messages(small_conversation: Conversatio
     again = ReplayPoint.model_validate(points[-1].model_dump())
     assert isinstance(again.context, tuple)
     assert again == points[-1]
+
+
+def _ticket_run(conv_id: str = "t1", *, user_later: bool = False) -> Conversation:
+    """An autonomous agent: a ticket in the system prompt, tool calls and their results, then a final text."""
+    messages = [
+        Message(role="system", content="You resolve tickets. Ticket #42: refund order 7 (damaged)."),
+        Message(role="assistant", tool_calls=(ToolCall(id="a", name="get_order", arguments='{"id": 7}'),)),
+        Message(role="tool", tool_call_id="a", name="get_order", content='{"status": "delivered"}'),
+        Message(role="assistant", content="Refund issued for order 7; ticket #42 closed."),
+    ]
+    if user_later:
+        messages += [Message(role="user", content="thanks"), Message(role="assistant", content="You're welcome.")]
+    return Conversation(id=conv_id, messages=tuple(messages))
+
+
+def test_an_autonomous_agents_first_turn_is_replayed() -> None:
+    conv = _ticket_run()
+    points = list(replay_points(conv))
+    assert [p.pair_id for p in points] == ["t1#0"]
+    assert [c.name for c in points[0].recorded.tool_calls] == ["get_order"]
+    assert points[0].recorded.final_text == "Refund issued for order 7; ticket #42 closed."
+    assert count_turns(conv) == count_turns(conv, greetings=True) == 1
+
+
+def test_a_pre_user_turn_that_calls_tools_is_not_a_greeting() -> None:
+    conv = _ticket_run(user_later=True)
+    assert [p.pair_id for p in replay_points(conv)] == ["t1#0", "t1#1"]
+    assert count_turns(conv) == 2
+
+
+def test_plain_text_with_no_user_message_at_all_is_replayed() -> None:
+    # an autonomous run that reports in text before it acts: every turn is the agent's, none a greeting
+    conv = Conversation(
+        id="a",
+        messages=(
+            Message(role="system", content="Ticket #9: check the nightly build."),
+            Message(role="assistant", content="Looking at the build."),
+            Message(role="assistant", tool_calls=(ToolCall(id="b", name="build_log", arguments="{}"),)),
+            Message(role="tool", tool_call_id="b", name="build_log", content="ok"),
+            Message(role="assistant", content="The build is green."),
+        ),
+    )
+    assert [p.pair_id for p in replay_points(conv)] == ["a#0", "a#1"]
+    assert count_turns(conv) == 2
+
+
+def test_a_greeting_is_plain_text_before_a_user_who_speaks_later() -> None:
+    conv = Conversation(
+        id="g",
+        messages=(
+            Message(role="system", content="policy"),
+            Message(role="assistant", content="Hi! How can I help?"),
+            Message(role="user", content="hi"),
+            Message(role="assistant", content="hello"),
+        ),
+    )
+    # left out by default; turn numbers count it either way, so pair ids do not move
+    assert [p.pair_id for p in replay_points(conv)] == ["g#1"]
+    assert [p.pair_id for p in replay_points(conv, greetings=True)] == ["g#0", "g#1"]
+    assert (count_turns(conv), count_turns(conv, greetings=True)) == (1, 2)

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import json
+import warnings
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 import delta_eval as de
 from delta_eval.demo import airline_task_type
-from delta_eval.exceptions import ConfigError
+from delta_eval.exceptions import ConfigError, SampleWarning
 from delta_eval.sampling import build_population, draw_sample, iter_selected
 from delta_eval.schema import ErrorRecord
 
@@ -97,3 +100,53 @@ def test_where_filters_the_population_before_counting(tau_source: de.Conversatio
     assert all(c.metadata["reward"] == 1.0 or c.metadata["trial"] == 0 for _, c in picked)
     with pytest.raises(ConfigError, match="'where' condition failed"):
         sample(tau_source, de.Stratified(where="no_such_column > 1"))
+
+
+def _convs(metadata: list[dict[str, object]]) -> list[de.Conversation]:
+    from delta_eval.schema import Message
+
+    return [
+        de.Conversation(id=f"c{k}", messages=(Message(role="user", content="hi"),), metadata=m)
+        for k, m in enumerate(metadata)
+    ]
+
+
+def test_a_misspelt_stratum_field_is_a_config_error_with_a_suggestion(tau_source: de.ConversationSource) -> None:
+    with pytest.raises(ConfigError, match=r"stratum 'rewad' is neither .* did you mean 'reward'\?"):
+        sample(tau_source, de.Stratified(by=["rewad"], n=5))
+
+
+def test_a_declared_field_no_record_has_is_a_config_error(tmp_path: Path) -> None:
+    # the mapping keeps 'tierr' (a typo of the records' 'tier') as None on every record: one '(missing)' stratum
+    records = [{"id": f"c{k}", "messages": [{"role": "user", "content": "hi"}], "tier": "gold"} for k in range(4)]
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    source = de.read_conversations(path, metadata=["tierr", "tiers"])
+    with pytest.raises(ConfigError) as info:
+        sample(source, de.Stratified(by=["tierr"]))
+    assert str(info.value) == (
+        "stratum field 'tierr' is missing from all 4 conversations, which would all fall in one '(missing)' stratum "
+        "(fields present: none)"
+    )
+    in_memory = _convs([{"tier": "gold", "tierr": None}, {"tier": "silver"}])
+    with pytest.raises(ConfigError, match=r"'tierr' is missing from all 2 .* \(fields present: tier\); did you mean"):
+        sample(de.ConversationSource.of(in_memory), de.Stratified(by=["tierr"]))
+
+
+def test_a_field_missing_from_most_records_warns_and_is_noted() -> None:
+    # an export whose field was renamed part way: most records say 'tiers'
+    convs = _convs(
+        [{"tier": "gold", "lang": "en"}, {"tiers": "gold", "lang": "de"}, {"tiers": "silver"}, {"tiers": "gold"}]
+    )
+    with pytest.warns(SampleWarning, match=r"'tier' is missing from 3 of 4 conversations") as caught:
+        result, _ = sample(de.ConversationSource.of(convs), de.Stratified(by=["tier"]))
+    assert len(caught) == 1
+    assert result.notes == (
+        "stratum field 'tier' is missing from 3 of 4 conversations, which fall in its '(missing)' stratum; did you "
+        "mean 'tiers'?",
+    )
+    # half is not most: no word ('lang' is missing from 2 of 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        half, _ = sample(de.ConversationSource.of(convs), de.Stratified(by=["lang", "tiers"]))
+    assert half.notes == ()
