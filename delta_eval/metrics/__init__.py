@@ -1,9 +1,19 @@
 """The numbers a decision rests on: win rates and their intervals (clustered by conversation), the paired question
-(net preference, sign test, non-inferiority), gates and the decision matrix, planning, and sequential stopping.
+(net preference, sign test, non-inferiority), gates and the decision matrix, planning, sequential stopping, and the
+user's own checks on each side's output.
 
 Every function takes verdict (or replay) rows as an Arrow table, a DuckDB relation, a DataFrame or mappings.
 """
 
+from delta_eval.metrics.checks import (
+    CHECK_RESULTS_SCHEMA,
+    Check,
+    CheckedTurn,
+    CheckRate,
+    CheckResult,
+    check_rates,
+    check_results,
+)
 from delta_eval.metrics.decision import Decision, DecisionRule, decide
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
 from delta_eval.metrics.intervals import (
@@ -29,8 +39,13 @@ from delta_eval.metrics.strata import StratumDecision, by_stratum
 from delta_eval.metrics.winrate import SCORES, WinRate, pair_scores, score_of, win_rate, win_rates_by
 
 __all__ = [
+    "CHECK_RESULTS_SCHEMA",
     "DEFAULT_GATES",
     "SCORES",
+    "Check",
+    "CheckRate",
+    "CheckResult",
+    "CheckedTurn",
     "ClusteredMean",
     "Decision",
     "DecisionRule",
@@ -46,6 +61,8 @@ __all__ = [
     "benjamini_hochberg",
     "bootstrap_interval",
     "by_stratum",
+    "check_rates",
+    "check_results",
     "clopper_pearson",
     "clustered_mean",
     "decide",
