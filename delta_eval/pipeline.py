@@ -74,23 +74,26 @@ class Stages:
     wake: anyio.Event = field(default_factory=anyio.Event)
     notes: list[str] = field(default_factory=list)
 
-    def _early_stop(self, items: list[tuple[int, Conversation]]) -> list[tuple[int, Conversation]]:
-        """Set up early stopping: the conversations in random order, how many pairs each will have, and what the
-        folder already decided fed to the test first (see :mod:`delta_eval.stopping`)."""
+    def _early_stop(
+        self, items: list[tuple[int, Conversation]], sample: SampleResult
+    ) -> list[tuple[int, Conversation]]:
+        """Set up early stopping: the conversations in random order, how many pairs each will have and its weight,
+        and what the folder already decided fed to the test first (see :mod:`delta_eval.stopping`)."""
         c = self.config
         ordered = random_order(items, c.seed)
-        sizes = {}
-        for _, conv in ordered:
-            points = select_turns(list(replay_points(conv, greetings=c.replay_greetings)),
-                                  c.max_turns_per_conversation, c.seed)  # fmt: skip
-            sizes[conv.id] = len(points) * c.epochs
-        stop = EarlyStop(c.decision.margin, 1 - c.decision.confidence, max(sizes.values(), default=1))
-        for conv_id, n in sizes.items():
-            stop.expect(conv_id, n)
-        done = self.folder.read("verdicts", ["conversation_id", "outcome"]).to_pylist()
+        planned = {}
+        for position, conv in ordered:
+            every = list(replay_points(conv, greetings=c.replay_greetings))
+            points = select_turns(every, c.max_turns_per_conversation, c.seed)
+            weight = sample.selected[position][1] * (len(every) / len(points) if points else 1.0)
+            planned[conv.id] = (len(points) * c.epochs, weight)
+        rule = c.decision
+        stop = EarlyStop(rule.margin, 1 - rule.confidence, planned, rule.estimand)
+        columns = ["conversation_id", "outcome", "preference", "error_side", "error"]
+        done = self.folder.read("verdicts", columns).to_pylist()
         rank = {conv.id: k for k, (_, conv) in enumerate(ordered)}
         for row in sorted(done, key=lambda r: rank.get(r["conversation_id"], len(rank))):
-            stop.add(row["conversation_id"], row["outcome"])
+            stop.add(row["conversation_id"], row)
         self.stop = stop
         return ordered
 
@@ -105,7 +108,7 @@ class Stages:
             if self.config.stop_early:
                 # A random order, so that the conversations finished at any moment are a random subset.
                 items = await anyio.to_thread.run_sync(list, iterator)
-                iterator = iter(await anyio.to_thread.run_sync(self._early_stop, items))
+                iterator = iter(await anyio.to_thread.run_sync(self._early_stop, items, sample))
             while True:
                 if self.stop is not None and self.stop.settled:
                     break
@@ -218,8 +221,8 @@ class Stages:
                     assert decision is not None
                     folder.add("replays", [base.replay, cand.replay, recorded_replay(item.point)])
                     folder.add("verdicts", [decision.verdict])
-                    if self.stop is not None and self.stop.add(decision.verdict.conversation_id,
-                                                               decision.verdict.outcome):  # fmt: skip
+                    verdict = decision.verdict
+                    if self.stop is not None and self.stop.add(verdict.conversation_id, verdict.model_dump()):
                         self.progress.phase = "stopped early"
                         self.wake.set()
                     folder.add("judgements", decision.judgements)

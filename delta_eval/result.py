@@ -55,8 +55,9 @@ class RunResult:
         self,
         *,
         over: Literal["judged", "all"] = "all",
-        weighted: bool = False,
+        weighted: bool | Literal["auto"] = "auto",
         soft: bool = False,
+        errors: Literal["loss", "exclude"] = "loss",
         method: Literal["auto", "cluster", "wilson", "bootstrap", "iid"] = "auto",
         confidence: float = 0.95,
         by: str | None = None,
@@ -64,9 +65,11 @@ class RunResult:
         """The candidate's win rate with a confidence interval (see :mod:`delta_eval.metrics`).
 
         ``over="all"`` counts pairs found equivalent as ties; ``"judged"`` only pairs the judge decided.
-        ``weighted=True`` reweights to the population by the sampling weights; ``soft=True`` scores judged pairs by
-        their preference (the continuous win rate). Intervals treat each conversation as a cluster (``method``:
-        see :mod:`delta_eval.metrics.winrate`). ``by="stratum"`` (or another verdict column) returns one
+        ``weighted=True`` reweights to the population by the sampling weights (``"auto"``, the default: whenever
+        they vary); ``soft=True`` scores judged pairs by their preference (the continuous win rate);
+        ``errors="loss"`` counts a failed replay as a loss of the side that failed (see
+        :mod:`delta_eval.metrics.estimand`). Intervals treat each conversation as a cluster (``method``: see
+        :mod:`delta_eval.metrics.winrate`). ``by="stratum"`` (or another verdict column) returns one
         :class:`WinRate` per value.
         """
         verdicts = self.table("verdicts")
@@ -74,6 +77,7 @@ class RunResult:
             "over": over,
             "weighted": weighted,
             "soft": soft,
+            "errors": errors,
             "method": method,
             "confidence": confidence,
             "seed": self.manifest.seed,

@@ -398,7 +398,9 @@ class Verdict(_Frozen):
     where it gives one, else the judge's written rationale); ``prompt_hash`` names the version of the judge's prompt.
     ``audit_outcome`` is what stage 3 said of a pair stage 2 found equivalent, when it was drawn for the audit;
     ``orders_agree`` says, for a pair judged in both orders (by stage 3, or by its audit), whether every judge's
-    two answers agreed.
+    two answers agreed. ``severity`` belongs to the side that lost the pair. For an ``error`` verdict,
+    ``error_side`` says what failed: ``baseline``, ``candidate`` or ``both`` replays (the side that failed loses the
+    pair in the win rate), or ``judge`` (no judge could decide).
     """
 
     pair_id: str
@@ -425,6 +427,7 @@ class Verdict(_Frozen):
     judge_cost_usd: float | None = None
     judge_latency_ms: float = 0.0
     error: str | None = None
+    error_side: Literal["baseline", "candidate", "both", "judge"] | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -37,7 +37,14 @@ def test_demo_run_numbers_rederive_with_sql(tmp_path: Path) -> None:
         "SELECT avg(CASE outcome WHEN 'candidate' THEN 1 WHEN 'baseline' THEN 0 ELSE 0.5 END) "
         "FROM verdicts WHERE outcome <> 'error'"
     ).fetchone()[0]
-    assert result.win_rate().estimate == pytest.approx(sql_rate)
+    assert result.win_rate(weighted=False).estimate == pytest.approx(sql_rate)
+    # The sample is not self-weighting (at least one conversation per stratum): the default estimate is weighted.
+    weighted_sql = con.execute(
+        "SELECT sum(weight * CASE outcome WHEN 'candidate' THEN 1.0 WHEN 'baseline' THEN 0.0 ELSE 0.5 END) "
+        "/ sum(weight) FROM verdicts WHERE outcome <> 'error'"
+    ).fetchone()[0]
+    assert result.win_rate().weighted
+    assert result.win_rate().estimate == pytest.approx(weighted_sql)
     judged = con.execute(
         "SELECT avg(CASE outcome WHEN 'candidate' THEN 1 WHEN 'baseline' THEN 0 ELSE 0.5 END) FROM verdicts "
         "WHERE stage = 'judge'"
@@ -179,7 +186,9 @@ def test_provider_failures_become_error_verdicts_and_rows(tmp_path: Path) -> Non
     assert len(rows) == result.counts.pairs
     assert set(rows) == {("replay", "TransientError", 2)}
     assert con.execute("SELECT DISTINCT variant FROM replays WHERE side = 'candidate'").fetchall() == [("candidate",)]
-    assert result.win_rate().estimate is None
+    # Every candidate replay failed: each pair is a loss of the side that failed, unless errors are left out.
+    assert (result.win_rate().estimate, result.win_rate().errors_counted) == (0.0, result.counts.pairs)
+    assert result.win_rate(errors="exclude").estimate is None
     assert result.win_rate().errors == result.counts.pairs
 
 

@@ -28,8 +28,10 @@ import pyarrow.parquet as pq
 from delta_eval.analysis.changes import changes, pair_behaviours
 from delta_eval.analysis.naming import LLMNamer
 from delta_eval.analysis.themes import attribute, find_themes, prompt_sections
+from delta_eval.metrics.decision import DecisionRule
+from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
-from delta_eval.metrics.intervals import ClusterSums, design_wilson_interval
 from delta_eval.result import RunResult, open_result
 
 __all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze"]
@@ -37,32 +39,42 @@ __all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze"]
 #: Up to this many pairs, :meth:`Analysis.summary` includes the decision (which reads every pair into memory).
 DECISION_MAX_PAIRS = 200_000
 
-_SCORE = "CASE outcome WHEN 'candidate' THEN 1.0 WHEN 'baseline' THEN 0.0 ELSE 0.5 END"
-
-#: Per conversation, the sums a win rate's interval needs (see :class:`~delta_eval.metrics.intervals.ClusterSums`):
-#: one pass over the verdicts in DuckDB, so the summary of a million pairs does not load them.
+#: Per conversation, the sums a win rate's interval needs (see :class:`~delta_eval.metrics.difference.PairedSums`),
+#: the estimand's contributions written in SQL: one pass over the verdicts in DuckDB, so the summary of a million
+#: pairs does not load them.
 _CLUSTER_SQL = """
-SELECT stratum, conversation_id, sum(y) AS sy, count(*)::DOUBLE AS n, sum(y * y) AS syy
-FROM (SELECT stratum, conversation_id, {score} AS y FROM verdicts WHERE outcome <> 'error' {where})
-GROUP BY ALL ORDER BY stratum, conversation_id
+WITH counted AS (
+    SELECT stratum, conversation_id, {a} AS a, {b} AS b, {w} AS w FROM verdicts WHERE {counted}
+)
+SELECT stratum, conversation_id, sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb,
+       bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
+       count(*) AS n, sum(w * w * a * a) AS aa, sum(w * w * a) AS at, sum(w * w) AS tt,
+       sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab
+FROM counted GROUP BY ALL ORDER BY stratum, conversation_id
 """
 
 
-def _win_rate(strata: Any, sy: Any, n: Any, syy: Any) -> dict[str, Any] | None:
-    """The win rate of per-conversation sums (arrays) with the design-effect Wilson interval: the figures of
-    :meth:`RunResult.win_rate` (unweighted, over the same pairs)."""
-    if len(sy) == 0:
+def _win_rate(cols: dict[str, Any], mask: Any = None) -> dict[str, Any] | None:
+    """The win rate of per-conversation sums (arrays) with the decision's interval: the figures of
+    :meth:`RunResult.win_rate` (same estimand, same pairs)."""
+    pick = (lambda x: np.asarray(x)[mask]) if mask is not None else np.asarray
+    n = pick(cols["n"])
+    if len(n) == 0:
         return None
-    sums = ClusterSums(strata=strata, wy=sy, w=n, w2y2=syy, w2y=sy, w2=n, n=int(n.sum()))
-    mean = sums.mean()
-    lo, hi = design_wilson_interval(mean)
-    assert mean.estimate is not None
+    a, t, b = (pick(cols[c]).astype(float) for c in ("wa", "wt", "wb"))
+    seen = np.vstack([pick(cols[c]).astype(bool) for c in ("a_seen", "a_not", "b_seen", "b_not")])
+    aa, at, tt, bb, bt, ab = (float(pick(cols[c]).astype(float).sum()) for c in ("aa", "at", "tt", "bb", "bt", "ab"))
+    iid = np.array([aa, at, tt, bb, bt, tt, ab, at, bt, tt])
+    sums = PairedSums.from_clusters(pick(cols["stratum"]).astype(str), a, t, b, t, pairs=int(n.sum()), seen=seen,
+                                    iid=iid)  # fmt: skip
+    d = sums.difference()
+    assert d.estimate is not None
     return {
-        "estimate": round(mean.estimate, 4),
-        "lo": round(lo, 4),
-        "hi": round(hi, 4),
-        "pairs": mean.n,
-        "conversations": mean.clusters,
+        "estimate": round(0.5 + d.estimate / 2, 4),
+        "lo": round(0.5 + d.ci_low / 2, 4),
+        "hi": round(0.5 + d.ci_high / 2, 4),
+        "pairs": d.pairs,
+        "conversations": d.clusters,
     }
 
 
@@ -116,18 +128,34 @@ class Analysis:
 
     # -- summary -----------------------------------------------------------------------------------------------
 
+    def estimand(self, over: Literal["all", "judged"] | None = None) -> Estimand:
+        """The estimand of the run's decision rule (``over`` replaced when given), with ``weighted="auto"`` settled
+        on the run's weights."""
+        rule = DecisionRule.model_validate(self.result.manifest.config.get("decision") or {})
+        e = rule.estimand if over is None else rule.estimand.model_copy(update={"over": over})
+        if e.weighted == "auto":
+            _, _, counted = sql_contribution(e, has_error_side=self._has_error_side())
+            spread = self.con.execute(f"SELECT max(weight) - min(weight), max(abs(weight)) FROM verdicts "
+                                      f"WHERE {counted}").fetchone()  # fmt: skip
+            varies = bool(spread and spread[0] is not None and spread[0] > 1e-9 * max(spread[1] or 1.0, 1.0))
+            e = e.model_copy(update={"weighted": varies})
+        return e
+
+    def _has_error_side(self) -> bool:
+        return "error_side" in {row[0] for row in self.con.execute("DESCRIBE verdicts").fetchall()}
+
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        sql = _CLUSTER_SQL.format(score=_SCORE, where="AND stage = 'judge'" if judged else "")
+        e = self.estimand("judged" if judged else "all")
+        a, b, counted = sql_contribution(e, has_error_side=self._has_error_side())
+        sql = _CLUSTER_SQL.format(a=a, b=b, counted=counted, w="coalesce(weight, 1.0)" if e.weighted else "1.0")
         cols = self.con.execute(sql).fetchnumpy()  # one row per conversation, as arrays: no Python row objects
         strata = np.asarray(cols["stratum"]).astype(str)
-        sy, n, syy = (np.asarray(cols[c], dtype=float) for c in ("sy", "n", "syy"))
         names, which = np.unique(strata, return_inverse=True)
         per = []
         for k, h in enumerate(names.tolist()):
-            mask = which == k
-            if (rate := _win_rate(strata[mask], sy[mask], n[mask], syy[mask])) is not None:
+            if (rate := _win_rate(cols, which == k)) is not None:
                 per.append({"stratum": h, **rate})
-        return _win_rate(strata, sy, n, syy), per
+        return _win_rate(cols), per
 
     def summary(self, *, decision: bool | None = None) -> dict[str, Any]:
         """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs

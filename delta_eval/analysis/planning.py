@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.planning import SamplePlan, sample_size
 from delta_eval.pricing import total_cost
 from delta_eval.result import RunResult
@@ -22,17 +23,23 @@ __all__ = ["plan"]
 
 def plan(
     pilot: RunResult | str | Path,
-    margin: float = 0.02,
+    margin: float | None = None,
     *,
     power: float = 0.8,
     expected: float = 0.5,
-    confidence: float = 0.95,
+    confidence: float | None = None,
     min_per_stratum: int = 1,
+    rule: DecisionRule | None = None,
 ) -> SamplePlan:
-    """The sample a run like ``pilot`` needs to show non-inferiority within ``margin`` with ``power``, if the true
-    win rate is ``expected``; allocated over the pilot's strata (Neyman, with their population sizes), with the
-    judging and replay cost the pilot's prices imply."""
+    """The sample a run like ``pilot`` needs for its decision to show non-inferiority within ``margin`` with
+    ``power``, if the true win rate is ``expected``; allocated over the pilot's strata (Neyman, with their
+    population sizes), with the judging and replay cost the pilot's prices imply.
+
+    The plan answers the decision rule's question: ``rule`` defaults to the one the pilot was configured with (its
+    estimand: all or judged pairs, weights, soft scores, errors), ``margin`` and ``confidence`` to the rule's."""
     result = pilot if isinstance(pilot, RunResult) else RunResult(pilot)
+    if rule is None:
+        rule = DecisionRule.model_validate(result.manifest.config.get("decision") or {})
     verdicts = result.table("verdicts")
     judged = [r for r in verdicts.select(["stage", "judge_cost_usd"]).to_pylist() if r["stage"] == "judge"]
     judge_cost = total_cost(r["judge_cost_usd"] for r in judged)
@@ -43,10 +50,11 @@ def plan(
     population = {r["stratum"]: r["population"] for r in result.table("strata").to_pylist()}
     return sample_size(
         verdicts,
-        margin,
+        rule.margin if margin is None else margin,
         power=power,
         expected=expected,
-        confidence=confidence,
+        confidence=rule.confidence if confidence is None else confidence,
+        estimand=rule.estimand,
         population=population or None,
         judge_cost_per_pair=None if judge_cost is None or not judged else judge_cost / len(judged),
         replay_cost_per_conversation=None if replay_cost is None or not conversations else replay_cost / conversations,

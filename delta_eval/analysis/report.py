@@ -257,20 +257,30 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
         lines += ["", *checks]
     lines.append("")
     floor = _noise_floor(result, noise_floor)
-    everything = result.win_rate(over="all")
-    judged = result.win_rate(over="judged")
-    weighted = result.win_rate(over="all", weighted=True)
-    soft = result.win_rate(over="judged", soft=True)
-    per_turn = result.win_rate(over="all", method="wilson")
+    decision = result.decision()
+    rule = decision.rule
+    everything = result.win_rate(over="all", errors=rule.errors)
+    judged = result.win_rate(over="judged", errors=rule.errors)
+    soft = result.win_rate(over="judged", soft=True, errors=rule.errors)
+    per_turn = result.win_rate(over="all", method="wilson", errors=rule.errors)
     lines.append("win rate of the candidate = (wins + ties/2) / pairs, 95% CI; intervals treat a conversation's turns")
-    lines.append("as one cluster (design-effect Wilson on the linearised stratified-cluster variance)")
+    lines.append("as one cluster (each side's wins get a Wilson interval at its design-effect size, t quantile, and")
+    lines.append("the two are combined by MOVER); a failed replay is a loss of the side that failed")
     aa = {k: f"   A/A noise floor {_pct(floor[k])}" for k in ("all", "judged") if k in floor}
-    lines.append(f"  all pairs (equivalent = tie)      {_pct(everything)}  n={everything.pairs} pairs / "
-                 f"{everything.clusters} conversations{aa.get('all', '')}")  # fmt: skip
-    lines.append(f"  judged pairs only                 {_pct(judged)}  n={judged.pairs}{aa.get('judged', '')}")
+    weighted_note = ", population-weighted" if everything.weighted else ""
+    decides = {"all": "", "judged": ""}
+    if not rule.soft:
+        decides[rule.over] = "   <- the decision's estimate"
+    lines.append(f"  all pairs (equivalent = tie{weighted_note})  {_pct(everything)}  n={everything.pairs} pairs / "
+                 f"{everything.clusters} conversations{aa.get('all', '')}{decides['all']}")  # fmt: skip
+    lines.append(f"  judged pairs only{weighted_note:16s}  {_pct(judged)}  n={judged.pairs}{aa.get('judged', '')}"
+                 f"{decides['judged']}")  # fmt: skip
     if soft.pairs and soft.estimate != judged.estimate:
-        lines.append(f"  judged, soft (mean preference)    {_pct(soft)}  the judges' confidence counted")
-    lines.append(f"  all pairs, population-weighted    {_pct(weighted)}")
+        said = "   <- the decision's estimate" if rule.soft else ""
+        lines.append(f"  judged, soft (mean preference)    {_pct(soft)}  the judges' confidence counted{said}")
+    if everything.weighted:
+        plain = result.win_rate(over="all", weighted=False, errors=rule.errors)
+        lines.append(f"  all pairs, unweighted             {_pct(plain)}  (biased: the sample's weights vary)")
     if everything.design_effect:
         lines.append(
             f"  design effect {everything.design_effect:.2f}: the turns carry the information of "
@@ -280,11 +290,10 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
     if floor:
         lines.append(f"  (A/A noise floor: the same judges on an A/A run, {floor['path']};")
         lines.append("   a distance from 50% no larger than the A/A run's is within the judges' and sampling noise)")
-    decision = result.decision()
     if by_stratum:
         strata = decision.strata
         if len(strata) > 1:
-            lines.append("  by stratum (all pairs):")
+            lines.append(f"  by stratum ({decision.estimand.split(',')[0]}):")
             for d in strata:
                 flag = "  WORSE" if d.worse else ""
                 small = "  (small)" if d.small else ""

@@ -13,8 +13,11 @@ seeded by (seed, pair id), so the same run always shows the same order and half 
 preferences. Both answers are kept, and ``details.position_inconsistent`` marks the pair.
 
 Preference: a judge saying the candidate is better with confidence ``c`` prefers it with probability
-``0.5 + c / 2`` (a tie is 0.5). A panel (several judges) decides by the median preference; its severity is the most
-severe any judge gave (safety is not averaged away); its dimension scores are medians.
+``0.5 + c / 2`` (a tie is 0.5). A panel (several judges) decides by the median preference; its dimension scores are
+medians. Severity belongs to the side that lost the pair: the verdict's severity is the most severe any answer gave
+*among the answers that blamed that same side* (safety is not averaged away, and an answer that blamed the other
+side says nothing about how badly this one failed); a tie has none. With ``order="both"``, a pair one order could
+not answer (the judge failed in it) is labelled with the order that did answer, and ``details.one_order`` says so.
 
 Audit: a seeded ``audit_fraction`` of the pairs stage 2 found equivalent also go to stage 3. Their verdict stays
 ``equivalent``; what stage 3 said is kept (``audit_outcome``, ``judgements.audit``), so the rate at which stage 2
@@ -260,7 +263,8 @@ class JudgeCascade:
         failed = [r for r in (baseline, candidate) if r.error is not None]
         if failed:
             reason = "; ".join(f"{r.side} replay failed: {r.error}" for r in failed)
-            return Decision(Verdict(**base, stage="error", outcome="error", error=reason))
+            side = "both" if len(failed) == 2 else ("baseline" if failed[0] is baseline else "candidate")
+            return Decision(Verdict(**base, stage="error", outcome="error", error=reason, error_side=side))
 
         det = deterministic_equivalence(baseline.output, candidate.output, self.match)
         if det.equivalent:
@@ -290,6 +294,7 @@ class JudgeCascade:
             said = {
                 "error": run.errors[-1].message if run.errors else "no judge answered",
                 "judge": _names(self._judges),
+                "error_side": "judge",
             }
             verdict = Verdict(**base, **run.verdict_fields(), stage="error", outcome="error", **said)
             return Decision(verdict, run.judgements, run.errors)
@@ -388,7 +393,13 @@ class JudgeCascade:
         """The verdict fields from every answer: median preference, most severe severity, median scores."""
         prefs = self._judge_preferences(run, answers)
         pref = float(median(prefs.values()))
-        severities = [a.result.severity for a in answers if a.result.severity is not None]
+        outcome = _outcome(pref)
+        # Severity belongs to the side that lost: only answers that blamed that side say how badly it failed.
+        blamed = [a for a in answers if _outcome(a.preference) == outcome]
+        severities: list[Severity] = []
+        for a in blamed:
+            if a.result.severity is not None:
+                severities.append(a.result.severity)
         names = list(prefs)
         # The judge wrote its summary about "A" and "B": say which was which.
         first = answers[0]
@@ -407,18 +418,31 @@ class JudgeCascade:
         else:
             reasoning = "\n\n".join(f"[{a.judge}, candidate as {'A' if a.cand_a else 'B'}] {a.result.reasoning}"
                                     for a in answers)  # fmt: skip
+        severity: Severity | None = None
+        if outcome == "tie":
+            severity = "none" if any(a.result.severity for a in answers) else None
+        elif severities:
+            worst: Severity = max(severities, key=_SEVERITY_RANK.__getitem__)
+            severity = worst
+        answered = {a.cand_a for a in answers}
+        if self.order == "both" and len(answered) == 1:
+            # The other order failed: this verdict rests on one order only, and says so.
+            run.details["one_order"] = True
+            position: Literal["A", "B", "both"] = "A" if answered.pop() else "B"
+        else:
+            position = "both" if self.order == "both" else ("A" if run.cand_a else "B")
         return {
-            "outcome": _outcome(pref),
+            "outcome": outcome,
             "preference": pref,
             "confidence": float(median(a.result.confidence for a in answers)),
-            "severity": max(severities, key=_SEVERITY_RANK.__getitem__) if severities else None,
+            "severity": severity,
             "candidate_scores": _median_scores([a.scores("candidate") for a in answers]),
             "baseline_scores": _median_scores([a.scores("baseline") for a in answers]),
             "summary": summary,
             "reasoning": reasoning,
             "judge": " + ".join(names),
             "prompt_hash": ",".join(sorted({a.result.prompt_hash for a in answers if a.result.prompt_hash})),
-            "candidate_position": "both" if self.order == "both" else ("A" if run.cand_a else "B"),
+            "candidate_position": position,
             "orders_agree": _orders_agree(run),
         }
 

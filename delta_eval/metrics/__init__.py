@@ -1,6 +1,6 @@
-"""The numbers a decision rests on: win rates and their intervals (clustered by conversation), the paired question
-(net preference, sign test, non-inferiority), gates and the decision matrix, planning, sequential stopping, and the
-user's own checks on each side's output.
+"""The numbers a decision rests on: the estimand (which pairs count, and how), win rates and their intervals
+(clustered by conversation), the paired question (net preference, sign test, non-inferiority), gates and the
+decision matrix, the user's own checks on each side's output, planning, and sequential stopping.
 
 Every function takes verdict (or replay) rows as an Arrow table, a DuckDB relation, a DataFrame or mappings.
 """
@@ -15,13 +15,14 @@ from delta_eval.metrics.checks import (
     check_results,
 )
 from delta_eval.metrics.decision import Decision, DecisionRule, decide
+from delta_eval.metrics.difference import Difference, PairedSums
+from delta_eval.metrics.estimand import Estimand, components
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
 from delta_eval.metrics.intervals import (
     ClusteredMean,
     bootstrap_interval,
     clopper_pearson,
     clustered_mean,
-    design_wilson_interval,
     t_interval,
     wilson_interval,
 )
@@ -36,7 +37,7 @@ from delta_eval.metrics.paired import (
 )
 from delta_eval.metrics.sides import Rate, SideMetrics, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
-from delta_eval.metrics.winrate import SCORES, WinRate, pair_scores, score_of, win_rate, win_rates_by
+from delta_eval.metrics.winrate import SCORES, WinRate, score_of, win_rate, win_rates_by
 
 __all__ = [
     "CHECK_RESULTS_SCHEMA",
@@ -49,10 +50,13 @@ __all__ = [
     "ClusteredMean",
     "Decision",
     "DecisionRule",
+    "Difference",
+    "Estimand",
     "Gate",
     "GateResult",
     "NetPreference",
     "NonInferiority",
+    "PairedSums",
     "Rate",
     "SideMetrics",
     "SignTest",
@@ -65,13 +69,12 @@ __all__ = [
     "check_results",
     "clopper_pearson",
     "clustered_mean",
+    "components",
     "decide",
-    "design_wilson_interval",
     "evaluate_gates",
     "holm",
     "net_preference",
     "non_inferiority",
-    "pair_scores",
     "score_of",
     "side_metrics",
     "sign_test",

@@ -2,7 +2,13 @@
 decision hold in every epoch?
 
 A side's answer at a point is its tool calls (names and canonical arguments, in order) and its final text once
-normalised (:mod:`delta_eval.matching`); a point is *consistent* for a side when every epoch gave the same answer.
+normalised (:mod:`delta_eval.matching`); a replay that failed answers "error" (a side that fails now and then is
+inconsistent, not spared the comparison). Two figures per side:
+
+- ``agreement``: the share of pairs of epochs, at a point, that gave the same answer (averaged over points). It
+  does not depend on how many epochs were run, so runs of 2 and 5 epochs compare.
+- ``consistent``: the share of points where every epoch gave the same answer (falls as epochs are added).
+
 A model that answers one way on Monday and another on Tuesday makes any single run's verdict a draw.
 
 Example:
@@ -27,14 +33,15 @@ __all__ = ["Consistency", "base_pair_id", "consistency"]
 
 
 class Consistency(BaseModel):
-    """One side's consistency over epochs: points seen in two or more epochs, the share answered the same way in
-    every epoch, and the mean number of distinct answers per point."""
+    """One side's consistency over epochs: points seen in two or more epochs, the pairwise agreement of epochs,
+    the share answered the same way in every epoch, and the mean number of distinct answers per point."""
 
     model_config = ConfigDict(frozen=True)
 
     side: str
     points: int
     epochs: int
+    agreement: Rate
     consistent: Rate
     distinct_answers: float
 
@@ -46,6 +53,8 @@ def base_pair_id(pair_id: str, epoch: int | None) -> str:
 
 
 def _answer(row: dict[str, Any]) -> tuple[Any, ...]:
+    if row.get("error") is not None:
+        return ("error",)
     calls = []
     for step in row.get("steps") or []:
         for call in step.get("tool_calls") or []:
@@ -59,7 +68,7 @@ def consistency(replays: Rows) -> dict[str, Consistency]:
     rows = rows_of(replays, ["side", "pair_id", "epoch", "conversation_id", "final_text", "steps", "error"])
     points: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        if r.get("side") == "recorded" or r.get("error") is not None:
+        if r.get("side") == "recorded":
             continue
         points.setdefault((str(r["side"]), base_pair_id(str(r["pair_id"]), r.get("epoch"))), []).append(r)
     out = {}
@@ -67,12 +76,22 @@ def consistency(replays: Rows) -> dict[str, Consistency]:
         repeated = [(pid, own) for (s, pid), own in points.items() if s == side and len(own) > 1]
         if not repeated:
             continue
-        distinct = [len({_answer(r) for r in own}) for _, own in repeated]
+        answers = [[_answer(r) for r in own] for _, own in repeated]
+        distinct = [len(set(a)) for a in answers]
+        clusters = [str(own[0]["conversation_id"]) for _, own in repeated]
         out[side] = Consistency(
             side=side,
             points=len(repeated),
             epochs=max(len(own) for _, own in repeated),
-            consistent=rate([float(d == 1) for d in distinct], [str(own[0]["conversation_id"]) for _, own in repeated]),
+            agreement=rate([_pairwise_agreement(a) for a in answers], clusters),
+            consistent=rate([float(d == 1) for d in distinct], clusters),
             distinct_answers=sum(distinct) / len(distinct),
         )
     return out
+
+
+def _pairwise_agreement(answers: list[tuple[Any, ...]]) -> float:
+    """The share of pairs of epochs that gave the same answer."""
+    k = len(answers)
+    same = sum(answers[i] == answers[j] for i in range(k) for j in range(i + 1, k))
+    return same / (k * (k - 1) / 2)

@@ -1,10 +1,13 @@
 """The decision: ship (APPROVED), ship with reservations (PARTIAL), or not (REJECTED), and what decided it.
 
-In order, each step able only to lower the outcome:
+One estimand decides (:mod:`delta_eval.metrics.estimand`: which pairs count, weighted or not, hard or soft, how
+errors count), stated beside the verdict with the margin on its scale. In order, each step able only to lower the
+outcome:
 
-1. Gates (:mod:`delta_eval.metrics.gates`), before and apart from any average: a failed gate gives its ``on_fail``.
+1. Gates (:mod:`delta_eval.metrics.gates`), before and apart from any average: a failed gate gives its ``on_fail``;
+   a required gate that could not be evaluated keeps the decision from APPROVED (PARTIAL).
 2. Non-inferiority of the win rate against ``margin`` (:mod:`delta_eval.metrics.paired`): ``worse`` is REJECTED,
-   ``undecided`` gives ``undecided`` (PARTIAL by default), ``better`` and ``not worse`` pass.
+   ``undecided`` gives ``undecided`` (PARTIAL by default), ``better``, ``not worse`` and ``no difference`` pass.
 3. Strata (:mod:`delta_eval.metrics.strata`): a stratum shown ``worse`` after the multiplicity adjustment gives
    ``stratum_worse`` (PARTIAL by default).
 
@@ -12,8 +15,8 @@ With several epochs the decision is also taken on each epoch alone (``epochs``: 
 side's consistency across epochs is reported (:mod:`delta_eval.metrics.consistency`), so one pooled verdict never
 stands alone.
 
-``decided_by`` names the first step that set the final outcome ("gate critical_rate <= 0", "non-inferiority:
-worse", "stratum task_type=refund: worse", or "every gate passed; not worse").
+``decided_by`` names the first step that set the final outcome ("gate critical_rate: candidate - baseline <= 0",
+"non-inferiority: worse", "stratum task_type=refund: worse", or "every gate passed; not worse").
 
 Example:
     >>> rows = [{"outcome": o, "conversation_id": f"c{i}"}
@@ -25,22 +28,25 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from delta_eval.metrics.checks import Check, check_results
 from delta_eval.metrics.consistency import Consistency, consistency
+from delta_eval.metrics.estimand import Estimand, components
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
 from delta_eval.metrics.paired import (
     NetPreference,
     NonInferiority,
     SignTest,
-    net_preference,
-    non_inferiority,
-    sign_test,
+    net_preference_of,
+    non_inferiority_of,
+    sign_test_of,
 )
-from delta_eval.metrics.sides import SideMetrics, side_metrics
+from delta_eval.metrics.sides import Rate, SideMetrics, rate, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
 
 __all__ = ["Decision", "DecisionRule", "Outcome", "decide"]
@@ -52,45 +58,61 @@ _RANK: dict[Outcome, int] = {"APPROVED": 2, "PARTIAL": 1, "REJECTED": 0}
 class DecisionRule(BaseModel):
     """How the numbers become a decision (the decision matrix). In TOML, the ``[decision]`` table.
 
-    - ``margin``: non-inferiority margin on the win-rate scale (0.02: at most 2 points below 50%);
+    - ``margin``: non-inferiority margin on the scale of the estimand (0.02: at most 2 points below 50% of the win
+      rate ``over`` defines);
+    - ``over``, ``soft``, ``weighted``, ``errors``: the estimand (see :mod:`delta_eval.metrics.estimand`): all or
+      judged pairs, hard or soft scores, reweighted to the population (``"auto"``: whenever the weights vary), and
+      replay errors as losses of the side that failed or left out;
     - ``gates``: the eliminatory gates (default :data:`~delta_eval.metrics.gates.DEFAULT_GATES`);
+    - ``checks``: your own checks of each side's output (:class:`~delta_eval.metrics.checks.Check`), reported per
+      side and usable in gates as ``check:<name>``;
     - ``undecided`` / ``stratum_worse``: the outcome of an undecided comparison, and of a stratum shown worse;
-    - ``over``, ``soft``, ``weighted``: which win rate (see :func:`~delta_eval.metrics.win_rate`);
     - ``adjustment``, ``min_conversations``: multiplicity adjustment across strata, and the size below which a
       stratum is flagged small;
-    - ``confidence``: of every interval.
+    - ``confidence``: of every interval (tests are one-sided at half of ``1 - confidence``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     margin: float = Field(default=0.02, ge=0.0, lt=0.5)
-    gates: tuple[Gate, ...] = DEFAULT_GATES
-    undecided: Outcome = "PARTIAL"
-    stratum_worse: Outcome = "PARTIAL"
     over: Literal["judged", "all"] = "all"
     soft: bool = False
-    weighted: bool = False
+    weighted: bool | Literal["auto"] = "auto"
+    errors: Literal["loss", "exclude"] = "loss"
+    gates: tuple[Gate, ...] = DEFAULT_GATES
+    checks: tuple[Check, ...] = ()
+    undecided: Outcome = "PARTIAL"
+    stratum_worse: Outcome = "PARTIAL"
     adjustment: Literal["holm", "bh", "none"] = "holm"
     min_conversations: int = Field(default=10, ge=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
 
+    @property
+    def estimand(self) -> Estimand:
+        """The estimand this rule decides on."""
+        return Estimand(over=self.over, soft=self.soft, weighted=self.weighted, errors=self.errors)
+
 
 class Decision(BaseModel):
-    """The outcome, what decided it, and every number behind it."""
+    """The outcome, what decided it, and every number behind it. ``estimand`` says in words which estimate
+    decided (weighted or not, over which pairs)."""
 
     model_config = ConfigDict(frozen=True)
 
     outcome: Outcome
     decided_by: str
     rule: DecisionRule
+    estimand: str = ""
     non_inferiority: NonInferiority
     net_preference: NetPreference
     sign_test: SignTest
     gates: list[GateResult]
     strata: list[StratumDecision]
     sides: dict[str, SideMetrics]
+    checks: dict[str, dict[str, Rate]] = {}
     epochs: dict[int, Outcome] = {}
     consistency: dict[str, Consistency] = {}
+    audit: dict[str, int] = {}
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
@@ -99,7 +121,7 @@ class Decision(BaseModel):
         """The decision as text lines, for the report."""
         ni, net, st = self.non_inferiority, self.net_preference, self.sign_test
         out = [f"DECISION: {self.outcome} - decided by {self.decided_by}"]
-        out.append(f"  non-inferiority (margin {self.rule.margin:.0%}): {ni}")
+        out.append(f"  non-inferiority: {ni}")
         if net.estimate is not None:
             out.append(
                 f"  net preference {net.estimate:+.1%} [{net.ci_low:+.1%}, {net.ci_high:+.1%}]  (P(candidate better)"
@@ -109,6 +131,13 @@ class Decision(BaseModel):
             f"  sign test over conversations: {st.favour_candidate} favour the candidate, {st.favour_baseline} the "
             f"baseline, {st.balanced} in balance; p = {st.p_value:.3g}"
         )
+        if self.audit.get("audited"):
+            a = self.audit
+            out.append(
+                f"  stage-2 audit: {a['audited']} of {a['stage2']} pairs stage 2 found equivalent were judged again; "
+                f"{a['different']} judged different ({a['baseline']} for the baseline, {a['candidate']} for the "
+                "candidate)"
+            )
         if self.gates:
             out.append("  gates (checked before any average):")
             out += [f"    {g}" for g in self.gates]
@@ -119,8 +148,9 @@ class Decision(BaseModel):
             out.append(
                 f"  strata: {len(self.strata)} tested ({self.rule.adjustment} adjustment); worse: "
                 f"{', '.join(worse) or 'none'}"
-                + (f"; small (< {self.rule.min_conversations} conversations, rough): {len(small)}" if small else "")
-            )
+                + (f"; small (< {self.rule.min_conversations} conversations, wide intervals): {len(small)}"
+                   if small else "")
+            )  # fmt: skip
             out += [f"    {s.stratum}: {s.verdict}, win rate {s.win_rate.estimate:.1%}, p(worse) adjusted "
                     f"{s.p_worse_adjusted:.3g}" for s in flagged if s.worse]  # fmt: skip
         if self.epochs:
@@ -129,26 +159,35 @@ class Decision(BaseModel):
             out.append(f"  epochs: APPROVED in {approved} of {len(self.epochs)} ({each})")
         for side, c in self.consistency.items():
             out.append(
-                f"  {side} consistency: the same answer in all {c.epochs} epochs at {c.consistent} of {c.points} "
-                f"points ({c.distinct_answers:.2f} distinct answers per point)"
+                f"  {side} consistency over {c.epochs} epochs: two epochs give the same answer at "
+                f"{c.agreement} of point pairs; the same answer in every epoch at {c.consistent} of {c.points} points"
             )
         for side, m in self.sides.items():
             out.append(f"  {side}: {m.summary()}")
+            for name, r in self.checks.get(side, {}).items():
+                out.append(f"    check {name}: fails {r}")
         return out
 
 
 def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | None = None) -> Decision:
-    """The decision on verdict rows (and replay rows, for the sides' metrics and their gates)."""
+    """The decision on verdict rows (and replay rows, for the sides' metrics, their gates and the rule's checks)."""
     r = rule or DecisionRule()
     rows = rows_of(verdicts)
-    options: dict[str, Any] = {"over": r.over, "soft": r.soft, "weighted": r.weighted, "confidence": r.confidence}
-    sides = side_metrics(replays, r.confidence) if replays is not None else {}
-    gates = evaluate_gates(r.gates, rows, sides)
-    ni = non_inferiority(rows, r.margin, **options)
+    replay_rows = rows_of(replays) if replays is not None else None
+    e = r.estimand
+    counted = components(rows, e)
+    e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
+    ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
+    sides = side_metrics(replay_rows, r.confidence) if replay_rows is not None else {}
+    results = _check_results(r, replay_rows)
+    gates = evaluate_gates(r.gates, rows, sides, replays=replay_rows, checks=results, weighted=counted.weighted,
+                           confidence=r.confidence)  # fmt: skip
     strata = by_stratum(rows, r.margin, adjustment=r.adjustment, min_conversations=r.min_conversations,
-                        alpha=1 - r.confidence, **options)  # fmt: skip
+                        confidence=r.confidence, **e.model_dump())  # fmt: skip
     steps: list[tuple[Outcome, str]] = []
     steps += [(g.gate.on_fail, f"gate {g.gate.label}") for g in gates if g.passed is False]
+    steps += [("PARTIAL", f"gate {g.gate.label} not evaluated ({g.detail})")
+              for g in gates if g.passed is None and g.gate.required]  # fmt: skip
     if ni.verdict == "worse":
         steps.append(("REJECTED", "non-inferiority: worse"))
     elif ni.verdict == "undecided":
@@ -163,21 +202,68 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     epochs: dict[int, Outcome] = {}
     seen = sorted({int(v.get("epoch") or 1) for v in rows})
     if len(seen) > 1:
-        replay_rows = rows_of(replays) if replays is not None else None
-        for e in seen:
-            mine = [v for v in rows if int(v.get("epoch") or 1) == e]
-            theirs = None if replay_rows is None else [x for x in replay_rows if int(x.get("epoch") or 1) == e]
-            epochs[e] = decide(mine, theirs, r).outcome
+        for k in seen:
+            mine = [v for v in rows if int(v.get("epoch") or 1) == k]
+            theirs = None if replay_rows is None else [x for x in replay_rows if int(x.get("epoch") or 1) == k]
+            epochs[k] = decide(mine, theirs, r).outcome
     return Decision(
         outcome=outcome,
         decided_by=decided_by,
         rule=r,
+        estimand=e.describe(counted.weighted),
         non_inferiority=ni,
-        net_preference=net_preference(rows, **options),
-        sign_test=sign_test(rows, soft=r.soft),
+        net_preference=net_preference_of(ni.win_rate),
+        sign_test=sign_test_of(components(rows, e.model_copy(update={"over": "judged"}))),
         gates=gates,
         strata=strata,
         sides=sides,
+        checks=_check_rates(results, replay_rows, r.confidence),
         epochs=epochs,
-        consistency=consistency(replays) if replays is not None and len(seen) > 1 else {},
+        consistency=consistency(replay_rows) if replay_rows is not None and len(seen) > 1 else {},
+        audit=_audit(rows),
     )
+
+
+def _check_results(
+    rule: DecisionRule, replays: list[dict[str, Any]] | None
+) -> dict[str, dict[tuple[str, str], bool | None]]:
+    if not rule.checks or replays is None:
+        return {}
+    out: dict[str, dict[tuple[str, str], bool | None]] = {c.name: {} for c in rule.checks}
+    table = check_results(rule.checks, replays)
+    columns = [table.column(c).to_pylist() for c in ("check", "pair_id", "side", "passed")]
+    for name, pair_id, side, passed in zip(*columns, strict=True):
+        out[name][(pair_id, side)] = passed
+    return out
+
+
+def _check_rates(
+    results: Mapping[str, Mapping[tuple[str, str], bool | None]], replays: list[dict[str, Any]] | None,
+    confidence: float,
+) -> dict[str, dict[str, Rate]]:  # fmt: skip
+    """Per side, each check's failure rate with its interval."""
+    if not results or replays is None:
+        return {}
+    conversation = {str(x.get("pair_id")): str(x.get("conversation_id")) for x in replays}
+    out: dict[str, dict[str, Rate]] = {}
+    for name, found in results.items():
+        for side in ("baseline", "candidate"):
+            applicable = [(p, v) for (p, s), v in found.items() if s == side and v is not None]
+            out.setdefault(side, {})[name] = rate([float(not v) for _, v in applicable],
+                                                  [conversation.get(p, p) for p, _ in applicable],
+                                                  confidence=confidence)  # fmt: skip
+    return out
+
+
+def _audit(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """What the audit of stage 2 found: pairs stage 2 resolved, those audited, and what stage 3 said of them."""
+    stage2 = [v for v in rows if v.get("stage") == "equivalence"]
+    audited = [v for v in stage2 if v.get("audit_outcome") is not None]
+    said = [str(v.get("audit_outcome")) for v in audited]
+    return {
+        "stage2": len(stage2),
+        "audited": len(audited),
+        "different": sum(s in ("candidate", "baseline") for s in said),
+        "candidate": said.count("candidate"),
+        "baseline": said.count("baseline"),
+    }

@@ -1,19 +1,25 @@
 """The paired question: is the candidate better, not worse, or worse than the baseline on the same conversations?
 
 - :func:`net_preference`: P(candidate better) - P(baseline better), which is ``2 x win rate - 1``, with the win
-  rate's cluster-robust interval mapped the same way.
+  rate's interval mapped the same way.
 - :func:`sign_test`: an exact two-sided sign test at the level of conversations (a conversation counts for the
   side its pairs favour on balance; conversations in balance are left out), so correlated turns are not counted as
   independent evidence.
-- :func:`non_inferiority`: the verdict against a margin on the win-rate scale (``margin=0.02``: the candidate may
-  be at most 2 points below 50%), read off the two-sided interval: ``better`` when its lower bound is above 50%,
-  ``not worse`` when above ``50% - margin``, ``worse`` when its upper bound is below ``50% - margin``, else
-  ``undecided``, with about how many more conversations would settle it at the variance seen so far.
+- :func:`non_inferiority`: the verdict against a margin on the scale of the estimand (``margin=0.02``: the
+  candidate may be at most 2 points below 50% of the win rate the estimand defines, see
+  :mod:`delta_eval.metrics.estimand`), read off the two-sided interval: ``better`` when its lower bound is above
+  50%, ``not worse`` when above ``50% - margin``, ``no difference`` when no counted pair was won by either side and
+  the interval (which bounds the differences the sample may have missed) is above ``50% - margin``, ``worse`` when
+  its upper bound is below ``50% - margin``, else ``undecided``, with about how many more conversations like these
+  would settle it.
 
 Example:
     >>> rows = [{"outcome": "candidate", "conversation_id": f"c{i}"} for i in range(30)]
     >>> non_inferiority(rows, margin=0.02).verdict
     'better'
+    >>> same = [{"outcome": "equivalent", "conversation_id": f"c{i}"} for i in range(100)]
+    >>> non_inferiority(same, margin=0.02).verdict
+    'no difference'
 """
 
 from __future__ import annotations
@@ -23,12 +29,24 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.estimand import Components, Estimand, components
 from delta_eval.metrics.frames import Rows
-from delta_eval.metrics.winrate import Method, WinRate, pair_scores, win_rate
+from delta_eval.metrics.winrate import Method, WinRate, win_rate_of
 
-__all__ = ["NetPreference", "NonInferiority", "SignTest", "net_preference", "non_inferiority", "sign_test"]
+__all__ = [
+    "NetPreference",
+    "NonInferiority",
+    "SignTest",
+    "Verdict",
+    "decide_margin",
+    "net_preference",
+    "non_inferiority",
+    "non_inferiority_of",
+    "sign_test",
+]
 
-Verdict = Literal["better", "not worse", "worse", "undecided"]
+Verdict = Literal["better", "not worse", "no difference", "worse", "undecided"]
 
 
 class _Frozen(BaseModel):
@@ -54,8 +72,9 @@ class SignTest(_Frozen):
 
 
 class NonInferiority(_Frozen):
-    """The verdict against ``margin``; ``more_conversations`` is the rough number that would settle an undecided
-    verdict (``None`` when decided, or when the estimate sits on the boundary)."""
+    """The verdict against ``margin`` (on the scale of the win rate's estimand); ``more_conversations`` is about how
+    many more conversations like these would settle an undecided verdict (``None`` when decided, or when the
+    estimate sits on the boundary)."""
 
     verdict: Verdict
     margin: float
@@ -73,10 +92,16 @@ class NonInferiority(_Frozen):
                 if self.more_conversations is not None
                 else ": the estimate sits on the margin"
             )
+        elif self.verdict == "no difference":
+            said += f": no pair won by either side in {w.clusters} conversations"
         return (
-            f"{said} (win rate {w.estimate:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}], non-inferior above "
-            f"{0.5 - self.margin:.1%})"
+            f"{said} ({w.estimand or 'win rate'}: {w.estimate:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}]; non-inferior "
+            f"above {0.5 - self.margin:.1%}, a margin of {self.margin * 100:g} points on this scale)"
         )
+
+
+def _estimand(over: str, soft: bool, weighted: bool | str, errors: str) -> Estimand:
+    return Estimand.model_validate({"over": over, "soft": soft, "weighted": weighted, "errors": errors})
 
 
 def net_preference(
@@ -84,17 +109,29 @@ def net_preference(
     *,
     over: Literal["judged", "all"] = "all",
     soft: bool = False,
-    weighted: bool = False,
+    weighted: bool | Literal["auto"] = "auto",
+    errors: Literal["loss", "exclude"] = "loss",
     method: Method = "auto",
     confidence: float = 0.95,
 ) -> NetPreference:
     """The net preference for the candidate over the verdict rows, with its interval."""
-    w = win_rate(verdicts, over=over, soft=soft, weighted=weighted, method=method, confidence=confidence)
+    e = _estimand(over, soft, weighted, errors)
+    return net_preference_of(win_rate_of(components(verdicts, e), e, method=method, confidence=confidence))
+
+
+def net_preference_of(w: WinRate) -> NetPreference:
+    """The net preference a win rate implies."""
     est = None if w.estimate is None else 2 * w.estimate - 1
     return NetPreference(estimate=est, ci_low=2 * w.ci_low - 1, ci_high=2 * w.ci_high - 1, win_rate=w)
 
 
-def sign_test(verdicts: Rows, *, over: Literal["judged", "all"] = "judged", soft: bool = False) -> SignTest:
+def sign_test(
+    verdicts: Rows,
+    *,
+    over: Literal["judged", "all"] = "judged",
+    soft: bool = False,
+    errors: Literal["loss", "exclude"] = "loss",
+) -> SignTest:
     """The exact two-sided sign test over conversations (see the module docstring).
 
     Example:
@@ -102,12 +139,16 @@ def sign_test(verdicts: Rows, *, over: Literal["judged", "all"] = "judged", soft
         >>> round(sign_test(rows).p_value, 4)
         0.002
     """
-    scores, _, clusters, _, _ = pair_scores(verdicts, over=over, soft=soft)
+    return sign_test_of(components(verdicts, _estimand(over, soft, False, errors)))
+
+
+def sign_test_of(c: Components) -> SignTest:
+    """The sign test on the counted pairs of an estimand."""
     balance: dict[str, float] = {}
-    for s, c in zip(scores, clusters, strict=True):
-        balance[c] = balance.get(c, 0.0) + (s - 0.5)
-    plus = sum(1 for b in balance.values() if b > 1e-12)
-    minus = sum(1 for b in balance.values() if b < -1e-12)
+    for a, b, cl in zip(c.a, c.b, c.clusters, strict=True):
+        balance[cl] = balance.get(cl, 0.0) + (a - b)
+    plus = sum(1 for v in balance.values() if v > 1e-12)
+    minus = sum(1 for v in balance.values() if v < -1e-12)
     p = 1.0
     if plus + minus:
         from scipy.stats import binomtest
@@ -116,25 +157,51 @@ def sign_test(verdicts: Rows, *, over: Literal["judged", "all"] = "judged", soft
     return SignTest(favour_candidate=plus, favour_baseline=minus, balanced=len(balance) - plus - minus, p_value=p)
 
 
-def decide_margin(w: WinRate, margin: float) -> tuple[Verdict, int | None]:
+def decide_margin(
+    w: WinRate, margin: float, sums: PairedSums | None = None, *, no_difference: bool = False
+) -> tuple[Verdict, int | None]:
     """The non-inferiority verdict a win rate's interval gives against ``margin``, and for an undecided one, about
-    how many more conversations would settle it."""
+    how many more conversations like these would settle it (found with ``sums``, the same interval at a larger
+    sample; without them, by the square-root law). ``no_difference``: no counted pair was won by either side."""
     bound = 0.5 - margin
     if w.estimate is None:
         return "undecided", None
     if w.ci_low > 0.5:
         return "better", None
     if w.ci_low > bound:
-        return "not worse", None
+        return ("no difference" if no_difference else "not worse"), None
     if w.ci_high < bound:
         return "worse", None
-    # The half-width shrinks as 1 / sqrt(conversations): solve for the width that clears the nearer boundary.
-    half = (w.ci_high - w.ci_low) / 2
-    distance = abs(w.estimate - bound)
-    if distance <= 1e-9 or half <= 0 or w.clusters == 0:
+    if abs(w.estimate - bound) <= 1e-9 or w.clusters == 0:
         return "undecided", None
-    needed = w.clusters * (half / distance) ** 2
+    if sums is not None:
+        return "undecided", _more_conversations(sums, w, bound)
+    half = (w.ci_high - w.ci_low) / 2
+    if half <= 0:
+        return "undecided", None
+    needed = w.clusters * (half / abs(w.estimate - bound)) ** 2
     return "undecided", max(1, math.ceil(needed - w.clusters))
+
+
+def _more_conversations(sums: PairedSums, w: WinRate, bound: float) -> int | None:
+    """The fewest more conversations at which the same interval, around the same estimate, clears the boundary."""
+
+    def settled(scale: float) -> bool:
+        d = sums.difference(w.confidence, scale=scale)
+        return 0.5 + d.ci_low / 2 > bound or 0.5 + d.ci_high / 2 < bound
+
+    hi = 2.0
+    while not settled(hi):
+        hi *= 2
+        if hi > 1e5:
+            return None
+    lo = 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if settled(mid) else (mid, hi)
+        if (hi - lo) * w.clusters < 0.5:
+            break
+    return max(1, math.ceil(w.clusters * hi - w.clusters))
 
 
 def non_inferiority(
@@ -143,13 +210,25 @@ def non_inferiority(
     *,
     over: Literal["judged", "all"] = "all",
     soft: bool = False,
-    weighted: bool = False,
+    weighted: bool | Literal["auto"] = "auto",
+    errors: Literal["loss", "exclude"] = "loss",
     method: Method = "auto",
     confidence: float = 0.95,
 ) -> NonInferiority:
-    """Whether the candidate is ``better``, ``not worse`` (within ``margin``), ``worse``, or ``undecided``."""
+    """Whether the candidate is ``better``, ``not worse`` (within ``margin``), shows ``no difference``, is
+    ``worse``, or ``undecided``. ``over``, ``soft``, ``weighted`` and ``errors`` are the estimand."""
+    e = _estimand(over, soft, weighted, errors)
+    return non_inferiority_of(components(verdicts, e), e, margin, method=method, confidence=confidence)
+
+
+def non_inferiority_of(
+    c: Components, estimand: Estimand, margin: float, *, method: Method = "auto", confidence: float = 0.95
+) -> NonInferiority:
+    """:func:`non_inferiority` on the counted pairs of an estimand."""
     if not 0 <= margin < 0.5:
         raise ValueError(f"margin is on the win-rate scale, between 0 and 0.5, not {margin}")
-    w = win_rate(verdicts, over=over, soft=soft, weighted=weighted, method=method, confidence=confidence)
-    verdict, more = decide_margin(w, margin)
+    w = win_rate_of(c, estimand, method=method, confidence=confidence)
+    none_won = bool(c.a) and not any(c.a) and not any(c.b)
+    sums = c.sums() if method in ("auto", "cluster") else None
+    verdict, more = decide_margin(w, margin, sums, no_difference=none_won)
     return NonInferiority(verdict=verdict, margin=margin, win_rate=w, more_conversations=more)

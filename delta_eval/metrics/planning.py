@@ -1,18 +1,25 @@
 """How many conversations a decision needs, from a pilot run: the sample size for a non-inferiority margin at a given
 power, the per-stratum spread for Neyman allocation, and what the run would cost.
 
-The pilot gives the variance of the win rate per conversation (cluster-robust: ``se^2 x conversations``), the pairs
-per conversation, the share of pairs stage 3 had to judge and what a judged pair and a replayed conversation cost.
-For a true win rate ``expected`` (50%: "as good as the baseline") the conversations needed to show non-inferiority
-with one-sided level ``(1 - confidence) / 2`` and the given ``power`` are
+The plan answers the decision rule's own question (its estimand: all or judged pairs, weighted or not, hard or
+soft, errors as losses; :mod:`delta_eval.metrics.estimand`) with the decision's own interval
+(:mod:`delta_eval.metrics.difference`): it finds the fewest conversations ``n`` at which, were the true win rate
+``expected``, the interval's lower bound would clear ``50% - margin`` with probability ``power``:
 
-    n = sigma_c^2 (z_(1 - alpha) + z_power)^2 / (expected - (0.5 - margin))^2
+    expected - z_power se(n) - (lower half-width at n) > 50% - margin
+
+where ``se(n)`` and the half-width come from the pilot's per-conversation spread, pairs per conversation, the
+shares of pairs each side wins and the design effect, scaled to ``n`` conversations. The pilot's spread is itself
+an estimate from few conversations: the plan uses its 80% upper confidence bound (so the promised power holds for
+most pilots, not half of them). A pilot where no pair was won by either side (a change that changes nothing) still
+gets a finite plan: the conversations needed for the interval's bound on differences the sample may have missed
+to clear the margin.
 
 Example:
     >>> rows = [{"outcome": o, "conversation_id": f"c{i}", "stratum": "s"}
     ...         for i in range(40) for o in (("candidate", "tie") if i % 2 else ("baseline", "equivalent"))]
     >>> sample_size(rows, margin=0.05).conversations
-    202
+    251
 """
 
 from __future__ import annotations
@@ -24,11 +31,14 @@ from statistics import NormalDist
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.allocation import allocate
+from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.estimand import Components, Estimand, components
 from delta_eval.metrics.frames import Rows, rows_of
-from delta_eval.metrics.intervals import clustered_mean
-from delta_eval.metrics.winrate import pair_scores
 
 __all__ = ["SamplePlan", "sample_size", "stratum_sd"]
+
+#: The one-sided confidence of the upper bound on the pilot's spread that the plan uses.
+SPREAD_ASSURANCE = 0.8
 
 
 class SamplePlan(BaseModel):
@@ -51,6 +61,7 @@ class SamplePlan(BaseModel):
     judge_cost_usd: float | None = None
     replay_cost_usd: float | None = None
     pilot_conversations: int = 0
+    estimand: str = ""
 
     def __str__(self) -> str:
         cost = [
@@ -60,20 +71,25 @@ class SamplePlan(BaseModel):
         said = ", ".join(c for c in cost if c) or "cost unknown (unpriced models in the pilot)"
         return (
             f"{self.conversations} conversations (~{self.pairs} pairs, ~{self.judged_pairs} for the stage-3 judge; "
-            f"{said}) to show non-inferiority within {self.margin:.0%} with {self.power:.0%} power at "
-            f"{self.confidence:.0%} confidence, if the true win rate is {self.expected:.0%}; from a pilot of "
-            f"{self.pilot_conversations} conversations (sd per conversation {self.sd_per_conversation:.3f}, "
-            f"{self.pairs_per_conversation:.1f} pairs each, {self.judged_fraction:.0%} judged)"
+            f"{said}) to show non-inferiority within {self.margin * 100:g} points of the "
+            f"{self.estimand or 'win rate'} with {self.power:.0%} power at {self.confidence:.0%} confidence, if the "
+            f"true win rate is {self.expected:.0%}; from a pilot of {self.pilot_conversations} conversations (sd per "
+            f"conversation {self.sd_per_conversation:.3f}, {self.pairs_per_conversation:.1f} pairs each, "
+            f"{self.judged_fraction:.0%} judged)"
         )
 
 
-def stratum_sd(verdicts: Rows, *, over: str = "all") -> dict[str, float]:
+def stratum_sd(verdicts: Rows, *, over: str = "all", estimand: Estimand | None = None) -> dict[str, float]:
     """Per stratum, the standard deviation of a conversation's summed residual score (its pairs' scores minus the
     stratum's mean): what Neyman allocation weighs strata by when conversations are the sampling unit."""
-    scores, _, clusters, strata, _ = pair_scores(verdicts, over=over)  # type: ignore[arg-type]
+    e = estimand or Estimand.model_validate({"over": over})
+    return _stratum_sd(components(verdicts, e))
+
+
+def _stratum_sd(c: Components) -> dict[str, float]:
     by: dict[str, dict[str, list[float]]] = {}
-    for s, c, h in zip(scores, clusters, strata, strict=True):
-        by.setdefault(h, {}).setdefault(c, []).append(s)
+    for s, cl, h in zip(c.scores, c.clusters, c.strata, strict=True):
+        by.setdefault(h, {}).setdefault(cl, []).append(s)
     out = {}
     for h, convs in sorted(by.items()):
         values = [v for vs in convs.values() for v in vs]
@@ -86,6 +102,42 @@ def stratum_sd(verdicts: Rows, *, over: str = "all") -> dict[str, float]:
     return out
 
 
+def _spread_factor(df: float) -> float:
+    """How much to inflate the pilot's variance for its :data:`SPREAD_ASSURANCE` upper confidence bound."""
+    if df <= 0:
+        return 1.0
+    from scipy.stats import chi2
+
+    return float(df / chi2.ppf(1 - SPREAD_ASSURANCE, df))
+
+
+def _conversations_needed(
+    sums: PairedSums, expected: float, bound: float, power: float, confidence: float, inflate: float
+) -> int:
+    """The fewest conversations at which the expected lower bound clears ``bound`` with ``power``."""
+    z_power = NormalDist().inv_cdf(power)
+    g = sums.difference(confidence).clusters
+
+    def enough(n: float) -> bool:
+        # The pilot's spread, inflated to its upper bound, at n conversations.
+        d = sums.difference(confidence, scale=n / g, spread=inflate)
+        assert d.estimate is not None
+        lower_half = (d.estimate - d.ci_low) / 2
+        se = d.se / 2
+        return expected - z_power * se - lower_half > bound
+
+    hi = 2.0
+    while not enough(hi):
+        hi *= 2
+        if hi > 1e8:
+            raise ValueError("no sample size reaches the power asked for (the pilot's spread is too large)")
+    lo = 1.0
+    while hi - lo > 1:
+        mid = math.floor((lo + hi) / 2)
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return max(2, math.ceil(hi))
+
+
 def sample_size(
     verdicts: Rows,
     margin: float = 0.02,
@@ -93,29 +145,33 @@ def sample_size(
     power: float = 0.8,
     expected: float = 0.5,
     confidence: float = 0.95,
+    estimand: Estimand | None = None,
     population: Mapping[str, int] | None = None,
     judge_cost_per_pair: float | None = None,
     replay_cost_per_conversation: float | None = None,
     min_per_stratum: int = 1,
 ) -> SamplePlan:
-    """The plan for a run like the pilot whose verdicts are given (see the module docstring). ``population``: the
+    """The plan for a run like the pilot whose verdicts are given (see the module docstring). ``estimand``: the
+    decision rule's (default: all pairs, weighted when the weights vary, errors as losses). ``population``: the
     number of conversations per stratum, for a Neyman allocation of the total."""
     bound = 0.5 - margin
     if expected <= bound:
         raise ValueError(f"an expected win rate of {expected:.1%} is not above the margin's {bound:.1%}: no sample "
                          "size shows non-inferiority")  # fmt: skip
-    rows = rows_of(verdicts, ["outcome", "conversation_id", "stratum", "weight", "preference"])
-    scores, _, clusters, strata, counts = pair_scores(rows)
-    mean = clustered_mean(scores, clusters=clusters, strata=strata)
-    if mean.estimate is None or mean.clusters < 2:
+    e = estimand or Estimand()
+    rows = rows_of(verdicts)
+    c = components(rows, e)
+    sums = c.sums()
+    d = sums.difference(confidence)
+    if d.estimate is None or d.clusters < 2:
         raise ValueError("the pilot needs decided pairs from at least two conversations")
-    sd_c = mean.se * math.sqrt(mean.clusters)
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2) + NormalDist().inv_cdf(power)
-    n = max(2, math.ceil((sd_c * z / (expected - bound)) ** 2))
-    per_conv = mean.n / mean.clusters
+    inflate = _spread_factor(d.df)
+    n = _conversations_needed(sums, expected, bound, power, confidence, inflate)
+    per_conv = d.pairs / d.clusters
+    counts = c.counts
     judged = counts["candidate"] + counts["baseline"] + counts["tie"]
     judged_fraction = judged / max(1, sum(counts.values()) - counts["error"])
-    sds = stratum_sd(rows)
+    sds = _stratum_sd(c)
     allocation: dict[str, int] = {}
     if population:
         allocation = allocate(dict(population), n, min_per_stratum, sds or None)
@@ -129,12 +185,13 @@ def sample_size(
         power=power,
         confidence=confidence,
         expected=expected,
-        sd_per_conversation=sd_c,
+        sd_per_conversation=d.se / 2 * math.sqrt(d.clusters),
         pairs_per_conversation=per_conv,
         judged_fraction=judged_fraction,
         stratum_sd=sds,
         allocation=allocation,
         judge_cost_usd=None if judge_cost_per_pair is None else judge_cost_per_pair * judged_pairs,
         replay_cost_usd=None if replay_cost_per_conversation is None else replay_cost_per_conversation * n,
-        pilot_conversations=mean.clusters,
+        pilot_conversations=d.clusters,
+        estimand=e.describe(c.weighted).split(",")[0],
     )

@@ -3,16 +3,22 @@
 Looking at a confidence interval after every conversation and stopping the first time it clears the margin would
 declare a difference far more often than 5% of the time. :class:`SequentialTest` instead runs two anytime-valid
 tests by betting (Waudby-Smith & Ramdas, 2023): each conversation, taken in random order, contributes
-``Y = (S - b T) / T_max``, where ``S`` is the sum of its pairs' scores, ``T`` its number of pairs, ``b = 50% -
-margin`` and ``T_max`` the most pairs any sampled conversation has (so ``Y`` is in [-1, 1]). If the win rate were at
-most ``b``, ``Y`` would have a mean of at most 0, and a gambler's wealth ``prod(1 + lambda_t Y_t)`` betting on it
-being positive is a nonnegative supermartingale: by Ville's inequality it reaches ``2 / alpha`` with probability at
-most ``alpha / 2``, however often it is looked at. Reaching it says *not worse*; the mirror bet says *worse*. Bets
-``lambda_t`` are predictable (aGRAPA: from the conversations before, clipped so a bet never loses more than half
-the wealth).
+``Y = w (S - b T) / scale``, where ``S`` is the sum of its counted pairs' scores, ``T`` their number, ``w`` its
+sampling weight (1 unless the rule is weighted), ``b = 50% - margin`` and ``scale`` the largest ``w T`` any sampled
+conversation can have (known before the first is replayed: the planned pairs of the sample), so ``Y`` is in
+[-1, 1]. The mean of ``Y`` has the sign of (the rule's win rate - ``b``), pairs counted as the rule counts them: the
+test answers the decision's own question. If that win rate were at most ``b``, a gambler's wealth
+``prod(1 + lambda_t Y_t)`` betting on ``Y`` being positive is a nonnegative supermartingale: by Ville's inequality
+it reaches ``2 / alpha`` with probability at most ``alpha / 2``, however often it is looked at. Reaching it says
+*not worse*; the mirror bet says *worse*.
+
+Bets ``lambda_t`` are predictable (aGRAPA: the running mean over the running second moment of the outcomes seen,
+clipped so a bet never loses more than half the wealth). The running moments start from a prior on the scale of
+the sample (``prior_second``: what independent coin-flip pairs in conversations of the sample's sizes would give),
+not from a fixed constant: a prior on the wrong scale holds the bets near zero for hundreds of conversations.
 
 Example:
-    >>> test = SequentialTest(margin=0.05, max_pairs=4)
+    >>> test = SequentialTest(margin=0.05, scale=4)
     >>> for _ in range(40):
     ...     test.add(score_sum=3.0, pairs=4)    # the candidate wins 3 pairs of 4 in every conversation
     >>> test.verdict, test.conversations
@@ -29,14 +35,15 @@ __all__ = ["SequentialTest"]
 
 @dataclass
 class _Bettor:
-    """One side of the bet: wealth, and running moments of the outcomes it has seen (with a weak prior)."""
+    """One side of the bet: wealth, and running moments of the outcomes it has seen (with a prior counted as one
+    observation)."""
 
     sign: float
     floor: float = 1.0  # the most the outcome can lose: bets stay below 1 / (2 floor), so wealth never halves
+    second: float = 0.25  # prior second moment of the outcomes
     wealth: float = 1.0
     n: int = 0
     mean: float = 0.0
-    second: float = 0.25  # prior: the second moment of a fair coin in [-1/2, 1/2] terms
 
     def bet(self) -> float:
         m, v = self.mean, max(self.second - self.mean**2, 1e-6)
@@ -53,12 +60,16 @@ class _Bettor:
 
 @dataclass
 class SequentialTest:
-    """The two anytime-valid tests (see the module docstring). ``min_conversations``: never stop before this many."""
+    """The two anytime-valid tests (see the module docstring). ``scale``: the largest ``weight x pairs`` a
+    conversation of the sample can have; ``prior_second``: the prior second moment of ``Y`` (default: a fair coin per
+    pair, independent pairs, in conversations of ``scale`` pairs); ``min_conversations``: never stop before this
+    many."""
 
     margin: float
-    max_pairs: int
+    scale: float
     alpha: float = 0.05
     min_conversations: int = 20
+    prior_second: float | None = None
     conversations: int = 0
     settled_at: int | None = None
     _verdict: Literal["not worse", "worse"] | None = None
@@ -67,15 +78,22 @@ class SequentialTest:
 
     def __post_init__(self) -> None:
         # Y is at least -b (every pair lost, in the longest conversation) and at most 1 - b: each bettor's worst case.
+        if self.scale <= 0:
+            raise ValueError(f"scale must be positive, not {self.scale}")
         b = 0.5 - self.margin
-        self._up = _Bettor(1.0, floor=b)
-        self._down = _Bettor(-1.0, floor=1.0 - b)
+        prior = self.prior_second if self.prior_second is not None else 0.25 / self.scale
+        self._up = _Bettor(1.0, floor=b, second=prior)
+        self._down = _Bettor(-1.0, floor=1.0 - b, second=prior)
 
-    def add(self, score_sum: float, pairs: int) -> None:
-        """One more finished conversation: the sum of its pairs' scores (tie = 1/2) and its number of pairs."""
-        if self._verdict is not None or pairs <= 0:
+    def add(self, score_sum: float, pairs: float, weight: float = 1.0) -> None:
+        """One more finished conversation: the sum of its counted pairs' scores (tie = 1/2), their number, and its
+        sampling weight when the rule is weighted. A conversation with no counted pair still counts (``Y = 0``): it
+        was drawn, and leaving it out would bias the order the test sees."""
+        if self._verdict is not None:
             return
-        y = (score_sum - (0.5 - self.margin) * pairs) / max(self.max_pairs, pairs)
+        if weight * pairs > self.scale * (1 + 1e-9):
+            raise ValueError(f"a conversation of weight x pairs {weight * pairs:g} exceeds the scale {self.scale:g}")
+        y = weight * (score_sum - (0.5 - self.margin) * pairs) / self.scale
         self._up.update(y)
         self._down.update(y)
         self.conversations += 1

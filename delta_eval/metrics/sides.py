@@ -3,7 +3,8 @@
 Per side (``baseline``, ``candidate``): the replay error rate; invalid tool calls per tool call (arguments that do not
 parse, unknown tools, schema violations; see :mod:`delta_eval.replay.checks`); agreement with the recorded action;
 text instead of action (over the turns where production called a tool); latency per turn (p50, p95); cost per
-conversation. Rates carry cluster-robust design-effect Wilson intervals (turns of a conversation move together).
+conversation. Rates carry the cluster-robust Wilson intervals of :mod:`delta_eval.metrics.difference` (turns of a
+conversation move together).
 
 Example:
     >>> rows = [{"side": "candidate", "pair_id": "c#0", "conversation_id": "c", "error": None, "latency_ms": 900.0,
@@ -21,8 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.frames import Rows, rows_of
-from delta_eval.metrics.intervals import clustered_mean, design_wilson_interval, t_interval
+from delta_eval.metrics.intervals import clustered_mean, t_interval
 
 __all__ = ["Rate", "SideMetrics", "cost_ratio", "quantile_interval", "rate", "side_metrics"]
 
@@ -53,23 +55,18 @@ def rate(
     totals: Sequence[float] | None = None,
     strata: Sequence[str] | None = None,
     confidence: float = 0.95,
+    weights: Sequence[float] | None = None,
 ) -> Rate:
     """Events over totals (one row per turn; ``totals`` default to 1 each), with a cluster-robust interval: the
-    ratio estimator ``sum(events) / sum(totals)`` and its linearised variance."""
+    ratio estimator ``sum(events) / sum(totals)`` and the Wilson interval at its design-effect sample size (see
+    :mod:`delta_eval.metrics.difference`)."""
     t = [1.0] * len(events) if totals is None else [float(x) for x in totals]
-    keep = [i for i, x in enumerate(t) if x > 0]
-    if not keep:
+    if not any(x > 0 for x in t):
         return Rate(value=None, ci_low=0.0, ci_high=1.0, numerator=0.0, n=0.0)
-    values = [float(events[i]) / t[i] for i in keep]
-    mean = clustered_mean(
-        values,
-        weights=[t[i] for i in keep],
-        clusters=[clusters[i] for i in keep],
-        strata=None if strata is None else [strata[i] for i in keep],
-    )
-    lo, hi = design_wilson_interval(mean, confidence)
-    return Rate(value=mean.estimate, ci_low=lo, ci_high=hi, numerator=sum(float(events[i]) for i in keep),
-                n=sum(t[i] for i in keep))  # fmt: skip
+    sums = PairedSums.of(events, [0.0] * len(events), ta=t, tb=t, weights=weights, clusters=clusters, strata=strata)
+    r = sums.difference(confidence).a
+    return Rate(value=r.value, ci_low=r.ci_low, ci_high=r.ci_high, numerator=float(sum(float(e) for e in events)),
+                n=float(sum(t)))  # fmt: skip
 
 
 def quantile_interval(values: Sequence[float], q: float, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -180,6 +177,8 @@ def cost_ratio(candidate: SideMetrics, baseline: SideMetrics, confidence: float 
     x = [float(baseline.costs_by_conversation[c] or 0.0) for c in both]
     y = [float(candidate.costs_by_conversation[c] or 0.0) for c in both]
     keep = [i for i, v in enumerate(x) if v > 0]
+    if both and not any(x) and not any(y):
+        return Rate(value=1.0, ci_low=1.0, ci_high=1.0, numerator=0.0, n=0.0)  # both free: the same cost
     if not keep:
         return Rate(value=None, ci_low=0.0, ci_high=math.inf, numerator=sum(y), n=sum(x))
     mean = clustered_mean([y[i] / x[i] for i in keep], weights=[x[i] for i in keep], clusters=[both[i] for i in keep])

@@ -2,8 +2,11 @@
 strata accounted for and small strata flagged.
 
 A stratum is called ``worse`` only when the one-sided test that its win rate is below ``50% - margin`` stays
-significant after adjusting over all strata (Holm by default, or Benjamini-Hochberg); a stratum with fewer than
-``min_conversations`` conversations is marked ``small`` (its interval is wide, and a normal approximation rough).
+significant at ``alpha`` (by default half of ``1 - confidence``, the level of the overall test: 2.5%) after
+adjusting over all strata (Holm by default, or Benjamini-Hochberg). The p-value is read off the same interval as
+the overall verdict (the smallest one-sided level at which its upper bound falls below the boundary), so it holds
+for clustered outcomes and small strata alike; a stratum with fewer than ``min_conversations`` conversations is
+marked ``small`` (its interval is wide).
 
 Example:
     >>> rows = [{"outcome": "candidate", "conversation_id": f"c{i}", "stratum": "a"} for i in range(20)]
@@ -13,17 +16,19 @@ Example:
 
 from __future__ import annotations
 
-from statistics import NormalDist
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.estimand import Components, Estimand, components
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.multiplicity import adjust
 from delta_eval.metrics.paired import Verdict, decide_margin
-from delta_eval.metrics.winrate import WinRate, win_rate
+from delta_eval.metrics.winrate import WinRate, win_rate_of
 
-__all__ = ["StratumDecision", "by_stratum"]
+__all__ = ["StratumDecision", "by_stratum", "p_worse"]
 
 
 class StratumDecision(BaseModel):
@@ -40,16 +45,32 @@ class StratumDecision(BaseModel):
     small: bool
 
 
-def _p_worse(w: WinRate, bound: float) -> float:
-    """One-sided p-value of H0 "win rate >= bound" against "below it"."""
-    if w.estimate is None or w.clusters < 2:
-        return 1.0  # one conversation says nothing about a stratum's spread
-    if w.soft:
-        return NormalDist().cdf((w.estimate - bound) / w.se) if w.se else float(w.estimate >= bound)
-    # The score test that matches the design-effect Wilson interval: the null variance at the effective size.
-    p = w.estimate
-    n_eff = min(float(w.pairs), p * (1 - p) / w.se**2) if w.se else float(w.clusters)
-    return NormalDist().cdf((p - bound) / (bound * (1 - bound) / max(n_eff, 1.0)) ** 0.5)
+def p_worse(sums: PairedSums, bound: float) -> float:
+    """One-sided p-value of H0 "win rate >= bound" against "below it": the smallest one-sided level at which the
+    interval's upper bound is below ``bound`` (1 when the estimate is not below it).
+
+    Example:
+        >>> s = PairedSums.of([0] * 40, [1] * 30 + [0] * 10, clusters=[str(i) for i in range(40)])
+        >>> p_worse(s, 0.48) < 0.001
+        True
+    """
+
+    def upper(one_sided: float) -> float:
+        return 0.5 + sums.difference(1 - 2 * one_sided).ci_high / 2
+
+    d = sums.difference(0.5)
+    if d.estimate is None or 0.5 + d.estimate / 2 >= bound:
+        return 1.0
+    lo, hi = 1e-12, 0.5
+    if upper(lo) < bound:
+        return lo
+    for _ in range(60):
+        # Bisection on the log scale: p-values span many orders of magnitude.
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if upper(mid) < bound else (mid, hi)
+        if hi / lo < 1.01:
+            break
+    return hi
 
 
 def by_stratum(
@@ -58,21 +79,33 @@ def by_stratum(
     *,
     key: str = "stratum",
     adjustment: Literal["holm", "bh", "none"] = "holm",
-    alpha: float = 0.05,
+    alpha: float | None = None,
     min_conversations: int = 10,
-    **options: Any,
+    confidence: float = 0.95,
+    **estimand: Any,
 ) -> list[StratumDecision]:
-    """:class:`StratumDecision` per value of ``key``; ``options`` go to :func:`~delta_eval.metrics.win_rate`."""
+    """:class:`StratumDecision` per value of ``key``; ``estimand``: ``over``, ``soft``, ``weighted``, ``errors``
+    (see :mod:`delta_eval.metrics.estimand`; with ``weighted="auto"`` the choice is made once, on all rows).
+    ``alpha`` defaults to ``(1 - confidence) / 2``."""
+    e = Estimand(**estimand)
+    rows = rows_of(verdicts)
+    if e.weighted == "auto":
+        e = e.model_copy(update={"weighted": components(rows, e).weighted})
     groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rows_of(verdicts):
+    for r in rows:
         groups.setdefault(str(r.get(key) or ""), []).append(r)
     names = sorted(groups)
-    rates = [win_rate(groups[name], stratum=name, **options) for name in names]
-    raw = [_p_worse(w, 0.5 - margin) for w in rates]
+    parts: list[Components] = [components(groups[name], e) for name in names]
+    level = (1 - confidence) / 2 if alpha is None else alpha
+    rates, raw = [], []
+    for name, c in zip(names, parts, strict=True):
+        rates.append(win_rate_of(c, e, confidence=confidence, stratum=name))
+        raw.append(p_worse(c.sums(), 0.5 - margin))
     adjusted = adjust(raw, adjustment)
     out = []
-    for name, w, p, q in zip(names, rates, raw, adjusted, strict=True):
-        verdict, _ = decide_margin(w, margin)
+    for name, w, c, p, q in zip(names, rates, parts, raw, adjusted, strict=True):
+        none_won = bool(c.a) and not any(c.a) and not any(c.b)
+        verdict, _ = decide_margin(w, margin, None, no_difference=none_won)
         out.append(
             StratumDecision(
                 stratum=name,
@@ -80,7 +113,7 @@ def by_stratum(
                 verdict=verdict,
                 p_worse=p,
                 p_worse_adjusted=q,
-                worse=q < alpha,
+                worse=q < level,
                 small=w.clusters < min_conversations,
             )
         )

@@ -1,18 +1,19 @@
 """Win rates with confidence intervals, overall and per stratum, plain or reweighted to the population.
 
 The score of a pair is 1 when the candidate wins, 0 when the baseline wins and 1/2 for a tie; the win rate is the
-mean score: ``(candidate wins + ties / 2) / pairs``. ``over="judged"`` counts the pairs the stage-3 judge decided;
-``over="all"`` also counts pairs found equivalent in stages 1 and 2, as ties. Pairs that ended in error are left
-out of both and reported in ``errors``. With ``soft=True`` a judged pair scores its ``preference`` (the
-probability that the candidate is better, from the judge's confidence, both orders and a panel) instead: the
-continuous win rate (AlpacaEval's ``mean(p)``).
+mean score: ``(candidate wins + ties / 2) / pairs``. Which pairs count and how is the estimand
+(:mod:`delta_eval.metrics.estimand`): ``over="all"`` counts equivalent pairs as ties, ``over="judged"`` only the
+pairs the stage-3 judge decided; ``soft=True`` scores a judged pair by its ``preference`` (AlpacaEval's
+``mean(p)``); ``weighted`` reweights to the population (``"auto"``: whenever the weights vary); ``errors="loss"``
+counts a failed replay as a loss of the side that failed.
 
-Intervals (95% by default), all treating the conversation as the cluster its turns are
-(:mod:`delta_eval.metrics.intervals`):
+Intervals (95% by default), all treating the conversation as the cluster its turns are:
 
-- ``cluster`` (the default): the design-effect Wilson interval for hard outcomes, ``estimate ± t se`` for soft
-  ones, with the linearised stratified-cluster standard error; weighted or not.
-- ``bootstrap``: a stratified cluster bootstrap.
+- ``cluster`` (the default): the win rate is ``1/2 + (A - B) / 2`` with ``A`` and ``B`` the shares the candidate
+  and the baseline win; each share gets a Wilson interval at its design-effect sample size with a ``t`` quantile,
+  combined by MOVER (:mod:`delta_eval.metrics.difference`). Calibrated by simulation from 4 conversations up, for
+  ties, clustering, weights and win rates near 0 or 1.
+- ``bootstrap``: a stratified cluster bootstrap (percentile).
 - ``wilson``: per-pair Wilson, as if turns were independent (too narrow when they are correlated; for comparison).
 - ``iid``: ``estimate ± z sd / sqrt(n)``, the figure AlpacaEval reports (also ignores clustering).
 
@@ -29,23 +30,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from delta_eval.metrics.estimand import Components, Estimand, components
 from delta_eval.metrics.frames import Rows, rows_of
-from delta_eval.metrics.intervals import (
-    bootstrap_interval,
-    clustered_mean,
-    design_wilson_interval,
-    normal_quantile,
-    t_interval,
-    wilson_interval,
-)
+from delta_eval.metrics.intervals import bootstrap_interval, normal_quantile, wilson_interval
 
-__all__ = ["SCORES", "Method", "WinRate", "pair_scores", "score_of", "win_rate", "win_rates_by"]
+__all__ = ["SCORES", "Method", "WinRate", "score_of", "win_rate", "win_rate_of", "win_rates_by"]
 
 #: A pair's score by outcome.
 SCORES = {"candidate": 1.0, "baseline": 0.0, "tie": 0.5}
 #: How a win rate's interval is computed (see the module docstring); ``auto`` is ``cluster``.
 Method = Literal["auto", "cluster", "bootstrap", "wilson", "iid"]
-VERDICT_COLUMNS = ("outcome", "preference", "weight", "conversation_id", "stratum")
 
 
 def score_of(outcome: str, over: Literal["judged", "all"] = "all", preference: float | None = None) -> float | None:
@@ -63,34 +57,14 @@ def score_of(outcome: str, over: Literal["judged", "all"] = "all", preference: f
     return None
 
 
-def pair_scores(
-    verdicts: Rows, *, over: Literal["judged", "all"] = "all", soft: bool = False, weighted: bool = False
-) -> tuple[list[float], list[float], list[str], list[str], dict[str, int]]:
-    """The counted pairs' scores, weights, conversations and strata, and the count of every outcome."""
-    counts = {"candidate": 0, "baseline": 0, "tie": 0, "equivalent": 0, "error": 0}
-    scores: list[float] = []
-    weights: list[float] = []
-    clusters: list[str] = []
-    strata: list[str] = []
-    for k, r in enumerate(rows_of(verdicts, VERDICT_COLUMNS)):
-        outcome = str(r["outcome"])
-        counts[outcome] = counts.get(outcome, 0) + 1
-        s = score_of(outcome, over, r.get("preference") if soft else None)
-        if s is None:
-            continue
-        scores.append(s)
-        weights.append(float(r.get("weight") or 1.0) if weighted else 1.0)
-        # Rows without a conversation are their own cluster.
-        clusters.append(str(r.get("conversation_id") or f"#{k}"))
-        strata.append(str(r.get("stratum") or ""))
-    return scores, weights, clusters, strata, counts
-
-
 class WinRate(BaseModel):
     """A win rate and its interval, with the counts behind it.
 
     ``se`` is the cluster-robust standard error, ``design_effect`` how much the clustering inflates the variance
-    over independent pairs; ``clusters`` the conversations counted.
+    over independent pairs; ``clusters`` the conversations counted; ``df`` the interval's degrees of freedom
+    (conversations minus strata). ``estimand`` says in words what was measured (see
+    :mod:`delta_eval.metrics.estimand`); ``errors_counted`` how many error pairs counted as a loss of the side that
+    failed (``errors`` counts every error pair).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -107,11 +81,14 @@ class WinRate(BaseModel):
     clusters: int = 0
     se: float | None = None
     design_effect: float | None = None
+    df: float | None = None
     candidate: int
     baseline: int
     ties: int
     equivalent: int
     errors: int
+    errors_counted: int = 0
+    estimand: str = ""
     stratum: str | None = None
 
     def __str__(self) -> str:
@@ -119,10 +96,11 @@ class WinRate(BaseModel):
             return f"win rate: no pairs counted ({self.errors} errors)"
         pct = round(self.confidence * 100)
         scope = f" [{self.stratum}]" if self.stratum else ""
+        counted = f", errors counted as losses {self.errors_counted}" if self.errors_counted else ""
         return (
             f"win rate{scope} {self.estimate:.3f} ({pct}% CI {self.ci_low:.3f}-{self.ci_high:.3f}, {self.method}; "
             f"{self.pairs} pairs from {self.clusters} conversations over {self.over}: candidate {self.candidate}, "
-            f"baseline {self.baseline}, ties {self.ties}, equivalent {self.equivalent})"
+            f"baseline {self.baseline}, ties {self.ties}, equivalent {self.equivalent}{counted})"
         )
 
 
@@ -130,8 +108,9 @@ def win_rate(
     verdicts: Rows,
     *,
     over: Literal["judged", "all"] = "all",
-    weighted: bool = False,
+    weighted: bool | Literal["auto"] = "auto",
     soft: bool = False,
+    errors: Literal["loss", "exclude"] = "loss",
     method: Method = "auto",
     confidence: float = 0.95,
     resamples: int = 2000,
@@ -139,50 +118,79 @@ def win_rate(
     stratum: str | None = None,
 ) -> WinRate:
     """The win rate of the candidate over verdict rows (``outcome``, and where present ``preference``, ``weight``,
-    ``conversation_id``, ``stratum``): an Arrow table, a DuckDB relation, a DataFrame or mappings."""
-    scores, weights, clusters, strata, counts = pair_scores(verdicts, over=over, soft=soft, weighted=weighted)
+    ``conversation_id``, ``stratum``, ``error_side``): an Arrow table, a DuckDB relation, a DataFrame or mappings.
+    ``over``, ``weighted``, ``soft`` and ``errors`` are the estimand (:mod:`delta_eval.metrics.estimand`)."""
+    e = Estimand(over=over, weighted=weighted, soft=soft, errors=errors)
+    return win_rate_of(components(verdicts, e), e, method=method, confidence=confidence, resamples=resamples,
+                       seed=seed, stratum=stratum)  # fmt: skip
+
+
+def win_rate_of(
+    c: Components,
+    estimand: Estimand,
+    *,
+    method: Method = "auto",
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    stratum: str | None = None,
+) -> WinRate:
+    """:func:`win_rate` from the counted pairs of an estimand (:func:`~delta_eval.metrics.estimand.components`)."""
     chosen = "cluster" if method == "auto" else method
-    mean = clustered_mean(scores, weights=weights, clusters=clusters, strata=strata)
-    if mean.estimate is None:
+    d = c.sums().difference(confidence)
+    n = len(c.a)
+    estimate = None if d.estimate is None else 0.5 + d.estimate / 2
+    se: float | None = d.se / 2 if n else None
+    if estimate is None:
         lo, hi = 0.0, 1.0
     elif chosen == "cluster":
-        lo, hi = t_interval(mean, confidence) if soft else design_wilson_interval(mean, confidence)
+        lo, hi = 0.5 + d.ci_low / 2, 0.5 + d.ci_high / 2
     elif chosen == "wilson":
-        lo, hi = wilson_interval(mean.estimate, mean.n, confidence)
+        lo, hi = wilson_interval(estimate, n, confidence)
+        se = d.se_iid / 2
     elif chosen == "iid":
-        half = normal_quantile(confidence) * mean.se_iid
-        lo, hi = max(0.0, mean.estimate - half), min(1.0, mean.estimate + half)
+        se = d.se_iid / 2
+        half = normal_quantile(confidence) * se
+        lo, hi = max(0.0, estimate - half), min(1.0, estimate + half)
     elif chosen == "bootstrap":
-        lo, hi = bootstrap_interval(
-            scores, weights, clusters, strata, confidence=confidence, resamples=resamples, seed=seed
-        )
+        lo, hi = bootstrap_interval(c.scores, c.weights, c.clusters, c.strata, confidence=confidence,
+                                    resamples=resamples, seed=seed)  # fmt: skip
     else:
         raise ValueError(f"unknown interval method {method!r}; one of auto, cluster, bootstrap, wilson, iid")
+    counts = c.counts
     return WinRate(
-        estimate=mean.estimate,
+        estimate=estimate,
         ci_low=lo,
         ci_high=hi,
         confidence=confidence,
         method=chosen,
-        over=over,
-        weighted=weighted,
-        soft=soft,
-        pairs=mean.n,
-        clusters=mean.clusters,
-        se=(mean.se_iid if chosen in ("wilson", "iid") else mean.se) if mean.n else None,
-        design_effect=mean.design_effect,
-        candidate=counts["candidate"],
-        baseline=counts["baseline"],
-        ties=counts["tie"],
-        equivalent=counts["equivalent"] if over == "all" else 0,
-        errors=counts["error"],
+        over=estimand.over,
+        weighted=c.weighted,
+        soft=estimand.soft,
+        pairs=n,
+        clusters=d.clusters,
+        se=se,
+        design_effect=d.design_effect,
+        df=d.df if n else None,
+        candidate=counts.get("candidate", 0),
+        baseline=counts.get("baseline", 0),
+        ties=counts.get("tie", 0),
+        equivalent=counts.get("equivalent", 0) if estimand.over == "all" else 0,
+        errors=counts.get("error", 0),
+        errors_counted=sum(c.error_losses.values()),
+        estimand=estimand.describe(c.weighted),
         stratum=stratum,
     )
 
 
 def win_rates_by(verdicts: Rows, key: str = "stratum", **options: Any) -> list[WinRate]:
-    """:func:`win_rate` for each value of ``key`` (default: the sampling stratum), sorted by that value."""
+    """:func:`win_rate` for each value of ``key`` (default: the sampling stratum), sorted by that value. With
+    ``weighted="auto"`` the choice is made once, on all the rows, so every group answers the same question."""
+    rows = rows_of(verdicts)
+    if options.get("weighted", "auto") == "auto":
+        e = Estimand(**{k: v for k, v in options.items() if k in ("over", "soft", "errors")})
+        options = {**options, "weighted": components(rows, e).weighted}
     groups: dict[str, list[Mapping[str, Any]]] = {}
-    for r in rows_of(verdicts):
+    for r in rows:
         groups.setdefault(str(r.get(key)), []).append(r)
-    return [win_rate(rows, stratum=name, **options) for name, rows in sorted(groups.items())]
+    return [win_rate(group, stratum=name, **options) for name, group in sorted(groups.items())]

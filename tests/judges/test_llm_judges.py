@@ -193,10 +193,19 @@ def test_both_orders_are_kept_and_a_disagreement_counts_as_configured() -> None:
     assert outcomes["mean"] == ("candidate", pytest.approx((0.95 + 0.25) / 2))
 
 
-def test_a_panel_of_three_providers_takes_the_median_and_the_worst_severity() -> None:
+@pytest.mark.parametrize(
+    ("dissent", "severity"),
+    [("B", "minor"), ("A", "critical")],
+    ids=["critical-blames-the-winner", "critical-blames-the-loser"],
+)
+def test_a_panel_of_three_providers_takes_the_median_and_the_loser_s_worst_severity(
+    dissent: str, severity: str
+) -> None:
+    # Severity belongs to the side that lost: a "critical" from a judge that blamed the other side says nothing
+    # about the loser (two judges "B worse, minor" + one "A worse, critical" is not "B worse, critical").
     said = {
         "openai": answer("A", 0.8, "minor", 2),
-        "anthropic": answer("B", 0.6, "critical", 4),
+        "anthropic": answer(dissent, 0.6, "critical", 4),
         "gemini": answer("A", 0.9, "none", 3),
     }
     servers = {
@@ -221,8 +230,8 @@ def test_a_panel_of_three_providers_takes_the_median_and_the_worst_severity() ->
     assert len(decision.judgements) == 3
     assert {j.judge for j in decision.judgements} == {"openai:judge", "anthropic:judge", "gemini:judge"}
     assert v.preference == pytest.approx(prefs[1])  # the median judge
-    assert v.outcome == ("candidate" if cand_a else "baseline")  # two of three said A
-    assert v.severity == "critical"  # one judge's critical is not averaged away
+    assert v.outcome == ("candidate" if cand_a else "baseline")  # at least two of three said A
+    assert v.severity == severity  # the worst a judge blaming the loser gave: never averaged away
     assert v.candidate_scores["accuracy"] == 3.0  # median of 2, 4, 3
     assert v.judge == "openai:judge + anthropic:judge + gemini:judge"
     assert v.details["panel"] == {j.judge: j.preference for j in decision.judgements}

@@ -22,29 +22,74 @@ def replay(side: str, conv: str, pair: str, **fields: object) -> dict[str, objec
     return row
 
 
-def test_one_critical_failure_rejects_whatever_the_average_says() -> None:
+def test_critical_failures_are_compared_with_the_baselines_own() -> None:
+    # The candidate wins most pairs, but loses 12 of them with a critical failure the baseline never made.
     rows = verdicts(100)
-    rows[0] = {**rows[0], "outcome": "baseline", "severity": "critical"}
-    d = decide(rows)
+    for k in range(0, 36, 3):
+        rows[k] = {**rows[k], "outcome": "baseline", "severity": "critical"}
+    rule = DecisionRule(gates=(Gate(metric="critical_rate", max=0), Gate(metric="severity_rate", max=0.02)))
+    d = decide(rows, rule=rule)
     assert d.non_inferiority.verdict == "better"
-    assert (d.outcome, d.decided_by) == ("REJECTED", "gate critical_rate <= 0")
+    assert (d.outcome, d.decided_by) == ("REJECTED", "gate critical_rate: candidate - baseline <= 0")
     [critical] = [g for g in d.gates if g.gate.metric == "critical_rate"]
     assert critical.passed is False
-    assert critical.value == pytest.approx(1 / 300)
-    # gates not fed by replays are reported as not evaluated and decide nothing
-    assert {g.gate.metric for g in d.gates if g.passed is None} == {"error_rate", "latency_p95_s", "cost_ratio"}
+    assert critical.value == pytest.approx(12 / 300)
+    assert (critical.candidate, critical.baseline) == (pytest.approx(12 / 300), 0.0)
+    assert critical.ci_low is not None
+    assert critical.ci_low > 0  # shown, not merely observed
+    # The same failures on the baseline's side (pairs the candidate won because the baseline failed) cancel out.
+    both = rows + [{"outcome": "candidate", "severity": "critical", "conversation_id": f"b{i}", "stratum": "s"}
+                   for i in range(12)]  # fmt: skip
+    [even] = [g for g in decide(both, rule=rule).gates if g.gate.metric == "critical_rate"]
+    assert even.passed is True
+    assert even.value == pytest.approx(0.0)
+    # One critical failure is not shown to be more than noise; an absolute gate tested on the point value still
+    # rejects it, for teams that want zero tolerance.
+    one = verdicts(100)
+    one[0] = {**one[0], "outcome": "baseline", "severity": "critical"}
+    assert decide(one, rule=rule).outcome == "APPROVED"
+    strict = DecisionRule(gates=(Gate(metric="critical_rate", max=0, compare="absolute", test="point"),))
+    assert (decide(one, rule=strict).outcome, decide(one, rule=strict).decided_by) == (
+        "REJECTED", "gate critical_rate (absolute) <= 0 (point value)")  # fmt: skip
+
+
+def test_a_gate_with_no_evidence_is_not_evaluated_and_cannot_approve() -> None:
+    # Rule judges give no severity: the severity gates cannot be evaluated, so APPROVED cannot rest on them.
+    rows = verdicts(300, "equivalent")
+    rows[0] = {**rows[0], "outcome": "baseline"}
+    rule = DecisionRule(gates=(Gate(metric="critical_rate", max=0),))
+    d = decide(rows, rule=rule)
+    [g] = d.gates
+    assert g.passed is None
+    assert "no severity on any of the 1 judged losses" in str(g)
+    assert (d.outcome, d.decided_by) == (
+        "PARTIAL", "gate critical_rate: candidate - baseline <= 0 not evaluated (no severity on any of the 1 judged "
+        "losses)")  # fmt: skip
+    optional = DecisionRule(gates=(Gate(metric="critical_rate", max=0, required=False),))
+    assert decide(rows, rule=optional).outcome == "APPROVED"
+    # No loss at all is evidence: nothing was lost, critically or not.
+    assert decide(verdicts(100, "equivalent"), rule=rule).gates[0].passed is True
+    # Gates fed by replays are not evaluated without them (a bare verdicts table), and say so.
+    default = decide(verdicts(100, severity="none"))
+    assert {g.gate.metric for g in default.gates if g.passed is None} == {"error_rate", "latency_p95_s", "cost_ratio"}
+    assert default.outcome == "PARTIAL"
+    assert "not evaluated (no replays)" in default.decided_by
 
 
 def test_point_and_upper_bound_tests() -> None:
     rows = verdicts(40)
     rows[0] = {**rows[0], "outcome": "baseline", "severity": "minor"}  # 1 of 120 pairs: 0.8%
-    point, upper = evaluate_gates(
-        [Gate(metric="severity_rate", max=0.02), Gate(metric="severity_rate", max=0.02, test="upper")], rows, {}
-    )
+    gates = [Gate(metric="severity_rate", max=0.02, test=t) for t in ("shown", "point", "upper")]
+    shown, point, upper = evaluate_gates(gates, rows, {})
+    assert shown.passed is True
     assert point.passed is True
-    assert upper.passed is False  # with 40 conversations, 2% is not yet shown
+    assert upper.passed is False  # with 40 conversations, 2 points is not yet shown
     assert upper.ci_high is not None
     assert upper.ci_high > 0.02
+    with pytest.raises(ValueError, match="unknown gate metric 'critcal_rate'"):
+        Gate(metric="critcal_rate", max=0)
+    with pytest.raises(ValueError, match="not against the baseline"):
+        Gate(metric="latency_p95_s", max=1, compare="baseline")
 
 
 def test_side_metrics_feed_the_latency_error_and_cost_gates() -> None:
@@ -62,16 +107,22 @@ def test_side_metrics_feed_the_latency_error_and_cost_gates() -> None:
     assert cand.text_instead_of_action_rate.value == pytest.approx(0.25)
     assert cand.matches_recorded_rate.value == pytest.approx(0.75)
     assert cand.cost_per_conversation == pytest.approx(0.12)
-    d = decide(verdicts(50, per=4), replays)
+    d = decide(verdicts(50, per=4, severity="none"), replays)
     results = {g.gate.metric: g for g in d.gates}
     assert results["latency_p95_s"].passed is False  # 13 of 200 turns took 40 s: p95 is 40 s
     assert results["latency_p95_s"].value == pytest.approx(40.0)
     assert results["cost_ratio"].value == pytest.approx(3.0)
     assert results["cost_ratio"].passed is False
-    assert (d.outcome, d.decided_by) == ("REJECTED", "gate latency_p95_s <= 30")
+    assert (d.outcome, d.decided_by) == ("REJECTED", "gate latency_p95_s <= 30 (point value)")
+    # The text-instead-of-action gate compares the sides on the same pairs: the baseline never did it.
+    [text] = evaluate_gates([Gate(metric="text_instead_of_action_rate", max=0.1)], verdicts(50, per=4), sides,
+                            replays=replays)  # fmt: skip
+    assert (text.value, text.candidate, text.baseline) == (pytest.approx(0.25), pytest.approx(0.25), 0.0)
+    assert text.passed is False
     relaxed = decide(verdicts(50, per=4), replays, DecisionRule(gates=(Gate(metric="cost_ratio", max=2.0,
                                                                            on_fail="PARTIAL"),)))  # fmt: skip
     assert (relaxed.outcome, relaxed.decided_by) == ("PARTIAL", "gate cost_ratio <= 2")
+    # shown over the limit: the lower bound of the cost ratio (3x, the same on every conversation) is above it
 
 
 def test_undecided_and_worse() -> None:
@@ -125,9 +176,15 @@ model = "simulated:b"
 [decision]
 margin = 0.03
 undecided = "REJECTED"
-gates = [{ metric = "critical_rate", max = 0 }, { metric = "latency_p95_s", max = 10, test = "upper" }]
+over = "judged"
+gates = [{ metric = "critical_rate", max = 0 }, { metric = "latency_p95_s", max = 10, test = "upper" },
+         { metric = "error_rate", max = 0.01, compare = "absolute" }]
 """
     )
     rule = de.load_config(config).decision
-    assert (rule.margin, rule.undecided) == (0.03, "REJECTED")
-    assert [g.label for g in rule.gates] == ["critical_rate <= 0", "latency_p95_s <= 10 (upper bound)"]
+    assert (rule.margin, rule.undecided, rule.over, rule.weighted) == (0.03, "REJECTED", "judged", "auto")
+    assert [g.label for g in rule.gates] == [
+        "critical_rate: candidate - baseline <= 0",
+        "latency_p95_s <= 10 (upper bound)",
+        "error_rate (absolute) <= 0.01",
+    ]

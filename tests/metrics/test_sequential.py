@@ -16,7 +16,7 @@ def run_test(true_rate: float, margin: float, seed: int, limit: int = 1500) -> t
     that the mean score is ``true_rate``."""
     rng = np.random.default_rng(seed)
     q_mean = (true_rate - 0.15) / 0.7
-    test = SequentialTest(margin=margin, max_pairs=10)
+    test = SequentialTest(margin=margin, scale=10)
     for _ in range(limit):
         q = rng.beta(q_mean * 3, (1 - q_mean) * 3)
         pairs = int(rng.integers(1, 11))
