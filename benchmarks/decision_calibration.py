@@ -12,9 +12,10 @@ Three parts, each printing one table:
    scenario check (``de.run check``). Scenarios: ``no-op`` (identical outputs), ``A/A`` (the same model with
    independent sampling noise; the judge labels some losses critical), ``worse`` (a candidate truly worse by at
    least twice the margin), ``one stratum`` (a rendering bug that breaks one kind of task), ``errors`` (a candidate
-   whose replays fail 5% of the time), ``weights`` (Neyman allocation and a cap of 2 turns per conversation on a
-   candidate that differs by stratum). Printed per scenario and sample size: the share of runs APPROVED / PARTIAL /
-   REJECTED, and how often the interval covers the census truth.
+   with a smaller context window, whose longest turns fail), ``weights`` (Neyman allocation and a cap of 2 turns
+   per conversation on a candidate that differs by stratum). Printed per scenario and sample size: the share of
+   runs APPROVED / PARTIAL / REJECTED, how often the interval covers the census truth, and what else the scenario
+   shows (the stratum flagged; the bias an unweighted estimate, or one leaving errors out, would have had).
 
 2. **Coverage grid** (``--part grid``): simulated verdict tables (:func:`delta_eval.testing.verdicts`) with a known
    win rate, through ``de.metrics.win_rate`` and ``de.metrics.by_stratum``: the share of 95% intervals that cover
@@ -24,6 +25,11 @@ Three parts, each printing one table:
 
 3. **Family-wise error** (``--part fwer``): 5 to 20 strata all exactly at the margin (the least favourable null);
    the share of runs where some stratum is flagged worse after the Holm adjustment.
+
+4. **Early stopping** (``--part stop``): conversations fed one by one to the run's ``EarlyStop`` (the anytime-valid
+   test ``stop_early`` uses), against the fixed sample ``de.plan`` asks for at 80% power: the median number of
+   conversations before the test settles, how often it settles the right way, and how often it says "not worse"
+   for a candidate exactly at the margin (its error rate, at most 2.5%).
 
     python benchmarks/decision_calibration.py                    # everything (about 20 minutes on 2 cores)
     python benchmarks/decision_calibration.py --part grid --grid-reps 200
@@ -44,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import delta_eval as de
+import delta_eval.metrics.planning
 from delta_eval.demo import airline_task_type, demo_conversations
 from delta_eval.metrics import by_stratum, win_rate
 from delta_eval.metrics.frames import rows_of
@@ -81,11 +88,11 @@ def _task_type(metadata: dict[str, Any]) -> str:
 
 
 def broken_rendering(data: RenderInput) -> list[Message]:
-    """A rendering bug that only hits cancellations: half of their turns lose the last user message's final
+    """A rendering bug that only hits cancellations: a quarter of their turns lose the last user message's final
     character (the simulated model then finds no recording to follow and answers vaguely)."""
     messages = list(data.messages)
     key = hashlib.sha256(f"{data.conversation_id}#{data.turn_index}".encode()).digest()[0]
-    if _task_type(data.metadata) == "cancel_reservation" and key % 2 == 0:
+    if _task_type(data.metadata) == "cancel_reservation" and key % 4 == 0:
         for i in range(len(messages) - 1, -1, -1):
             if messages[i].role == "user" and messages[i].content:
                 messages[i] = messages[i].model_copy(update={"content": messages[i].content[:-1]})
@@ -100,9 +107,10 @@ def agent(seed: int, **extra: Any) -> de.Variant:
 SCENARIOS: dict[str, dict[str, Any]] = {
     "no-op": {"baseline": agent(1), "candidate": agent(1)},
     "A/A": {"baseline": agent(1), "candidate": agent(2)},
-    "worse": {"baseline": agent(1), "candidate": agent(2, skip_tool_rate=0.25, change_args_rate=0.1)},
+    "worse": {"baseline": agent(1), "candidate": agent(2, skip_tool_rate=0.12, change_args_rate=0.06)},
     "one stratum": {"baseline": agent(1), "candidate": agent(2).model_copy(update={"render": broken_rendering})},
-    "errors": {"baseline": agent(1), "candidate": agent(2, server_error_rate=0.05), "retry": {"max_attempts": 1}},
+    # A model with a smaller context window: the longest turns fail, every time (not retryable).
+    "errors": {"baseline": agent(1), "candidate": agent(2, context_window=4300)},
     "weights": {"baseline": agent(1), "candidate": agent(2, skip_tool_rate=0.08), "neyman": True, "max_turns": 2},
 }
 
@@ -122,7 +130,6 @@ def config(spec: dict[str, Any], out: Path, cache: Path, sample: de.Stratified |
         sample=sample,
         seed=7,
         max_turns_per_conversation=spec.get("max_turns"),
-        retry=spec.get("retry", {}),
         concurrency=32,
         decision=de.DecisionRule(margin=MARGIN),
     )
@@ -180,12 +187,14 @@ def decisions(census: Census, reps: int, sizes: Sequence[int], real_checks: int)
     for n in sizes:
         outcomes: Counter[str] = Counter()
         covered = 0
+        notes: list[float] = []
         for seed in range(1, reps + 1):
             verdicts, replays = census.sample(census.spec_for(n, seed, stratum_sd))
             d = de.decide(verdicts, replays, rule)
             outcomes[d.outcome] += 1
             w = d.non_inferiority.win_rate
             covered += w.ci_low <= census.truth <= w.ci_high
+            notes.append(NOTES[census.name][1](d, verdicts, census.truth) if census.name in NOTES else 0.0)
             if seed <= real_checks:
                 real = de.run(config(census.spec, census.work / f"check-{n}-{seed}", census.cache,
                                      census.spec_for(n, seed, stratum_sd)), conversations=census.convs)  # fmt: skip
@@ -198,8 +207,28 @@ def decisions(census: Census, reps: int, sizes: Sequence[int], real_checks: int)
                                          f"({again.non_inferiority.win_rate.estimate}), the census sample "
                                          f"{d.outcome} ({w.estimate})")  # fmt: skip
         out.append({"n": n, "reps": reps, **{k: outcomes[k] / reps for k in ("APPROVED", "PARTIAL", "REJECTED")},
-                    "coverage": covered / reps})  # fmt: skip
+                    "coverage": covered / reps, "note": sum(notes) / len(notes)})  # fmt: skip
     return out
+
+
+def _flagged(d: de.Decision, verdicts: list[dict[str, Any]], truth: float) -> float:
+    return float(any(s.worse and "cancel" in s.stratum for s in d.strata))
+
+
+def _unweighted_bias(d: de.Decision, verdicts: list[dict[str, Any]], truth: float) -> float:
+    return (win_rate(verdicts, weighted=False).estimate or 0.0) - truth
+
+
+def _excluded_bias(d: de.Decision, verdicts: list[dict[str, Any]], truth: float) -> float:
+    return (win_rate(verdicts, errors="exclude").estimate or 0.0) - truth
+
+
+#: What else each scenario shows, per sample size: a label and the mean of a figure over the runs.
+NOTES: dict[str, tuple[str, Callable[[de.Decision, list[dict[str, Any]], float], float]]] = {
+    "one stratum": ("cancellations flagged worse in {:.0%} of runs", _flagged),
+    "weights": ("an unweighted estimate would be off by {:+.3f}", _unweighted_bias),
+    "errors": ("leaving errors out would be off by {:+.3f}", _excluded_bias),
+}
 
 
 def part_runs(reps: int, copies: int, real_checks: int, only: Sequence[str] | None) -> None:
@@ -221,10 +250,11 @@ def part_runs(reps: int, copies: int, real_checks: int, only: Sequence[str] | No
             planned = min(de.plan(pilot).conversations, len(convs))
             sizes = sorted({max(20, planned // 2), planned, min(len(convs), planned * 2)})
             for row in decisions(census, reps, sizes, real_checks):
-                mark = "<- plan" if row["n"] == planned else ""
+                mark = "<- plan" if row["n"] == planned else "       "
                 checked = f"{real_checks} identical" if real_checks else "-"
+                note = NOTES[name][0].format(row["note"]) if name in NOTES else ""
                 print(f"   {name:12s} {census.truth:7.3f} {row['n']:5d}  {row['APPROVED']:8.1%} {row['PARTIAL']:8.1%} "
-                      f"{row['REJECTED']:8.1%} {row['coverage']:8.1%}   {checked} {mark}")  # fmt: skip
+                      f"{row['REJECTED']:8.1%} {row['coverage']:8.1%}   {checked} {mark}  {note}")  # fmt: skip
             print(f"   {'':12s} ({time.perf_counter() - started:.0f} s)")
             sys.stdout.flush()
     print("   targets at the plan's n: no-op and A/A APPROVED >= 80% and REJECTED <= 2.5%; worse APPROVED <= 2.5%")
@@ -315,9 +345,46 @@ def part_fwer(reps: int) -> None:
         sys.stdout.flush()
 
 
+# -- 4. early stopping -----------------------------------------------------------------------------------------
+
+
+def _stopping_run(p: float, seed: int, limit: int) -> tuple[str | None, int]:
+    from delta_eval.stopping import EarlyStop
+
+    rows, _ = simulate_verdicts(limit, win_rate=p, rho=0.3, seed=seed, turns=(1, 20), **SHAPES["all"])
+    by_conv: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_conv.setdefault(r["conversation_id"], []).append(r)
+    planned = {c: (len(own), 1.0) for c, own in by_conv.items()}
+    stop = EarlyStop(MARGIN, 0.05, planned, de.Estimand())
+    for c, own in by_conv.items():
+        for r in own:
+            stop.add(c, r)
+        if stop.settled:
+            break
+    return stop.test.verdict, stop.test.settled_at or limit
+
+
+def part_stop(reps: int) -> None:
+    print(f"4. early stopping against the fixed sample de.plan asks for (80% power), margin {MARGIN * 100:g} points, "
+          f"conversations of 1-20 turns, rho 0.3, {reps} runs per row")  # fmt: skip
+    pilot, _ = simulate_verdicts(200, win_rate=0.5, rho=0.3, seed=12345, turns=(1, 20), **SHAPES["all"])
+    fixed = de.metrics.planning.sample_size(pilot, margin=MARGIN).conversations
+    print(f"     fixed design: {fixed} conversations")
+    print(f"     {'true win rate':>13s}   {'median conversations':>20s}   {'not worse':>9s}   {'worse':>6s}   "
+          f"{'unsettled':>9s}")  # fmt: skip
+    for p in (0.5, 0.5 - MARGIN, 0.5 - 2 * MARGIN):
+        runs = [_stopping_run(p, seed, limit=6 * fixed) for seed in range(reps)]
+        n = sorted(k for _, k in runs)[len(runs) // 2]
+        said = Counter(v for v, _ in runs)
+        print(f"     {p:13.2f}   {n:20d}   {said['not worse'] / reps:9.1%}   {said['worse'] / reps:6.1%}   "
+              f"{said[None] / reps:9.1%}")  # fmt: skip
+    print("   targets: at the margin, 'not worse' at most 2.5%; median settling near the fixed design's size")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("runs", "grid", "fwer", "all"), default="all")
+    parser.add_argument("--part", choices=("runs", "grid", "fwer", "stop", "all"), default="all")
     parser.add_argument("--reps", type=int, default=200, help="sample seeds per scenario and size (part 1)")
     parser.add_argument("--copies", type=int, default=5, help="replicas of each tau-bench conversation (part 1)")
     parser.add_argument("--real-checks", type=int, default=2, help="real de.run calls per cell checked (part 1)")
@@ -328,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "runs": lambda: part_runs(args.reps, args.copies, args.real_checks, args.scenario),
         "grid": lambda: part_grid(args.grid_reps),
         "fwer": lambda: part_fwer(args.grid_reps),
+        "stop": lambda: part_stop(args.grid_reps),
     }
     for name, fn in parts.items():
         if args.part in (name, "all"):

@@ -64,7 +64,7 @@ from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.llm import EquivalenceJudge, PairwiseJudge
 from delta_eval.mapping import FieldMapping, SourceConfig
 from delta_eval.matching import MatchOptions
-from delta_eval.metrics import Decision, DecisionRule, Gate, WinRate, decide
+from delta_eval.metrics import Check, Decision, DecisionRule, Estimand, Gate, WinRate, decide
 from delta_eval.metrics.planning import SamplePlan
 from delta_eval.pricing import Price, Spend
 from delta_eval.progress import RunProgress
@@ -105,6 +105,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "Calibration",
+    "Check",
     "ConfigError",
     "Conversation",
     "ConversationSource",
@@ -114,6 +115,7 @@ __all__ = [
     "EquivalenceJudge",
     "EquivalenceResult",
     "ErrorRecord",
+    "Estimand",
     "FieldMapping",
     "FinishReason",
     "Gate",

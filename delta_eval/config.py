@@ -60,9 +60,9 @@ class RunConfig(BaseModel):
       ``seed``; ``None``: all turns). Pair weights account for it.
     - ``epochs``: replay (and judge) each point this many times per side, to see how consistent each side is and
       whether the decision holds in every repeat; a variant's ``seed`` is advanced by one per epoch.
-    - ``stop_early``: replay conversations in a seeded random order and stop once an anytime-valid test settles
-      whether the candidate is worse than ``decision.margin`` (see :mod:`delta_eval.stopping`); the manifest says
-      when and why.
+    - ``stop_early``: replay conversations in a seeded random order and stop once an anytime-valid test of the
+      decision's own estimate settles whether the candidate is worse than ``decision.margin`` (see
+      :mod:`delta_eval.stopping`); the manifest says when and why.
     - ``concurrency``: pairs being replayed at once, each side on its own (so up to twice as many model calls in
       flight); ``judge_concurrency``: pairs being judged at once. Each model is further held to its own ``limits``.
     - ``prices``: per-model prices overriding the built-in table.
@@ -76,7 +76,8 @@ class RunConfig(BaseModel):
       its win rate is the judges' noise floor, printed beside this run's (no bearing on results). In an A/A run
       the candidate side is named ``candidate``; both sides are replayed independently.
     - ``decision``: how the report and :meth:`~delta_eval.result.RunResult.decision` turn the numbers into
-      APPROVED / PARTIAL / REJECTED (margin, gates, ...; see :class:`~delta_eval.metrics.decision.DecisionRule`).
+      APPROVED / PARTIAL / REJECTED (the estimate that decides, its margin, gates, your own checks, ...; see
+      :class:`~delta_eval.metrics.decision.DecisionRule`); ``de.plan`` and ``stop_early`` read the same rule.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)

@@ -98,7 +98,12 @@ def test_the_decision_examples_of_the_readme_run(tmp_path: Path) -> None:
     exec(python, scope)
     assert scope["d"].outcome in ("APPROVED", "PARTIAL", "REJECTED")
     rule = de.DecisionRule.model_validate(tomllib.loads(toml)["decision"])
-    assert [g.metric for g in rule.gates] == ["critical_rate", "cost_ratio"]
+    assert [g.metric for g in rule.gates] == ["critical_rate", "cost_ratio", "check:no_refund_promise"]
+    assert [c.name for c in rule.checks] == ["no_refund_promise", "no_transfer"]
+    # The rule from the README decides a run, its check gate included.
+    d = result.decision(rule)
+    assert [g.gate.metric for g in d.gates][-1] == "check:no_refund_promise"
+    assert set(d.checks["candidate"]) == {"no_refund_promise", "no_transfer"}
 
 
 def test_the_nested_export_example_of_the_readme_reads_a_tau2_file(

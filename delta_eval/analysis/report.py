@@ -152,6 +152,11 @@ def judge_check_lines(result: RunResult) -> list[str]:
             f"  position bias: {counts.orders_compared} pairs judged in both orders, orders disagreed on "
             f"{counts.orders_disagree}: {_rate(counts.orders_disagree, counts.orders_compared)} ({how})"
         )
+    if counts.one_order:
+        lines.append(
+            f"  one order only: {counts.one_order} pairs meant to be judged both ways were answered in one order "
+            "(the other call failed); their verdicts rest on that order and are labelled with it"
+        )
     if counts.audited:
         rate = _rate(counts.audit_found_difference, counts.audited)
         lines.append(

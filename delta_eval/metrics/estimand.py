@@ -198,9 +198,10 @@ def sql_contribution(estimand: Estimand, *, has_error_side: bool = True) -> tupl
     )
     side = f"coalesce(error_side, {from_text})" if has_error_side else from_text
     if estimand.soft:
-        pref = "CASE WHEN outcome IN ('candidate', 'baseline', 'tie') AND preference IS NOT NULL THEN preference END"
-        a_judged = f"coalesce(greatest(0.0, 2 * ({pref}) - 1), (outcome = 'candidate')::DOUBLE)"
-        b_judged = f"coalesce(greatest(0.0, 1 - 2 * ({pref})), (outcome = 'baseline')::DOUBLE)"
+        a_judged = ("CASE WHEN preference IS NULL THEN (outcome = 'candidate')::DOUBLE "
+                    "ELSE greatest(0.0, 2 * preference - 1) END")  # fmt: skip
+        b_judged = ("CASE WHEN preference IS NULL THEN (outcome = 'baseline')::DOUBLE "
+                    "ELSE greatest(0.0, 1 - 2 * preference) END")  # fmt: skip
     else:
         a_judged, b_judged = "(outcome = 'candidate')::DOUBLE", "(outcome = 'baseline')::DOUBLE"
     error_counts = "false"

@@ -141,21 +141,19 @@ class GateResult(BaseModel):
         scale = 100.0 if unit == "%" else 1.0
         relative = self.gate.compare == "baseline"
 
-        def fmt(v: float | None, sign: bool = False) -> str:
+        def fmt(v: float | None, points: bool = False) -> str:
             if v is None or math.isinf(v):
                 return "inf"
-            if relative and sign:
-                return f"{v * scale:+.2f} points"
-            return f"{v * scale:.2f}{unit}"
+            return f"{v * scale:+.2f}" if points else f"{v * scale:.2f}{unit}"
 
-        sides = ""
-        if relative and self.candidate is not None and self.baseline is not None:
-            sides = f" (candidate {fmt(self.candidate)}, baseline {fmt(self.baseline)})"
-        return (
-            f"{self.gate.label}: {'pass' if self.passed else 'FAIL'} - {fmt(self.value, True)} "
-            f"[{fmt(self.ci_low, True)}, {fmt(self.ci_high, True)}]{sides}"
-            + (f"; {self.detail}" if self.detail else "")
-        )
+        if relative:
+            value = f"{fmt(self.value, True)} points [{fmt(self.ci_low, True)}, {fmt(self.ci_high, True)}]"
+            if self.candidate is not None and self.baseline is not None:
+                value += f" (candidate {fmt(self.candidate)}, baseline {fmt(self.baseline)})"
+        else:
+            value = f"{fmt(self.value)} [{fmt(self.ci_low)}, {fmt(self.ci_high)}]"
+        said = "pass" if self.passed else "FAIL"
+        return f"{self.gate.label}: {said} - {value}" + (f"; {self.detail}" if self.detail else "")
 
 
 _SEVERITIES = {"critical_rate": ("critical",), "severity_rate": ("minor", "critical")}

@@ -131,7 +131,7 @@ class StageSpend(_Model):
 JUDGEMENT_COLUMNS = ["pair_id", "stage", "audit", "answer", "input_tokens", "output_tokens", "reasoning_tokens",
                      "cost_usd", "latency_ms"]  # fmt: skip
 #: The verdicts columns :meth:`RunCounts.tally` reads.
-VERDICT_COLUMNS = ["stage", "outcome", "conversation_id", "orders_agree", "audit_outcome"]
+VERDICT_COLUMNS = ["stage", "outcome", "conversation_id", "orders_agree", "audit_outcome", "details"]
 
 
 class RunCounts(_Model):
@@ -159,6 +159,7 @@ class RunCounts(_Model):
     judging: dict[str, StageSpend] = Field(default_factory=dict)
     orders_compared: int = 0
     orders_disagree: int = 0
+    one_order: int = 0
     audited: int = 0
     audit_found_difference: int = 0
 
@@ -168,7 +169,8 @@ class RunCounts(_Model):
         (:data:`JUDGEMENT_COLUMNS`), with what reading and sampling found (``read``, ``sampled``, ...).
 
         ``judging`` is the judge calls per stage; ``orders_compared`` / ``orders_disagree`` the pairs stage 3 judged
-        in both orders (audits included) and those whose orders disagreed; ``audited`` /
+        in both orders (audits included) and those whose orders disagreed; ``one_order`` the pairs meant to be
+        judged in both orders that only one order answered; ``audited`` /
         ``audit_found_difference`` the stage-2 "equivalent" pairs audited by stage 3, and those where stage 3
         preferred one side (a false equivalence).
         """
@@ -176,6 +178,7 @@ class RunCounts(_Model):
         names = set(verdicts.column_names)
         agree = verdicts.column("orders_agree").to_pylist() if "orders_agree" in names else []
         audits = [a for a in verdicts.column("audit_outcome").to_pylist() if a] if "audit_outcome" in names else []
+        details = verdicts.column("details").to_pylist() if "details" in names else []
         rows = judgements.to_pylist() if judgements is not None else []
         judging = {
             stage: StageSpend.of(own)
@@ -193,6 +196,7 @@ class RunCounts(_Model):
             judging=judging,
             orders_compared=sum(a is not None for a in agree),
             orders_disagree=sum(a is False for a in agree),
+            one_order=sum('"one_order"' in (d or "") for d in details),
             audited=len(audits),
             audit_found_difference=sum(a in ("candidate", "baseline") for a in audits),
         )

@@ -211,6 +211,28 @@ def test_both_orders_disagreeing_is_a_tie_and_both_answers_are_kept() -> None:
     assert [j.outcome for j in consistent.judgements] == ["candidate", "candidate"]
 
 
+def test_a_pair_answered_in_one_order_only_says_so() -> None:
+    # order="both", but the judge fails whenever the candidate is shown as B: the verdict rests on one order.
+    class FailsWithCandidateAsB:
+        name = "half-broken"
+
+        async def compare(self, pair: PairView) -> PairwiseResult:
+            if pair.b.output.final_text == "best":
+                raise JudgeError("answer is not JSON")
+            return PairwiseResult(winner="A", confidence=0.8, severity="minor")
+
+    decision = decide(
+        JudgeCascade(None, FailsWithCandidateAsB(), order="both"),
+        replay("baseline", text("x")),
+        replay("candidate", text("best")),
+    )
+    v = decision.verdict
+    assert (v.outcome, v.candidate_position, v.orders_agree) == ("candidate", "A", None)
+    assert v.details["one_order"] is True
+    assert sorted(j.answer for j in decision.judgements) == ["A", "error"]
+    assert len(decision.errors) == 1
+
+
 def test_failed_replay_and_failed_judge_are_error_verdicts() -> None:
     decision = decide(
         JudgeCascade(None, PrefersText()),
@@ -219,6 +241,10 @@ def test_failed_replay_and_failed_judge_are_error_verdicts() -> None:
     )
     assert (decision.verdict.stage, decision.verdict.outcome) == ("error", "error")
     assert "baseline replay failed: 429 after 6 attempts" in (decision.verdict.error or "")
+    assert decision.verdict.error_side == "baseline"  # the win rate counts it as the baseline's loss
+    both = decide(JudgeCascade(None, PrefersText()), replay("baseline", text("x"), error="e"),
+                  replay("candidate", text("y"), error="e"))  # fmt: skip
+    assert both.verdict.error_side == "both"
 
     class Broken:
         name = "broken"
@@ -233,7 +259,7 @@ def test_failed_replay_and_failed_judge_are_error_verdicts() -> None:
         decision = decide(
             JudgeCascade(None, Broken(exc)), replay("baseline", text("x")), replay("candidate", text("y"))
         )
-        assert decision.verdict.outcome == "error"
+        assert (decision.verdict.outcome, decision.verdict.error_side) == ("error", "judge")
         assert str(exc) in (decision.verdict.error or "")
         [error] = decision.errors
         assert (error.pair_id, error.error_type) == (POINT.pair_id, type(exc).__name__)

@@ -188,3 +188,28 @@ gates = [{ metric = "critical_rate", max = 0 }, { metric = "latency_p95_s", max 
         "latency_p95_s <= 10 (upper bound)",
         "error_rate (absolute) <= 0.01",
     ]
+
+
+def test_the_rule_s_own_checks_are_reported_per_side_and_gate_relative_to_the_baseline() -> None:
+    # The candidate promises refunds in 40 of 50 conversations' first turn; the baseline never does.
+    replays = []
+    for c in range(50):
+        for t in range(2):
+            pair = f"c{c}#{t}"
+            promise = t == 0 and c < 40
+            replays.append(replay("recorded", f"c{c}", pair, final_text="Done."))
+            replays.append(replay("baseline", f"c{c}", pair, final_text="Your booking is changed."))
+            said = "Refund guaranteed!" if promise else "Your booking is changed."
+            replays.append(replay("candidate", f"c{c}", pair, final_text=said))
+    checks = (de.Check(name="no_refund_promise", text_not_matches=r"(?i)refund guaranteed"),)
+    gate = Gate(metric="check:no_refund_promise", max=0.05)
+    d = decide(verdicts(50, "equivalent", per=2, severity="none"), replays, DecisionRule(checks=checks, gates=(gate,)))
+    assert d.checks["candidate"]["no_refund_promise"].value == pytest.approx(0.4)
+    assert d.checks["baseline"]["no_refund_promise"].value == 0.0
+    [result] = d.gates
+    assert (result.value, result.candidate, result.baseline) == (pytest.approx(0.4), pytest.approx(0.4), 0.0)
+    assert (d.outcome, d.decided_by) == ("REJECTED", "gate check:no_refund_promise: candidate - baseline <= 0.05")
+    assert "check no_refund_promise: fails 40.0%" in "\n".join(d.lines())
+    missing = decide(verdicts(50, "equivalent", per=2), replays, DecisionRule(gates=(gate,)))
+    assert missing.gates[0].passed is None
+    assert "no check named 'no_refund_promise'" in missing.gates[0].detail
