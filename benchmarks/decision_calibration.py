@@ -107,7 +107,7 @@ def agent(seed: int, **extra: Any) -> de.Variant:
 SCENARIOS: dict[str, dict[str, Any]] = {
     "no-op": {"baseline": agent(1), "candidate": agent(1)},
     "A/A": {"baseline": agent(1), "candidate": agent(2)},
-    "worse": {"baseline": agent(1), "candidate": agent(2, skip_tool_rate=0.12, change_args_rate=0.06)},
+    "worse": {"baseline": agent(1), "candidate": agent(2, skip_tool_rate=0.15, change_args_rate=0.07)},
     "one stratum": {"baseline": agent(1), "candidate": agent(2).model_copy(update={"render": broken_rendering})},
     # A model with a smaller context window: the longest turns fail, every time (not retryable).
     "errors": {"baseline": agent(1), "candidate": agent(2, context_window=4300)},

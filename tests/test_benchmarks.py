@@ -84,3 +84,17 @@ def test_analysis_benchmark_runs_on_a_small_synthetic_run(capsys: pytest.Capture
     assert "a.summary():" in out
     assert "a.themes():" in out
     assert " over 300 reasons" in out
+
+
+@pytest.mark.slow
+def test_decision_calibration_benchmark_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("decision_calibration")
+    bench.main(["--part", "runs", "--reps", "2", "--copies", "1", "--real-checks", "1", "--scenario", "no-op"])
+    out = capsys.readouterr().out
+    assert "no-op" in out
+    assert "1 identical <- plan" in out  # a real de.run on a sample decided as the census shortcut did
+    bench.main(["--part", "fwer", "--grid-reps", "2"])
+    bench.main(["--part", "stop", "--grid-reps", "2"])
+    out = capsys.readouterr().out
+    assert "family-wise error" in out
+    assert "fixed design:" in out

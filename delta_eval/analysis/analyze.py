@@ -220,7 +220,7 @@ class Analysis:
         if cached is not None:
             return dict(cached)
         d = self.result.decision()
-        data = {"outcome": d.outcome, "decided_by": d.decided_by, "lines": d.lines()}
+        data = {"outcome": d.outcome, "decided_by": d.decided_by, "estimand": d.estimand, "lines": d.lines()}
         self._save("decision.json", data)
         return data
 

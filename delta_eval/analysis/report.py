@@ -273,19 +273,20 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
     lines.append("the two are combined by MOVER); a failed replay is a loss of the side that failed")
     aa = {k: f"   A/A noise floor {_pct(floor[k])}" for k in ("all", "judged") if k in floor}
     weighted_note = ", population-weighted" if everything.weighted else ""
-    decides = {"all": "", "judged": ""}
-    if not rule.soft:
-        decides[rule.over] = "   <- the decision's estimate"
-    lines.append(f"  all pairs (equivalent = tie{weighted_note})  {_pct(everything)}  n={everything.pairs} pairs / "
-                 f"{everything.clusters} conversations{aa.get('all', '')}{decides['all']}")  # fmt: skip
-    lines.append(f"  judged pairs only{weighted_note:16s}  {_pct(judged)}  n={judged.pairs}{aa.get('judged', '')}"
-                 f"{decides['judged']}")  # fmt: skip
+    decides = {"all": "", "judged": "", "soft": ""}
+    decides["soft" if rule.soft else rule.over] = "   <- the decision's estimate"
+    rows = [
+        (f"all pairs (equivalent = tie{weighted_note})", everything,
+         f"n={everything.pairs} pairs / {everything.clusters} conversations{aa.get('all', '')}{decides['all']}"),
+        (f"judged pairs only{weighted_note}", judged, f"n={judged.pairs}{aa.get('judged', '')}{decides['judged']}"),
+    ]  # fmt: skip
     if soft.pairs and soft.estimate != judged.estimate:
-        said = "   <- the decision's estimate" if rule.soft else ""
-        lines.append(f"  judged, soft (mean preference)    {_pct(soft)}  the judges' confidence counted{said}")
+        rows.append(("judged, soft (mean preference)", soft, f"the judges' confidence counted{decides['soft']}"))
     if everything.weighted:
         plain = result.win_rate(over="all", weighted=False, errors=rule.errors)
-        lines.append(f"  all pairs, unweighted             {_pct(plain)}  (biased: the sample's weights vary)")
+        rows.append(("all pairs, unweighted", plain, "(biased: the sample's weights vary)"))
+    width = max(len(label) for label, _, _ in rows)
+    lines += [f"  {label:{width}s}  {_pct(w)}  {note}" for label, w, note in rows]
     if everything.design_effect:
         lines.append(
             f"  design effect {everything.design_effect:.2f}: the turns carry the information of "

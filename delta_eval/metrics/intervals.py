@@ -6,12 +6,9 @@ narrow. :func:`clustered_mean` estimates a (weighted) mean and its standard erro
 stratified cluster design: each conversation contributes the sum of its pairs' residuals, and the variance is that of
 those sums within strata. It serves unweighted and population-weighted estimates alike.
 
-Intervals:
+Intervals (the win rate's own interval, built on the same variance, is in :mod:`delta_eval.metrics.difference`):
 
-- :func:`design_wilson_interval` (the default for win rates of hard outcomes): the Wilson interval at the effective
-  sample size ``p (1 - p) / se^2`` (Korn & Graubard's design-effect Wilson), never more than the number of pairs;
-  it stays inside [0, 1] and behaves near 0 and 1.
-- :func:`t_interval`: estimate ± t(df) se, df = conversations - strata; for continuous scores (soft preferences).
+- :func:`t_interval`: estimate ± t(df) se, df = conversations - strata; for continuous values (a cost ratio).
 - :func:`wilson_interval`: the Wilson score interval of a plain proportion, treating every pair as independent
   (kept for comparison: it is too narrow when turns are correlated).
 - :func:`bootstrap_interval`: a stratified cluster bootstrap (percentile), resampling conversations within strata.
@@ -37,7 +34,6 @@ __all__ = [
     "bootstrap_interval",
     "clopper_pearson",
     "clustered_mean",
-    "design_wilson_interval",
     "normal_quantile",
     "t_interval",
     "t_quantile",
@@ -212,18 +208,6 @@ def t_interval(
         return lower, upper
     half = t_quantile(confidence, mean.df) * mean.se if mean.df > 0 else math.inf
     return max(lower, mean.estimate - half), min(upper, mean.estimate + half)
-
-
-def design_wilson_interval(mean: ClusteredMean, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson interval at the design's effective sample size (see the module docstring).
-
-    Where the standard error is 0 (every pair scored the same), the effective size is the number of conversations.
-    """
-    if mean.estimate is None:
-        return 0.0, 1.0
-    p = min(max(mean.estimate, 0.0), 1.0)
-    n_eff = min(float(mean.n), p * (1 - p) / mean.se**2) if mean.se > 0 else float(mean.clusters)
-    return wilson_interval(p, max(n_eff, 1.0) if mean.n else 0.0, confidence)
 
 
 def bootstrap_interval(
