@@ -139,8 +139,13 @@ class PairedSums:
         tav = np.ones(n) if ta is None else np.asarray(ta, dtype=float)
         tbv = np.ones(n) if tb is None else np.asarray(tb, dtype=float)
         w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
-        cl = [str(i) for i in range(n)] if clusters is None else [str(c) for c in clusters]
-        st = [""] * n if strata is None else [str(s) for s in strata]
+        cl_all = np.asarray([str(i) for i in range(n)] if clusters is None else [str(c) for c in clusters], dtype=str)
+        st_all = np.asarray([""] * n if strata is None else [str(s) for s in strata], dtype=str)
+        # Sorted first: floating-point sums then do not depend on the order the rows came in (a resumed run writes
+        # its verdicts in another order than a fresh one, and must report the same interval).
+        order = np.lexsort((tbv, bv, tav, av, w, cl_all, st_all)) if n else np.arange(0)
+        av, bv, tav, tbv, w = av[order], bv[order], tav[order], tbv[order], w[order]
+        cl, st = cl_all[order].tolist(), st_all[order].tolist()
         keys: dict[str, int] = {}
         cid = np.fromiter((keys.setdefault(c, len(keys)) for c in cl), dtype=np.int64, count=n)
         k = len(keys)

@@ -105,3 +105,14 @@ def test_weights_are_used_exactly_when_they_vary() -> None:
     assert d.non_inferiority.win_rate.weighted
     assert "weighted to the population" in d.estimand
     assert "weighted to the population" in str(d.non_inferiority)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["candidate", "baseline", "tie", "equivalent"]), st.integers(0, 6),
+                          st.sampled_from([1.0, 2.5])), min_size=2, max_size=40), st.randoms())  # fmt: skip
+def test_the_interval_does_not_depend_on_the_order_of_the_rows(cells: list[tuple[str, int, float]], rnd: Any) -> None:
+    # A resumed run writes its verdicts in another order than a fresh one: the numbers must be the same, bit for bit.
+    rows = [{"outcome": o, "conversation_id": f"c{c}", "stratum": f"s{c % 2}", "weight": w} for o, c, w in cells]
+    shuffled = rows[:]
+    rnd.shuffle(shuffled)
+    assert win_rate(rows) == win_rate(shuffled)
