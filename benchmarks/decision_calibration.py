@@ -13,7 +13,7 @@ Three parts, each printing one table:
    independent sampling noise; the judge labels some losses critical), ``worse`` (a candidate truly worse by at
    least twice the margin), ``one stratum`` (a rendering bug that breaks one kind of task), ``errors`` (a candidate
    with a smaller context window, whose longest turns fail), ``weights`` (Neyman allocation and a cap of 2 turns
-   per conversation on a candidate that differs by stratum). Printed per scenario and sample size: the share of
+   per conversation, on the candidate with the rendering bug). Printed per scenario and sample size: the share of
    runs APPROVED / PARTIAL / REJECTED, how often the interval covers the census truth, and what else the scenario
    shows (the stratum flagged; the bias an unweighted estimate, or one leaving errors out, would have had).
 
@@ -111,7 +111,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "one stratum": {"baseline": agent(1), "candidate": agent(2).model_copy(update={"render": broken_rendering})},
     # A model with a smaller context window: the longest turns fail, every time (not retryable).
     "errors": {"baseline": agent(1), "candidate": agent(2, context_window=4300)},
-    "weights": {"baseline": agent(1), "candidate": agent(2, skip_tool_rate=0.08), "neyman": True, "max_turns": 2},
+    # Neyman allocation puts more draws where outcomes vary (the broken cancellations), and a cap of 2 turns leaves
+    # most turns of long conversations out: the sample is far from self-weighting.
+    "weights": {
+        "baseline": agent(1),
+        "candidate": agent(2).model_copy(update={"render": broken_rendering}),
+        "neyman": True,
+        "max_turns": 2,
+    },
 }
 
 

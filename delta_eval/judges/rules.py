@@ -8,7 +8,10 @@ is "equivalent" with the overlap as confidence; below it, "not equivalent" with 
 Stage 3 rule (:class:`RulePairwiseJudge`), using the recorded production turn as the reference: each output
 scores the number of leading tool calls that match the recorded calls, minus one for each further call, minus two
 for hitting the tool cap. The higher score wins. On equal scores, the output whose text overlaps the recorded text
-more (Jaccard of word sets) wins if it leads by more than ``margin``; otherwise it is a tie.
+more (Jaccard of word sets) wins if it leads by more than ``margin``; otherwise it is a tie. Severity of the
+loser's failure, by rule: ``critical`` when it made a call the recording did not (an action production did not
+take), ``minor`` when it lost by leaving calls out or on text, ``none`` for a tie; so the severity gates have
+evidence on rule-judged runs too.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class RulePairwiseJudge:
         self.match = match
         self.name = "rule:judge(recorded-reference)"
 
-    def _score(self, out: TurnOutput, point: ReplayPoint) -> tuple[int, str]:
+    def _score(self, out: TurnOutput, point: ReplayPoint) -> tuple[int, int, str]:
         recorded = point.recorded.tool_calls
         calls = out.tool_calls
         follow = 0
@@ -73,13 +76,13 @@ class RulePairwiseJudge:
         note = (
             f"{follow}/{len(recorded)} recorded calls followed, {extra} other calls{', hit tool cap' if capped else ''}"
         )
-        return score, note
+        return score, extra, note
 
     async def compare(self, pair: PairView) -> PairwiseResult:
         """The better of A and B by the stated rule."""
         point, a, b = pair.point, pair.a.output, pair.b.output
-        score_a, note_a = self._score(a, point)
-        score_b, note_b = self._score(b, point)
+        score_a, extra_a, note_a = self._score(a, point)
+        score_b, extra_b, note_b = self._score(b, point)
         reference = point.recorded.final_text or ""
         winner: Literal["A", "B", "tie"]
         if score_a != score_b:
@@ -93,9 +96,14 @@ class RulePairwiseJudge:
             winner = "tie" if abs(diff) <= self.margin else ("A" if diff > 0 else "B")
             why = f"tool calls equal ({note_a}); text overlap with the recorded reply A {text_a:.2f}, B {text_b:.2f}"
             confidence = round(min(1.0, 0.5 + abs(diff)), 4)
+        loser_extra = {"A": extra_b, "B": extra_a}.get(winner)
+        severity: Literal["none", "minor", "critical"] = (
+            "none" if loser_extra is None else "critical" if loser_extra > 0 else "minor"
+        )
         return PairwiseResult(
             winner=winner,
             confidence=confidence,
+            severity=severity,
             reasoning=f"rule: {why} -> {winner}",
             raw={"score_a": score_a, "score_b": score_b},
         )

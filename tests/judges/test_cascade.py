@@ -300,3 +300,7 @@ def test_rule_judge_prefers_following_the_recording() -> None:
     result = anyio.run(judge.compare, pair_of(wrong, recorded))
     assert result.winner == "B"
     assert "1/1 recorded calls followed" in result.reasoning
+    assert result.severity == "critical"  # A made a call production did not make
+    silent = anyio.run(judge.compare, pair_of(TurnOutput(final_text="Could you confirm?"), recorded))
+    assert (silent.winner, silent.severity) == ("B", "minor")  # A only left the call out
+    assert anyio.run(judge.compare, pair_of(recorded, recorded)).severity == "none"
