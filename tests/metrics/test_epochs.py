@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.metrics.consistency import base_pair_id, consistency
@@ -42,3 +44,19 @@ def test_consistency_compares_calls_by_meaning_and_text_once_normalised() -> Non
     assert consistency([row(1, "{}", "x")]) == {}  # one epoch: nothing to compare
     assert base_pair_id("c#0@12", 12) == "c#0"
     assert base_pair_id("c#0", 1) == "c#0"
+
+
+def test_agreement_does_not_fall_with_more_epochs_and_a_failed_replay_is_an_answer() -> None:
+    def row(epoch: int, text: str, error: str | None = None) -> dict[str, object]:
+        return {"side": "candidate", "pair_id": f"c#0@{epoch}", "epoch": epoch, "conversation_id": "c",
+                "final_text": text, "steps": [], "error": error}  # fmt: skip
+
+    # The same model answering "yes" 80% of the time: 3 epochs and 6 epochs, each with one "no".
+    three = consistency([row(1, "yes"), row(2, "yes"), row(3, "no")])["candidate"]
+    six = consistency([row(e, "no" if e == 6 else "yes") for e in range(1, 7)])["candidate"]
+    assert three.consistent.value == six.consistent.value == 0.0  # "every epoch the same" says nothing more
+    assert three.agreement.value == pytest.approx(1 / 3)
+    assert six.agreement.value == pytest.approx(10 / 15)
+    # A side that fails in one epoch is not more consistent for it: its error is an answer.
+    failing = consistency([row(1, "yes"), row(2, "yes"), row(3, "", error="500")])["candidate"]
+    assert (failing.points, failing.consistent.value) == (1, 0.0)

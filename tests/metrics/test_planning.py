@@ -62,3 +62,17 @@ def test_de_plan_reads_a_pilot_run(tmp_path: Path) -> None:
     assert "conversations" in str(plan)
     sample = de.Stratified(by=["task_type"], n=plan.conversations, stratum_sd=plan.stratum_sd)
     assert sample.stratum_sd == plan.stratum_sd
+
+
+def test_the_plan_answers_the_rule_s_estimand() -> None:
+    # Mostly equivalent pairs: over judged pairs the same margin needs far fewer conversations' worth of judged
+    # pairs per conversation, so more conversations; the plan follows the estimand it is given.
+    from delta_eval.metrics.estimand import Estimand
+    from delta_eval.testing.verdicts import simulate_verdicts
+
+    pilot, _ = simulate_verdicts(120, win_rate=0.5, over="judged", equivalent=0.8, rho=0.3, seed=8)
+    everything = sample_size(pilot, margin=0.02)
+    judged = sample_size(pilot, margin=0.02, estimand=Estimand(over="judged"))
+    assert judged.conversations > 3 * everything.conversations
+    assert "judged pairs" in str(judged)
+    assert "all pairs" in str(everything)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import delta_eval as de
 from delta_eval.metrics.sequential import SequentialTest
@@ -66,3 +67,28 @@ def test_a_run_stops_once_settled_and_stays_stopped(tmp_path: Path) -> None:
     again = de.run(cfg, conversations=demo_conversations())
     assert again.manifest.sessions[-1].pairs_decided == 0
     assert again.manifest.stopped_early == first.manifest.stopped_early
+
+
+def test_early_stopping_answers_the_rule_s_own_question() -> None:
+    # 90% of pairs equivalent, the candidate losing 65% of the rest: within a 2-point margin over all pairs (48.5%),
+    # clearly worse over judged pairs (35%). The test settles whichever question the rule asks.
+    from delta_eval.metrics.estimand import Estimand
+    from delta_eval.stopping import EarlyStop
+    from delta_eval.testing.verdicts import simulate_verdicts
+
+    rows, truth = simulate_verdicts(4000, win_rate=0.35, over="judged", equivalent=0.9, ties=0.0, rho=0.2, seed=3)
+    assert truth.all == pytest.approx(0.485)
+    by_conv: dict[str, list[dict[str, object]]] = {}
+    for r in rows:
+        by_conv.setdefault(str(r["conversation_id"]), []).append(r)
+    planned = {c: (len(own), 1.0) for c, own in by_conv.items()}
+    said = {}
+    for over in ("all", "judged"):
+        stop = EarlyStop(0.02, 0.05, planned, Estimand(over=over))  # type: ignore[arg-type]
+        for c, own in by_conv.items():
+            for r in own:
+                stop.add(c, r)
+            if stop.settled:
+                break
+        said[over] = stop.test.verdict
+    assert said == {"all": "not worse", "judged": "worse"}
