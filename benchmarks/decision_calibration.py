@@ -54,7 +54,7 @@ import delta_eval.metrics.planning
 from delta_eval.demo import airline_task_type, demo_conversations
 from delta_eval.metrics import by_stratum, win_rate
 from delta_eval.metrics.frames import rows_of
-from delta_eval.replay.points import replay_points, select_turns
+from delta_eval.replay.points import pair_weight, replay_points, select_turns
 from delta_eval.replay.render import RenderInput
 from delta_eval.sampling.plan import sample_source
 from delta_eval.schema import Conversation, Message
@@ -174,9 +174,9 @@ class Census:
             conv = self.convs[position]
             every = self.points[conv.id]
             kept = select_turns(every, cap, 7)
-            pair_weight = weight * len(every) / len(kept) if kept else weight
+            w = pair_weight(weight, len(every), len(kept))
             ids = {p.pair_id for p in kept}
-            verdicts += [{**v, "stratum": stratum, "weight": pair_weight} for v in self.by_conv.get(conv.id, [])
+            verdicts += [{**v, "stratum": stratum, "weight": w} for v in self.by_conv.get(conv.id, [])
                          if v["pair_id"] in ids]  # fmt: skip
             replays += [r for r in self.replays_by_conv.get(conv.id, []) if r["pair_id"] in ids]
         return verdicts, replays

@@ -30,7 +30,7 @@ from delta_eval.ingest.source import ConversationSource
 from delta_eval.judges.cascade import Decision, JudgeCascade
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer, SideReplay, recorded_replay
-from delta_eval.replay.points import count_turns, epochs, replay_points, select_turns
+from delta_eval.replay.points import count_turns, epochs, pair_weight, replay_points, select_turns
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -85,7 +85,7 @@ class Stages:
         for position, conv in ordered:
             every = list(replay_points(conv, greetings=c.replay_greetings))
             points = select_turns(every, c.max_turns_per_conversation, c.seed)
-            weight = sample.selected[position][1] * (len(every) / len(points) if points else 1.0)
+            weight = pair_weight(sample.selected[position][1], len(every), len(points))
             planned[conv.id] = (len(points) * c.epochs, weight)
         rule = c.decision
         stop = EarlyStop(rule.margin, 1 - rule.confidence, planned, rule.estimand)
@@ -118,8 +118,6 @@ class Stages:
                 stratum, weight = sample.selected[position]
                 all_points = list(replay_points(conv, greetings=self.config.replay_greetings))
                 points = select_turns(all_points, self.config.max_turns_per_conversation, self.config.seed)
-                # Subsampled turns stand for all of the conversation's turns.
-                pair_weight = weight * (len(all_points) / len(points)) if points else weight
                 if self.recordings is not None:
                     self.recordings.add([conv])
                 if conv.id not in self.state.done_conversations:
@@ -132,9 +130,10 @@ class Stages:
                         n_pairs=len(points) * self.config.epochs,
                     )
                     await write.send(record)
+                each = pair_weight(weight, len(all_points), len(points))
                 for point in epochs(points, self.config.epochs):
                     if point.pair_id not in self.state.done_pairs:
-                        pair = _Pair(point, stratum, pair_weight)
+                        pair = _Pair(point, stratum, each)
                         await send.send((pair, "baseline"))
                         await send.send((pair, "candidate"))
 

@@ -15,6 +15,7 @@ prints the same. Cached analyses are dropped when the run gains pairs.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -134,19 +135,21 @@ class Analysis:
         rule = DecisionRule.model_validate(self.result.manifest.config.get("decision") or {})
         e = rule.estimand if over is None else rule.estimand.model_copy(update={"over": over})
         if e.weighted == "auto":
-            _, _, counted = sql_contribution(e, has_error_side=self._has_error_side())
+            _, _, counted = sql_contribution(e, has_error_side=self._error_side_column)
             spread = self.con.execute(f"SELECT max(weight) - min(weight), max(abs(weight)) FROM verdicts "
                                       f"WHERE {counted}").fetchone()  # fmt: skip
             varies = bool(spread and spread[0] is not None and spread[0] > 1e-9 * max(spread[1] or 1.0, 1.0))
             e = e.model_copy(update={"weighted": varies})
         return e
 
-    def _has_error_side(self) -> bool:
+    @functools.cached_property
+    def _error_side_column(self) -> bool:
+        # Folders written before verdicts said which side failed have no such column (the SQL reads the text).
         return "error_side" in {row[0] for row in self.con.execute("DESCRIBE verdicts").fetchall()}
 
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         e = self.estimand("judged" if judged else "all")
-        a, b, counted = sql_contribution(e, has_error_side=self._has_error_side())
+        a, b, counted = sql_contribution(e, has_error_side=self._error_side_column)
         sql = _CLUSTER_SQL.format(a=a, b=b, counted=counted, w="coalesce(weight, 1.0)" if e.weighted else "1.0")
         cols = self.con.execute(sql).fetchnumpy()  # one row per conversation, as arrays: no Python row objects
         strata = np.asarray(cols["stratum"]).astype(str)

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from delta_eval.metrics.intervals import t_quantile
+from delta_eval.metrics.intervals import stratified_moments, t_quantile, wilson_bounds
 
 __all__ = ["MIN_CONVERSATIONS_SEEN", "Difference", "PairedSums", "RateInterval"]
 
@@ -91,17 +91,6 @@ class Difference:
         if self.se <= 0 or self.se_iid <= 0:
             return None
         return (self.se / self.se_iid) ** 2
-
-
-def _wilson(p: float, n: float, c: float) -> tuple[float, float]:
-    if not math.isfinite(c) or n <= 0:
-        return 0.0, 1.0
-    d = 1 + c * c / n
-    centre = (p + c * c / (2 * n)) / d
-    half = c * math.sqrt(max(p * (1 - p), 0.0) / n + c * c / (4 * n * n)) / d
-    lo = 0.0 if p <= 0 else max(0.0, centre - half)
-    hi = 1.0 if p >= 1 else min(1.0, centre + half)
-    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -197,12 +186,6 @@ class PairedSums:
             iid = np.array([sa, sa, n, sb, sb, n, 0.0, sa, sb, n])
         return cls(np.asarray(strata, dtype=str), av, tav, bv, tbv, seen, pairs, iid)
 
-    def subset(self, mask: np.ndarray) -> PairedSums:
-        """The conversations where ``mask`` holds (e.g. one stratum); the as-if-independent totals are rescaled."""
-        share = float(self.ta[mask].sum() / self.ta.sum()) if self.ta.sum() > 0 else 0.0
-        return PairedSums(self.strata[mask], self.a[mask], self.ta[mask], self.b[mask], self.tb[mask],
-                          self.seen[:, mask], round(self.pairs * share), self.iid * share)  # fmt: skip
-
     def difference(
         self, confidence: float = 0.95, *, scale: float = 1.0, spread: float = 1.0, same_kind: bool = False
     ) -> Difference:
@@ -222,7 +205,7 @@ class PairedSums:
         ra, rb = float(self.a.sum() / ta_sum), float(self.b.sum() / tb_sum)
         za = (self.a[keep] - ra * self.ta[keep]) / ta_sum
         zb = (self.b[keep] - rb * self.tb[keep]) / tb_sum
-        (va, vb, cov), df, n_strata = _stratified_moments(strata, za, zb)
+        (va, vb, cov), df, n_strata = stratified_moments(strata, za, zb)
         if scale != 1.0 or spread != 1.0:
             va, vb, cov, g = va * spread / scale, vb * spread / scale, cov * spread / scale, max(1, round(g * scale))
             df = max(0.0, (df + n_strata) * scale - n_strata)
@@ -273,33 +256,8 @@ class PairedSums:
             # effect allows, and never less than one unit per conversation.
             n_eff = min(n_eff, max(float(clusters), borrowed or 0.0))
         n_eff = max(n_eff, 1.0)
-        lo, hi = _wilson(min(max(p, 0.0), 1.0), n_eff, c)
+        lo, hi = wilson_bounds(min(max(p, 0.0), 1.0), n_eff, c)
         return RateInterval(p, lo, hi, math.sqrt(max(var, 0.0)), n_eff, seen_in)
-
-
-def _stratified_moments(
-    strata: np.ndarray, za: np.ndarray, zb: np.ndarray
-) -> tuple[tuple[float, float, float], float, int]:
-    """Variances of the two linearised totals and their covariance under stratified cluster sampling (strata
-    holding a single cluster are pooled: a lone cluster says nothing about its stratum's spread), the degrees of
-    freedom, and the number of strata."""
-    names, which = np.unique(strata, return_inverse=True)
-    m = np.bincount(which, minlength=len(names))
-    lone = m[which] == 1
-    group = np.where(lone, len(names), which)  # every lone cluster into one pooled group
-    sizes = np.bincount(group, minlength=len(names) + 1).astype(float)
-    usable = sizes > 1
-    if not usable.any():
-        return (0.0, 0.0, 0.0), 0.0, len(names)
-    mean_a = np.bincount(group, weights=za, minlength=len(sizes)) / np.maximum(sizes, 1)
-    mean_b = np.bincount(group, weights=zb, minlength=len(sizes)) / np.maximum(sizes, 1)
-    da, db = za - mean_a[group], zb - mean_b[group]
-    factor = np.where(usable, sizes / np.maximum(sizes - 1, 1), 0.0)[group]
-    va = float((factor * da * da).sum())
-    vb = float((factor * db * db).sum())
-    cov = float((factor * da * db).sum())
-    df = float((sizes[usable] - 1).sum())
-    return (va, vb, cov), df, len(names)
 
 
 def _iid_products(w: np.ndarray, a: np.ndarray, ta: np.ndarray, b: np.ndarray, tb: np.ndarray) -> np.ndarray:

@@ -35,8 +35,10 @@ __all__ = [
     "clopper_pearson",
     "clustered_mean",
     "normal_quantile",
+    "stratified_moments",
     "t_interval",
     "t_quantile",
+    "wilson_bounds",
     "wilson_interval",
 ]
 
@@ -62,9 +64,20 @@ def wilson_interval(p: float, n: float, confidence: float = 0.95) -> tuple[float
         >>> [round(x, 4) for x in wilson_interval(0.5, 100)]
         [0.4038, 0.5962]
     """
-    if n <= 0:
+    return wilson_bounds(p, n, normal_quantile(confidence))
+
+
+def wilson_bounds(p: float, n: float, quantile: float) -> tuple[float, float]:
+    """The Wilson score bounds of ``p`` on ``n`` trials for a given ``quantile`` (1.96, or a Student ``t``
+    quantile where the effective ``n`` is itself estimated); ``(0, 1)`` when ``n`` is 0 or the quantile infinite.
+
+    Example:
+        >>> [round(x, 4) for x in wilson_bounds(0.5, 100, 1.959964)]
+        [0.4038, 0.5962]
+    """
+    if n <= 0 or not math.isfinite(quantile):
         return 0.0, 1.0
-    z = normal_quantile(confidence)
+    z = quantile
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denom
@@ -182,22 +195,43 @@ class ClusterSums:
         total = float(self.w.sum())
         theta = float(self.wy.sum() / total)
         zc = (self.wy - theta * self.w) / total  # each cluster's sum of w (y - theta) / total
-        # Clusters grouped by stratum with numpy (a million pairs in 100,000 conversations take milliseconds);
-        # strata holding a single cluster are pooled (a lone cluster says nothing about its stratum's spread).
-        names, which = np.unique(np.asarray(self.strata, dtype=str), return_inverse=True)
-        m = np.bincount(which, minlength=len(names))
-        order = np.argsort(which, kind="stable")
-        by_stratum = np.split(zc[order], np.cumsum(m)[:-1])
-        groups = [g for g in by_stratum if len(g) > 1]
-        lone = [g[0] for g in by_stratum if len(g) == 1]
-        if len(lone) > 1:
-            groups.append(np.asarray(lone))
-        var = sum(len(g) / (len(g) - 1) * float(((g - g.mean()) ** 2).sum()) for g in groups)
-        df = float(sum(len(g) - 1 for g in groups))
+        (var, _, _), df, n_strata = stratified_moments(np.asarray(self.strata, dtype=str), zc, zc)
         # As if every pair were independent: each pair its own cluster, one stratum (the z sum to 0).
         sum_z2 = float((self.w2y2 - 2 * theta * self.w2y + theta * theta * self.w2).sum()) / (total * total)
         var_iid = self.n / (self.n - 1) * max(sum_z2, 0.0) if self.n > 1 else 0.0
-        return ClusteredMean(theta, math.sqrt(var), math.sqrt(var_iid), self.n, len(self.strata), len(names), df)
+        return ClusteredMean(theta, math.sqrt(var), math.sqrt(var_iid), self.n, len(self.strata), n_strata, df)
+
+
+def stratified_moments(
+    strata: np.ndarray, za: np.ndarray, zb: np.ndarray
+) -> tuple[tuple[float, float, float], float, int]:
+    """The variances of two linearised totals (one value per cluster, ``za`` and ``zb``) and their covariance under
+    stratified cluster sampling, the degrees of freedom (clusters minus strata), and the number of strata. Clusters
+    are grouped by stratum with numpy (100,000 conversations take milliseconds); strata holding a single cluster
+    are pooled (a lone cluster says nothing about its stratum's spread).
+
+    Example:
+        >>> z = np.array([1.0, -1.0, 2.0, -2.0])
+        >>> stratified_moments(np.array(["a", "a", "b", "b"]), z, z)
+        ((20.0, 20.0, 20.0), 2.0, 2)
+    """
+    names, which = np.unique(strata, return_inverse=True)
+    m = np.bincount(which, minlength=len(names))
+    lone = m[which] == 1
+    group = np.where(lone, len(names), which)  # every lone cluster into one pooled group
+    sizes = np.bincount(group, minlength=len(names) + 1).astype(float)
+    usable = sizes > 1
+    if not usable.any():
+        return (0.0, 0.0, 0.0), 0.0, len(names)
+    mean_a = np.bincount(group, weights=za, minlength=len(sizes)) / np.maximum(sizes, 1)
+    mean_b = np.bincount(group, weights=zb, minlength=len(sizes)) / np.maximum(sizes, 1)
+    da, db = za - mean_a[group], zb - mean_b[group]
+    factor = np.where(usable, sizes / np.maximum(sizes - 1, 1), 0.0)[group]
+    va = float((factor * da * da).sum())
+    vb = float((factor * db * db).sum())
+    cov = float((factor * da * db).sum())
+    df = float((sizes[usable] - 1).sum())
+    return (va, vb, cov), df, len(names)
 
 
 def t_interval(

@@ -112,11 +112,11 @@ def _spread_factor(df: float) -> float:
 
 
 def _conversations_needed(
-    sums: PairedSums, expected: float, bound: float, power: float, confidence: float, inflate: float
+    sums: PairedSums, g: int, expected: float, bound: float, power: float, confidence: float, inflate: float
 ) -> int:
-    """The fewest conversations at which the expected lower bound clears ``bound`` with ``power``."""
+    """The fewest conversations at which the expected lower bound clears ``bound`` with ``power``, from the
+    pilot's sums over its ``g`` conversations."""
     z_power = NormalDist().inv_cdf(power)
-    g = sums.difference(confidence).clusters
 
     def enough(n: float) -> bool:
         # The pilot's spread, inflated to its upper bound, at n conversations.
@@ -166,7 +166,7 @@ def sample_size(
     if d.estimate is None or d.clusters < 2:
         raise ValueError("the pilot needs decided pairs from at least two conversations")
     inflate = _spread_factor(d.df)
-    n = _conversations_needed(sums, expected, bound, power, confidence, inflate)
+    n = _conversations_needed(sums, d.clusters, expected, bound, power, confidence, inflate)
     per_conv = d.pairs / d.clusters
     counts = c.counts
     judged = counts["candidate"] + counts["baseline"] + counts["tie"]

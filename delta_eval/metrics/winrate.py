@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from delta_eval.metrics.estimand import Components, Estimand, components
+from delta_eval.metrics.estimand import Components, Estimand, components, contribution
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.intervals import bootstrap_interval, normal_quantile, wilson_interval
 
@@ -50,11 +50,10 @@ def score_of(outcome: str, over: Literal["judged", "all"] = "all", preference: f
         >>> score_of("tie"), score_of("equivalent", "judged"), score_of("candidate", preference=0.8)
         (0.5, None, 0.8)
     """
-    if outcome in SCORES:
-        return float(preference) if preference is not None else SCORES[outcome]
-    if outcome == "equivalent" and over == "all":
-        return 0.5
-    return None
+    # The estimand's own rule, for one verdict (errors left out: an outcome alone does not say which side failed).
+    e = Estimand(over=over, soft=preference is not None, errors="exclude")
+    ab = contribution({"outcome": outcome, "preference": preference}, e)
+    return None if ab is None else 0.5 + (ab[0] - ab[1]) / 2
 
 
 class WinRate(BaseModel):

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from delta_eval.schema import Conversation, History, Message, ReplayPoint, Step, ToolResult, TurnOutput
 
-__all__ = ["count_turns", "epochs", "pair_id", "replay_points", "select_turns"]
+__all__ = ["count_turns", "epochs", "pair_id", "pair_weight", "replay_points", "select_turns"]
 
 
 def pair_id(conversation_id: str, turn_index: int) -> str:
@@ -125,6 +125,17 @@ def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) ->
 
     keep = {p.pair_id for p in sorted(points, key=rank)[:max_turns]}
     return [p for p in points if p.pair_id in keep]
+
+
+def pair_weight(weight: float, turns: int, kept: int) -> float:
+    """The sampling weight of each kept pair of a conversation of sampling ``weight``: subsampled turns (``kept`` of
+    its ``turns``, see :func:`select_turns`) stand for all of the conversation's turns.
+
+    Example:
+        >>> pair_weight(2.0, turns=10, kept=4), pair_weight(2.0, turns=0, kept=0)
+        (5.0, 2.0)
+    """
+    return weight * turns / kept if kept else weight
 
 
 def epochs(points: Iterable[ReplayPoint], k: int) -> Iterator[ReplayPoint]:
