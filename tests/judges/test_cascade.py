@@ -304,3 +304,22 @@ def test_rule_judge_prefers_following_the_recording() -> None:
     silent = anyio.run(judge.compare, pair_of(TurnOutput(final_text="Could you confirm?"), recorded))
     assert (silent.winner, silent.severity) == ("B", "minor")  # A only left the call out
     assert anyio.run(judge.compare, pair_of(recorded, recorded)).severity == "none"
+
+
+def test_both_orders_averaged_keep_the_severity_of_the_answer_that_blamed_the_loser() -> None:
+    # disagreement="mean": one order says the baseline lost (minor, surely), the other that the candidate lost
+    # (critical, barely). The mean blames the baseline; the candidate's "critical" must not be pinned on it.
+    class Mixed:
+        name = "mixed"
+
+        async def compare(self, pair: PairView) -> PairwiseResult:
+            if pair.a.output.final_text == "best":
+                return PairwiseResult(winner="A", confidence=0.9, severity="minor")
+            return PairwiseResult(winner="A", confidence=0.2, severity="critical")
+
+    decision = decide(
+        JudgeCascade(None, Mixed(), order="both", disagreement="mean"),
+        replay("baseline", text("x")),
+        replay("candidate", text("best")),
+    )
+    assert (decision.verdict.outcome, decision.verdict.severity) == ("candidate", "minor")

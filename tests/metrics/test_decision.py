@@ -213,3 +213,17 @@ def test_the_rule_s_own_checks_are_reported_per_side_and_gate_relative_to_the_ba
     missing = decide(verdicts(50, "equivalent", per=2), replays, DecisionRule(gates=(gate,)))
     assert missing.gates[0].passed is None
     assert "no check named 'no_refund_promise'" in missing.gates[0].detail
+
+
+def test_judge_failures_are_gated_by_default_and_the_margin_s_scale_is_stated() -> None:
+    # 10% of the pairs could not be decided by any judge: left out of the win rate, but gated (PARTIAL).
+    rows = verdicts(100, "equivalent", severity="none")
+    for k in range(0, 300, 10):
+        rows[k] = {**rows[k], "outcome": "error", "stage": "error", "error_side": "judge", "error": "no judge"}
+    assert any(g.metric == "undecided_rate" for g in DecisionRule().gates)
+    gates = tuple(g for g in DecisionRule().gates if g.metric == "undecided_rate")
+    d = decide(rows, rule=DecisionRule(gates=gates))
+    assert (d.outcome, d.decided_by) == ("PARTIAL", "gate undecided_rate <= 0.05")
+    assert d.non_inferiority.win_rate.errors == 30
+    assert d.non_inferiority.win_rate.errors_counted == 0
+    assert "non-inferior above 48.0%, a margin of 2 points on this scale" in "\n".join(d.lines())
