@@ -36,6 +36,7 @@ from delta_eval.calls import (
     ResponseFormat,
     ToolChoice,
 )
+from delta_eval.catalog import ModelInfo, ModelOverride, model_info
 from delta_eval.config import RunConfig, load_config
 from delta_eval.exceptions import (
     AuthenticationError,
@@ -128,7 +129,9 @@ __all__ = [
     "Message",
     "ModelAdapter",
     "ModelClient",
+    "ModelInfo",
     "ModelLimits",
+    "ModelOverride",
     "ModelPool",
     "ModelRequest",
     "ModelResponse",
@@ -184,6 +187,7 @@ __all__ = [
     "decide",
     "demo",
     "load_config",
+    "model_info",
     "open_result",
     "open_run",
     "open_source",

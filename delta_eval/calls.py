@@ -109,9 +109,12 @@ class GenerateParams(_Frozen):
     """Sampling and output parameters, in provider-neutral terms; ``extra`` passes provider-specific ones through.
 
     ``None`` means "the provider's default". ``max_tokens`` bounds everything generated, reasoning included.
-    ``reasoning_budget`` is a thinking budget in tokens for providers that take one (Gemini, Anthropic); where a
-    provider takes only an effort, or only a budget, the adapter maps one to the other. ``stream`` streams the call
-    (and records the time to the first token). ``extra`` goes into the provider's request body as given.
+    ``reasoning_effort`` and ``reasoning_budget`` (a thinking budget in tokens) are sent as the model takes them,
+    from the model catalogue: where a model takes only an effort, or only a budget, or only some efforts, the adapter
+    sends the nearest setting it takes and says so once in the run's notes; a model that cannot think gets neither.
+    ``reasoning_summary`` asks for summaries of the reasoning (OpenAI Responses; its organisation must be verified).
+    ``stream`` streams the call (and records the time to the first token). ``extra`` goes into the provider's request
+    body as given.
     """
 
     temperature: float | None = None
@@ -121,6 +124,7 @@ class GenerateParams(_Frozen):
     stop: tuple[str, ...] | None = None
     reasoning_effort: ReasoningEffort | None = None
     reasoning_budget: int | None = Field(default=None, ge=0)
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None

@@ -14,6 +14,9 @@
                                            judge's reasons (cached in RUN_DIR/analysis)
     delta-eval skills install DIR          copy the coding-agent skills (run, analyze) where an agent looks
     delta-eval calibrate RUN_DIR LABELS    compare a run's verdicts with human labels (CSV/Parquet: pair_id, label)
+    delta-eval models [PATTERN] [--retired] [--json]
+                                           the model catalogue: thinking controls, sampling, limits, prices and
+                                           retirement dates of every model the adapters know, with its date
     delta-eval fake-server openai|anthropic|gemini [--port P] [--latency-ms L]
                                            serve a fake provider (answering from the demo's recordings) until
                                            Ctrl-C, for a real SDK or a run to talk to
@@ -109,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("run_dir", type=Path)
     cal.add_argument("labels", type=Path, help="CSV or Parquet: pair_id and label (candidate / baseline / tie)")
 
+    models = sub.add_parser("models", parents=[common], help="list the model catalogue: capabilities and prices")
+    models.add_argument("pattern", nargs="?", help="a part of the model id, or a glob (anthropic:*opus*)")
+    models.add_argument("--retired", action="store_true", help="list retired models too")
+    models.add_argument("--json", action="store_true", help="print JSON")
+
     fake = sub.add_parser("fake-server", parents=[common], help="serve a fake provider on 127.0.0.1 until Ctrl-C")
     fake.add_argument("provider", choices=["openai", "anthropic", "gemini"])
     fake.add_argument("--port", type=int, default=0, help="port (default: any free one, printed)")
@@ -156,6 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from delta_eval.analysis.calibration import calibrate
 
             print(calibrate(open_result(args.run_dir), args.labels))
+            return 0
+        if args.command == "models":
+            from delta_eval.catalog.listing import models_json, models_text
+
+            show = models_json if args.json else models_text
+            print(show(args.pattern, retired=args.retired))
             return 0
         if args.command == "fake-server":
             return _serve_fake(args.provider, args.port, args.latency_ms)

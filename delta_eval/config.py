@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.catalog import ModelOverride
 from delta_eval.exceptions import ConfigError
 from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
@@ -65,7 +66,10 @@ class RunConfig(BaseModel):
       :mod:`delta_eval.stopping`); the manifest says when and why.
     - ``concurrency``: pairs being replayed at once, each side on its own (so up to twice as many model calls in
       flight); ``judge_concurrency``: pairs being judged at once. Each model is further held to its own ``limits``.
-    - ``prices``: per-model prices overriding the built-in table.
+    - ``prices``: per-model prices overriding the model catalogue's list prices.
+    - ``models``: per-model corrections of the model catalogue (what a model takes: reasoning efforts, a thinking
+      budget's range, sampling parameters, ...; its price), keyed by model id; see
+      :class:`~delta_eval.catalog.ModelOverride`. ``delta-eval models`` lists what the catalogue says.
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
     - ``overwrite``: start afresh in an ``out`` that holds a run of another configuration (only the library's files
@@ -100,11 +104,17 @@ class RunConfig(BaseModel):
     seed: int = 0
     retry: RetryPolicy = RetryPolicy()
     prices: dict[str, Price] = Field(default_factory=dict)
+    models: dict[str, ModelOverride] = Field(default_factory=dict)
     cache: Path | None = None
     flush_every: int = Field(default=50, ge=1)
     description: str | None = None
     noise_floor: Path | None = None
     decision: DecisionRule = DecisionRule()
+
+    @property
+    def all_prices(self) -> dict[str, Price]:
+        """The run's price overrides: ``prices``, and the prices given in ``models`` (``prices`` wins)."""
+        return {**{m: o.price for m, o in self.models.items() if o.price is not None}, **self.prices}
 
     def model_post_init(self, __context: Any) -> None:
         # Name the sides so that rows say which is which even when both run the same model.

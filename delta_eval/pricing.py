@@ -1,11 +1,12 @@
 """Prices per model, and the cost of a call from its normalised usage.
 
 Prices are US dollars per million tokens: ``input`` for uncached prompt tokens, ``cached_input`` for tokens read
-from the provider's prompt cache, ``cache_write`` for tokens written to it, ``output`` for generated tokens
-(reasoning included). The built-in table holds list prices as published by the
-providers at the date in :data:`PRICES_AS_OF`; pass ``prices=`` to a run to override or extend it (a run's own
-table wins). A model with no known price has cost ``None``, never a made-up zero, and so has any total that includes it
-(:func:`total_cost`, :class:`Spend`): a partly priced set of calls has an unknown cost, not a partial sum.
+from the provider's prompt cache, ``cache_write`` for tokens written to it, ``output`` for generated tokens and
+``reasoning`` for the reasoning part of them where a provider prices it apart. List prices come from the model
+catalogue (:mod:`delta_eval.catalog`, a snapshot dated :data:`PRICES_AS_OF`); pass ``prices=`` to a run to override
+or extend them (a run's own table wins). A model with no known price has cost ``None``, never a made-up zero, and so
+has any total that includes it (:func:`total_cost`, :class:`Spend`): a partly priced set of calls has an unknown
+cost, not a partial sum.
 
 Example:
     >>> from delta_eval.schema import Usage
@@ -16,71 +17,22 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from delta_eval.catalog import CATALOG_AS_OF, Price, model_info
 from delta_eval.schema import Usage
 
-__all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
+__all__ = ["PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
 
-#: When the built-in list prices were read off the providers' pricing pages (openai.com/api/pricing,
-#: anthropic.com/pricing, ai.google.dev/gemini-api/docs/pricing). Prices change: pass ``prices=`` for today's.
-PRICES_AS_OF = "2025-10"
-
-
-class Price(BaseModel):
-    """USD per million tokens. ``cached_input`` and ``cache_write`` default to ``input`` when a provider prices
-    prompt-cache reads or writes no differently."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
-
-
-# Standard (not batch, not priority) rates; Anthropic's cache writes are its 5-minute writes; Gemini's are the rates
-# for prompts up to 200k tokens (its longer prompts cost more and are not modelled: override them if you use them).
-DEFAULT_PRICES: dict[str, Price] = {
-    # The simulated model costs nothing: it runs in this process.
-    "simulated:*": Price(input=0.0, output=0.0),
-    "openai:gpt-5": Price(input=1.25, cached_input=0.125, output=10.0),
-    "openai:gpt-5-mini": Price(input=0.25, cached_input=0.025, output=2.0),
-    "openai:gpt-5-nano": Price(input=0.05, cached_input=0.005, output=0.4),
-    "openai:gpt-4.1": Price(input=2.0, cached_input=0.5, output=8.0),
-    "openai:gpt-4.1-mini": Price(input=0.4, cached_input=0.1, output=1.6),
-    "openai:gpt-4.1-nano": Price(input=0.1, cached_input=0.025, output=0.4),
-    "openai:gpt-4o": Price(input=2.5, cached_input=1.25, output=10.0),
-    "openai:gpt-4o-mini": Price(input=0.15, cached_input=0.075, output=0.6),
-    "openai:o3": Price(input=2.0, cached_input=0.5, output=8.0),
-    "openai:o4-mini": Price(input=1.1, cached_input=0.275, output=4.4),
-    "openai:o3-mini": Price(input=1.1, cached_input=0.55, output=4.4),
-    "anthropic:claude-opus-4-1": Price(input=15.0, cached_input=1.5, cache_write=18.75, output=75.0),
-    "anthropic:claude-opus-4-0": Price(input=15.0, cached_input=1.5, cache_write=18.75, output=75.0),
-    "anthropic:claude-sonnet-4-5": Price(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0),
-    "anthropic:claude-sonnet-4-0": Price(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0),
-    "anthropic:claude-haiku-4-5": Price(input=1.0, cached_input=0.1, cache_write=1.25, output=5.0),
-    "anthropic:claude-3-5-haiku-latest": Price(input=0.8, cached_input=0.08, cache_write=1.0, output=4.0),
-    "gemini:gemini-2.5-pro": Price(input=1.25, cached_input=0.31, output=10.0),
-    "gemini:gemini-2.5-flash": Price(input=0.3, cached_input=0.075, output=2.5),
-    "gemini:gemini-2.5-flash-lite": Price(input=0.1, cached_input=0.025, output=0.4),
-    "gemini:gemini-2.0-flash": Price(input=0.1, cached_input=0.025, output=0.4),
-}
-
-#: Prefixes priced as another's models: the Responses API bills OpenAI's models at OpenAI's prices.
-_PRICED_AS = {"openai-responses": "openai"}
-#: A dated or numbered snapshot (``-2025-04-14``, ``-20250929``, ``-001``) costs what its model costs.
-_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{3})$")
+#: The date of the catalogue the list prices come from. Prices change: pass ``prices=`` for today's.
+PRICES_AS_OF = CATALOG_AS_OF
 
 
 def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
-    """The price of ``model``, the run's ``overrides`` first: an exact entry, else the entry of the model a dated
-    snapshot belongs to, else a ``"prefix:*"`` entry. Azure deployments have names of their own: price them with
-    ``prices=``.
+    """The price of ``model``: the run's ``overrides`` first (an exact entry, else a ``"prefix:*"`` entry), else
+    the catalogue's (a dated snapshot costs what its model costs; Azure deployments, Bedrock and Vertex ids are read
+    as the model they serve, see :func:`~delta_eval.catalog.model_info`).
 
     Example:
         >>> price_for("anthropic:claude-sonnet-4-5-20250929").output, price_for("openai-responses:o3").input
@@ -88,18 +40,13 @@ def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price
         >>> price_for("azure:my-deployment") is None
         True
     """
-    prefix, _, name = model.partition(":")
-    candidates = [model]
-    if prefix in _PRICED_AS:
-        candidates.append(f"{_PRICED_AS[prefix]}:{name}")
-    candidates += [_SNAPSHOT.sub("", c) for c in candidates if _SNAPSHOT.search(c)]
-    for table in (overrides or {}, DEFAULT_PRICES):
-        for candidate in candidates:
-            if candidate in table:
-                return table[candidate]
-        if f"{prefix}:*" in table:
-            return table[f"{prefix}:*"]
-    return None
+    overrides = overrides or {}
+    prefix = model.partition(":")[0]
+    if model in overrides:
+        return overrides[model]
+    if f"{prefix}:*" in overrides:
+        return overrides[f"{prefix}:*"]
+    return model_info(model).price
 
 
 def cost(usage: Usage, price: Price | None) -> float | None:
@@ -114,12 +61,15 @@ def cost(usage: Usage, price: Price | None) -> float | None:
         return None
     read_rate = price.cached_input if price.cached_input is not None else price.input
     write_rate = price.cache_write if price.cache_write is not None else price.input
+    reasoning_rate = price.reasoning if price.reasoning is not None else price.output
     uncached = max(0, usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens)
+    reasoning = min(usage.reasoning_tokens, usage.output_tokens)
     dollars = (
         uncached * price.input
         + usage.cached_input_tokens * read_rate
         + usage.cache_write_tokens * write_rate
-        + usage.output_tokens * price.output
+        + (usage.output_tokens - reasoning) * price.output
+        + reasoning * reasoning_rate
     )
     return dollars / 1e6
 

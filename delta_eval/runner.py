@@ -119,7 +119,7 @@ async def execute(
     # provider options stop the run here, with the folder untouched.
     simulated = any(split_model_id(v.model)[0] == "simulated" for _, v in _sides(c))
     recordings = RecordingIndex() if simulated else None
-    pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings))
+    pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings, models=c.models))
     try:
         simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
         sides: dict[Side, Replayer] = {
@@ -128,13 +128,15 @@ async def execute(
                 v,
                 simulator,
                 c.max_tool_rounds,
-                c.prices,
+                c.all_prices,
                 source.name,
                 c.judges.match,
             )
             for side, v in _sides(c)
         }
-        cascade = build_cascade(c.judges, JudgeContext(pool=pool, prices=c.prices, seed=c.seed, match=c.judges.match))
+        cascade = build_cascade(
+            c.judges, JudgeContext(pool=pool, prices=c.all_prices, seed=c.seed, match=c.judges.match)
+        )
         session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite, retry_errors=c.retry_errors)
     except BaseException:
         await pool.aclose()

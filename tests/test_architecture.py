@@ -31,6 +31,7 @@ LAYER_OF = {
             "interrupts",
             "sync",
             "memo",
+            "catalog",
         ),
         "core",
     ),
@@ -122,6 +123,17 @@ def test_imports_follow_the_flow(module: str) -> None:
         for target in MODULES[module]
         if layer(target) != mine and layer(target) not in ALLOWED[mine]
     )
+    assert wrong == []
+
+
+def test_the_fake_servers_know_nothing_of_the_catalogue_or_the_adapters_parameter_rules() -> None:
+    # The fakes refuse what each real model refuses from rules of their own: were they to read the adapters'
+    # catalogue or mapping, a wrong adapter would pass by agreeing with itself. (The simulated model they answer
+    # with is an adapter, and so reaches the catalogue; its answers never depend on it.)
+    servers = [m for m in MODULES if m.startswith("delta_eval.testing.servers")]
+    assert servers
+    forbidden = ("delta_eval.catalog", "delta_eval.adapters.thinking", "delta_eval.adapters.openai_common")
+    wrong = sorted(f"{m} -> {t}" for m in servers for t in MODULES[m] if t.startswith(forbidden))
     assert wrong == []
 
 

@@ -32,7 +32,9 @@ def test_every_provider_example_of_the_readme_builds_its_adapter(monkeypatch: py
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Use real models", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```toml\n(.+?)\n```", section, flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
+    overrides = {m: de.ModelOverride.model_validate(o) for m, o in tomllib.loads(blocks.pop())["models"].items()}
+    assert overrides["openai:gpt-6-preview"].efforts == ("low", "medium", "high")
     # each table on its own: the second block lists alternatives for one [candidate]
     tables = [t for block in blocks for t in re.split(r"\n(?=\[)", block)]
     variants = []
@@ -68,7 +70,7 @@ def test_every_judge_example_of_the_readme_builds_its_judges(monkeypatch: pytest
     exec(python, {"de": de, "config": None})
     judges = ran["judges"]
     assert isinstance(judges, de.Judges)
-    assert judges.models() == {"equivalence": ["openai:gpt-4.1-nano"], "judge": ["anthropic:claude-sonnet-4-5"]}
+    assert judges.models() == {"equivalence": ["openai:gpt-5.4-nano"], "judge": ["anthropic:claude-sonnet-4-6"]}
 
     blocks = re.findall(r"```toml\n(.+?)\n```", section, flags=re.S)
     assert len(blocks) == 3

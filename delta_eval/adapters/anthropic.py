@@ -8,15 +8,20 @@ exactly as they arrived, in its :class:`~delta_eval.schema.ReasoningState`, and 
 same model (and dropped for any other).
 
 Rules said once per run instead of a 400 on every call: ``max_tokens`` is required (a default is sent when a
-variant gives none) and must exceed a thinking budget; the current API version takes no ``temperature``,
-``top_p`` or ``seed``; with thinking on, only ``auto`` or ``none`` tool choice is allowed.
+variant gives none) and must exceed a thinking budget; reasoning parameters become what the model generation takes
+(from the model catalogue: a ``budget_tokens`` for Claude 4.5 and older, adaptive thinking with an ``effort`` for
+Opus 4.7 / Sonnet 5 and later, either for 4.6); ``temperature`` and ``top_p`` are sent only under an API version
+that takes them (not 2026-10-21, the current SDK's), to models that take them, never with thinking on, and not both
+at once; there is no ``seed``; with thinking on, only ``auto`` or
+``none`` tool choice is allowed.
 
 Usage is normalised: Anthropic's ``input_tokens`` counts only uncached input, so input = input + cache reads +
 cache writes, cached = cache reads, cache writes kept apart (priced apart).
 
 Example (Python)::
 
-    de.Variant(model="anthropic:claude-sonnet-4-5", params={"max_tokens": 2048, "reasoning_budget": 1024})
+    de.Variant(model="anthropic:claude-sonnet-4-6", params={"max_tokens": 2048, "reasoning_budget": 1024})
+    de.Variant(model="anthropic:claude-opus-4-8", params={"reasoning_effort": "high"})
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, j
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.registry import AdapterContext
+from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
 from delta_eval.exceptions import ProviderError, TransientError
 from delta_eval.schema import Message, ReasoningState, ToolCall, Usage
@@ -54,7 +60,6 @@ _STOP: dict[str, FinishReason] = {
     "tool_use": "tool_calls",
     "refusal": "content_filter",
 }
-_BUDGET_FOR_EFFORT = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768, "max": 32768}
 
 
 class AnthropicOptions(ProviderOptions):
@@ -141,20 +146,64 @@ class AnthropicAdapter(ModelAdapter):
         return {"base_url": str(self.client.base_url)}
 
     def _thinking(self, p: GenerateParams) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """The ``thinking`` setting and ``output_config`` for the reasoning parameters."""
-        if p.reasoning_budget is not None:
-            if p.reasoning_budget == 0:
-                return {"type": "disabled"}, {}
-            budget = max(1024, p.reasoning_budget)
-            if budget != p.reasoning_budget:
-                self.note(f"reasoning_budget={p.reasoning_budget} raised to 1024, Anthropic's minimum")
-            return {"type": "enabled", "budget_tokens": budget}, {}
-        if p.reasoning_effort is None:
+        """The ``thinking`` setting and ``output_config`` for the reasoning parameters, as this model takes them:
+        adaptive thinking with an effort (Opus 4.6 and later), a token budget (``enabled``; Claude 4.5 and older,
+        and 4.6 still), or nothing for a model that does not think."""
+        info = self.info
+        wanted_budget = p.reasoning_budget
+        effort = p.reasoning_effort
+        if wanted_budget is None and effort is None:
             return None, {}
-        if p.reasoning_effort in ("none",):
-            return {"type": "disabled"}, {}
-        effort = "low" if p.reasoning_effort == "minimal" else p.reasoning_effort
-        return {"type": "adaptive"}, {"effort": effort}
+        if wanted_budget == 0 or (wanted_budget is None and effort == "none"):
+            if not info.reasoning:
+                return None, {}
+            if info.thinking_off:
+                return {"type": "disabled"}, {}
+            self.note(f"thinking stays on: {info.model} cannot turn it off")
+            effort, wanted_budget = (info.efforts[0] if info.efforts else None), None
+            if effort is None:
+                return None, {}
+        if not info.reasoning:
+            self.note(f"reasoning parameters dropped: {refused(info, 'thinking configuration')}")
+            return None, {}
+        if wanted_budget is not None and info.budget:
+            return {"type": "enabled", "budget_tokens": clamp_budget(wanted_budget, info, self.note)}, {}
+        if info.adaptive:
+            wanted = effort if effort is not None else wanted_effort(p, self.note)
+            level = resolve_effort(wanted, info, self.note) if wanted is not None and info.efforts else None
+            return {"type": "adaptive"}, ({"effort": level} if level is not None else {})
+        if info.budget:
+            budget = budget_for_effort(effort or "medium")
+            self.note(f"reasoning effort {effort!r} sent as a thinking budget of {budget} tokens ({info.model} "
+                      "takes a budget, not an effort)")  # fmt: skip
+            return {"type": "enabled", "budget_tokens": clamp_budget(budget, info, self.note)}, {}
+        self.note(f"reasoning parameters dropped: {refused(info, 'thinking configuration')}")
+        return None, {}
+
+    def _sampling(self, p: GenerateParams, thinking: dict[str, Any] | None) -> dict[str, Any]:
+        """``temperature`` / ``top_p`` where the model takes them: not with thinking on, and not both at once."""
+        given = {name: getattr(p, name) for name in ("temperature", "top_p") if getattr(p, name) is not None}
+        if p.seed is not None:
+            self.note("seed dropped: Anthropic takes none")
+        if not given:
+            return {}
+        thinks = thinking is not None and thinking.get("type") != "disabled"
+        version = str(self.client.default_headers.get("anthropic-version", ""))
+        if version >= "2026-10-21":
+            # The API version the SDK speaks refuses them on every model, even at their defaults.
+            self.note(f"{', '.join(given)} dropped: Anthropic's API version {version} takes no sampling parameters")
+            return {}
+        if not self.info.sampling:
+            self.note(f"{', '.join(given)} dropped: {refused(self.info, 'sampling parameters (temperature, top_p)')}")
+            return {}
+        if thinks:
+            self.note(f"{', '.join(given)} dropped: Anthropic takes no sampling parameters with thinking on")
+            return {}
+        if len(given) == 2:
+            # Claude 4.5 and later take one of the two; temperature is the one a variant usually means.
+            self.note("top_p dropped: Anthropic takes temperature or top_p, not both")
+            del given["top_p"]
+        return given
 
     def encode(self, request: ModelRequest) -> dict[str, Any]:
         """The request body of ``POST /v1/messages`` for ``request`` (``params.extra`` merged in)."""
@@ -181,9 +230,7 @@ class AnthropicAdapter(ModelAdapter):
             kwargs["tool_choice"] = choice
         if thinking is not None:
             kwargs["thinking"] = thinking
-        for name in ("temperature", "top_p", "seed"):
-            if getattr(p, name) is not None:
-                self.note(f"{name} dropped: Anthropic's current API takes none")
+        kwargs.update(self._sampling(p, thinking))
         if p.stop:
             kwargs["stop_sequences"] = list(p.stop)
         if p.response_format is not None and p.response_format.type == "json_schema":

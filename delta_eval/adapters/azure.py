@@ -44,6 +44,8 @@ class AzureOptions(OpenAIOptions):
     - ``api_version``: the classic API's version (default: ``OPENAI_API_VERSION``);
     - ``v1``: use the v1 API instead (no api version);
     - ``deployment``: the deployment, when it differs from the model id's name;
+    - ``base_model``: the OpenAI model the deployment serves (``gpt-4.1-mini``), which decides the parameters it
+      takes (from the model catalogue); default: the deployment's name, read as a model name;
     - ``ad_token_env``: a variable holding an Entra ID token, used instead of a key.
     """
 
@@ -51,6 +53,7 @@ class AzureOptions(OpenAIOptions):
     api_version: str | None = None
     v1: bool = False
     deployment: str | None = None
+    base_model: str | None = None
     ad_token_env: str | None = None
 
 
@@ -120,6 +123,11 @@ class AzureChatAdapter(ChatCompletionsAdapter):
         assert isinstance(self.options, AzureOptions)
         return _identity(self.options, self.wire_model)
 
+    def catalogue_hints(self) -> dict[str, Any]:
+        """The deployment is looked up as the model it serves."""
+        assert isinstance(self.options, AzureOptions)
+        return {"base_model": self.options.base_model or self.wire_model}
+
 
 class AzureResponsesAdapter(ResponsesAdapter):
     """An Azure OpenAI deployment through the Responses API."""
@@ -130,6 +138,11 @@ class AzureResponsesAdapter(ResponsesAdapter):
         """The endpoint, deployment and API version (a key never is)."""
         assert isinstance(self.options, AzureOptions)
         return _identity(self.options, self.wire_model)
+
+    def catalogue_hints(self) -> dict[str, Any]:
+        """The deployment is looked up as the model it serves."""
+        assert isinstance(self.options, AzureOptions)
+        return {"base_model": self.options.base_model or self.wire_model}
 
 
 def create_chat(model: str, options: Mapping[str, Any], context: AdapterContext) -> ChatCompletionsAdapter:

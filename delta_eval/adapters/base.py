@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 import pydantic_core
 
 from delta_eval.calls import ModelRequest, ModelResponse
+from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, ModelOverride, catalog_key, model_info
 
 __all__ = ["JSON_HEADERS", "ClientShards", "ModelAdapter", "json_body", "tls_context"]
 
@@ -103,6 +104,28 @@ class ModelAdapter(ABC):
     def __init__(self, model: str) -> None:
         self.model = model
         self.notes: list[str] = []
+        #: What the catalogue says this model takes (see :meth:`use_catalogue`); the adapter sends nothing else.
+        self.info: ModelInfo = model_info(model)
+
+    def catalogue_hints(self) -> dict[str, Any]:
+        """How to look this model up in the catalogue: ``base_model`` (the model an Azure deployment serves),
+        ``permissive`` (a server other than the provider's, ``base_url`` set: a self-hosted model or a gateway's
+        alias the catalogue cannot know is sent every parameter as given)."""
+        return {"permissive": getattr(getattr(self, "options", None), "base_url", None) is not None}
+
+    def use_catalogue(self, overrides: Mapping[str, ModelOverride]) -> ModelInfo:
+        """Look the model up again with the run's ``overrides``, and say once when it is unknown or retired."""
+        hints = self.catalogue_hints()
+        self.info = model_info(self.model, overrides, **hints)
+        if not self.info.known and not hints.get("permissive") and catalog_key(self.model) is not None:
+            self.note(
+                f"{self.model} is not in the model catalogue of {CATALOG_AS_OF}: sampling, stop, parallel_tool_calls "
+                "and reasoning parameters are not sent, and its cost is unknown; describe it under `models` in the "
+                "run's configuration (or update delta-eval) to send them"
+            )
+        if self.info.retired():
+            self.note(f"{self.model} was retired by its provider on {self.info.deprecation_date}: calls may fail")
+        return self.info
 
     def note(self, text: str) -> None:
         """Say something a user should know about this model's calls once per run (a parameter the model does not

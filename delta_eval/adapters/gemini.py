@@ -35,6 +35,7 @@ from delta_eval.adapters.errors import connection_error, is_transport_error, sta
 from delta_eval.adapters.gemini_schema import sanitize
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.registry import AdapterContext
+from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
 from delta_eval.exceptions import BadRequestError, ConfigError, ContentFilterError, ProviderError, TransientError
 from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
@@ -57,10 +58,11 @@ _LEVELS = {"minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH
 class GeminiOptions(ProviderOptions):
     """Options of ``gemini:`` models (and those of :class:`~delta_eval.adapters.options.ProviderOptions`).
 
-    ``api_version`` is the path's version (the SDK's default, ``v1``, when unset).
+    ``api_version`` is the path's version: ``v1beta`` by default, the version Gemini documents system instructions,
+    tools and thinking configuration on (its ``v1`` refuses them).
     """
 
-    api_version: str | None = None
+    api_version: str = "v1beta"
 
 
 def _output(content: str | None) -> Any:
@@ -166,15 +168,34 @@ class GeminiAdapter(ModelAdapter):
         return self._tools[key]
 
     def _thinking(self, p: GenerateParams) -> dict[str, Any] | None:
-        if p.reasoning_budget is not None:
-            return {"thinking_budget": p.reasoning_budget, "include_thoughts": p.reasoning_budget != 0}
-        if p.reasoning_effort is None:
+        """The ``thinking_config`` as this model generation takes it (from the model catalogue): a
+        ``thinking_level`` for Gemini 3 and later, a ``thinking_budget`` within the model's range for 2.5, nothing
+        for models that do not think (2.0 refuses any thinking configuration)."""
+        info = self.info
+        if p.reasoning_budget is None and p.reasoning_effort is None:
             return None
-        if p.reasoning_effort == "none":
-            return {"thinking_budget": 0}
-        if p.reasoning_effort == "max":
-            self.note("reasoning_effort 'max' sent as Gemini's highest thinking level, XHIGH")
-        return {"thinking_level": _LEVELS[p.reasoning_effort], "include_thoughts": True}
+        if not info.reasoning:
+            if p.reasoning_budget != 0 and p.reasoning_effort != "none":
+                self.note(f"reasoning parameters dropped: {refused(info, 'thinking configuration')}")
+            return None
+        if info.efforts:  # a thinking level; Gemini 3 cannot turn thinking off
+            wanted = wanted_effort(p, self.note)
+            level = resolve_effort(wanted, info, self.note) if wanted is not None else None
+            return {"thinking_level": _LEVELS[level], "include_thoughts": True} if level is not None else None
+        if not info.budget:
+            self.note(f"reasoning parameters dropped: {refused(info, 'thinking configuration')}")
+            return None
+        budget = p.reasoning_budget
+        if budget is None:
+            budget = budget_for_effort(p.reasoning_effort or "medium")
+            self.note(f"reasoning effort {p.reasoning_effort!r} sent as a thinking budget of {budget} tokens "
+                      f"({info.model} takes a budget, not a level)")  # fmt: skip
+        if budget == 0 and not info.thinking_off:
+            self.note(f"thinking stays on at the smallest budget: {info.model} cannot turn it off")
+            budget = info.budget_min or 1
+        if budget != 0:
+            budget = clamp_budget(budget, info, self.note)
+        return {"thinking_budget": budget, "include_thoughts": budget != 0}
 
     def encode(self, request: ModelRequest) -> tuple[list[dict[str, Any]], types.GenerateContentConfig]:
         """The ``contents`` and ``config`` of ``models.generate_content`` for ``request``."""
@@ -194,9 +215,13 @@ class GeminiAdapter(ModelAdapter):
             config["tool_config"] = {"function_calling_config": calling}
         if p.parallel_tool_calls is False:
             self.note("parallel_tool_calls=false dropped: Gemini has no switch for it")
-        for name, field in (("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
-            if getattr(p, name) is not None:
-                config[field] = getattr(p, name)
+        for name in ("temperature", "top_p"):
+            if getattr(p, name) is not None and self.info.sampling:
+                config[name] = getattr(p, name)
+            elif getattr(p, name) is not None:
+                self.note(f"{name} dropped: {refused(self.info, 'sampling parameters (temperature, top_p)')}")
+        if p.seed is not None:
+            config["seed"] = p.seed
         if p.max_tokens is not None:
             config["max_output_tokens"] = p.max_tokens
         if p.stop:
@@ -326,8 +351,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> G
     http: dict[str, Any] = {"timeout": int(opts.timeout * 1000), "async_client_args": {"verify": tls_context()}}
     if opts.base_url:
         http["base_url"] = opts.base_url
-    if opts.api_version:
-        http["api_version"] = opts.api_version
+    http["api_version"] = opts.api_version
     if opts.headers:
         http["headers"] = opts.header_values()
     options_ = types.HttpOptions.model_validate(http)

@@ -25,9 +25,16 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
-from delta_eval.adapters.openai_common import REQUEST_OPTIONS, OpenAIOptions, make_client, map_openai_error, sampling
+from delta_eval.adapters.openai_common import (
+    REQUEST_OPTIONS,
+    OpenAIOptions,
+    make_client,
+    map_openai_error,
+    sampling,
+)
 from delta_eval.adapters.options import parse_options
 from delta_eval.adapters.registry import AdapterContext
+from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
 from delta_eval.exceptions import TransientError
 from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
@@ -129,8 +136,15 @@ class ChatCompletionsAdapter(ModelAdapter):
         self.clients = clients
         self.client = clients.first
         self.wire_model = wire_model
-        default_field = "max_completion_tokens" if options.base_url is None else "max_tokens"
-        self._budget_field = options.max_tokens_field or default_field
+
+    @property
+    def budget_field(self) -> str:
+        """How the output budget is sent: ``max_completion_tokens`` to OpenAI and to reasoning models (which refuse
+        ``max_tokens``), ``max_tokens`` to other servers, which mostly still speak it."""
+        if self.options.max_tokens_field is not None:
+            return self.options.max_tokens_field
+        openai_model = self.options.base_url is None or (self.info.known and self.info.reasoning)
+        return "max_completion_tokens" if openai_model else "max_tokens"
 
     def cache_identity(self) -> dict[str, Any]:
         """The endpoint answering (a key never is)."""
@@ -142,15 +156,19 @@ class ChatCompletionsAdapter(ModelAdapter):
         kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages)}
         if request.tools:
             kwargs["tools"] = encode_tools(request.tools)
-            if p.parallel_tool_calls is not None:
+            if p.parallel_tool_calls is not None and self.info.parallel_tool_calls:
                 kwargs["parallel_tool_calls"] = p.parallel_tool_calls
+            elif p.parallel_tool_calls is not None:
+                self.note(f"parallel_tool_calls dropped: {refused(self.info, 'parallel_tool_calls switch')}")
         if p.tool_choice is not None:
             kwargs["tool_choice"] = encode_tool_choice(p.tool_choice)
-        kwargs.update(sampling(p, self.wire_model, self.options, self.note, budget_field=self._budget_field))
+        kwargs.update(sampling(p, self.info, self.note, budget_field=self.budget_field))
         if p.seed is not None:
             kwargs["seed"] = p.seed
-        if p.stop:
+        if p.stop and self.info.stop:
             kwargs["stop"] = list(p.stop)
+        elif p.stop:
+            self.note(f"stop sequences dropped: {refused(self.info, 'stop sequences')}")
         if p.response_format is not None:
             kwargs["response_format"] = encode_response_format(p.response_format)
         kwargs.update(p.extra)

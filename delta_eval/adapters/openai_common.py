@@ -1,14 +1,15 @@
 """What the OpenAI-family adapters share (Chat Completions, Responses, Azure, OpenAI-compatible servers): options,
-the ``openai`` client with its own retries off, error mapping, and the rules of reasoning models.
+the ``openai`` client with its own retries off, error mapping, and the per-model parameter rules.
 
-Reasoning models (o-series, gpt-5 except its chat variants) take ``max_completion_tokens`` and refuse sampling
-parameters other than their defaults; a variant that sets ``temperature`` or ``top_p`` for one gets them dropped,
-with a note in the run's manifest, instead of a 400 on every call. ``reasoning_model`` overrides the guess by name.
+Which parameters a model takes comes from the model catalogue (:mod:`delta_eval.catalog`), never from its name:
+reasoning models take ``max_completion_tokens``, an effort from their own list, and refuse ``temperature``,
+``top_p`` and ``stop``; a parameter a model does not take is dropped with a note in the run's manifest instead of
+a 400 on every call. On a self-hosted server (``base_url`` set) a model the catalogue does not know is sent every
+parameter as given.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 import openai
@@ -17,14 +18,14 @@ from openai._types import RequestOptions
 from delta_eval.adapters.base import JSON_HEADERS, tls_context
 from delta_eval.adapters.errors import connection_error, status_error
 from delta_eval.adapters.options import ProviderOptions
-from delta_eval.calls import GenerateParams, ReasoningEffort
+from delta_eval.adapters.thinking import refused, resolve_effort, wanted_effort
+from delta_eval.calls import GenerateParams
+from delta_eval.catalog import ModelInfo
 from delta_eval.exceptions import ProviderError, TransientError
 
 __all__ = [
     "REQUEST_OPTIONS",
     "OpenAIOptions",
-    "effort_for_budget",
-    "is_reasoning_model",
     "make_client",
     "map_openai_error",
 ]
@@ -35,35 +36,19 @@ __all__ = [
 #: request, authentication, Azure's routing, errors and the typed response are the SDK's either way.
 REQUEST_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}, "headers": JSON_HEADERS}
 
-_REASONING = re.compile(r"^(o\d+|gpt-5(?!.*chat))", re.I)
-
 
 class OpenAIOptions(ProviderOptions):
     """Options of ``openai:`` and ``openai-responses:`` models (and those of
     :class:`~delta_eval.adapters.options.ProviderOptions`).
 
     - ``organization``, ``project``: sent as OpenAI's headers;
-    - ``reasoning_model``: whether the model is a reasoning model (default: guessed from its name);
     - ``max_tokens_field``: how the output budget is sent; ``max_completion_tokens`` for OpenAI and Azure,
       ``max_tokens`` by default for other servers (``base_url`` set), which mostly still speak it.
     """
 
     organization: str | None = None
     project: str | None = None
-    reasoning_model: bool | None = None
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] | None = None
-
-
-def is_reasoning_model(name: str, options: OpenAIOptions) -> bool:
-    """Whether ``name`` is a reasoning model (o-series, gpt-5), unless the options say otherwise."""
-    return options.reasoning_model if options.reasoning_model is not None else bool(_REASONING.match(name))
-
-
-def effort_for_budget(budget: int) -> ReasoningEffort:
-    """The reasoning effort closest to a thinking budget in tokens, for providers that take only an effort."""
-    if budget == 0:
-        return "minimal"
-    return "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
 
 
 def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI_API_KEY") -> openai.AsyncOpenAI:
@@ -82,29 +67,24 @@ def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI
     )
 
 
-def sampling(
-    params: GenerateParams, name: str, options: OpenAIOptions, note: Any, *, budget_field: str
-) -> dict[str, Any]:
-    """The sampling and length parameters every OpenAI endpoint shares, with the reasoning-model rules applied.
+def sampling(params: GenerateParams, info: ModelInfo, note: Any, *, budget_field: str) -> dict[str, Any]:
+    """The sampling, length and effort parameters every OpenAI endpoint shares, as far as the model takes them.
 
     ``budget_field`` is how the endpoint names the output budget; ``note`` says a dropped parameter once.
     """
     out: dict[str, Any] = {}
-    reasoning = is_reasoning_model(name, options)
     for field in ("temperature", "top_p"):
         value = getattr(params, field)
         if value is None:
             continue
-        if reasoning and value != 1:
-            note(f"{field}={value} dropped: reasoning models take only their default")
+        if not info.sampling:
+            note(f"{field}={value} dropped: {refused(info, 'sampling parameters (temperature, top_p)')}")
             continue
         out[field] = value
     if params.max_tokens is not None:
         out[budget_field] = params.max_tokens
-    effort = params.reasoning_effort
-    if effort is None and params.reasoning_budget is not None:
-        effort = effort_for_budget(params.reasoning_budget)
-        note(f"reasoning_budget={params.reasoning_budget} sent as reasoning effort {effort!r} (OpenAI takes no budget)")
+    wanted = wanted_effort(params, note)
+    effort = resolve_effort(wanted, info, note) if wanted is not None else None
     if effort is not None:
         out["reasoning_effort"] = effort
     return out

@@ -30,13 +30,13 @@ from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.openai_common import (
     REQUEST_OPTIONS,
     OpenAIOptions,
-    is_reasoning_model,
     make_client,
     map_openai_error,
     sampling,
 )
 from delta_eval.adapters.options import parse_options
 from delta_eval.adapters.registry import AdapterContext
+from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
 from delta_eval.exceptions import BadRequestError, TransientError
 from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
@@ -155,16 +155,25 @@ class ResponsesAdapter(ModelAdapter):
             kwargs["instructions"] = instructions
         if request.tools:
             kwargs["tools"] = encode_tools(request.tools)
-            if p.parallel_tool_calls is not None:
+            if p.parallel_tool_calls is not None and self.info.parallel_tool_calls:
                 kwargs["parallel_tool_calls"] = p.parallel_tool_calls
+            elif p.parallel_tool_calls is not None:
+                self.note(f"parallel_tool_calls dropped: {refused(self.info, 'parallel_tool_calls switch')}")
         if p.tool_choice is not None:
             kwargs["tool_choice"] = encode_tool_choice(p.tool_choice)
-        shared = sampling(p, self.wire_model, self.options, self.note, budget_field="max_output_tokens")
+        shared = sampling(p, self.info, self.note, budget_field="max_output_tokens")
         effort = shared.pop("reasoning_effort", None)
         kwargs.update(shared)
-        if effort is not None or is_reasoning_model(self.wire_model, self.options):
-            # Summaries are what a reviewer reads; the encrypted content is what a later round needs back.
-            kwargs["reasoning"] = {"summary": "auto", **({"effort": effort} if effort is not None else {})}
+        reasoning: dict[str, Any] = {"effort": effort} if effort is not None else {}
+        if p.reasoning_summary is not None and self.info.reasoning:
+            # Opt-in: OpenAI refuses summaries to organisations it has not verified.
+            reasoning["summary"] = p.reasoning_summary
+        elif p.reasoning_summary is not None:
+            self.note(f"reasoning_summary dropped: {refused(self.info, 'reasoning summaries')}")
+        if reasoning:
+            kwargs["reasoning"] = reasoning
+        if self.info.reasoning:
+            # The encrypted reasoning is what a later round of the same turn needs back (nothing is stored).
             kwargs["include"] = ["reasoning.encrypted_content"]
         if p.seed is not None:
             self.note(f"seed={p.seed} dropped: the Responses API takes no seed")
@@ -205,7 +214,16 @@ class ResponsesAdapter(ModelAdapter):
                 )
                 request_id = final._request_id
         except openai.OpenAIError as exc:
-            raise map_openai_error(exc, model=self.model, secrets=self.options.secrets()) from None
+            error = map_openai_error(exc, model=self.model, secrets=self.options.secrets())
+            summary = kwargs.get("reasoning", {}).get("summary")
+            if isinstance(error, BadRequestError) and summary is not None and "summar" in str(error).lower():
+                error = BadRequestError(
+                    f"the provider refused params.reasoning_summary={summary!r} (OpenAI gives reasoning summaries only "
+                    f"to verified organisations): unset reasoning_summary or verify the organisation. {error}",
+                    model=self.model,
+                    status=error.status,
+                )
+            raise error from None
         except Exception as exc:
             if not is_transport_error(exc):
                 raise

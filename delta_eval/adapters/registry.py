@@ -15,13 +15,14 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
 from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.calls import split_model_id
+from delta_eval.catalog import ModelOverride
 from delta_eval.exceptions import ConfigError
 
 __all__ = [
@@ -41,10 +42,12 @@ class AdapterContext:
     """What a run offers adapters besides their options.
 
     ``recordings`` is the index of recorded conversations that the ``simulated:`` model answers from; a run builds
-    it only when a side uses a ``simulated:`` model, and real providers ignore it.
+    it only when a side uses a ``simulated:`` model, and real providers ignore it. ``models`` are the run's
+    corrections of the model catalogue (see :class:`~delta_eval.catalog.ModelOverride`).
     """
 
     recordings: RecordingIndex | None = None
+    models: Mapping[str, ModelOverride] = field(default_factory=dict)
 
 
 AdapterFactory = Callable[[str, Mapping[str, Any], AdapterContext], ModelAdapter]
@@ -166,4 +169,7 @@ def create_adapter(
     check_available(model)
     factory = _factory(split_model_id(model)[0])
     assert factory is not None  # check_available knows the prefix
-    return factory(model, dict(options or {}), context or AdapterContext())
+    context = context or AdapterContext()
+    adapter = factory(model, dict(options or {}), context)
+    adapter.use_catalogue(context.models)
+    return adapter

@@ -20,7 +20,7 @@ from tests.adapters.support import ASK, CALL, FAST, TOOL_ROUND, call, request
 from tests.adapters.test_openai_chat import weather_model
 
 KEY = "sk-ant-test-not-a-real-key"
-MODEL = "anthropic:claude-sonnet-4-5"
+MODEL = "anthropic:claude-sonnet-4-6"  # takes both a thinking budget and adaptive thinking
 
 
 def options(server: FakeAnthropicServer, **more: object) -> dict[str, object]:
@@ -99,8 +99,8 @@ def test_rules_of_the_current_api_are_applied_and_said_once() -> None:
     adapter.encode(request(MODEL, tool_choice="required", reasoning_effort="high"))  # type: ignore[attr-defined]
     assert adapter.notes == [
         "max_tokens raised to 10192: it must exceed the thinking budget of 2000",
-        "temperature dropped: Anthropic's current API takes none",
-        "seed dropped: Anthropic's current API takes none",
+        "seed dropped: Anthropic takes none",
+        "temperature dropped: Anthropic's API version 2026-10-21 takes no sampling parameters",
         "max_tokens not set; Anthropic requires one: 8192 sent",
         "tool_choice 'required' dropped: with thinking on, Anthropic allows only auto or none",
     ]

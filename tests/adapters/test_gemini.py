@@ -21,7 +21,7 @@ from delta_eval.testing.servers.http import JSONReply, StreamReply
 from tests.adapters.support import ASK, FAST, call, request
 
 KEY = "gemini-test-not-a-real-key"
-MODEL = "gemini:gemini-2.5-flash"
+MODEL = "gemini:gemini-3.5-flash"
 GCALL = ToolCall(id="gemini_0_get_weather", name="get_weather", arguments='{"city": "Paris"}')
 ROUND = (
     *ASK,
@@ -48,7 +48,7 @@ def test_a_tool_round_as_function_call_and_response_parts() -> None:
     assert (first.response.finish_reason, first.response.provider_finish_reason) == ("tool_calls", "STOP")
     assert second.response.message.content == "It is 18 C."
     req = server.requests[1]
-    assert req.path == "/v1/models/gemini-2.5-flash:generateContent"
+    assert req.path == "/v1beta/models/gemini-3.5-flash:generateContent"
     assert req.headers["x-goog-api-key"] == "<redacted>"
     body = normalise(req.json())
     assert body["systemInstruction"]["parts"] == [{"text": "You are a weather bot."}]
@@ -126,7 +126,9 @@ def test_a_thinking_model_gets_its_thought_signatures_back(
         opts = options(server)
         result = de.run(
             conversations=[conv],
-            baseline=de.Variant(model=MODEL, provider_options=opts, params={"reasoning_budget": 512}),
+            # Gemini 2.5 takes a thinking budget, Gemini 3 a thinking level
+            baseline=de.Variant(model="gemini:gemini-2.5-flash-lite", provider_options=opts,
+                                params={"reasoning_budget": 512}),
             candidate=de.Variant(model=MODEL, name="streamed", provider_options=opts,
                                  params={"reasoning_effort": "low", "stream": True}),
             out=tmp_path / "run",
