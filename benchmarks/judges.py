@@ -4,7 +4,7 @@ and 2 take off the expensive judge, what each stage costs, and whether judging o
 The candidate differs from the baseline only by rewording (``--candidate reword`` of the demo). Every model sits
 behind one fake server on 127.0.0.1: the two sides, the stage-2 judge (``judge-small``) and the stage-3 judge
 (``judge``, three times slower, like a reasoning model). The judges are priced for illustration as
-``gpt-4.1-nano`` and ``claude-sonnet-4-5`` would be, so that the funnel shows what each stage would cost.
+``gpt-5.4-nano`` and ``claude-sonnet-4-6`` would be, so that the funnel shows what each stage would cost.
 
 Printed, per repeat and as medians:
 
@@ -34,8 +34,8 @@ from delta_eval.analysis.report import funnel_lines
 from delta_eval.demo import WIRES, demo_config, demo_conversations, wire_models
 from delta_eval.pricing import Price, price_for
 
-#: Judge prices for illustration: the stage-2 judge as gpt-4.1-nano, the stage-3 judge as claude-sonnet-4-5.
-ILLUSTRATIVE = {"judge-small": "openai:gpt-4.1-nano", "judge": "anthropic:claude-sonnet-4-5"}
+#: Judge prices for illustration: the stage-2 judge as gpt-5.4-nano, the stage-3 judge as claude-sonnet-4-6.
+ILLUSTRATIVE = {"judge-small": "openai:gpt-5.4-nano", "judge": "anthropic:claude-sonnet-4-6"}
 
 
 def prices(prefix: str) -> dict[str, Price]:

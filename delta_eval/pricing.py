@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from delta_eval.catalog import CATALOG_AS_OF, Price, model_info
+from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, Price, model_info
 from delta_eval.schema import Usage
 
 __all__ = ["PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
@@ -29,10 +29,13 @@ __all__ = ["PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
 PRICES_AS_OF = CATALOG_AS_OF
 
 
-def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
+def price_for(
+    model: str, overrides: Mapping[str, Price] | None = None, *, info: ModelInfo | None = None
+) -> Price | None:
     """The price of ``model``: the run's ``overrides`` first (an exact entry, else a ``"prefix:*"`` entry), else
-    the catalogue's (a dated snapshot costs what its model costs; Azure deployments, Bedrock and Vertex ids are read
-    as the model they serve, see :func:`~delta_eval.catalog.model_info`).
+    the catalogue's (a dated snapshot costs what its model costs; Bedrock and Vertex ids are read as the model they
+    serve, see :func:`~delta_eval.catalog.model_info`). ``info`` is what an adapter already looked up (an Azure
+    deployment's ``base_model``, the run's ``models`` corrections).
 
     Example:
         >>> price_for("anthropic:claude-sonnet-4-5-20250929").output, price_for("openai-responses:o3").input
@@ -46,7 +49,7 @@ def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price
         return overrides[model]
     if f"{prefix}:*" in overrides:
         return overrides[f"{prefix}:*"]
-    return model_info(model).price
+    return (info or model_info(model)).price
 
 
 def cost(usage: Usage, price: Price | None) -> float | None:

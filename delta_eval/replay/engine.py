@@ -82,7 +82,7 @@ class Replayer:
         """The replay of ``point`` on this side; failures end it with an error row, never an exception."""
         steps: list[Step] = []
         spend = Spend()
-        price = price_for(self.variant.model, self.prices)
+        price = price_for(self.variant.model, self.prices, info=self.client.adapter.info)
         ttft: float | None = None
         served: str | None = None
         request_ids: list[str] = []
