@@ -57,10 +57,11 @@ _LEVELS = {"minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH
 class GeminiOptions(ProviderOptions):
     """Options of ``gemini:`` models (and those of :class:`~delta_eval.adapters.options.ProviderOptions`).
 
-    ``api_version`` is the path's version (the SDK's default, ``v1``, when unset).
+    ``api_version`` is the path's version, ``v1beta`` by default: google-genai 3.x defaults to ``v1``, which has no
+    ``systemInstruction``, ``tools`` or ``thinkingConfig`` and answers 400 for them.
     """
 
-    api_version: str | None = None
+    api_version: str | None = "v1beta"
 
 
 def _output(content: str | None) -> Any:

@@ -48,7 +48,7 @@ def test_a_tool_round_as_function_call_and_response_parts() -> None:
     assert (first.response.finish_reason, first.response.provider_finish_reason) == ("tool_calls", "STOP")
     assert second.response.message.content == "It is 18 C."
     req = server.requests[1]
-    assert req.path == "/v1/models/gemini-2.5-flash:generateContent"
+    assert req.path == "/v1beta/models/gemini-2.5-flash:generateContent"  # v1 has no systemInstruction nor tools
     assert req.headers["x-goog-api-key"] == "<redacted>"
     body = normalise(req.json())
     assert body["systemInstruction"]["parts"] == [{"text": "You are a weather bot."}]
@@ -124,10 +124,12 @@ def test_a_thinking_model_gets_its_thought_signatures_back(
     with FakeGeminiServer(recordings=tau_conversations, behaviour=SimulatedBehaviour(reasoning_tokens=40),
                           api_key=KEY) as server:  # fmt: skip
         opts = options(server)
+        # Gemini 3 takes both a budget and a level (2.5 Flash refuses a thinking level).
+        model = "gemini:gemini-3-flash-preview"
         result = de.run(
             conversations=[conv],
-            baseline=de.Variant(model=MODEL, provider_options=opts, params={"reasoning_budget": 512}),
-            candidate=de.Variant(model=MODEL, name="streamed", provider_options=opts,
+            baseline=de.Variant(model=model, provider_options=opts, params={"reasoning_budget": 512}),
+            candidate=de.Variant(model=model, name="streamed", provider_options=opts,
                                  params={"reasoning_effort": "low", "stream": True}),
             out=tmp_path / "run",
         )  # fmt: skip
