@@ -510,7 +510,7 @@ def check_gemini(model: str, body: Mapping[str, Any]) -> Refusal | None:
             )
     if budget is not None and rule.budgets is not None and budget not in rule.budget_values:
         low, high = rule.budgets
-        if budget == 0:
+        if budget == 0 and low > 0:
             return Refusal("Budget 0 is invalid. This model only works in thinking mode.")
         if not low <= budget <= high:
             return Refusal(f"The thinking budget {budget} is invalid. Please choose a value between {low} and {high}.")
