@@ -31,7 +31,7 @@ from delta_eval.adapters.openai_common import OpenAIOptions
 from delta_eval.adapters.openai_responses import ResponsesAdapter
 from delta_eval.adapters.options import parse_options
 from delta_eval.adapters.registry import AdapterContext
-from delta_eval.calls import split_model_id
+from delta_eval.calls import ModelRequest, split_model_id
 from delta_eval.exceptions import ConfigError
 
 __all__ = ["AzureOptions", "create_chat", "create_responses", "make_azure_client"]
@@ -113,10 +113,41 @@ def _identity(options: AzureOptions, deployment: str) -> dict[str, Any]:
     }
 
 
+#: The Chat Completions fields a classic api-version declares, where it declares fewer than OpenAI's API (from
+#: Azure's published inference spec, ``stable/2024-10-21/inference.json``: no ``stream_options``, no
+#: ``reasoning_effort``). Azure answers 400 "Unrecognized request argument supplied" for anything else.
+_DECLARED_FIELDS: dict[str, frozenset[str]] = {
+    "2024-10-21": frozenset({
+        "model", "messages", "data_sources", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+        "max_tokens", "max_completion_tokens", "n", "presence_penalty", "parallel_tool_calls", "response_format",
+        "seed", "stop", "stream", "temperature", "top_p", "tools", "tool_choice", "function_call", "functions", "user",
+    }),
+}  # fmt: skip
+
+
 class AzureChatAdapter(ChatCompletionsAdapter):
-    """An Azure OpenAI deployment through Chat Completions."""
+    """An Azure OpenAI deployment through Chat Completions. Under a classic api-version that declares fewer fields
+    than OpenAI's API, the others are left out, each with a note (a streamed answer then carries no usage)."""
 
     max_concurrency = 16
+
+    def _declared(self, body: dict[str, Any]) -> dict[str, Any]:
+        assert isinstance(self.options, AzureOptions)
+        version = None if self.options.v1 else self.options.api_version or os.environ.get("OPENAI_API_VERSION")
+        declared = _DECLARED_FIELDS.get(version or "")
+        if declared is None:
+            return body
+        for key in sorted(body.keys() - declared):
+            self.note(f"{key} dropped: Azure api-version {version} does not declare it")
+        return {key: value for key, value in body.items() if key in declared}
+
+    def encode(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body, with only the fields the api-version declares."""
+        return self._declared(super().encode(request))
+
+    def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The streamed body, with only the fields the api-version declares."""
+        return self._declared(super().stream_body(body))
 
     def cache_identity(self) -> dict[str, Any]:
         """The endpoint, deployment and API version (a key never is)."""

@@ -174,6 +174,10 @@ class ChatCompletionsAdapter(ModelAdapter):
         kwargs.update(p.extra)
         return kwargs
 
+    def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body of a streamed call: ``body`` asking for a stream whose last chunk carries the usage."""
+        return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One call: streamed when ``params.stream`` is set."""
         body = self.encode(request)
@@ -219,7 +223,7 @@ class ChatCompletionsAdapter(ModelAdapter):
         served = ""
         stream = await self.clients.next().post(
             "/chat/completions",
-            content=json_body({**kwargs, "stream": True, "stream_options": {"include_usage": True}}),
+            content=json_body(self.stream_body(kwargs)),
             cast_to=ChatCompletion,
             options=REQUEST_OPTIONS,
             stream=True,

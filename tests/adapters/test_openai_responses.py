@@ -85,7 +85,9 @@ def test_reasoning_items_go_back_so_a_thinking_model_continues_its_turn(
 ) -> None:
     conv = next(c for c in tau_conversations if sum(1 for m in c.messages if m.tool_calls) >= 3)
     thinking = SimulatedBehaviour(reasoning_tokens=24)
-    with FakeOpenAIServer(recordings=tau_conversations, behaviour=thinking, api_key=KEY) as server:
+    # A verified organisation: the adapter asks for reasoning summaries, which OpenAI refuses to unverified ones.
+    with FakeOpenAIServer(recordings=tau_conversations, behaviour=thinking, api_key=KEY,
+                          verified_organization=True) as server:  # fmt: skip
         opts = options(server)
         result = de.run(
             conversations=[conv],

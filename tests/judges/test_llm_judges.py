@@ -333,7 +333,9 @@ def test_the_trace_is_the_providers_reasoning_summary_where_it_gives_one(
 ) -> None:
     from delta_eval.adapters.simulated import SimulatedBehaviour
 
-    with server_class(behaviour=SimulatedBehaviour(reasoning_tokens=50)) as server:
+    # A verified organisation: OpenAI gives reasoning summaries only to those.
+    verified: dict[str, Any] = {"verified_organization": True} if server_class is FakeOpenAIServer else {}
+    with server_class(behaviour=SimulatedBehaviour(reasoning_tokens=50), **verified) as server:
         judging = Judging()
         params = de.GenerateParams(max_tokens=4000, reasoning_budget=1024)
         judge = de.PairwiseJudge(model=f"{api}:judge", provider_options=options(server), params=params)

@@ -2,9 +2,10 @@
 
 Like the real service it answers 400, in Anthropic's error shape, to: a request without ``max_tokens``; a thinking
 budget not below ``max_tokens``; ``temperature``, ``top_p`` or ``top_k`` under API version 2026-10-21 (what the
-current SDK sends); a ``tool_use`` not answered by a ``tool_result`` at the start of the next user message; and, when
-a model thinks, a later request of the same turn whose ``thinking`` block is missing or altered. Errors of kind
-``overloaded`` are Anthropic's 529.
+current SDK sends); what the model's family refuses (:mod:`.model_rules`: a ``thinking`` type it does not take, a
+budget under 1024, ``output_config.effort``, sampling parameters on adaptive-only models); a ``tool_use`` not
+answered by a ``tool_result`` at the start of the next user message; and, when a model thinks, a later request of
+the same turn whose ``thinking`` block is missing or altered. Errors of kind ``overloaded`` are Anthropic's 529.
 
 Example:
     >>> import anthropic, anyio
@@ -26,6 +27,7 @@ from typing import Any
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
+from delta_eval.testing.servers.model_rules import check_anthropic
 from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
 
 __all__ = ["FakeAnthropicServer"]
@@ -63,7 +65,9 @@ class FakeAnthropicServer(FakeProviderServer):
             return self.error(401, "auth", "invalid x-api-key")
         return await super().handle(request)
 
-    def error(self, status: int, kind: str, message: str) -> JSONReply:
+    def error(
+        self, status: int, kind: str, message: str, *, param: str | None = None, code: str | None = None
+    ) -> JSONReply:
         types = {
             "rate_limit": "rate_limit_error",
             "server": "api_error",
@@ -85,6 +89,9 @@ class FakeAnthropicServer(FakeProviderServer):
             for field in ("temperature", "top_p", "top_k"):
                 if field in body:
                     raise WireError(f"{field}: Extra inputs are not permitted")
+        refusal = check_anthropic(route.model, body)
+        if refusal is not None:
+            raise WireError(refusal.message)
         thinking = body.get("thinking") or {}
         if thinking.get("type") == "enabled" and thinking.get("budget_tokens", 0) >= body["max_tokens"]:
             raise WireError("`max_tokens` must be greater than `thinking.budget_tokens`.")

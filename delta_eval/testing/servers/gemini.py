@@ -2,11 +2,13 @@
 
 It reads requests as the Gemini API does, including the snake_case keys ``google-genai`` leaves in objects it passes
 through whole (``thinking_budget``, ``parameters_json_schema``), but never inside function arguments, responses or
-property names. Like the real service it answers 400, in Google's error shape, to: a role other than ``user`` and
-``model``; a function call not answered by function responses in the next turn; and, when a model thinks, a later
-request whose function call of the current turn (after the user's last message) comes back without the
-``thoughtSignature`` it was given. Rate limits come with a
-``google.rpc.RetryInfo`` detail.
+property names. Like the real service it answers 400, in Google's error shape, to: ``systemInstruction``, ``tools``,
+``toolConfig``, ``thinkingConfig`` or a response schema on a ``/v1/`` path (they exist on ``/v1beta/``); a
+``thinkingConfig`` the model's family refuses (:mod:`.model_rules`: a level before Gemini 3, a budget out of range,
+budget and level together, any thinking on 2.0 Flash); a role other than ``user`` and ``model``; a function call not
+answered by function responses in the next turn; and, when a model thinks, a later request whose function call of
+the current turn (after the user's last message) comes back without the ``thoughtSignature`` it was given. Rate
+limits come with a ``google.rpc.RetryInfo`` detail.
 
 Example:
     >>> from google import genai
@@ -34,12 +36,13 @@ from typing import Any
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
+from delta_eval.testing.servers.model_rules import check_gemini, check_gemini_version
 from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
 
 __all__ = ["FakeGeminiServer"]
 
 _PATH = re.compile(
-    r"^/(?:v1|v1beta|v1alpha)/models/(?P<model>[^:/]+):(?P<method>generateContent|streamGenerateContent)$"
+    r"^/(?P<version>v1|v1beta|v1alpha)/models/(?P<model>[^:/]+):(?P<method>generateContent|streamGenerateContent)$"
 )
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
            429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
@@ -95,14 +98,16 @@ class FakeGeminiServer(FakeProviderServer):
         match = _PATH.match(request.path)
         if request.method != "POST" or match is None:
             return None
-        return Route(match.group("model"), match.group("method") == "streamGenerateContent")
+        return Route(match.group("model"), match.group("method") == "streamGenerateContent", match.group("version"))
 
     async def handle(self, request: Request) -> Reply:
         if self.api_key is not None and not request.presented("x-goog-api-key", self.api_key):
             return self.error(400, "auth", "API key not valid. Please pass a valid API key.")
         return await super().handle(request)
 
-    def error(self, status: int, kind: str, message: str) -> JSONReply:
+    def error(
+        self, status: int, kind: str, message: str, *, param: str | None = None, code: str | None = None
+    ) -> JSONReply:
         body: dict[str, Any] = {"error": {"code": status, "message": message, "status": _STATUS.get(status, "UNKNOWN")}}
         return JSONReply(body, status=status)
 
@@ -116,7 +121,12 @@ class FakeGeminiServer(FakeProviderServer):
         return reply
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
-        body = normalise(request.json() or {})
+        raw = request.json() or {}
+        refusal = check_gemini_version(route.api, raw)
+        body = normalise(raw)
+        refusal = refusal or check_gemini(route.model, body)
+        if refusal is not None:
+            raise WireError(refusal.message)
         messages: list[Message] = []
         system = body.get("systemInstruction")
         if system:
@@ -230,5 +240,9 @@ class FakeGeminiServer(FakeProviderServer):
     def encode_stream(self, answer: Answer) -> list[bytes]:
         parts = self._parts(answer)
         events = [self._response(answer, [part], finish=False) for part in parts[:-1]]
+        for event in events:
+            # Gemini puts usageMetadata on every chunk: the prompt count early, the totals on the last chunk.
+            prompt = answer.usage.input_tokens
+            event["usageMetadata"] = {"promptTokenCount": prompt, "totalTokenCount": prompt}
         events.append(self._response(answer, parts[-1:], finish=True))
         return [sse(e).replace(b"\n\n", b"\r\n\r\n") for e in events]

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -116,7 +116,7 @@ class FakeHTTPServer:
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
-    def start(self, port: int = 0) -> FakeHTTPServer:
+    def start(self, port: int = 0) -> Self:
         """Start serving on 127.0.0.1 (``port`` 0: any free port) in a thread of its own."""
         ready = threading.Event()
         failure: list[BaseException] = []
@@ -178,7 +178,7 @@ class FakeHTTPServer:
         except KeyboardInterrupt:
             pass
 
-    def __enter__(self) -> FakeHTTPServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

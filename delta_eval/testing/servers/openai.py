@@ -4,9 +4,13 @@ Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/
 ``/openai/v1/``, Azure's v1 API),
 and ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` (Azure's classic API, where the
 deployment names the model). Like the real service it rejects, with a 400 in OpenAI's error shape: an assistant
-tool call left unanswered; ``temperature`` other than 1 or ``max_tokens`` sent to a reasoning model (o-series,
-gpt-5); ``parallel_tool_calls`` without tools; and, when a model thinks, a Responses ``function_call`` sent back
-without the ``reasoning`` item (with its ``encrypted_content``) that came with it.
+tool call left unanswered; what the model's family refuses (:mod:`.model_rules`: sampling parameters, ``max_tokens``,
+``stop``, effort values, ``reasoning_effort`` on a non-reasoning model, ...); ``reasoning.summary`` unless the
+server stands for a verified organisation (``verified_organization=True``); under an Azure classic ``api-version``,
+any field that version does not declare; ``parallel_tool_calls`` without tools; and, when a model thinks, a
+Responses ``function_call`` sent back without the ``reasoning`` item (with its ``encrypted_content``) that came with
+it. A Chat Completions stream carries usage only in a last chunk, and only when ``stream_options.include_usage``
+asks for it.
 
 Example:
     >>> import openai, anyio
@@ -32,6 +36,7 @@ from typing import Any
 from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec
 from delta_eval.testing.servers.http import JSONReply, Request
+from delta_eval.testing.servers.model_rules import azure_undeclared, check_openai
 from delta_eval.testing.servers.provider import (
     Answer,
     FakeProviderServer,
@@ -49,7 +54,6 @@ _CHAT = re.compile(r"^(?:/openai)?(?:/v1)?/chat/completions$")
 _AZURE_CHAT = re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/chat/completions$")
 _RESPONSES = re.compile(r"^(?:/openai)?(?:/v1)?/responses$")
 _EMBEDDINGS = re.compile(r"^(?:/openai)?(?:/v1)?/embeddings$")
-_REASONING_MODEL = re.compile(r"^(o\d+|gpt-5(?!.*chat))", re.I)
 _CREATED = 1767225600
 
 
@@ -68,12 +72,16 @@ class FakeOpenAIServer(FakeProviderServer):
 
     ``base_url`` is what ``openai.AsyncOpenAI(base_url=...)`` takes; ``azure_endpoint`` what
     ``openai.AsyncAzureOpenAI(azure_endpoint=...)`` takes. Pass ``api_key`` to have requests without it refused
-    with a 401, as the real service does.
+    with a 401, as the real service does, and ``verified_organization=True`` to accept ``reasoning.summary`` (an
+    unverified organisation, the default, gets OpenAI's 400 for it).
     """
 
-    def __init__(self, *args: Any, api_key: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, api_key: str | None = None, verified_organization: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.api_key = api_key
+        self.verified_organization = verified_organization
         # call_id -> the reasoning items issued with it (the seeded model may give two answers the same call id)
         self._reasoning_items: dict[str, set[str]] = {}
 
@@ -93,12 +101,14 @@ class FakeOpenAIServer(FakeProviderServer):
         if request.method != "POST":
             return None
         body = request.json() or {}
+        # A chat stream carries usage only when the request asks for it, as OpenAI's does.
+        usage = bool((body.get("stream_options") or {}).get("include_usage")) if body.get("stream") else True
         azure = _AZURE_CHAT.match(request.path)
         if azure:
-            return Route(azure.group("deployment"), bool(body.get("stream")), "chat")
+            return Route(azure.group("deployment"), bool(body.get("stream")), "chat", usage)
         for api, pattern in (("chat", _CHAT), ("responses", _RESPONSES)):
             if pattern.match(request.path):
-                return Route(str(body.get("model", "")), bool(body.get("stream")), api)
+                return Route(str(body.get("model", "")), bool(body.get("stream")), api, usage)
         return None
 
     async def handle(self, request: Request) -> Any:
@@ -136,7 +146,9 @@ class FakeOpenAIServer(FakeProviderServer):
                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
         return JSONReply(reply, headers={"x-request-id": f"req_emb{len(self.requests)}"})
 
-    def error(self, status: int, kind: str, message: str) -> JSONReply:
+    def error(
+        self, status: int, kind: str, message: str, *, param: str | None = None, code: str | None = None
+    ) -> JSONReply:
         kinds = {
             "rate_limit": ("requests", "rate_limit_exceeded"),
             "server": ("server_error", None),
@@ -144,26 +156,21 @@ class FakeOpenAIServer(FakeProviderServer):
             "not_found": ("invalid_request_error", "not_found"),
             "auth": ("invalid_request_error", "invalid_api_key"),
         }
-        type_, code = kinds.get(kind, ("invalid_request_error", None))
-        body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+        type_, kind_code = kinds.get(kind, ("invalid_request_error", None))
+        body = {"error": {"message": message, "type": type_, "param": param, "code": code or kind_code}}
         return JSONReply(body, status=status, headers={"x-request-id": f"req_err{len(self.requests)}"})
 
     # -- requests -------------------------------------------------------------------------------------------
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
         body, model = request.json() or {}, route.model
-        if _REASONING_MODEL.match(model):
-            for field in ("temperature", "top_p"):
-                if field in body and body[field] != 1:
-                    raise WireError(
-                        f"Unsupported value: '{field}' does not support {body[field]} with this model. "
-                        "Only the default (1) value is supported."
-                    )
-            if "max_tokens" in body:
-                raise WireError(
-                    "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                    "Use 'max_completion_tokens' instead."
-                )
+        if _AZURE_CHAT.match(request.path):
+            undeclared = azure_undeclared(request.query.get("api-version", ""), body)
+            if undeclared is not None:
+                raise WireError(undeclared.message)
+        refusal = check_openai(model, body, api=route.api, verified_organization=self.verified_organization)
+        if refusal is not None:
+            raise WireError(refusal.message, param=refusal.param, code=refusal.code)
         if body.get("parallel_tool_calls") is not None and not body.get("tools"):
             raise WireError("parallel_tool_calls is only allowed when 'tools' are specified.")
         if route.api == "chat":
@@ -336,7 +343,8 @@ class FakeOpenAIServer(FakeProviderServer):
                 for piece in _chunks(call.arguments, 8)
             ]
         events.append(chunk({}, answer.finish))
-        events.append(sse({**base, "choices": [], "usage": self._chat_usage(answer)}))
+        if answer.route.include_usage:
+            events.append(sse({**base, "choices": [], "usage": self._chat_usage(answer)}))
         events.append(b"data: [DONE]\n\n")
         return events
 
@@ -354,7 +362,7 @@ class FakeOpenAIServer(FakeProviderServer):
         if m.content:
             items.append(
                 {"type": "message", "id": f"msg_{rid}", "role": "assistant", "status": "completed",
-                 "content": [{"type": "output_text", "text": m.content, "annotations": []}]}
+                 "content": [{"type": "output_text", "text": m.content, "annotations": [], "logprobs": []}]}
             )  # fmt: skip
         for k, call in enumerate(m.tool_calls):
             items.append(
@@ -365,18 +373,38 @@ class FakeOpenAIServer(FakeProviderServer):
 
     def _response(self, answer: Answer, status: str, output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         u = answer.usage
-        return {
+        # The Response echoes the request's settings (every field OpenAI's spec marks required is present); usage
+        # comes once the response is done.
+        asked = (answer.request.json() if answer.request is not None else None) or {}
+        reasoning = asked.get("reasoning") or {}
+        response: dict[str, Any] = {
             "id": f"resp_{answer.response_id}",
             "object": "response",
             "created_at": _CREATED,
             "status": status,
             "model": answer.model,
             "output": self._output_items(answer) if output is None else output,
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
+            "instructions": asked.get("instructions"),
+            "metadata": asked.get("metadata") or {},
+            "temperature": asked.get("temperature", 1.0),
+            "top_p": asked.get("top_p", 1.0),
+            "parallel_tool_calls": asked.get("parallel_tool_calls", True),
+            "tool_choice": asked.get("tool_choice", "auto"),
+            "tools": asked.get("tools") or [],
+            "max_output_tokens": asked.get("max_output_tokens"),
+            "previous_response_id": asked.get("previous_response_id"),
+            "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+            "store": asked.get("store", True),
+            "text": asked.get("text") or {"format": {"type": "text"}},
+            "truncation": asked.get("truncation", "disabled"),
+            "user": asked.get("user"),
             "error": None,
             "incomplete_details": None,
+        }
+        if status != "completed":
+            return {**response, "usage": None}
+        return {
+            **response,
             "usage": {
                 "input_tokens": u.input_tokens,
                 "input_tokens_details": {
@@ -404,28 +432,32 @@ class FakeOpenAIServer(FakeProviderServer):
             events.append({"type": "response.output_item.added", "output_index": index, "item": start})
             if item["type"] == "message":
                 text = item["content"][0]["text"]
-                part = {"type": "output_text", "text": "", "annotations": []}
-                events.append({"type": "response.content_part.added", "item_id": item["id"], "output_index": index,
-                               "content_index": 0, "part": part})  # fmt: skip
+                part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                events.append({"type": "response.content_part.added", **at, "part": part})
                 events += [
-                    {"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
-                     "content_index": 0, "delta": piece, "logprobs": []}
+                    {"type": "response.output_text.delta", **at, "delta": piece, "logprobs": []}
                     for piece in _chunks(text)
-                ]  # fmt: skip
-                events.append({"type": "response.output_text.done", "item_id": item["id"], "output_index": index,
-                               "content_index": 0, "text": text, "logprobs": []})  # fmt: skip
+                ]
+                events.append({"type": "response.output_text.done", **at, "text": text, "logprobs": []})
+                events.append({"type": "response.content_part.done", **at, "part": item["content"][0]})
             elif item["type"] == "function_call":
+                at = {"item_id": item["id"], "output_index": index}
                 events += [
-                    {"type": "response.function_call_arguments.delta", "item_id": item["id"],
-                     "output_index": index, "delta": piece}
+                    {"type": "response.function_call_arguments.delta", **at, "delta": piece}
                     for piece in _chunks(item["arguments"], 8)
-                ]  # fmt: skip
-                events.append({"type": "response.function_call_arguments.done", "item_id": item["id"],
-                               "output_index": index, "arguments": item["arguments"]})  # fmt: skip
+                ]
+                events.append({"type": "response.function_call_arguments.done", **at, "name": item["name"],
+                               "arguments": item["arguments"]})  # fmt: skip
             elif item["type"] == "reasoning":
                 summary = item["summary"][0]["text"]
-                events.append({"type": "response.reasoning_summary_text.delta", "item_id": item["id"],
-                               "output_index": index, "summary_index": 0, "delta": summary})  # fmt: skip
+                at = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+                events.append({"type": "response.reasoning_summary_part.added", **at,
+                               "part": {"type": "summary_text", "text": ""}})  # fmt: skip
+                events.append({"type": "response.reasoning_summary_text.delta", **at, "delta": summary})
+                events.append({"type": "response.reasoning_summary_text.done", **at, "text": summary})
+                events.append({"type": "response.reasoning_summary_part.done", **at,
+                               "part": {"type": "summary_text", "text": summary}})  # fmt: skip
             events.append({"type": "response.output_item.done", "output_index": index, "item": item})
         events.append({"type": "response.completed", "response": self._response(answer, "completed", items)})
         return [sse({**e, "sequence_number": n}, event=e["type"]) for n, e in enumerate(events)]

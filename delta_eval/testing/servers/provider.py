@@ -34,7 +34,13 @@ Responder = Callable[[ModelRequest], Message]
 
 
 class WireError(Exception):
-    """A request the real provider would reject with a 400 (the message says why)."""
+    """A request the real provider would reject with a 400 (the message says why; ``param`` and ``code`` are the
+    fields OpenAI's error body carries, left out by providers without them)."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 def schema_params(schema: Any, name: str = "response") -> GenerateParams:
@@ -73,11 +79,13 @@ def sign(*parts: str) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """Where a request goes: the model it names, whether it asks for a stream, and which of the server's APIs."""
+    """Where a request goes: the model it names, whether it asks for a stream, which of the server's APIs (or API
+    version), and whether a stream should carry token usage (OpenAI's ``stream_options.include_usage``)."""
 
     model: str
     stream: bool = False
     api: str = ""
+    include_usage: bool = True
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,7 @@ class Answer:
     finish: FinishReason
     thinking: bool
     response_id: str
+    request: Request | None = None  # what was asked, for the fields a provider echoes back
 
 
 class FakeProviderServer(FakeHTTPServer):
@@ -147,9 +156,12 @@ class FakeProviderServer(FakeHTTPServer):
         """The answer as the provider's stream of server-sent events, ending with its terminal event."""
 
     @abstractmethod
-    def error(self, status: int, kind: str, message: str) -> JSONReply:
+    def error(
+        self, status: int, kind: str, message: str, *, param: str | None = None, code: str | None = None
+    ) -> JSONReply:
         """An error response in the provider's shape. ``kind`` is ``rate_limit``, ``server``, ``bad_request``,
-        ``context_length`` or ``not_found``."""
+        ``context_length`` or ``not_found``; ``param`` and ``code`` fill the fields of that name where the provider's
+        body has them (OpenAI)."""
 
     # -- the shared flow ------------------------------------------------------------------------------------
 
@@ -161,7 +173,7 @@ class FakeProviderServer(FakeHTTPServer):
         try:
             canonical = self.decode(request, route)
         except WireError as exc:
-            return self.error(400, "bad_request", str(exc))
+            return self.error(400, "bad_request", str(exc), param=exc.param, code=exc.code)
         model = self.model(name)
         call = model.draw(canonical)
         message = self.respond(canonical) if self.respond is not None else call.message
@@ -177,6 +189,7 @@ class FakeProviderServer(FakeHTTPServer):
             finish="tool_calls" if message.tool_calls else "stop",
             thinking=model.behaviour.reasoning_tokens > 0,
             response_id=f"{next(self._ids):06d}",
+            request=request,
         )
         if not stream:
             json_reply = self.encode(answer)
