@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.adapters.simulated import SimulatedBehaviour
+from delta_eval.catalog import ModelOverride
 from delta_eval.config import RunConfig
 from delta_eval.exceptions import ConfigError
 from delta_eval.ingest.source import ConversationSource, read_conversations
@@ -140,6 +141,8 @@ class DemoModels:
     baseline: Variant
     candidate: Variant
     judges: Judges
+    #: What the catalogue cannot know of the fake server's models: they take sampling parameters and stop sequences.
+    models: dict[str, ModelOverride] = field(default_factory=dict)
 
 
 def demo_models(
@@ -172,6 +175,7 @@ def demo_models(
         baseline=Variant(model=f"{prefix}:baseline", provider_options=opts("baseline")),
         candidate=Variant(model=f"{prefix}:candidate", system_prompt=prompt, provider_options=opts("candidate")),
         judges=chosen,
+        models={} if prefix == "simulated" else {f"{prefix}:*": ModelOverride(sampling=True, stop=True)},
     )
 
 
@@ -233,6 +237,7 @@ def demo_config(
         baseline=m.baseline,
         candidate=m.candidate,
         judges=m.judges,
+        models=m.models,
         seed=seed,
         retry=RetryPolicy(initial_wait=0.05, max_wait=1.0),
         description=description,

@@ -38,6 +38,15 @@ PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gemini"}
 SKIP = re.compile(r"(^ft:|audio|realtime|tts|transcribe|image|search|live|lyria|robotics|computer-use|embedding|"
                   r"deep-research|container|codex-mini|moderation|gemma|learnlm|gemini-exp|gemini-gemma)")  # fmt: skip
 ANTHROPIC_BUDGET_MIN = 1024  # https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking
+# Where LiteLLM's record disagrees with the provider's own model page, the page wins.
+CORRECTIONS: list[tuple[str, dict[str, Any], str]] = [
+    # "gpt-5-pro defaults to (and only supports) reasoning.effort: high"
+    (r"^openai:gpt-5-pro(-\d{4}-\d{2}-\d{2})?$", {"efforts": ["high"], "thinking_off": False},
+     "https://platform.openai.com/docs/models/gpt-5-pro"),
+    # the ChatGPT snapshot is a non-reasoning chat model: it takes no reasoning_effort
+    (r"^openai:gpt-5(\.\d+)?-chat(-latest)?$", {"reasoning": False, "efforts": [], "thinking_off": True},
+     "https://platform.openai.com/docs/models/gpt-5-chat-latest"),
+]  # fmt: skip
 
 
 def per_million(value: Any) -> float | None:
@@ -120,6 +129,7 @@ def normalise(prefix: str, name: str, e: dict[str, Any]) -> dict[str, Any]:
             budget_min=ANTHROPIC_BUDGET_MIN if budget else None,
             budget_max=(e.get("max_output_tokens") or 0) - 1 if budget and e.get("max_output_tokens") else None,
             thinking_off=not e.get("thinking_always_on", False),
+            thinking_default=bool(e.get("thinking_always_on") or e.get("thinking_on_by_default")),
             sampling=e.get("supports_sampling_params", True) is not False,
         )
     else:
@@ -160,7 +170,11 @@ def build(data: dict[str, Any], version: str) -> dict[str, Any]:
             continue
         if SKIP.search(name):
             continue
-        models[f"{prefix}:{name}"] = normalise(prefix, name, entry)
+        key = f"{prefix}:{name}"
+        models[key] = normalise(prefix, name, entry)
+        for pattern, patch, _source in CORRECTIONS:
+            if re.match(pattern, key):
+                models[key] = {k: v for k, v in {**models[key], **patch}.items() if v is not None and v != []}
     return {
         "as_of": dt.date.today().isoformat(),
         "source": f"{LITELLM} {version} model_prices_and_context_window.json (MIT), normalised by "

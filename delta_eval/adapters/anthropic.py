@@ -157,9 +157,11 @@ class AnthropicAdapter(ModelAdapter):
         if wanted_budget == 0 or (wanted_budget is None and effort == "none"):
             if not info.reasoning:
                 return None, {}
-            if info.thinking_off:
-                return {"type": "disabled"}, {}
-            self.note(f"thinking stays on: {info.model} cannot turn it off")
+            if info.thinking_off and info.budget:
+                return {"type": "disabled"}, {}  # the generations of enabled/disabled thinking
+            if info.thinking_off and not info.thinking_default:
+                return None, {}  # adaptive-only models think only when asked: asking nothing keeps it off
+            self.note(f"thinking stays on at the lowest effort: {info.model} cannot be told to turn it off")
             effort, wanted_budget = (info.efforts[0] if info.efforts else None), None
             if effort is None:
                 return None, {}

@@ -108,20 +108,18 @@ class ModelAdapter(ABC):
         self.info: ModelInfo = model_info(model)
 
     def catalogue_hints(self) -> dict[str, Any]:
-        """How to look this model up in the catalogue: ``base_model`` (the model an Azure deployment serves),
-        ``permissive`` (a server other than the provider's, ``base_url`` set: a self-hosted model or a gateway's
-        alias the catalogue cannot know is sent every parameter as given)."""
-        return {"permissive": getattr(getattr(self, "options", None), "base_url", None) is not None}
+        """How to look this model up in the catalogue: ``base_model`` (the model an Azure deployment serves)."""
+        return {}
 
     def use_catalogue(self, overrides: Mapping[str, ModelOverride]) -> ModelInfo:
         """Look the model up again with the run's ``overrides``, and say once when it is unknown or retired."""
-        hints = self.catalogue_hints()
-        self.info = model_info(self.model, overrides, **hints)
-        if not self.info.known and not hints.get("permissive") and catalog_key(self.model) is not None:
+        self.info = model_info(self.model, overrides, **self.catalogue_hints())
+        if not self.info.known and catalog_key(self.model) is not None:
             self.note(
                 f"{self.model} is not in the model catalogue of {CATALOG_AS_OF}: sampling, stop, parallel_tool_calls "
-                "and reasoning parameters are not sent, and its cost is unknown; describe it under `models` in the "
-                "run's configuration (or update delta-eval) to send them"
+                "and reasoning parameters are not sent (a model may refuse any of them), and its cost is unknown; "
+                f"describe it under `models` in the run's configuration (e.g. [models.\"{self.model}\"] "
+                "sampling = true) or update delta-eval to send them"
             )
         if self.info.retired():
             self.note(f"{self.model} was retired by its provider on {self.info.deprecation_date}: calls may fail")

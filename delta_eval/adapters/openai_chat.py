@@ -139,12 +139,10 @@ class ChatCompletionsAdapter(ModelAdapter):
 
     @property
     def budget_field(self) -> str:
-        """How the output budget is sent: ``max_completion_tokens`` to OpenAI and to reasoning models (which refuse
-        ``max_tokens``), ``max_tokens`` to other servers, which mostly still speak it."""
-        if self.options.max_tokens_field is not None:
-            return self.options.max_tokens_field
-        openai_model = self.options.base_url is None or (self.info.known and self.info.reasoning)
-        return "max_completion_tokens" if openai_model else "max_tokens"
+        """How the output budget is sent: ``max_completion_tokens``, the field OpenAI takes for every model (its
+        reasoning models refuse ``max_tokens``) and current OpenAI-compatible servers take too, unless the options
+        name another (``max_tokens_field = "max_tokens"`` for an older server)."""
+        return self.options.max_tokens_field or "max_completion_tokens"
 
     def cache_identity(self) -> dict[str, Any]:
         """The endpoint answering (a key never is)."""

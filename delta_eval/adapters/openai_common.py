@@ -4,8 +4,8 @@ the ``openai`` client with its own retries off, error mapping, and the per-model
 Which parameters a model takes comes from the model catalogue (:mod:`delta_eval.catalog`), never from its name:
 reasoning models take ``max_completion_tokens``, an effort from their own list, and refuse ``temperature``,
 ``top_p`` and ``stop``; a parameter a model does not take is dropped with a note in the run's manifest instead of
-a 400 on every call. On a self-hosted server (``base_url`` set) a model the catalogue does not know is sent every
-parameter as given.
+a 400 on every call. A model the catalogue does not know (a self-hosted one) gets none of them until the run
+describes it (``models``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class OpenAIOptions(ProviderOptions):
     :class:`~delta_eval.adapters.options.ProviderOptions`).
 
     - ``organization``, ``project``: sent as OpenAI's headers;
-    - ``max_tokens_field``: how the output budget is sent; ``max_completion_tokens`` for OpenAI and Azure,
-      ``max_tokens`` by default for other servers (``base_url`` set), which mostly still speak it.
+    - ``max_tokens_field``: how the output budget is sent: ``max_completion_tokens`` by default (OpenAI's field
+      for every model, taken by current OpenAI-compatible servers too), ``max_tokens`` for an older server.
     """
 
     organization: str | None = None

@@ -47,7 +47,7 @@ class ModelInfo(BaseModel):
       adaptive thinking, Gemini 3 ``thinkingLevel``), in increasing order;
     - ``budget`` / ``budget_min`` / ``budget_max``: whether it takes a thinking budget in tokens, and its range;
     - ``adaptive``: Anthropic's adaptive thinking (``thinking: {type: adaptive}``);
-    - ``thinking_off``: whether thinking can be turned off;
+    - ``thinking_off``: whether thinking can be turned off; ``thinking_default``: whether it thinks when not told;
     - ``sampling``: whether it takes ``temperature`` / ``top_p``; ``stop``: stop sequences;
       ``parallel_tool_calls``: the ``parallel_tool_calls`` switch;
     - ``tools``, ``structured_output``: tool calling and JSON-schema output;
@@ -69,6 +69,7 @@ class ModelInfo(BaseModel):
     budget_max: int | None = None
     adaptive: bool = False
     thinking_off: bool = True
+    thinking_default: bool = False
     sampling: bool = True
     stop: bool = True
     parallel_tool_calls: bool = True
@@ -132,6 +133,7 @@ class ModelOverride(BaseModel):
     budget_max: int | None = None
     adaptive: bool | None = None
     thinking_off: bool | None = None
+    thinking_default: bool | None = None
     sampling: bool | None = None
     stop: bool | None = None
     parallel_tool_calls: bool | None = None

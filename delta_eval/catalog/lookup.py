@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import re
@@ -108,17 +109,7 @@ def _simulated(model: str) -> ModelInfo:
     )
 
 
-def _unknown(model: str, *, permissive: bool) -> ModelInfo:
-    if permissive:
-        # A self-hosted OpenAI-compatible server (vLLM, Ollama, a proxy): the user knows what it takes.
-        return ModelInfo(
-            model=model,
-            known=False,
-            reasoning=True,
-            efforts=("none", "minimal", "low", "medium", "high", "xhigh", "max"),
-            budget=True,
-            source="not catalogued; a self-hosted server: parameters sent as given",
-        )
+def _unknown(model: str) -> ModelInfo:
     return ModelInfo(
         model=model,
         known=False,
@@ -135,14 +126,14 @@ def model_info(
     overrides: Mapping[str, ModelOverride] | None = None,
     *,
     base_model: str | None = None,
-    permissive: bool = False,
 ) -> ModelInfo:
     """What the library knows of ``model``: the catalogue's entry (or its dated snapshot's model), with the
-    user's ``overrides`` (keyed by model id, or by ``family:name``) applied.
+    user's ``overrides`` applied: those keyed by a glob the id matches (``"openai:Qwen/*"``), then by
+    ``family:name``, then by the model id itself (the most specific wins).
 
     A model the catalogue does not know gets conservative defaults: no sampling, stop, parallel-tool-call or
-    reasoning parameters are sent, since a model may refuse any of them. With ``permissive`` (a self-hosted
-    server), an unknown model is sent every parameter as given.
+    reasoning parameters are sent, since a model may refuse any of them. A self-hosted model (vLLM, Ollama) is
+    described by an override: ``ModelOverride(sampling=True, stop=True)``.
     """
     overrides = overrides or {}
     key = catalog_key(model, base_model=base_model)
@@ -153,8 +144,11 @@ def model_info(
         candidates = [key] if key else []
         candidates += [_SNAPSHOT.sub("", c) for c in candidates if _SNAPSHOT.search(c)]
         found = next((table[c] for c in candidates if c in table), None)
-        info = found.model_copy(update={"model": model}) if found else _unknown(model, permissive=permissive)
-    for name in (key, model):
+        info = found.model_copy(update={"model": model}) if found else _unknown(model)
+    for pattern, override in overrides.items():
+        if "*" in pattern and pattern not in (key, model) and fnmatch.fnmatchcase(model, pattern):
+            info = override.apply(info)
+    for name in dict.fromkeys((key, model)):
         if name is not None and name in overrides:
             info = overrides[name].apply(info)
     return info

@@ -98,6 +98,8 @@ def test_adaptive_only_claude_gets_adaptive_thinking_for_a_budget() -> None:
     assert body["output_config"] == {"effort": "medium"}
     assert any("sent as reasoning effort 'medium'" in n for n in notes)
     body, _ = encode("anthropic:claude-opus-4-8", reasoning_budget=0)
+    assert "thinking" not in body  # it thinks only when asked; adaptive-only models refuse "disabled"
+    body, _ = encode("anthropic:claude-sonnet-4-6", reasoning_effort="none")
     assert body["thinking"] == {"type": "disabled"}
     body, _ = encode("anthropic:claude-opus-4-8", reasoning_effort="minimal")
     assert body["output_config"] == {"effort": "low"}
@@ -107,7 +109,7 @@ def test_claude_whose_thinking_is_always_on_is_never_sent_disabled() -> None:
     body, notes = encode("anthropic:claude-sonnet-5-5", reasoning_budget=0)
     assert body["thinking"] == {"type": "adaptive"}
     assert body["output_config"] == {"effort": "low"}
-    assert any("cannot turn it off" in n for n in notes)
+    assert any("cannot be told to turn it off" in n for n in notes)
 
 
 def test_claude_46_takes_both_a_budget_and_an_effort() -> None:
@@ -160,8 +162,9 @@ def test_an_unknown_model_gets_conservative_defaults_and_one_note() -> None:
     assert not {"temperature", "reasoning_effort", "stop"} & set(body)
     catalogue = [n for n in notes if "not in the model catalogue" in n]
     assert len(catalogue) == 1
-    # a self-hosted server's model gets what the variant gives
-    body, notes = encode("openai:Qwen/Qwen3-8B", {"base_url": "http://127.0.0.1:9/v1"}, temperature=0.3,
+    # a self-hosted server's models are described once, by a glob
+    described = AdapterContext(models={"openai:Qwen/*": ModelOverride(sampling=True, reasoning=True, efforts=("low",))})
+    body, notes = encode("openai:Qwen/Qwen3-8B", {"base_url": "http://127.0.0.1:9/v1"}, described, temperature=0.3,
                          reasoning_effort="low")  # fmt: skip
     assert (body["temperature"], body["reasoning_effort"], notes) == (0.3, "low", [])
 

@@ -207,11 +207,9 @@ def test_the_azure_adapter_sends_only_what_its_api_version_declares() -> None:
         options = {"endpoint": server.url, "api_key": "k", "api_version": "2024-10-21"}
 
         async def go() -> tuple[Any, list[str]]:
-            adapter = create_adapter("azure:gpt-4o", options)
+            adapter = create_adapter("azure:o3", options)  # a reasoning deployment: it takes an effort
             try:
-                return await adapter.generate(
-                    request("azure:gpt-4o", stream=True, reasoning_effort="low")
-                ), adapter.notes
+                return await adapter.generate(request("azure:o3", stream=True, reasoning_effort="low")), adapter.notes
             finally:
                 await adapter.aclose()
 
@@ -291,7 +289,9 @@ GEMINI: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("gemini-2.5-flash", "gemini-2.5-flash", thinking(thinkingBudget=0), None),
     ("gemini-2.5-flash", "gemini-2.5-flash", thinking(thinkingBudget=-1, includeThoughts=True), None),
     ("gemini-3-pro", "gemini-3-pro-preview", thinking(thinkingLevel="MINIMAL"), "MINIMAL is not supported"),
-    ("gemini-3-pro", "gemini-3.1-pro-preview", thinking(thinkingLevel="MEDIUM"), "MEDIUM is not supported"),
+    ("gemini-3-pro", "gemini-3-pro-preview", thinking(thinkingLevel="MEDIUM"), "MEDIUM is not supported"),
+    ("gemini-3.1-pro", "gemini-3.1-pro-preview", thinking(thinkingLevel="MINIMAL"), "MINIMAL is not supported"),
+    ("gemini-3.1-pro", "gemini-3.1-pro-preview", thinking(thinkingLevel="MEDIUM"), None),
     ("gemini-3-pro", "gemini-3-pro-preview", thinking(thinkingLevel="LOW", thinkingBudget=1024), "only set one"),
     ("gemini-3-pro", "gemini-3-pro-preview", thinking(thinkingLevel="LOW"), None),
     ("gemini-3-pro", "gemini-3-pro-preview", thinking(thinkingBudget=1024), None),  # accepted for compatibility

@@ -220,14 +220,17 @@ def test_keys_come_from_the_environment_and_never_reach_a_message(
     assert "***" in str(echoed.value)
 
 
-def test_an_openai_compatible_server_needs_no_key_and_gets_max_tokens(no_provider_keys: None) -> None:
+def test_an_openai_compatible_server_needs_no_key_and_takes_the_budget_field_it_names(
+    no_provider_keys: None,
+) -> None:
+    model = "openai:Qwen2.5-7B-Instruct"
     with FakeOpenAIServer(respond=weather_model) as server:
-        result = call("openai:Qwen2.5-7B-Instruct", {"base_url": server.base_url},
-                      request("openai:Qwen2.5-7B-Instruct", max_tokens=64))  # fmt: skip
-    assert result.response.message.tool_calls == (CALL,)
-    sent = server.requests[0].json()
-    assert sent["max_tokens"] == 64
-    assert "max_completion_tokens" not in sent
+        result = call(model, {"base_url": server.base_url}, request(model, max_tokens=64))
+        older = call(model, {"base_url": server.base_url, "max_tokens_field": "max_tokens"}, request(model, max_tokens=64))
+    assert result.response.message.tool_calls == older.response.message.tool_calls == (CALL,)
+    current, old = (r.json() for r in server.requests)
+    assert (current["max_completion_tokens"], "max_tokens" in current) == (64, False)
+    assert (old["max_tokens"], "max_completion_tokens" in old) == (64, False)
 
 
 def test_a_whole_tau_bench_conversation_replays_with_tool_rounds(

@@ -468,12 +468,23 @@ GEMINI_RULES: tuple[GeminiRule, ...] = (
     GeminiRule(
         "gemini",
         "gemini-3-pro",
-        r"^gemini-3(?:\.\d+)?-pro",
+        r"^gemini-3-pro",
         _THINKING_DOC,
-        ("gemini-3-pro-preview", "gemini-3.1-pro-preview"),
+        ("gemini-3-pro-preview",),
         budgets=(128, 32768),
         budget_values=frozenset({-1}),
         levels=frozenset({"LOW", "HIGH"}),
+    ),
+    # https://docs.litellm.ai/blog/gemini_3_1_pro : "Gemini 3.1 Pro introduces support for medium thinking level"
+    GeminiRule(
+        "gemini",
+        "gemini-3.1-pro",
+        r"^gemini-3\.\d+-pro",
+        _THINKING_DOC,
+        ("gemini-3.1-pro-preview",),
+        budgets=(128, 32768),
+        budget_values=frozenset({-1}),
+        levels=frozenset({"LOW", "MEDIUM", "HIGH"}),
     ),
     # same: 3 Flash (and Flash-Lite) take minimal/low/medium/high
     GeminiRule(
