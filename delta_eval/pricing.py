@@ -8,7 +8,7 @@ table wins). A model with no known price has cost ``None``, never a made-up zero
 (:func:`total_cost`, :class:`Spend`): a partly priced set of calls has an unknown cost, not a partial sum.
 
 Example:
-    >>> from delta_eval.schema import Usage
+    >>> from delta_eval.schema import Usage, total_usage
     >>> cost(Usage(input_tokens=1_000_000, cached_input_tokens=400_000, output_tokens=100_000),
     ...      Price(input=2.5, cached_input=1.25, output=10.0))
     3.0
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from delta_eval.schema import Usage
+from delta_eval.schema import Usage, total_usage
 
 __all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
 
@@ -102,15 +102,16 @@ def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price
     return None
 
 
-def cost(usage: Usage, price: Price | None) -> float | None:
-    """Dollars for ``usage`` at ``price`` (cache reads and writes at their rates); ``None`` without a price.
+def cost(usage: Usage | None, price: Price | None) -> float | None:
+    """Dollars for ``usage`` at ``price`` (cache reads and writes at their rates); ``None`` without a price or
+    without usage (a response that reported none).
 
     Example:
         >>> written = Usage(input_tokens=1_000_000, cache_write_tokens=1_000_000)
         >>> cost(written, Price(input=3.0, output=15.0, cache_write=3.75))
         3.75
     """
-    if price is None:
+    if price is None or usage is None:
         return None
     read_rate = price.cached_input if price.cached_input is not None else price.input
     write_rate = price.cache_write if price.cache_write is not None else price.input
@@ -144,7 +145,9 @@ class Spend:
     """What a set of model calls used: tokens, dollars, time, and how many calls (served from the cache or not).
 
     The one place usage and cost are summed, for replays and judges alike: ``cost_usd`` becomes ``None`` as soon as
-    one call of unknown price is added, so a partly priced set never reports a partial sum.
+    one call of unknown price is added, so a partly priced set never reports a partial sum; likewise ``usage``
+    becomes ``None`` (and ``cost_usd`` with it) once a call without usage is added, and ``unknown_usage`` counts
+    those calls.
 
     Example:
         >>> spend = Spend()
@@ -152,17 +155,24 @@ class Spend:
         >>> spend.add(Usage(output_tokens=5), cost_usd=None, latency_ms=80.0, cached=True)
         >>> spend.usage.input_tokens, spend.cost_usd, spend.latency_ms, spend.calls, spend.cached_calls
         (100, None, 200.0, 2, 1)
+        >>> spend.add(None, cost_usd=None)
+        >>> spend.usage, spend.unknown_usage
+        (None, 1)
     """
 
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = field(default_factory=Usage)
     cost_usd: float | None = 0.0
     latency_ms: float = 0.0
     calls: int = 0
     cached_calls: int = 0
+    unknown_usage: int = 0
 
-    def add(self, usage: Usage, *, cost_usd: float | None, latency_ms: float = 0.0, cached: bool = False) -> None:
-        """Count one call."""
-        self.usage = self.usage + usage
+    def add(
+        self, usage: Usage | None, *, cost_usd: float | None, latency_ms: float = 0.0, cached: bool = False
+    ) -> None:
+        """Count one call (``usage=None``: it reported no usage)."""
+        self.usage = total_usage((self.usage, usage))
+        self.unknown_usage += usage is None
         self.cost_usd = total_cost((self.cost_usd, cost_usd))
         self.latency_ms += latency_ms
         self.calls += 1

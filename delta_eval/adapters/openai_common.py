@@ -45,13 +45,16 @@ class OpenAIOptions(ProviderOptions):
     - ``organization``, ``project``: sent as OpenAI's headers;
     - ``reasoning_model``: whether the model is a reasoning model (default: guessed from its name);
     - ``max_tokens_field``: how the output budget is sent; ``max_completion_tokens`` for OpenAI and Azure,
-      ``max_tokens`` by default for other servers (``base_url`` set), which mostly still speak it.
+      ``max_tokens`` by default for other servers (``base_url`` set), which mostly still speak it;
+    - ``prompt_cache_key``: send a replayed conversation's key as ``prompt_cache_key``, so its turns reach the same
+      prompt cache (default: to OpenAI itself, not to other servers or Azure).
     """
 
     organization: str | None = None
     project: str | None = None
     reasoning_model: bool | None = None
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] | None = None
+    prompt_cache_key: bool | None = None
 
 
 def is_reasoning_model(name: str, options: OpenAIOptions) -> bool:
