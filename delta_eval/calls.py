@@ -133,12 +133,18 @@ class GenerateParams(_Frozen):
 
 
 class ModelRequest(_Frozen):
-    """A canonical request: the model, the messages, the tools offered and the parameters."""
+    """A canonical request: the model, the messages, the tools offered and the parameters.
+
+    ``conversation_id`` names the recorded conversation a replayed request belongs to: adapters may pass it on as
+    a prompt-cache routing hint (OpenAI's ``prompt_cache_key``). It does not decide the answer, so it is left out of
+    :meth:`canonical` and of the cache key.
+    """
 
     model: str
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     params: GenerateParams = GenerateParams()
+    conversation_id: str | None = Field(default=None, exclude=True)
 
     def canonical(self) -> dict[str, Any]:
         """The request as the cache sees it: every field that decides the answer, with defaults left out."""
@@ -173,12 +179,13 @@ class ModelResponse(_Frozen):
     ``served_model`` is the model the provider says answered (it may differ from the one asked for, e.g. a dated
     snapshot); ``request_id`` is the provider's id of the call, for support tickets and logs; ``provider_finish_reason``
     is the provider's own word for why it stopped (``end_turn``, ``MAX_TOKENS``, ...), mapped to ``finish_reason``.
+    ``usage`` is ``None`` when the provider reported none (a proxy may strip it): unknown, never counted as 0.
     """
 
     message: Message
     finish_reason: FinishReason = "stop"
     provider_finish_reason: str | None = None
-    usage: Usage = Usage()
+    usage: Usage | None = Usage()
     latency_ms: float = 0.0
     ttft_ms: float | None = None
     served_model: str = ""
@@ -189,7 +196,8 @@ class CallStats(BaseModel):
     """Counters of one model's calls in a run.
 
     ``made`` counts every attempt sent to the provider (failed ones included); ``answered`` the attempts that came
-    back with a response (what a provider bills); ``cached`` the calls served from the response cache instead.
+    back with a response (what a provider bills); ``cached`` the calls served from the response cache instead;
+    ``no_usage`` the answered calls whose response reported no token usage (their tokens and cost are unknown).
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
@@ -200,6 +208,7 @@ class CallStats(BaseModel):
     retries: int = 0
     failed: int = 0
     rate_limited: int = 0
+    no_usage: int = 0
 
     def __add__(self, other: CallStats) -> CallStats:
         return CallStats(**{name: getattr(self, name) + getattr(other, name) for name in CallStats.model_fields})

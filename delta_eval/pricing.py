@@ -9,7 +9,7 @@ has any total that includes it (:func:`total_cost`, :class:`Spend`): a partly pr
 cost, not a partial sum.
 
 Example:
-    >>> from delta_eval.schema import Usage
+    >>> from delta_eval.schema import Usage, total_usage
     >>> cost(Usage(input_tokens=1_000_000, cached_input_tokens=400_000, output_tokens=100_000),
     ...      Price(input=2.5, cached_input=1.25, output=10.0))
     3.0
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, Price, model_info
-from delta_eval.schema import Usage
+from delta_eval.schema import Usage, total_usage
 
 __all__ = ["PRICES_AS_OF", "Price", "Spend", "cost", "price_for", "total_cost"]
 
@@ -52,15 +52,16 @@ def price_for(
     return (info or model_info(model)).price
 
 
-def cost(usage: Usage, price: Price | None) -> float | None:
-    """Dollars for ``usage`` at ``price`` (cache reads and writes at their rates); ``None`` without a price.
+def cost(usage: Usage | None, price: Price | None) -> float | None:
+    """Dollars for ``usage`` at ``price`` (cache reads and writes at their rates); ``None`` without a price or
+    without usage (a response that reported none).
 
     Example:
         >>> written = Usage(input_tokens=1_000_000, cache_write_tokens=1_000_000)
         >>> cost(written, Price(input=3.0, output=15.0, cache_write=3.75))
         3.75
     """
-    if price is None:
+    if price is None or usage is None:
         return None
     read_rate = price.cached_input if price.cached_input is not None else price.input
     write_rate = price.cache_write if price.cache_write is not None else price.input
@@ -97,7 +98,9 @@ class Spend:
     """What a set of model calls used: tokens, dollars, time, and how many calls (served from the cache or not).
 
     The one place usage and cost are summed, for replays and judges alike: ``cost_usd`` becomes ``None`` as soon as
-    one call of unknown price is added, so a partly priced set never reports a partial sum.
+    one call of unknown price is added, so a partly priced set never reports a partial sum; likewise ``usage``
+    becomes ``None`` (and ``cost_usd`` with it) once a call without usage is added, and ``unknown_usage`` counts
+    those calls.
 
     Example:
         >>> spend = Spend()
@@ -105,17 +108,24 @@ class Spend:
         >>> spend.add(Usage(output_tokens=5), cost_usd=None, latency_ms=80.0, cached=True)
         >>> spend.usage.input_tokens, spend.cost_usd, spend.latency_ms, spend.calls, spend.cached_calls
         (100, None, 200.0, 2, 1)
+        >>> spend.add(None, cost_usd=None)
+        >>> spend.usage, spend.unknown_usage
+        (None, 1)
     """
 
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = field(default_factory=Usage)
     cost_usd: float | None = 0.0
     latency_ms: float = 0.0
     calls: int = 0
     cached_calls: int = 0
+    unknown_usage: int = 0
 
-    def add(self, usage: Usage, *, cost_usd: float | None, latency_ms: float = 0.0, cached: bool = False) -> None:
-        """Count one call."""
-        self.usage = self.usage + usage
+    def add(
+        self, usage: Usage | None, *, cost_usd: float | None, latency_ms: float = 0.0, cached: bool = False
+    ) -> None:
+        """Count one call (``usage=None``: it reported no usage)."""
+        self.usage = total_usage((self.usage, usage))
+        self.unknown_usage += usage is None
         self.cost_usd = total_cost((self.cost_usd, cost_usd))
         self.latency_ms += latency_ms
         self.calls += 1

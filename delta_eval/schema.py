@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -48,6 +48,7 @@ __all__ = [
     "TurnOutput",
     "Usage",
     "Verdict",
+    "total_usage",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -346,11 +347,30 @@ class Usage(_Frozen):
         return f"Usage({', '.join(f'{k}={v}' for k, v in self)})"
 
 
+def total_usage(usages: Iterable[Usage | None]) -> Usage | None:
+    """The sum of ``usages``, or ``None`` (unknown) when any of them is unknown (an empty set used nothing).
+
+    ``None`` is what a provider that reported no usage leaves (a proxy that strips it): a total that includes it
+    is unknown, never a partial sum, as :func:`delta_eval.pricing.total_cost` is for dollars.
+
+    Example:
+        >>> total_usage([Usage(input_tokens=3), Usage(input_tokens=4)]).input_tokens, total_usage([Usage(), None])
+        (7, None)
+    """
+    total = Usage()
+    for u in usages:
+        if u is None:
+            return None
+        total = total + u
+    return total
+
+
 class Replay(_Frozen):
     """One side of a pair: a turn replayed with a variant (or, for ``side="recorded"``, the production turn).
 
     ``model`` is the model id asked for; ``served_model`` the one the provider says answered (the last call's);
     ``request_ids`` the provider's id of each call of the turn, in order; ``finished_at`` when the replay ended.
+    ``usage`` (and so ``cost_usd``) is ``None`` when a call of the turn came back without usage: unknown, not 0.
     The deterministic checks (:mod:`delta_eval.replay.checks`): ``invalid_tool_calls`` (arguments that do not parse,
     an unknown tool, or arguments the tool's schema rejects) with ``tool_call_problems`` saying why;
     ``matches_recorded``, whether it did what production did here; ``text_instead_of_action``, whether it answered
@@ -368,7 +388,7 @@ class Replay(_Frozen):
     finish_reason: str
     provider_finish_reason: str | None = None
     hit_tool_cap: bool = False
-    usage: Usage = Usage()
+    usage: Usage | None = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
     ttft_ms: float | None = None
@@ -423,7 +443,7 @@ class Verdict(_Frozen):
     orders_agree: bool | None = None
     stratum: str = ""
     weight: float = 1.0
-    judge_usage: Usage = Usage()
+    judge_usage: Usage | None = Usage()
     judge_cost_usd: float | None = None
     judge_latency_ms: float = 0.0
     error: str | None = None
@@ -462,7 +482,7 @@ class Judgement(_Frozen):
     prompt_hash: str = ""
     audit: bool = False
     raw: dict[str, Any] = Field(default_factory=dict)
-    usage: Usage = Usage()
+    usage: Usage | None = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
     answered_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

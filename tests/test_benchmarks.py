@@ -98,3 +98,16 @@ def test_decision_calibration_benchmark_prints_its_tables(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "family-wise error" in out
     assert "fixed design:" in out
+
+
+def test_prompt_cache_benchmark_reads_most_input_from_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    figures = load("prompt_cache").main(["--n", "4", "--latency-ms", "0", "--concurrency", "4"])
+    assert "read share" in capsys.readouterr().out
+    for f in figures:
+        assert f.input_tokens > 0
+        if f.caching:
+            assert f.read_share >= 0.5, f  # a ratio of tokens, not a timing
+            assert f.cost_usd < f.full_price_usd
+        else:
+            assert f.cache_read_tokens == f.cache_write_tokens == 0
+            assert f.cost_usd == pytest.approx(f.full_price_usd)

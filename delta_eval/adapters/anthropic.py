@@ -40,6 +40,7 @@ from anthropic.types import RawMessageStreamEvent
 from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, tls_context
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.options import ProviderOptions, parse_options
+from delta_eval.adapters.prompt_cache import CacheTTL, add_cache_breakpoints
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
@@ -66,9 +67,13 @@ class AnthropicOptions(ProviderOptions):
     """Options of ``anthropic:`` models (and those of :class:`~delta_eval.adapters.options.ProviderOptions`).
 
     ``default_max_tokens`` is sent when a variant sets no ``max_tokens`` (Anthropic requires one).
+    ``prompt_cache`` marks each request's tools, system prompt and history for Anthropic's prompt cache (see
+    :mod:`delta_eval.adapters.prompt_cache`), whose entries live ``cache_ttl``.
     """
 
     default_max_tokens: int = 8192
+    prompt_cache: bool = True
+    cache_ttl: CacheTTL = "5m"
 
 
 def _arguments(call: ToolCall) -> dict[str, Any]:
@@ -106,7 +111,7 @@ def encode_messages(messages: Sequence[Message], wire_model: str) -> tuple[str |
     return ("\n\n".join(system) if system else None), out
 
 
-def decode_usage(usage: Any) -> Usage:
+def decode_usage(usage: Any) -> Usage | None:
     """Anthropic usage, normalised (its ``input_tokens`` are only the uncached ones).
 
     Example:
@@ -115,8 +120,8 @@ def decode_usage(usage: Any) -> Usage:
         ...     "cache_creation_input_tokens": 100, "cache_read_input_tokens": 2000}))
         Usage(input_tokens=2480, cached_input_tokens=2000, cache_write_tokens=100, output_tokens=54, reasoning_tokens=0)
     """
-    if usage is None:
-        return Usage()
+    if usage is None:  # reported none (a proxy may strip it): unknown, not 0
+        return None
     read = usage.cache_read_input_tokens or 0
     write = usage.cache_creation_input_tokens or 0
     details = getattr(usage, "output_tokens_details", None)
@@ -242,6 +247,8 @@ class AnthropicAdapter(ModelAdapter):
         if output_config:
             kwargs["output_config"] = output_config
         kwargs.update(p.extra)
+        if self.options.prompt_cache:
+            add_cache_breakpoints(kwargs, self.options.cache_ttl)
         return kwargs
 
     def _tool_choice(self, p: GenerateParams, thinking: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -118,7 +118,7 @@ class ModelAdapter(ABC):
             self.note(
                 f"{self.model} is not in the model catalogue of {CATALOG_AS_OF}: sampling, stop, parallel_tool_calls "
                 "and reasoning parameters are not sent (a model may refuse any of them), and its cost is unknown; "
-                f"describe it under `models` in the run's configuration (e.g. [models.\"{self.model}\"] "
+                f'describe it under `models` in the run\'s configuration (e.g. [models."{self.model}"] '
                 "sampling = true) or update delta-eval to send them"
             )
         if self.info.retired():

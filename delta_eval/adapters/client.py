@@ -98,4 +98,5 @@ class ModelClient:
         # Counted once cached: a session killed after this has its answer in the cache, where the next session
         # finds the answers the killed one had not recorded (see RunManifest.begin_session).
         self.stats.answered += 1
+        self.stats.no_usage += response.usage is None
         return CallResult(response, cached=False, attempts=attempts)

@@ -109,7 +109,7 @@ def encode_contents(messages: Sequence[Message], wire_model: str) -> tuple[str |
     return ("\n\n".join(system) if system else None), contents
 
 
-def decode_usage(usage: Any) -> Usage:
+def decode_usage(usage: Any) -> Usage | None:
     """Gemini usage, normalised: thoughts count as output, once.
 
     Example:
@@ -118,8 +118,8 @@ def decode_usage(usage: Any) -> Usage:
         ...     candidates_token_count=15, thoughts_token_count=40, total_token_count=116))
         Usage(input_tokens=61, cached_input_tokens=0, cache_write_tokens=0, output_tokens=55, reasoning_tokens=40)
     """
-    if usage is None:
-        return Usage()
+    if usage is None:  # reported none (a proxy may strip it): unknown, not 0
+        return None
     prompt = (usage.prompt_token_count or 0) + (usage.tool_use_prompt_token_count or 0)
     candidates = usage.candidates_token_count or 0
     thoughts = usage.thoughts_token_count or 0

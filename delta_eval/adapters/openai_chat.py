@@ -5,8 +5,8 @@ Wire format (``POST {base}/chat/completions``): earlier assistant tool calls go 
 arguments exactly as the model wrote them, each answered by a ``tool`` message; the system prompt is a ``system``
 message. Usage is normalised: ``prompt_tokens`` already includes cached tokens and ``completion_tokens`` reasoning
 tokens, so they are taken as they are. With ``stream``, tool-call argument fragments are joined by index, usage
-comes from the final chunk (``include_usage``), and a stream that ends without a finish reason is a retryable
-failure, never a cached answer.
+comes from the final chunk (``include_usage``; a server that ignores it leaves usage unknown, not 0), and a
+stream that ends without a finish reason is a retryable failure, never a cached answer.
 
 Example (Python)::
 
@@ -33,6 +33,7 @@ from delta_eval.adapters.openai_common import (
     sampling,
 )
 from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.prompt_cache import prompt_cache_key
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
@@ -89,7 +90,7 @@ def encode_response_format(fmt: ResponseFormat) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": fmt.name, "schema": fmt.json_schema, "strict": fmt.strict}}
 
 
-def decode_usage(usage: Any) -> Usage:
+def decode_usage(usage: Any) -> Usage | None:
     """Chat Completions usage, normalised: prompt tokens include cached ones, completion tokens reasoning ones.
 
     Example:
@@ -99,8 +100,8 @@ def decode_usage(usage: Any) -> Usage:
         ...     "completion_tokens_details": {"reasoning_tokens": 4}}))
         Usage(input_tokens=95, cached_input_tokens=64, cache_write_tokens=0, output_tokens=9, reasoning_tokens=4)
     """
-    if usage is None:
-        return Usage()
+    if usage is None:  # reported none (a proxy may strip it): unknown, not 0
+        return None
     prompt = getattr(usage, "prompt_tokens_details", None)
     completion = getattr(usage, "completion_tokens_details", None)
     return Usage(
@@ -169,12 +170,20 @@ class ChatCompletionsAdapter(ModelAdapter):
             self.note(f"stop sequences dropped: {refused(self.info, 'stop sequences')}")
         if p.response_format is not None:
             kwargs["response_format"] = encode_response_format(p.response_format)
+        key = prompt_cache_key(request.conversation_id) if self._sends_cache_key() else None
+        if key is not None:
+            kwargs["prompt_cache_key"] = key
         kwargs.update(p.extra)
         return kwargs
 
     def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """The body of a streamed call: ``body`` asking for a stream whose last chunk carries the usage."""
         return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+    def _sends_cache_key(self) -> bool:
+        # OpenAI itself takes the key; an unknown server or an Azure api-version may refuse it unless asked.
+        chosen = self.options.prompt_cache_key
+        return chosen if chosen is not None else self.options.base_url is None and type(self.options) is OpenAIOptions
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One call: streamed when ``params.stream`` is set."""
@@ -280,7 +289,8 @@ class ChatCompletionsAdapter(ModelAdapter):
         ttft_ms: float | None = None,
     ) -> ModelResponse:
         if usage is None:
-            self.note("the server reported no token usage; these calls count as 0 tokens")
+            self.note("the server reported no token usage (it may ignore stream_options.include_usage); "
+                      "tokens and cost of those calls are unknown")  # fmt: skip
         state = ReasoningState(provider="openai", model=self.wire_model, summary=reasoning) if reasoning else None
         return ModelResponse(
             message=Message(role="assistant", content=text, tool_calls=calls, reasoning=state),

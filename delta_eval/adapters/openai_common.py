@@ -43,12 +43,15 @@ class OpenAIOptions(ProviderOptions):
 
     - ``organization``, ``project``: sent as OpenAI's headers;
     - ``max_tokens_field``: how the output budget is sent: ``max_completion_tokens`` by default (OpenAI's field
-      for every model, taken by current OpenAI-compatible servers too), ``max_tokens`` for an older server.
+      for every model, taken by current OpenAI-compatible servers too), ``max_tokens`` for an older server.;
+    - ``prompt_cache_key``: send a replayed conversation's key as ``prompt_cache_key``, so its turns reach the same
+      prompt cache (default: to OpenAI itself, not to other servers or Azure).
     """
 
     organization: str | None = None
     project: str | None = None
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] | None = None
+    prompt_cache_key: bool | None = None
 
 
 def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI_API_KEY") -> openai.AsyncOpenAI:

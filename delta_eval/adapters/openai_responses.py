@@ -35,6 +35,7 @@ from delta_eval.adapters.openai_common import (
     sampling,
 )
 from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.prompt_cache import prompt_cache_key
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
@@ -104,7 +105,7 @@ def encode_text_format(fmt: ResponseFormat) -> dict[str, Any]:
     return {"type": "json_schema", "name": fmt.name, "schema": fmt.json_schema, "strict": fmt.strict}
 
 
-def decode_usage(usage: Any) -> Usage:
+def decode_usage(usage: Any) -> Usage | None:
     """Responses usage, normalised: input tokens include cached ones, output tokens reasoning ones.
 
     Example:
@@ -115,8 +116,8 @@ def decode_usage(usage: Any) -> Usage:
         ...     "total_tokens": 160}))
         Usage(input_tokens=120, cached_input_tokens=64, cache_write_tokens=0, output_tokens=40, reasoning_tokens=24)
     """
-    if usage is None:
-        return Usage()
+    if usage is None:  # reported none (a proxy may strip it): unknown, not 0
+        return None
     into = getattr(usage, "input_tokens_details", None)
     out = getattr(usage, "output_tokens_details", None)
     return Usage(
@@ -181,8 +182,16 @@ class ResponsesAdapter(ModelAdapter):
             self.note("stop sequences dropped: the Responses API takes none")
         if p.response_format is not None:
             kwargs["text"] = {"format": encode_text_format(p.response_format)}
+        key = prompt_cache_key(request.conversation_id) if self._sends_cache_key() else None
+        if key is not None:
+            kwargs["prompt_cache_key"] = key
         kwargs.update(p.extra)
         return kwargs
+
+    def _sends_cache_key(self) -> bool:
+        # OpenAI itself takes the key; an unknown server or an Azure api-version may refuse it unless asked.
+        chosen = self.options.prompt_cache_key
+        return chosen if chosen is not None else self.options.base_url is None and type(self.options) is OpenAIOptions
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One call: streamed when ``params.stream`` is set."""

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from delta_eval.analysis.changes import changes, pair_behaviours
 from delta_eval.analysis.naming import LLMNamer
+from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes, prompt_sections
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.difference import PairedSums
@@ -53,6 +54,19 @@ SELECT stratum, conversation_id, sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS w
        sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab
 FROM counted GROUP BY ALL ORDER BY stratum, conversation_id
 """
+
+
+def _cache_figures(spend: SideSpend | None) -> dict[str, Any]:
+    """A side's prompt-cache figures for the summary (``None`` where unknown)."""
+    if spend is None:
+        return {}
+    saved = spend.saved_usd
+    return {
+        "cache_read_tokens": spend.cache_read_tokens,
+        "cache_write_tokens": spend.cache_write_tokens,
+        "cost_usd_at_full_price": round(spend.full_price_usd, 6) if spend.full_price_usd is not None else None,
+        "saved_by_caching_usd": round(saved, 6) if saved is not None else None,
+    }
 
 
 def _win_rate(cols: dict[str, Any], mask: Any = None) -> dict[str, Any] | None:
@@ -177,10 +191,12 @@ class Analysis:
         funnel = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage ORDER BY stage").fetchall())
         outcomes = dict(con.execute("SELECT outcome, count(*) FROM verdicts GROUP BY 1 ORDER BY 1").fetchall())
         sides = con.execute(
-            "SELECT side, count(*), sum(cost_usd), count(cost_usd), sum(input_tokens), sum(output_tokens), "
+            "SELECT side, count(*), sum(cost_usd), count(cost_usd), count(input_tokens), sum(input_tokens), "
+            "sum(output_tokens), "
             "quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.9), avg(hit_tool_cap::INT), "
             "sum((error IS NOT NULL)::INT) FROM replays WHERE side <> 'recorded' GROUP BY side ORDER BY side"
         ).fetchall()
+        cache = {x.side: x for x in side_spend(con, m.config.get("prices"))}
         data: dict[str, Any] = {
             "run": str(self.path),
             "status": m.status,
@@ -196,14 +212,16 @@ class Analysis:
                 side: {
                     "replays": n,
                     "cost_usd": round(cost, 6) if priced == n and cost is not None else None,
-                    "input_tokens": int(tin or 0),
-                    "output_tokens": int(tout or 0),
+                    # A replay without usage makes the side's tokens unknown (null), never a partial sum.
+                    "input_tokens": int(tin or 0) if counted == n else None,
+                    "output_tokens": int(tout or 0) if counted == n else None,
+                    **_cache_figures(cache.get(side)),
                     "latency_ms_p50": round(p50 or 0.0, 1),
                     "latency_ms_p90": round(p90 or 0.0, 1),
                     "hit_tool_cap": round(cap or 0.0, 4),
                     "errors": int(errs or 0),
                 }
-                for side, n, cost, priced, tin, tout, p50, p90, cap, errs in sides
+                for side, n, cost, priced, counted, tin, tout, p50, p90, cap, errs in sides
             },
             "judging": {stage: spend.model_dump() for stage, spend in m.counts.judging.items()},
             "damage": [str(d) for d in self.result.damage],

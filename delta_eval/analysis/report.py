@@ -13,6 +13,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from delta_eval.analysis.spend import side_spend, spend_lines
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.metrics import WinRate, wilson_interval
 from delta_eval.pricing import total_cost
@@ -101,6 +102,12 @@ def _money(value: float | None) -> str:
     return f"{value:10.4f}" if value is not None else "   unknown"
 
 
+def _tokens(value: int | None, width: int) -> str:
+    # Right-aligned for a positive width, left for a negative one; "unknown" where a call reported no usage.
+    text = str(value) if value is not None else "unknown"
+    return f"{text:>{width}s}" if width > 0 else f"{text:<{-width}s}"
+
+
 def funnel_lines(result: RunResult, con: Any) -> list[str]:
     """The judging funnel: per stage, the pairs that reached it and those it decided, the judge calls it made and
     what they used; then how many pairs stages 1 and 2 resolved before stage 3."""
@@ -120,7 +127,7 @@ def funnel_lines(result: RunResult, con: Any) -> list[str]:
         p50 = f"{s.latency_ms_p50:11.1f}" if s.latency_ms_p50 is not None else "        n/a"
         return (
             f"  {label:18s} {pairs_in:8d} {decided:>8s} {s.calls:8d} ({s.failed:4d})  "
-            f"{s.input_tokens:10d}/{s.output_tokens:<10d} {_money(s.cost_usd)} {p50}"
+            f"{_tokens(s.input_tokens, 10)}/{_tokens(s.output_tokens, -10)} {_money(s.cost_usd)} {p50}"
         )
 
     lines.append(row("1 deterministic", entered, str(by_stage.get("deterministic", 0)), None))
@@ -173,7 +180,10 @@ def _side_stats(con: Any) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = con.execute(
         """
         SELECT side, model, count(*) AS replays, sum(model_calls) AS calls, sum(cached_calls) AS cached,
-               sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens, list(cost_usd) AS costs,
+               -- null (unknown) as soon as one replay reported no usage: never a partial sum
+               CASE WHEN count(input_tokens) = count(*) THEN sum(input_tokens) END AS input_tokens,
+               CASE WHEN count(output_tokens) = count(*) THEN sum(output_tokens) END AS output_tokens,
+               list(cost_usd) AS costs,
                list(latency_ms) FILTER (WHERE error IS NULL) AS latencies,
                count(*) FILTER (WHERE hit_tool_cap) AS capped, count(*) FILTER (WHERE error IS NOT NULL) AS failed
         FROM replays WHERE side <> 'recorded' GROUP BY side, model ORDER BY side
@@ -317,9 +327,10 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
             cost = total_cost(costs)
             cost_s = f"{cost:10.4f}" if cost is not None else "   unknown"
             lines.append(
-                f"  {side:10s} {n:8d} {calls:6d} ({cached:6d}) {tin:10d}/{tout:<8d} {cost_s} "
+                f"  {side:10s} {n:8d} {calls:6d} ({cached:6d}) {_tokens(tin, 10)}/{_tokens(tout, -8)} {cost_s} "
                 f"{p50:9.1f}/{p90:<9.1f} {capped:6d}" + (f"  failed {failed}" if failed else "")
             )
+        lines += ["", *spend_lines(side_spend(con, m.config.get("prices")))]
         errors = con.execute("SELECT stage, count(*) FROM errors GROUP BY stage ORDER BY stage").fetchall()
     finally:
         con.close()

@@ -33,7 +33,13 @@ def analysis_text(data: dict[str, Any], outcome: str = "baseline") -> str:
         lines.append(f"  {row['stratum']:<40} {_rate(row)}")
     for side, v in s["sides"].items():
         cost = f"${v['cost_usd']:.4f}" if v["cost_usd"] is not None else "cost unknown"
-        lines.append(f"{side:<10} {cost}, latency p50 {v['latency_ms_p50']} ms, p90 {v['latency_ms_p90']} ms")
+        tokens = f"{v['input_tokens']:,} in" if v.get("input_tokens") is not None else "tokens unknown"
+        if v.get("cache_read_tokens") is not None and v.get("input_tokens"):
+            tokens += f" ({v['cache_read_tokens'] / v['input_tokens']:.0%} cache reads)"
+        saved = v.get("saved_by_caching_usd")
+        cached = f", saved by caching ${saved:.4f}" if saved else ""
+        lines.append(f"{side:<10} {cost}{cached}, {tokens}, latency p50 {v['latency_ms_p50']} ms, "
+                     f"p90 {v['latency_ms_p90']} ms")  # fmt: skip
     lines += ["", "what changed (baseline -> candidate, 95% CI)"]
     for row in data["changes"]:
         if row["kind"] == "behaviour":

@@ -67,14 +67,15 @@ class PairView(_Frozen):
 class EquivalenceResult(_Frozen):
     """A stage-2 answer. ``equivalent`` is ``None`` when the judge could not tell.
 
-    ``usage``, ``cost_usd`` and ``latency_ms`` say what the call used; ``raw`` is the judge's own record of its
-    answer (e.g. the parsed JSON), kept in the ``judgements`` table; ``prompt_hash`` names its prompt's version.
+    ``usage``, ``cost_usd`` and ``latency_ms`` say what the call used (``usage`` ``None``: not reported); ``raw``
+    is the judge's own record of its answer (e.g. the parsed JSON), kept in the ``judgements`` table;
+    ``prompt_hash`` names its prompt's version.
     """
 
     equivalent: bool | None
     confidence: float = Field(ge=0.0, le=1.0)
     reasoning: str = ""
-    usage: Usage = Usage()
+    usage: Usage | None = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
     prompt_hash: str = ""
@@ -95,7 +96,7 @@ class PairwiseResult(_Frozen):
     severity: Severity | None = None
     scores: dict[str, dict[str, float]] = Field(default_factory=dict)
     summary: str = ""
-    usage: Usage = Usage()
+    usage: Usage | None = Usage()
     cost_usd: float | None = None
     latency_ms: float = 0.0
     prompt_hash: str = ""

@@ -49,6 +49,7 @@ class JudgeContext:
         """The run's client of ``model`` (shared with any side that uses the same model and options)."""
         return self.pool.client(model, options, limits, label="judge")
 
-    def cost_of(self, model: str, usage: Usage) -> float | None:
-        """Dollars for ``usage`` of ``model`` at the run's prices (``None`` when the model has no price)."""
+    def cost_of(self, model: str, usage: Usage | None) -> float | None:
+        """Dollars for ``usage`` of ``model`` at the run's prices (``None`` when the model has no price or the call
+        reported no usage)."""
         return cost(usage, price_for(model, self.prices))

@@ -143,6 +143,9 @@ class Replayer:
             request = build_request(point, self.variant, self.source)
         except RecordError as exc:
             return done(exc)
+        # The turns of a conversation share their prefix: providers that take a routing hint for their prompt cache
+        # get the conversation (see delta_eval.adapters.prompt_cache).
+        request = request.model_copy(update={"conversation_id": point.conversation_id})
         if point.epoch > 1 and request.params.seed is not None:
             # Each epoch is another draw, where the provider takes a seed.
             params = request.params.model_copy(update={"seed": request.params.seed + point.epoch - 1})

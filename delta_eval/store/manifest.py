@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from statistics import median
@@ -27,6 +28,7 @@ from delta_eval.pricing import total_cost
 __all__ = [
     "FORMAT",
     "JUDGEMENT_COLUMNS",
+    "NO_USAGE_NOTE",
     "VERDICT_COLUMNS",
     "CacheStats",
     "RunCounts",
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 FORMAT: Literal["delta_eval.run/1"] = "delta_eval.run/1"
+#: How the manifest's note on calls without usage begins (one such note a run).
+NO_USAGE_NOTE = "usage unknown"
 RunStatus = Literal["running", "completed", "interrupted", "failed"]
 SessionStatus = Literal["running", "completed", "interrupted", "failed", "killed"]
 
@@ -97,15 +101,15 @@ class Session(_Model):
 
 class StageSpend(_Model):
     """The judge calls of one stage (``equivalence``, ``judge``, or ``audit``: stage-3 calls auditing stage 2): the
-    pairs they were made for, the calls and failed calls, tokens, dollars (``None`` when some call's price is
-    unknown) and the median latency of a call."""
+    pairs they were made for, the calls and failed calls, tokens (``None`` when some call reported no usage),
+    dollars (``None`` when some call's price or usage is unknown) and the median latency of a call."""
 
     pairs: int = 0
     calls: int = 0
     failed: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
+    input_tokens: int | None = 0
+    output_tokens: int | None = 0
+    reasoning_tokens: int | None = 0
     cost_usd: float | None = 0.0
     latency_ms_p50: float | None = None
 
@@ -119,12 +123,22 @@ class StageSpend(_Model):
             pairs=len({r["pair_id"] for r in rows}),
             calls=len(rows),
             failed=sum(r["answer"] == "error" for r in rows),
-            input_tokens=sum(r["input_tokens"] or 0 for r in rows),
-            output_tokens=sum(r["output_tokens"] or 0 for r in rows),
-            reasoning_tokens=sum(r["reasoning_tokens"] or 0 for r in rows),
+            input_tokens=_known_sum(r["input_tokens"] for r in rows),
+            output_tokens=_known_sum(r["output_tokens"] for r in rows),
+            reasoning_tokens=_known_sum(r["reasoning_tokens"] for r in rows),
             cost_usd=total_cost(r["cost_usd"] for r in rows),
             latency_ms_p50=round(median(latencies), 1) if latencies else None,
         )
+
+
+def _known_sum(values: Iterable[int | None]) -> int | None:
+    """The sum, or ``None`` when a value is unknown (a call that reported no usage)."""
+    total = 0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total
 
 
 #: The judgements columns :meth:`RunCounts.tally` reads.
@@ -298,3 +312,10 @@ class RunManifest(_Model):
         self.ended_at = session.ended_at
         self.counts = counts.model_copy(update={"calls": total})
         self.notes.extend(n for n in notes or () if n not in self.notes)
+        # Said once for the whole run, however many sessions: the count replaces an earlier session's.
+        self.notes = [n for n in self.notes if not n.startswith(NO_USAGE_NOTE)]
+        if total.no_usage:
+            self.notes.append(
+                f"{NO_USAGE_NOTE}: {total.no_usage} of {total.answered} answered model calls reported no token usage; "
+                "their tokens and cost are unknown (null), not 0"
+            )

@@ -8,6 +8,7 @@ A :class:`Table` maps each field of its model to columns:
 - ``dict`` and ``Any`` values (metadata, raw judge answers) to JSON text, as are the fields named in ``as_json``;
 - nested models named in ``flatten`` to their own fields as top-level columns, with a prefix (``usage`` gives
   ``input_tokens``, ``output_tokens``, ...), so that SQL over a run reads ``sum(cost_usd)``, not ``usage.cost``;
+  an optional nested model that is ``None`` (unknown usage) gives nulls in all its columns, and reads back as ``None``;
 - ``computed`` adds columns derived from the object (``n_tool_calls``), written but never read back.
 
 Example:
@@ -148,9 +149,15 @@ class Table(Generic[M]):
         self.model = model
         self._flatten = dict(flatten or {})
         columns: list[_Column] = []
+        self._optional: set[str] = set()
         for name, info in model.model_fields.items():
             nested = info.annotation
             if name in self._flatten:
+                present = [a for a in get_args(nested) if a is not type(None)]
+                if get_origin(nested) in (Union, types.UnionType) and len(present) == 1:
+                    # An optional model (usage that may be unknown): every column null when it is None.
+                    self._optional.add(name)
+                    nested = present[0]
                 assert isinstance(nested, type) and issubclass(nested, BaseModel), name
                 for sub, sub_info in nested.model_fields.items():
                     arrow, dump, load = _compile(sub_info.annotation)
@@ -172,8 +179,8 @@ class Table(Generic[M]):
                 continue
             value: Any = obj
             for part in c.path:
-                value = getattr(value, part)
-            out[c.name] = c.dump(value)
+                value = getattr(value, part) if value is not None else None
+            out[c.name] = None if value is None else c.dump(value)
         return out
 
     def parse(self, row: Mapping[str, Any]) -> M:
@@ -186,6 +193,9 @@ class Table(Generic[M]):
                 data[c.path[0]] = c.load(row[c.name])
             else:
                 data.setdefault(c.path[0], {})[c.path[1]] = c.load(row[c.name])
+        for name in self._optional:
+            if name in data and all(v is None for v in data[name].values()):
+                data[name] = None
         return self.model.model_validate(data)
 
     def to_arrow(self, objs: list[M]) -> pa.Table:

@@ -30,7 +30,8 @@ def options(server: FakeAnthropicServer, **more: object) -> dict[str, object]:
 def test_a_tool_round_as_blocks_with_the_system_prompt_on_top() -> None:
     with FakeAnthropicServer(respond=weather_model, api_key=KEY) as server:
         first = call(MODEL, options(server), request(MODEL, max_tokens=512))
-        second = call(MODEL, options(server), request(MODEL, TOOL_ROUND, max_tokens=512))
+        # The wire shape without prompt-cache breakpoints (those are tests/adapters/test_prompt_cache.py's).
+        second = call(MODEL, options(server, prompt_cache=False), request(MODEL, TOOL_ROUND, max_tokens=512))
     assert first.response.message.tool_calls == (CALL,)
     assert (first.response.finish_reason, first.response.provider_finish_reason) == ("tool_calls", "tool_use")
     assert second.response.message.content == "It is 18 C."

@@ -226,7 +226,9 @@ def test_an_openai_compatible_server_needs_no_key_and_takes_the_budget_field_it_
     model = "openai:Qwen2.5-7B-Instruct"
     with FakeOpenAIServer(respond=weather_model) as server:
         result = call(model, {"base_url": server.base_url}, request(model, max_tokens=64))
-        older = call(model, {"base_url": server.base_url, "max_tokens_field": "max_tokens"}, request(model, max_tokens=64))
+        older = call(
+            model, {"base_url": server.base_url, "max_tokens_field": "max_tokens"}, request(model, max_tokens=64)
+        )
     assert result.response.message.tool_calls == older.response.message.tool_calls == (CALL,)
     current, old = (r.json() for r in server.requests)
     assert (current["max_completion_tokens"], "max_tokens" in current) == (64, False)

@@ -25,9 +25,10 @@ import json
 from typing import Any
 
 from delta_eval.calls import ModelRequest
-from delta_eval.schema import Message, ToolCall, ToolSpec
+from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 from delta_eval.testing.servers.model_rules import check_anthropic
+from delta_eval.testing.servers.prompt_cache import anthropic_blocks
 from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
 
 __all__ = ["FakeAnthropicServer"]
@@ -135,6 +136,12 @@ class FakeAnthropicServer(FakeProviderServer):
             raise WireError("output_config.format: expected {'type': 'json_schema', 'schema': {...}}")
         params = schema_params(fmt.get("schema"))
         return ModelRequest(model=route.model, messages=tuple(messages), tools=tuple(tools), params=params)
+
+    def cache_usage(self, request: Request, canonical: ModelRequest, usage: Usage, ready_in_s: float) -> Usage:
+        """Anthropic's explicit cache: prefixes up to the request's ``cache_control`` breakpoints."""
+        assert self.prompt_cache is not None
+        blocks = anthropic_blocks(request.json() or {})
+        return self.prompt_cache.anthropic(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def _check_thinking(self, index: int, blocks: list[dict[str, Any]], calls: tuple[ToolCall, ...]) -> None:
         for call in calls:

@@ -34,9 +34,10 @@ import re
 from typing import Any
 
 from delta_eval.calls import ModelRequest
-from delta_eval.schema import Message, ToolCall, ToolSpec
+from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 from delta_eval.testing.servers.model_rules import check_gemini, check_gemini_version
+from delta_eval.testing.servers.prompt_cache import request_blocks
 from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
 
 __all__ = ["FakeGeminiServer"]
@@ -119,6 +120,12 @@ class FakeGeminiServer(FakeProviderServer):
             delay = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{behaviour.retry_after_s}s"}
             reply.body["error"]["details"] = [delay]
         return reply
+
+    def cache_usage(self, request: Request, canonical: ModelRequest, usage: Usage, ready_in_s: float) -> Usage:
+        """The implicit prompt cache: the longest prefix of the conversation seen before."""
+        assert self.prompt_cache is not None
+        blocks = request_blocks(canonical)
+        return self.prompt_cache.gemini(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
         raw = request.json() or {}

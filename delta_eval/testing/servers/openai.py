@@ -34,9 +34,10 @@ import struct
 from typing import Any
 
 from delta_eval.calls import GenerateParams, ModelRequest
-from delta_eval.schema import Message, ToolCall, ToolSpec
+from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers.http import JSONReply, Request
 from delta_eval.testing.servers.model_rules import azure_undeclared, check_openai
+from delta_eval.testing.servers.prompt_cache import request_blocks
 from delta_eval.testing.servers.provider import (
     Answer,
     FakeProviderServer,
@@ -161,6 +162,12 @@ class FakeOpenAIServer(FakeProviderServer):
         return JSONReply(body, status=status, headers={"x-request-id": f"req_err{len(self.requests)}"})
 
     # -- requests -------------------------------------------------------------------------------------------
+
+    def cache_usage(self, request: Request, canonical: ModelRequest, usage: Usage, ready_in_s: float) -> Usage:
+        """The implicit prompt cache: the longest prefix of the conversation seen before."""
+        assert self.prompt_cache is not None
+        blocks = request_blocks(canonical)
+        return self.prompt_cache.openai(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
         body, model = request.json() or {}, route.model

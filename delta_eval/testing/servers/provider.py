@@ -27,6 +27,8 @@ from delta_eval.adapters.simulated import Failure, SimulatedAdapter, SimulatedBe
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ResponseFormat
 from delta_eval.schema import Conversation, Message, Usage
 from delta_eval.testing.servers.http import FakeHTTPServer, JSONReply, Reply, Request, StreamReply
+from delta_eval.testing.servers.no_usage import strip_usage
+from delta_eval.testing.servers.prompt_cache import PromptCache
 
 __all__ = ["Answer", "FakeProviderServer", "Route", "WireError", "check_strict_schema", "schema_params", "sign", "sse"]
 
@@ -108,7 +110,10 @@ class FakeProviderServer(FakeHTTPServer):
     - ``recordings``: the conversations the model answers from (conversations or a ready index);
     - ``behaviour``: one :class:`~delta_eval.adapters.simulated.SimulatedBehaviour` for every model, or a mapping
       from model name to behaviour (``"*"`` for the rest);
-    - ``respond``: instead of the recordings, a function from the canonical request to the answer message.
+    - ``respond``: instead of the recordings, a function from the canonical request to the answer message;
+    - ``usage``: ``False`` leaves token usage out of every reply, as a proxy that strips it does;
+    - ``prompt_cache``: simulate the provider's prompt cache (:mod:`.prompt_cache`), unless a behaviour sets
+      ``cached_fraction`` (then that fraction is reported, as by the ``simulated:`` model).
     """
 
     def __init__(
@@ -116,8 +121,13 @@ class FakeProviderServer(FakeHTTPServer):
         recordings: RecordingIndex | Iterable[Conversation] | None = None,
         behaviour: SimulatedBehaviour | Mapping[str, SimulatedBehaviour] | None = None,
         respond: Responder | None = None,
+        *,
+        usage: bool = True,
+        prompt_cache: bool = True,
     ) -> None:
         super().__init__()
+        self.report_usage = usage
+        self.prompt_cache = PromptCache() if prompt_cache else None
         if recordings is None or isinstance(recordings, RecordingIndex):
             self.recordings = recordings if recordings is not None else RecordingIndex()
         else:
@@ -155,6 +165,11 @@ class FakeProviderServer(FakeHTTPServer):
     def encode_stream(self, answer: Answer) -> list[bytes]:
         """The answer as the provider's stream of server-sent events, ending with its terminal event."""
 
+    def cache_usage(self, request: Request, canonical: ModelRequest, usage: Usage, ready_in_s: float) -> Usage:
+        """``usage`` with the prompt cache's reads and writes (see :mod:`.prompt_cache`); a provider's server
+        says how its cache sees a request. By default: no cache."""
+        return usage
+
     @abstractmethod
     def error(
         self, status: int, kind: str, message: str, *, param: str | None = None, code: str | None = None
@@ -166,6 +181,10 @@ class FakeProviderServer(FakeHTTPServer):
     # -- the shared flow ------------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> Reply:
+        reply = await self._answer(request)
+        return reply if self.report_usage else strip_usage(reply)
+
+    async def _answer(self, request: Request) -> Reply:
         route = self.route(request)
         if route is None:
             return self.error(404, "not_found", f"no endpoint {request.method} {request.path}")
@@ -181,11 +200,15 @@ class FakeProviderServer(FakeHTTPServer):
         if reply is not None:
             reply.delay_s = call.latency_s
             return reply
+        usage = call.usage
+        if self.prompt_cache is not None and not model.behaviour.cached_fraction:
+            cached = self.cache_usage(request, canonical, usage, call.latency_s)
+            usage = usage.model_copy(update=cached.model_dump(include={"cached_input_tokens", "cache_write_tokens"}))
         answer = Answer(
             route=route,
             model=name,
             message=message,
-            usage=call.usage,
+            usage=usage,
             finish="tool_calls" if message.tool_calls else "stop",
             thinking=model.behaviour.reasoning_tokens > 0,
             response_id=f"{next(self._ids):06d}",
