@@ -14,7 +14,7 @@ Credentials, first found wins:
   the machine), loaded and refreshed by the SDK.
 
 ``project`` and ``location`` default to ``GOOGLE_CLOUD_PROJECT`` and ``GOOGLE_CLOUD_LOCATION`` (location: ``global``
-when neither is set).
+when neither is set); see :mod:`.vertex_auth`.
 
 Example (Python)::
 
@@ -23,53 +23,29 @@ Example (Python)::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from google import genai
 from google.genai import types
 from google.oauth2.credentials import Credentials
-from pydantic import SecretStr
 
 from delta_eval.adapters.base import ClientShards, tls_context
 from delta_eval.adapters.gemini import GeminiAdapter, GeminiOptions
 from delta_eval.adapters.options import parse_options
 from delta_eval.adapters.registry import AdapterContext
-from delta_eval.exceptions import ConfigError
+from delta_eval.adapters.vertex_auth import VertexAuthOptions
 
-__all__ = ["DEFAULT_TOKEN_ENV", "VertexGeminiAdapter", "VertexGeminiOptions", "create"]
-
-#: The variable an access token is read from when ``access_token_env`` is not given.
-DEFAULT_TOKEN_ENV = "GOOGLE_VERTEX_ACCESS_TOKEN"
+__all__ = ["VertexGeminiAdapter", "VertexGeminiOptions", "create"]
 
 
-class VertexGeminiOptions(GeminiOptions):
-    """Options of ``vertex:`` models (and those of :class:`~delta_eval.adapters.gemini.GeminiOptions`).
-
-    - ``project``, ``location``: the Google Cloud project and region (defaults: ``GOOGLE_CLOUD_PROJECT``,
-      ``GOOGLE_CLOUD_LOCATION``, then ``global``);
-    - ``access_token_env``: the variable holding an OAuth access token (default ``GOOGLE_VERTEX_ACCESS_TOKEN``);
-    - ``access_token``: the token itself (prefer ``access_token_env``).
+class VertexGeminiOptions(GeminiOptions, VertexAuthOptions):
+    """Options of ``vertex:`` models: those of :class:`~delta_eval.adapters.gemini.GeminiOptions` and of
+    :class:`~delta_eval.adapters.vertex_auth.VertexAuthOptions` (project, location, access token).
 
     ``api_key`` / ``api_key_env`` select express mode (no project); without them and without a token, application
     default credentials are used.
     """
-
-    project: str | None = None
-    location: str | None = None
-    access_token_env: str | None = None
-    access_token: SecretStr | None = None
-
-    def token(self) -> str | None:
-        """The access token: inline, else from ``access_token_env`` (or ``GOOGLE_VERTEX_ACCESS_TOKEN``)."""
-        if self.access_token is not None:
-            return self.access_token.get_secret_value()
-        return os.environ.get(self.access_token_env or DEFAULT_TOKEN_ENV) or None
-
-    def secrets(self) -> list[str]:
-        """The secrets of :class:`ProviderOptions` and the access token."""
-        return [*super().secrets(), *(t for t in (self.token(),) if t)]
 
 
 class VertexGeminiAdapter(GeminiAdapter):
@@ -102,10 +78,8 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> V
             return genai.Client(vertexai=True, api_key=key, http_options=http_options)
 
         return VertexGeminiAdapter(model, opts, ClientShards(express, opts.connection_pools))
-    project = opts.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-    if not project:
-        raise ConfigError(f"{model}: no Google Cloud project; set GOOGLE_CLOUD_PROJECT or give provider_options project")
-    location = opts.location or os.environ.get("GOOGLE_CLOUD_LOCATION") or "global"
+    project = opts.resolved_project(model)
+    location = opts.resolved_location()
     opts = opts.model_copy(update={"project": project, "location": location})
     token = opts.token()
     # A bare token is wrapped as credentials that never refresh; None lets the SDK load the application defaults.
