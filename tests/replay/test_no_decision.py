@@ -3,17 +3,23 @@ stored, counted per side, gated against the baseline, and derived for runs writt
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 import delta_eval as de
+from delta_eval.adapters.registry import AdapterContext, register_adapter
+from delta_eval.analysis.report import render_report
+from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.metrics import DecisionRule, Gate, decide, evaluate_gates, side_metrics
 from delta_eval.metrics.sides import no_decision_of
 from delta_eval.replay.checks import check_output
 from delta_eval.schema import Message, ReasoningState, Step, ToolCall, TurnOutput
 from delta_eval.store.folder import RunFolder
+from delta_eval.testing import ScriptedAdapter, registered_adapters
 from tests.replay.test_engine import first_point, replayer
 
 ACTED = TurnOutput(steps=(Step(tool_calls=(ToolCall(id="1", name="f", arguments="{}"),)),))
@@ -118,3 +124,25 @@ def test_rows_without_the_flag_or_the_output_are_unknown_not_silent() -> None:
 def test_the_gate_is_known_to_rules() -> None:
     assert "no_decision_rate" in de.metrics.gates.METRICS
     assert Gate(metric="no_decision_rate", max=0.0).label == "no_decision_rate: candidate - baseline <= 0"
+
+
+def test_a_run_whose_candidate_goes_silent_says_so_in_its_rows_decision_and_report(tmp_path: Path) -> None:
+    cfg = demo_config(tmp_path / "run", n=12, latency_ms=0.0, judges="rule")
+    silent = de.Variant(model="silent:m", name="candidate")
+
+    def factory(model: str, options: Mapping[str, Any], context: AdapterContext) -> ScriptedAdapter:
+        return ScriptedAdapter(model, lambda request: Message(role="assistant", content=""))
+
+    with registered_adapters():
+        register_adapter("silent", factory)
+        result = de.run(cfg.model_copy(update={"candidate": silent}), conversations=demo_conversations())
+    con = result.connect()
+    by_side = dict(con.sql("SELECT side, bool_and(no_decision) FROM replays WHERE side <> 'recorded' GROUP BY side")
+                   .fetchall())  # fmt: skip
+    assert by_side == {"baseline": False, "candidate": True}
+    rule = DecisionRule(gates=(Gate(metric="no_decision_rate", max=0.0),))
+    [gate] = result.decision(rule).gates
+    assert gate.candidate == 1.0
+    assert gate.passed is False
+    report = render_report(result)
+    assert "no decision" in report
