@@ -55,14 +55,12 @@ def route(request: Request) -> Route | None:
 
 
 def authorised(request: Request, route: Route, bearer: str | None) -> bool:
-    """Whether the request carries the platform's credentials: a bearer token (the expected one when ``bearer`` is
-    given), or on Bedrock a SigV4 signature."""
+    """Whether the request carries credentials: exactly ``Bearer <bearer>`` when the server was given one (a Vertex
+    token, a Bedrock API key), else any ``Authorization`` (a bearer token, or on Bedrock a SigV4 signature, which
+    cannot be checked without the secret key)."""
     if "authorization" not in request.headers:
         return False
-    if bearer is not None and request.presented("authorization", f"Bearer {bearer}"):
-        return True
-    # A signature cannot be checked without the secret key; its presence, and its date, can.
-    return route.api == "bedrock" and bearer is None and "x-amz-date" in request.headers
+    return bearer is None or request.presented("authorization", f"Bearer {bearer}")
 
 
 def body_problem(request: Request, route: Route) -> str | None:
