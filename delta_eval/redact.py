@@ -25,9 +25,11 @@ _SECRET_KEY = re.compile(
 _NOT_SECRET_KEY = re.compile(r"(tokens|^max_|budget|_field$|_env$)", re.IGNORECASE)
 #: Keys that hold HTTP headers: every value under them is secret (a header may carry any token).
 _HEADERS_KEY = re.compile(r"headers?$", re.IGNORECASE)
-#: Secrets recognised by their shape, wherever they are: keys of the major providers, bearer tokens, JWTs.
+#: Secrets recognised by their shape, wherever they are: keys of the major providers, Google OAuth access tokens,
+#: AWS access key ids, bearer tokens, JWTs.
 _SECRET_VALUE = re.compile(
-    r"(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}|"
+    r"(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|ya29\.[A-Za-z0-9._\-]{8,}|(?:AKIA|ASIA)[0-9A-Z]{16}|"
+    r"(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}|"
     r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*)"
 )
 #: The userinfo of a URL (``https://user:password@host``).

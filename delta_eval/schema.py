@@ -374,7 +374,9 @@ class Replay(_Frozen):
     The deterministic checks (:mod:`delta_eval.replay.checks`): ``invalid_tool_calls`` (arguments that do not parse,
     an unknown tool, or arguments the tool's schema rejects) with ``tool_call_problems`` saying why;
     ``matches_recorded``, whether it did what production did here; ``text_instead_of_action``, whether it answered
-    in text where production called a tool.
+    in text where production called a tool; ``no_decision``, whether it neither called a tool nor wrote any text (an
+    empty reply, only reasoning, an empty Harmony parse): ``None`` for a replay that failed, and in runs written
+    before the column existed (:func:`delta_eval.metrics.sides.no_decision_of` derives it there).
     """
 
     pair_id: str
@@ -401,6 +403,7 @@ class Replay(_Frozen):
     tool_call_problems: tuple[str, ...] = ()
     matches_recorded: bool | None = None
     text_instead_of_action: bool = False
+    no_decision: bool | None = None
     error: str | None = None
     error_type: str | None = None
 

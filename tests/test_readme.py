@@ -27,7 +27,8 @@ def test_every_provider_example_of_the_readme_builds_its_adapter(monkeypatch: py
     import delta_eval as de
     from delta_eval.adapters.registry import create_adapter
 
-    for name in ("OPENAI_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "VLLM_API_KEY"):
+    for name in ("OPENAI_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "VLLM_API_KEY",
+                 "GOOGLE_VERTEX_ACCESS_TOKEN", "VERTEX_API_KEY"):  # fmt: skip
         monkeypatch.setenv(name, "test-key")
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Use real models", 1)[1].split("\n## ", 1)[0]
@@ -41,7 +42,9 @@ def test_every_provider_example_of_the_readme_builds_its_adapter(monkeypatch: py
     for table in tables:
         parsed = tomllib.loads("\n".join(line for line in table.splitlines() if not line.startswith("# or:")))
         variants += [de.Variant.model_validate(v) for v in parsed.values()]
-    assert {v.model.split(":")[0] for v in variants} == {"openai", "gemini", "openai-responses", "anthropic", "azure"}
+    assert {v.model.split(":")[0] for v in variants} == {
+        "openai", "gemini", "openai-responses", "anthropic", "azure", "vertex", "anthropic-vertex", "bedrock"
+    }  # fmt: skip
     for variant in variants:
         adapter = create_adapter(variant.model, variant.provider_options)
         anyio.run(adapter.aclose)

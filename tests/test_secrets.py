@@ -5,6 +5,7 @@ command printed."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -13,9 +14,9 @@ import pytest
 import delta_eval as de
 from delta_eval.cli import main
 from delta_eval.demo import behaviours
-from delta_eval.redact import redact_secrets
+from delta_eval.redact import redact_secrets, redact_text
 from delta_eval.schema import Conversation
-from delta_eval.testing import FakeOpenAIServer, SimulatedBehaviour
+from delta_eval.testing import FakeAnthropicServer, FakeGeminiServer, FakeOpenAIServer, JSONReply, SimulatedBehaviour
 from tests.conftest import demo_source_toml
 
 SECRETS = {
@@ -131,3 +132,52 @@ def test_redaction_covers_names_headers_urls_and_key_shapes() -> None:
     ]
     for given, redacted in cases:
         assert redact_secrets(given) == redacted
+
+
+# -- the cloud-platform prefixes: a credential echoed back by an error never reaches the error ----------------------
+
+TOKEN = "ya29.platform-token-1a2b3c4d"
+AWS = {"aws_access_key": "AKIAPLATFORMTESTKEY0", "aws_secret_key": "aws-secret-5e6f7a8b9c0d",
+       "aws_session_token": "aws-session-1f2e3d4c5b6a", "region": "us-east-1"}  # fmt: skip
+BEDROCK_KEY = "bedrock-key-7b8c9d0e1f2a"
+#: model, fake server, options given the server's URL, the secrets those options hold
+Platform = tuple[str, type[FakeGeminiServer | FakeAnthropicServer], Callable[[str], dict[str, object]], list[str]]
+PLATFORMS: list[Platform] = [
+    ("vertex:gemini-2.5-flash", FakeGeminiServer,
+     lambda url: {"base_url": url, "project": "p", "location": "l", "access_token": TOKEN}, [TOKEN]),
+    ("anthropic-vertex:claude-sonnet-4-5@20250929", FakeAnthropicServer,
+     lambda url: {"base_url": url + "/v1", "project": "p", "location": "l", "access_token": TOKEN}, [TOKEN]),
+    ("bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0", FakeAnthropicServer,
+     lambda url: {"base_url": url, **AWS}, [v for k, v in AWS.items() if k != "region"]),
+    ("anthropic-bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0", FakeAnthropicServer,
+     lambda url: {"base_url": url, "api_key": BEDROCK_KEY, "region": "us-east-1"}, [BEDROCK_KEY]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "server_class", "options", "secrets"), PLATFORMS, ids=[p[0].split(":")[0] for p in PLATFORMS]
+)
+def test_platform_credentials_never_reach_an_error_or_the_request_log(
+    model: str,
+    server_class: type[FakeGeminiServer | FakeAnthropicServer],
+    options: Callable[[str], dict[str, object]],
+    secrets: list[str],
+) -> None:
+    from tests.adapters.support import call, request
+
+    with server_class() as server:
+        # A misbehaving proxy that repeats the request's credentials in its error message.
+        message = "invalid credentials: " + ", ".join(secrets)
+        server.enqueue(JSONReply({"error": {"type": "authentication_error", "message": message}}, status=401))
+        with pytest.raises(de.ProviderError) as info:
+            call(model, options(server.url), request(model, max_tokens=16), retry=de.RetryPolicy(max_attempts=1))
+        logged = repr(server.requests)
+    said = str(info.value)
+    assert "invalid credentials" in said
+    for secret in secrets:
+        assert secret not in said, f"{secret} reached the error"
+        assert secret not in logged, f"{secret} reached the fake's request log"
+
+
+def test_redaction_knows_google_tokens_and_aws_key_ids_by_shape() -> None:
+    assert redact_text("token ya29.a0AfH6SMBx-abc_def and key AKIAIOSFODNN7EXAMPLE") == "token *** and key ***"

@@ -272,6 +272,11 @@ class AnthropicAdapter(ModelAdapter):
             out["disable_parallel_tool_use"] = True
         return out
 
+    def post_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body arguments of ``client.post("/v1/messages", ...)``: JSON encoded here. The Vertex AI and Bedrock
+        clients rewrite the path and body of a dict body only, so their adapters pass ``body=`` instead."""
+        return {"content": json_body(body)}
+
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One call: streamed when ``params.stream`` is set."""
         kwargs = self.encode(request)
@@ -283,7 +288,7 @@ class AnthropicAdapter(ModelAdapter):
                 # The SDK's own stream accumulator, around the same call the typed method makes.
                 raw = self.clients.next().post(
                     "/v1/messages",
-                    content=json_body({**kwargs, "stream": True}),
+                    **self.post_body({**kwargs, "stream": True}),
                     cast_to=AnthropicMessage,
                     options=_OPTIONS,
                     stream=True,
@@ -299,7 +304,7 @@ class AnthropicAdapter(ModelAdapter):
                     raise TransientError("the stream ended before its last event", model=self.model)
             else:
                 message = await self.clients.next().post(
-                    "/v1/messages", content=json_body(kwargs), cast_to=AnthropicMessage, options=_OPTIONS
+                    "/v1/messages", **self.post_body(kwargs), cast_to=AnthropicMessage, options=_OPTIONS
                 )
                 request_id = message._request_id
         except anthropic.AnthropicError as exc:

@@ -6,7 +6,9 @@ arguments exactly as the model wrote them, each answered by a ``tool`` message; 
 message. Usage is normalised: ``prompt_tokens`` already includes cached tokens and ``completion_tokens`` reasoning
 tokens, so they are taken as they are. With ``stream``, tool-call argument fragments are joined by index, usage
 comes from the final chunk (``include_usage``; a server that ignores it leaves usage unknown, not 0), and a
-stream that ends without a finish reason is a retryable failure, never a cached answer.
+stream that ends without a finish reason is a retryable failure, never a cached answer. A reply whose content is
+raw Harmony (gpt-oss behind a server that does not parse it) is read by :mod:`.harmony` into reasoning, text and
+tool calls.
 
 Example (Python)::
 
@@ -23,6 +25,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from delta_eval.adapters import harmony
 from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.openai_common import (
@@ -288,13 +291,20 @@ class ChatCompletionsAdapter(ModelAdapter):
         request_id: str | None,
         ttft_ms: float | None = None,
     ) -> ModelResponse:
+        canonical = _FINISH.get(finish or "", "other")
+        if harmony.has_markers(text):
+            # gpt-oss behind a server that returns raw Harmony: its channels and calls are all in the text.
+            parsed = harmony.parse(text or "")
+            text, calls = parsed.text, calls + parsed.calls
+            reasoning = "\n".join(r for r in (reasoning, parsed.reasoning) if r) or None
+            canonical = "tool_calls" if parsed.calls and canonical == "stop" else canonical
         if usage is None:
             self.note("the server reported no token usage (it may ignore stream_options.include_usage); "
                       "tokens and cost of those calls are unknown")  # fmt: skip
         state = ReasoningState(provider="openai", model=self.wire_model, summary=reasoning) if reasoning else None
         return ModelResponse(
             message=Message(role="assistant", content=text, tool_calls=calls, reasoning=state),
-            finish_reason=_FINISH.get(finish or "", "other"),
+            finish_reason=canonical,
             provider_finish_reason=finish,
             usage=decode_usage(usage),
             ttft_ms=ttft_ms,

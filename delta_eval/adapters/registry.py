@@ -68,6 +68,10 @@ _BUILTIN: dict[str, _Builtin] = {
     "azure-responses": _Builtin("delta_eval.adapters.azure:create_responses", "openai", "openai"),
     "anthropic": _Builtin("delta_eval.adapters.anthropic:create", "anthropic", "anthropic"),
     "gemini": _Builtin("delta_eval.adapters.gemini:create", "google.genai", "gemini"),
+    "vertex": _Builtin("delta_eval.adapters.gemini_vertex:create", "google.genai", "vertex"),
+    "anthropic-vertex": _Builtin("delta_eval.adapters.anthropic_vertex:create", "anthropic", "vertex"),
+    "anthropic-bedrock": _Builtin("delta_eval.adapters.anthropic_bedrock:create", "botocore", "bedrock"),
+    "bedrock": _Builtin("delta_eval.adapters.anthropic_bedrock:create", "botocore", "bedrock"),
 }
 _registered: dict[str, AdapterFactory] = {}
 

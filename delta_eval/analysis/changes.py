@@ -38,6 +38,7 @@ SIDE_BEHAVIOURS = {
     "text_instead_of_action": "replies with text where the recording acted",
     "matches_recorded": "makes the recorded calls",
     "invalid_calls": "makes an invalid tool call",
+    "no_decision": "decides nothing (no tool call, no text)",
 }
 
 _PAIRS_SQL = """
@@ -98,8 +99,8 @@ def compare_calls(
 def pair_behaviours(con: Any) -> pa.Table:
     """One row per decided pair (errors left out): its stratum, stage and outcome, how the two sides' calls differ
     (``difference``, ``tool``, ``argument``), and per side (``baseline_`` / ``candidate_``) ``acts``, ``asks``,
-    ``hit_tool_cap``, ``text_instead_of_action``, ``matches_recorded``, ``invalid_calls``, ``length`` (characters
-    of the final reply). ``con`` is a connection from :func:`delta_eval.open_run`."""
+    ``hit_tool_cap``, ``text_instead_of_action``, ``matches_recorded``, ``invalid_calls``, ``no_decision``,
+    ``length`` (characters of the final reply). ``con`` is a connection from :func:`delta_eval.open_run`."""
     rows = to_arrow(con.sql(_PAIRS_SQL)).to_pylist()
     out: dict[str, list[Any]] = {
         name: []
@@ -124,6 +125,8 @@ def pair_behaviours(con: Any) -> pa.Table:
             out[f"{side}_text_instead_of_action"].append(bool(r[f"{p}_tia"]))
             out[f"{side}_matches_recorded"].append(bool(r[f"{p}_match"]))
             out[f"{side}_invalid_calls"].append(bool(r[f"{p}_invalid"]))
+            # From the outputs themselves, so runs written before the no_decision column read the same.
+            out[f"{side}_no_decision"].append(not calls[side] and not text.strip())
             out[f"{side}_length"].append(len(text))
     return pa.table(out)
 

@@ -185,7 +185,10 @@ def _side_stats(con: Any) -> list[tuple[Any, ...]]:
                CASE WHEN count(output_tokens) = count(*) THEN sum(output_tokens) END AS output_tokens,
                list(cost_usd) AS costs,
                list(latency_ms) FILTER (WHERE error IS NULL) AS latencies,
-               count(*) FILTER (WHERE hit_tool_cap) AS capped, count(*) FILTER (WHERE error IS NOT NULL) AS failed
+               count(*) FILTER (WHERE hit_tool_cap) AS capped, count(*) FILTER (WHERE error IS NOT NULL) AS failed,
+               -- no decision, from the output itself so that runs written before the no_decision column count too
+               count(*) FILTER (WHERE error IS NULL AND n_tool_calls = 0 AND trim(coalesce(final_text, '')) = '')
+                   AS silent
         FROM replays WHERE side <> 'recorded' GROUP BY side, model ORDER BY side
         """
     ).fetchall()
@@ -320,7 +323,7 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
     con = result.connect()
     try:
         lines.append("per side      replays  calls (cached)   tokens in/out      cost USD   latency p50/p90 ms  capped")
-        for side, _model, n, calls, cached, tin, tout, costs, lat, capped, failed in _side_stats(con):
+        for side, _model, n, calls, cached, tin, tout, costs, lat, capped, failed, silent in _side_stats(con):
             lat = sorted(lat or [])
             p50 = median(lat) if lat else 0.0
             p90 = lat[int(0.9 * (len(lat) - 1))] if lat else 0.0
@@ -328,7 +331,9 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
             cost_s = f"{cost:10.4f}" if cost is not None else "   unknown"
             lines.append(
                 f"  {side:10s} {n:8d} {calls:6d} ({cached:6d}) {_tokens(tin, 10)}/{_tokens(tout, -8)} {cost_s} "
-                f"{p50:9.1f}/{p90:<9.1f} {capped:6d}" + (f"  failed {failed}" if failed else "")
+                f"{p50:9.1f}/{p90:<9.1f} {capped:6d}"
+                + (f"  failed {failed}" if failed else "")
+                + (f"  no decision {silent}" if silent else "")
             )
         lines += ["", *spend_lines(side_spend(con, m.config.get("prices")))]
         errors = con.execute("SELECT stage, count(*) FROM errors GROUP BY stage ORDER BY stage").fetchall()

@@ -25,7 +25,8 @@ Metrics:
   side that lost the pair.
 - ``error_rate``: replays that ended in error; ``undecided_rate`` (absolute): pairs the judges could not decide.
 - ``invalid_tool_call_rate``: invalid tool calls per tool call; ``text_instead_of_action_rate``: text where
-  production acted.
+  production acted; ``no_decision_rate``: turns that neither called a tool nor wrote any text (over replays that did
+  not fail).
 - ``check:<name>``: the share of replays failing one of the rule's own checks (:mod:`delta_eval.metrics.checks`).
 - ``latency_p95_s`` (absolute): the 95th percentile of the candidate's turn latency, in seconds.
 - ``cost_ratio`` (absolute, it is already relative): cost per conversation over the baseline's.
@@ -47,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from delta_eval.metrics.difference import Difference, PairedSums
 from delta_eval.metrics.estimand import error_side
-from delta_eval.metrics.sides import SideMetrics, cost_ratio
+from delta_eval.metrics.sides import SideMetrics, cost_ratio, no_decision_of
 
 __all__ = ["ABSOLUTE_METRICS", "DEFAULT_GATES", "METRICS", "Gate", "GateResult", "evaluate_gates"]
 
@@ -59,6 +60,7 @@ METRICS = (
     "undecided_rate",
     "invalid_tool_call_rate",
     "text_instead_of_action_rate",
+    "no_decision_rate",
     "latency_p95_s",
     "cost_ratio",
 )
@@ -248,6 +250,9 @@ def _events(
     if metric == "text_instead_of_action_rate":
         acted = recorded is not None and (recorded.get("n_tool_calls") or 0) > 0
         return (float(bool(r.get("text_instead_of_action"))), 1.0) if acted else (0.0, 0.0)
+    if metric == "no_decision_rate":
+        silent = no_decision_of(r)
+        return (0.0, 0.0) if silent is None else (float(silent), 1.0)
     if metric.startswith("check:"):
         return (0.0, 0.0) if check is None else (float(not check), 1.0)
     raise ValueError(f"not a replay metric: {metric}")

@@ -2,9 +2,9 @@
 
 Per side (``baseline``, ``candidate``): the replay error rate; invalid tool calls per tool call (arguments that do not
 parse, unknown tools, schema violations; see :mod:`delta_eval.replay.checks`); agreement with the recorded action;
-text instead of action (over the turns where production called a tool); latency per turn (p50, p95); cost per
-conversation. Rates carry the cluster-robust Wilson intervals of :mod:`delta_eval.metrics.difference` (turns of a
-conversation move together).
+text instead of action (over the turns where production called a tool); no decision (turns that neither called a
+tool nor wrote any text); latency per turn (p50, p95); cost per conversation. Rates carry the cluster-robust
+Wilson intervals of :mod:`delta_eval.metrics.difference` (turns of a conversation move together).
 
 Example:
     >>> rows = [{"side": "candidate", "pair_id": "c#0", "conversation_id": "c", "error": None, "latency_ms": 900.0,
@@ -17,7 +17,8 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -26,10 +27,30 @@ from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.intervals import clustered_mean, t_interval
 
-__all__ = ["Rate", "SideMetrics", "cost_ratio", "quantile_interval", "rate", "side_metrics"]
+__all__ = ["Rate", "SideMetrics", "cost_ratio", "no_decision_of", "quantile_interval", "rate", "side_metrics"]
 
 _COLUMNS = ("side", "pair_id", "conversation_id", "error", "latency_ms", "cost_usd", "n_tool_calls",
-            "invalid_tool_calls", "matches_recorded", "text_instead_of_action")  # fmt: skip
+            "invalid_tool_calls", "matches_recorded", "text_instead_of_action", "no_decision",
+            "final_text")  # fmt: skip
+
+
+def no_decision_of(row: Mapping[str, Any]) -> bool | None:
+    """Whether a replay row decided nothing (no tool call, no text); ``None`` for a failed replay, or when the row
+    cannot say. Rows written before the ``no_decision`` column existed get it from their tool-call count and final
+    text.
+
+    Example:
+        >>> no_decision_of({"error": None, "n_tool_calls": 0, "final_text": "  "}), no_decision_of({"error": "boom"})
+        (True, None)
+    """
+    if row.get("error") is not None:
+        return None
+    stored = row.get("no_decision")
+    if stored is not None:
+        return bool(stored)
+    if "final_text" not in row:  # neither the flag nor the output: unknown, not "silent"
+        return None
+    return not (row.get("n_tool_calls") or 0) and not str(row.get("final_text") or "").strip()
 
 
 class Rate(BaseModel):
@@ -102,6 +123,7 @@ class SideMetrics(BaseModel):
     invalid_tool_call_rate: Rate
     matches_recorded_rate: Rate
     text_instead_of_action_rate: Rate
+    no_decision_rate: Rate
     latency_p50_ms: float | None
     latency_p95_ms: float | None
     latency_p95_ci_ms: tuple[float, float] | None
@@ -115,8 +137,8 @@ class SideMetrics(BaseModel):
         cost = f"${self.cost_per_conversation:.4f}" if self.cost_per_conversation is not None else "unknown"
         return (
             f"errors {self.error_rate}, invalid tool calls {self.invalid_tool_call_rate}, same action as recorded "
-            f"{self.matches_recorded_rate}, text instead of action {self.text_instead_of_action_rate}, latency p95 "
-            f"{p95}, cost/conversation {cost}"
+            f"{self.matches_recorded_rate}, text instead of action {self.text_instead_of_action_rate}, no decision "
+            f"{self.no_decision_rate}, latency p95 {p95}, cost/conversation {cost}"
         )
 
 
@@ -131,6 +153,7 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
         ok = [r for r in own if r.get("error") is None]
         ok_clusters = [str(r["conversation_id"]) for r in ok]
         acted = [r for r in ok if recorded_acted.get(r["pair_id"])]
+        known_decision = [r for r in ok if no_decision_of(r) is not None]
         latencies = [float(r["latency_ms"] or 0.0) for r in ok]
         p50 = float(np.median(latencies)) if latencies else None
         p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if latencies else (None, None, None)
@@ -157,6 +180,11 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
             text_instead_of_action_rate=rate(
                 [float(bool(r.get("text_instead_of_action"))) for r in acted],
                 [str(r["conversation_id"]) for r in acted],
+                confidence=confidence,
+            ),
+            no_decision_rate=rate(
+                [float(bool(no_decision_of(r))) for r in known_decision],
+                [str(r["conversation_id"]) for r in known_decision],
                 confidence=confidence,
             ),
             latency_p50_ms=p50,

@@ -6,6 +6,8 @@
 - Agreement with the recorded action: the replay made the same tool calls as production did at this point (same
   tools, equivalent arguments, same order), or, where production answered in text, also answered in text.
 - Text instead of action: production called a tool here, the replay called none.
+- No decision: the replay neither called a tool nor wrote any text (an empty reply, or only reasoning); its own
+  outcome, apart from text instead of action, since there is nothing to judge the turn by.
 
 Example:
     >>> from delta_eval.schema import ToolCall, ToolSpec, TurnOutput, Step
@@ -35,12 +37,14 @@ MAX_PROBLEMS = 20
 @dataclass(frozen=True)
 class ReplayChecks:
     """What :func:`check_output` found: the number of invalid tool calls and why, agreement with the recorded
-    action (``None`` for a replay that failed), and whether the replay answered in text where production acted."""
+    action (``None`` for a replay that failed), whether the replay answered in text where production acted, and
+    whether it decided nothing at all (``None`` for a replay that failed)."""
 
     invalid_tool_calls: int = 0
     tool_call_problems: tuple[str, ...] = ()
     matches_recorded: bool | None = None
     text_instead_of_action: bool = False
+    no_decision: bool | None = None
 
 
 @lru_cache(maxsize=256)
@@ -88,9 +92,12 @@ def check_output(
             problems += found
     calls, reference = output.tool_calls, recorded.tool_calls
     matches = call_sequences_equivalent(calls, reference, match) if reference else not calls
+    silent = not calls and not any(text.strip() for text in output.texts)
     return ReplayChecks(
         invalid_tool_calls=invalid,
         tool_call_problems=tuple(problems[:MAX_PROBLEMS]),
         matches_recorded=matches,
-        text_instead_of_action=bool(reference) and not calls,
+        # Saying nothing is not "text instead of action": it is no decision, counted apart.
+        text_instead_of_action=bool(reference) and not calls and not silent,
+        no_decision=silent,
     )

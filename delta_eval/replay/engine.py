@@ -123,6 +123,7 @@ class Replayer:
                 tool_call_problems=checks.tool_call_problems,
                 matches_recorded=checks.matches_recorded,
                 text_instead_of_action=checks.text_instead_of_action,
+                no_decision=checks.no_decision,
                 error=None if error is None else str(error),
                 error_type=None if error is None else type(error).__name__,
             )

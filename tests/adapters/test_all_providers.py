@@ -21,7 +21,14 @@ CASES: list[Case] = [
     ("azure:dep", FakeOpenAIServer, lambda s: {"endpoint": s.url, "api_key": "k", "api_version": "2024-10-21"}),
     ("anthropic:claude-sonnet-4-5", FakeAnthropicServer, lambda s: {"base_url": s.url, "api_key": "k"}),
     ("gemini:gemini-2.5-flash", FakeGeminiServer, lambda s: {"base_url": s.url, "api_key": "k"}),
-]
+    ("vertex:gemini-2.5-flash", FakeGeminiServer,
+     lambda s: {"base_url": s.url, "project": "p", "location": "l", "access_token": "ya29.token"}),
+    # (the fake's seeded failures are drawn per model name: this one's draws retry to success within 20 attempts)
+    ("anthropic-vertex:claude-sonnet-4-5", FakeAnthropicServer,
+     lambda s: {"base_url": s.url + "/v1", "project": "p", "location": "l", "access_token": "ya29.token"}),
+    ("bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0", FakeAnthropicServer,
+     lambda s: {"base_url": s.url, "aws_access_key": "a", "aws_secret_key": "b", "region": "us-east-1"}),
+]  # fmt: skip
 IDS = [case[0].split(":")[0] for case in CASES]
 
 

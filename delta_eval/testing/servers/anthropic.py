@@ -1,4 +1,6 @@
-"""A fake Anthropic server: the Messages API (``POST /v1/messages``), JSON or a stream of named events.
+"""A fake Anthropic server: the Messages API (``POST /v1/messages``), JSON or a stream of named events; and the
+same API as Vertex AI and Amazon Bedrock serve it (:mod:`.anthropic_platforms`: the model in the path, the
+platform's ``anthropic_version`` in the body, Bedrock's streams in AWS event-stream frames).
 
 Like the real service it answers 400, in Anthropic's error shape, to: a request without ``max_tokens``; a thinking
 budget not below ``max_tokens``; ``temperature``, ``top_p`` or ``top_k`` under API version 2026-10-21 (what the
@@ -26,6 +28,7 @@ from typing import Any
 
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
+from delta_eval.testing.servers import anthropic_platforms as platforms
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 from delta_eval.testing.servers.model_rules import check_anthropic
 from delta_eval.testing.servers.prompt_cache import anthropic_blocks
@@ -54,17 +57,37 @@ class FakeAnthropicServer(FakeProviderServer):
         self._signatures: dict[str, set[str]] = {}  # tool_use id -> signatures of the thinking issued with it
 
     def route(self, request: Request) -> Route | None:
-        if request.method != "POST" or request.path.rstrip("/") not in ("/v1/messages", "/messages"):
+        if request.method != "POST":
+            return None
+        platform = platforms.route(request)
+        if platform is not None:
+            return platform
+        if request.path.rstrip("/") not in ("/v1/messages", "/messages"):
             return None
         body = request.json() or {}
         return Route(str(body.get("model", "")), bool(body.get("stream")))
 
     async def handle(self, request: Request) -> Reply:
+        route = self.route(request)
+        if route is not None and route.api in platforms.VERSIONS:
+            return await self._handle_platform(request, route)
         if self.api_key is not None and not (
             request.presented("x-api-key", self.api_key) or request.presented("authorization", f"Bearer {self.api_key}")
         ):
             return self.error(401, "auth", "invalid x-api-key")
         return await super().handle(request)
+
+    async def _handle_platform(self, request: Request, route: Route) -> Reply:
+        # Vertex AI and Bedrock: their own credentials and body rules, then the Messages API as usual.
+        reply: Reply
+        if not platforms.authorised(request, route, self.api_key):
+            reply = self.error(401, "auth", "Request had invalid authentication credentials.")
+        else:
+            problem = platforms.body_problem(request, route)
+            reply = self.error(400, "bad_request", problem) if problem else await super().handle(request)
+        if route.api == "bedrock":
+            return platforms.as_bedrock(reply)
+        return reply
 
     def error(
         self, status: int, kind: str, message: str, *, param: str | None = None, code: str | None = None
@@ -232,4 +255,6 @@ class FakeAnthropicServer(FakeProviderServer):
         events.append({"type": "message_delta", "delta": {"stop_reason": self._stop(answer), "stop_sequence": None},
                        "usage": {"output_tokens": answer.usage.output_tokens}})  # fmt: skip
         events.append({"type": "message_stop"})
+        if answer.route.api == "bedrock":
+            return [platforms.event_frame(e) for e in events]
         return [sse(e, event=e["type"]) for e in events]

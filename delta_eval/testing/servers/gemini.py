@@ -1,4 +1,5 @@
-"""A fake Gemini server: ``generateContent`` and ``streamGenerateContent?alt=sse`` under ``/v1/`` or ``/v1beta/``.
+"""A fake Gemini server: ``generateContent`` and ``streamGenerateContent?alt=sse`` under ``/v1/`` or ``/v1beta/``, and
+the same methods at Vertex AI's publisher-model paths.
 
 It reads requests as the Gemini API does, including the snake_case keys ``google-genai`` leaves in objects it passes
 through whole (``thinking_budget``, ``parameters_json_schema``), but never inside function arguments, responses or
@@ -45,6 +46,11 @@ __all__ = ["FakeGeminiServer"]
 _PATH = re.compile(
     r"^/(?P<version>v1|v1beta|v1alpha)/models/(?P<model>[^:/]+):(?P<method>generateContent|streamGenerateContent)$"
 )
+# Vertex AI: a project's regional publisher model, or (express mode, an API key) the publisher model alone.
+_VERTEX_PATH = re.compile(
+    r"^/(?:v1|v1beta1)/(?:projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/)?publishers/google/"
+    r"models/(?P<model>[^:/]+):(?P<method>generateContent|streamGenerateContent)$"
+)
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
            429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
 # Keys whose values are the user's own data, never renamed.
@@ -88,20 +94,33 @@ class FakeGeminiServer(FakeProviderServer):
     """The Gemini API's ``generateContent``, answered by the simulated model. ``url`` is the SDK's ``base_url``.
 
     Pass ``api_key`` to have requests without it (``x-goog-api-key``) refused with a 401-like 400, as Google does.
+    Vertex AI paths (``/v1beta1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent``, and
+    ``/v1beta1/publishers/google/models/{m}:...`` in express mode) are answered too; pass ``access_token`` to have
+    project requests without ``Authorization: Bearer <token>`` refused with a 401.
     """
 
-    def __init__(self, *args: Any, api_key: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, api_key: str | None = None, access_token: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.api_key = api_key
+        self.access_token = access_token
         self._signatures: dict[str, set[bytes | None]] = {}  # a call (name, args) -> the signatures issued with it
 
     def route(self, request: Request) -> Route | None:
         match = _PATH.match(request.path)
-        if request.method != "POST" or match is None:
+        vertex = _VERTEX_PATH.match(request.path)
+        if request.method != "POST" or (match or vertex) is None:
             return None
+        if vertex is not None:
+            return Route(vertex.group("model"), vertex.group("method") == "streamGenerateContent", "vertex")
+        assert match is not None
         return Route(match.group("model"), match.group("method") == "streamGenerateContent", match.group("version"))
 
     async def handle(self, request: Request) -> Reply:
+        if self.access_token is not None and _VERTEX_PATH.match(request.path) and "/projects/" in request.path:
+            # Vertex AI with a project: an OAuth bearer token, never a key.
+            if not request.presented("authorization", f"Bearer {self.access_token}"):
+                return self.error(401, "auth", "Request had invalid authentication credentials.")
+            return await super().handle(request)
         if self.api_key is not None and not request.presented("x-goog-api-key", self.api_key):
             return self.error(400, "auth", "API key not valid. Please pass a valid API key.")
         return await super().handle(request)

@@ -34,7 +34,7 @@ import h11
 __all__ = ["FakeHTTPServer", "JSONReply", "Reply", "Request", "StreamReply"]
 
 #: Headers that carry credentials: the request log keeps that they were sent, never their value.
-SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key"})
+SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "x-amz-security-token"})
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,10 @@ class FakeHTTPServer:
             writer.write(conn.send(h11.EndOfMessage()))
             await writer.drain()
             return True
-        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), *extra]
+        # A reply may name its own content type (Bedrock streams AWS event-stream frames, not server-sent events).
+        own_type = any(k.lower() == "content-type" for k in reply.headers)
+        head = [*([] if own_type else [(b"content-type", b"text/event-stream")]), (b"cache-control", b"no-cache"),
+                *extra]  # fmt: skip
         writer.write(conn.send(h11.Response(status_code=reply.status, headers=head)))
         await writer.drain()
         for k, event in enumerate(reply.events):
