@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 from anthropic._types import RequestOptions
 from anthropic.lib.streaming import AsyncMessageStreamManager
 from anthropic.types import Message as AnthropicMessage
-from anthropic.types import RawMessageStreamEvent
+from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent
+from anthropic.types import Usage as WireUsage
 
 from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, tls_context
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
@@ -132,6 +133,37 @@ def decode_usage(usage: Any) -> Usage | None:
         output_tokens=usage.output_tokens or 0,
         reasoning_tokens=(getattr(details, "thinking_tokens", None) or 0) if details else 0,
     )
+
+
+class _UsageGuard:
+    """The raw event stream, with usage the server left out stood in for, and said: the SDK's accumulator reads
+    ``usage`` on ``message_start`` and ``message_delta`` unconditionally (a proxy may strip it), and the answer
+    must still come through, its usage unknown rather than a crash or a made-up zero."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._stream: Any = None
+        self.usage_missing = False
+        self.response: Any = None
+
+    async def open(self) -> _UsageGuard:
+        self._stream = await self._raw
+        self.response = self._stream.response
+        return self
+
+    async def __aiter__(self) -> Any:
+        async for event in self._stream:
+            if event.type == "message_start" and event.message.usage is None:
+                self.usage_missing = True
+                event.message.usage = WireUsage(input_tokens=0, output_tokens=0)
+            elif event.type == "message_delta" and getattr(event, "usage", None) is None:
+                self.usage_missing = True
+                event.usage = MessageDeltaUsage(output_tokens=0)
+            yield event
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.close()
 
 
 class AnthropicAdapter(ModelAdapter):
@@ -294,7 +326,9 @@ class AnthropicAdapter(ModelAdapter):
                     stream=True,
                     stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
                 )
-                async with AsyncMessageStreamManager(raw) as stream:
+                events = _UsageGuard(raw)
+                # The manager reads only `response`, iteration and `close()` of the stream it is given.
+                async with AsyncMessageStreamManager(cast(Any, events.open())) as stream:
                     async for event in stream:
                         if ttft is None and event.type == "content_block_delta":
                             ttft = (time.perf_counter() - start) * 1000
@@ -302,6 +336,8 @@ class AnthropicAdapter(ModelAdapter):
                 request_id = stream.response.headers.get("request-id")
                 if message.stop_reason is None:
                     raise TransientError("the stream ended before its last event", model=self.model)
+                if events.usage_missing:
+                    message = message.model_copy(update={"usage": None})
             else:
                 message = await self.clients.next().post(
                     "/v1/messages", **self.post_body(kwargs), cast_to=AnthropicMessage, options=_OPTIONS
