@@ -1,5 +1,5 @@
 """Prompt caching on replays: the demo (the bundled tau-bench airline conversations) replayed on the Anthropic wire
-(``anthropic:claude-sonnet-4-5``) and the OpenAI wire (``openai:gpt-4.1-mini``), through the real SDKs, against the
+(``anthropic:claude-sonnet-4-6``) and the OpenAI wire (``openai:gpt-4.1``), through the real SDKs, against the
 fake servers, whose prompt caches follow the providers' documented rules
 (:mod:`delta_eval.testing.servers.prompt_cache`).
 
@@ -37,7 +37,7 @@ from delta_eval.judges.config import Judges
 from delta_eval.testing.servers.anthropic import FakeAnthropicServer
 from delta_eval.testing.servers.openai import FakeOpenAIServer
 
-WIRES = {"anthropic": "anthropic:claude-sonnet-4-5", "openai": "openai:gpt-4.1-mini"}
+WIRES = {"anthropic": "anthropic:claude-sonnet-4-6", "openai": "openai:gpt-4.1"}
 
 
 class Figures(NamedTuple):

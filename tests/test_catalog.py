@@ -152,3 +152,8 @@ def test_delta_eval_models_lists_capabilities_and_prices_with_the_date(capsys: p
     assert data["as_of"] == CATALOG_AS_OF
     [entry] = data["models"]
     assert (entry["budget_min"], entry["thinking_off"], entry["deprecation_date"]) == (128, False, "2026-12-01")
+
+
+def test_vertex_version_suffixes_find_the_model() -> None:
+    assert model_info("anthropic-vertex:claude-sonnet-4-6@default").known
+    assert model_info("anthropic-vertex:claude-sonnet-4-5@20250929").known

@@ -89,7 +89,7 @@ def catalog_key(model: str, *, base_model: str | None = None) -> str | None:
     if family is None:
         return None
     name = (base_model or name).strip().lower().removeprefix("models/")
-    name = name.replace("@", "-")
+    name = re.sub(r"@(default|latest)$", "", name).replace("@", "-")  # Vertex: claude-...@20250929, @default
     bedrock = _BEDROCK.match(name)
     if bedrock:
         name = bedrock.group("name")
