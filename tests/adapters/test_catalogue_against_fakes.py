@@ -131,3 +131,14 @@ def test_every_family_the_fakes_know_gets_nothing_it_refuses(family: Any) -> Non
         prefixes = ["openai", "openai-responses"] if family.provider == "openai" else [family.provider]
         failures = [f for prefix in prefixes for name in family.examples for f in refused(f"{prefix}:{name}", options)]
     assert failures == []
+
+
+def test_every_current_model_on_vertex_takes_what_the_adapter_sends() -> None:
+    token = {"project": "p", "location": "l", "access_token": "ya29.catalogue-test"}
+    with FakeAnthropicServer(respond=answer) as server:
+        options = {"base_url": server.url + "/v1", **token}
+        failures = [f for name in current("anthropic") for f in refused(f"anthropic-vertex:{name}", options)]
+    with FakeGeminiServer(respond=answer) as server:
+        options = {"base_url": server.url, **token}
+        failures += [f for name in current("gemini") for f in refused(f"vertex:{name}", options)]
+    assert failures == []
