@@ -157,3 +157,14 @@ def test_delta_eval_models_lists_capabilities_and_prices_with_the_date(capsys: p
 def test_vertex_version_suffixes_find_the_model() -> None:
     assert model_info("anthropic-vertex:claude-sonnet-4-6@default").known
     assert model_info("anthropic-vertex:claude-sonnet-4-5@20250929").known
+
+
+def test_an_azure_deployment_is_priced_as_the_model_it_serves() -> None:
+    from delta_eval.adapters.registry import create_adapter
+
+    adapter = create_adapter(
+        "azure:eval-deployment",
+        {"endpoint": "https://x.openai.azure.com", "api_key": "k", "v1": True, "base_model": "gpt-4.1"},
+    )
+    assert price_for("azure:eval-deployment") is None  # the name alone says nothing
+    assert price_for("azure:eval-deployment", info=adapter.info) == catalog()["openai:gpt-4.1"].price

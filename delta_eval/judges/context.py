@@ -21,6 +21,7 @@ from typing import Any
 from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.pool import ModelPool
+from delta_eval.catalog import ModelInfo
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions
 from delta_eval.pricing import Price, cost, price_for
 from delta_eval.schema import Usage
@@ -49,7 +50,7 @@ class JudgeContext:
         """The run's client of ``model`` (shared with any side that uses the same model and options)."""
         return self.pool.client(model, options, limits, label="judge")
 
-    def cost_of(self, model: str, usage: Usage | None) -> float | None:
+    def cost_of(self, model: str, usage: Usage | None, *, info: ModelInfo | None = None) -> float | None:
         """Dollars for ``usage`` of ``model`` at the run's prices (``None`` when the model has no price or the call
-        reported no usage)."""
-        return cost(usage, price_for(model, self.prices))
+        reported no usage); ``info`` is what the judge's adapter looked up (an Azure deployment's ``base_model``)."""
+        return cost(usage, price_for(model, self.prices, info=info))

@@ -172,8 +172,8 @@ class _Asker:
             # Keyed by judge and pair: each pair's call is its own draw, and stays cached for a resumed run.
             result = await self.client.generate(request, namespace=f"judge:{self.name}:{pair_id}")
             r = result.response
-            spend.add(r.usage, cost_usd=self.context.cost_of(self.client.model, r.usage), latency_ms=r.latency_ms,
-                      cached=result.cached)  # fmt: skip
+            dollars = self.context.cost_of(self.client.model, r.usage, info=self.client.adapter.info)
+            spend.add(r.usage, cost_usd=dollars, latency_ms=r.latency_ms, cached=result.cached)
             text = r.message.content or ""
             texts.append(text)
             raw: dict[str, Any] = {"text": texts[0]} if attempt == 0 else {"text": texts[0], "repair_text": text}
