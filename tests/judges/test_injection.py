@@ -266,8 +266,7 @@ def judge_requests(pair: PairView, rubric: Path) -> list[tuple[str, ModelRequest
     def factory(model: str, options: Mapping[str, Any], context: AdapterContext) -> ScriptedAdapter:
         return ScriptedAdapter(model, answer)
 
-    kinds = {
-        "equivalence": de.EquivalenceJudge(model="capture:small"),
+    stage3 = {
         "pairwise": de.PairwiseJudge(model="capture:judge"),
         "rubric": de.PairwiseJudge(model="capture:judge", rubric=rubric, name="rubric"),
         "no-reference": de.PairwiseJudge(model="capture:judge", reference=False, name="noref"),
@@ -280,13 +279,14 @@ def judge_requests(pair: PairView, rubric: Path) -> list[tuple[str, ModelRequest
             pool = ModelPool(None, de.RetryPolicy(initial_wait=0.0, max_attempts=1), AdapterContext())
             context = JudgeContext(pool=pool)
             try:
-                for kind, settings_ in kinds.items():
+                stage2 = de.EquivalenceJudge(model="capture:small")(context)
+                for shown in (pair, pair.swapped()):
+                    await stage2.equivalent(shown)
+                    labelled.append(("equivalence", seen[-1]))
+                for kind, settings_ in stage3.items():
                     judge = settings_(context)
                     for shown in (pair, pair.swapped()):
-                        if kind == "equivalence":
-                            await judge.equivalent(shown)  # type: ignore[union-attr]
-                        else:
-                            await judge.compare(shown)  # type: ignore[union-attr]
+                        await judge.compare(shown)
                         labelled.append((kind, seen[-1]))
             finally:
                 await pool.aclose()
@@ -388,7 +388,8 @@ labels = st.sampled_from(("says", "replies", "calls", "result", "tool result", "
 
 @given(st.lists(st.tuples(labels, texts, st.one_of(st.none(), texts)), max_size=6), texts)
 def test_rendering_then_parsing_gives_back_every_segment(items: list[tuple[str, str, str | None]], plain: str) -> None:
-    rendered, want = [], []
+    rendered: list[str] = []
+    want: list[tuple[str, Any]] = []
     for label, text, name in items:
         if label in CALLS:
             rendered.append(segment(label, call(name or "", text), raw=True))
