@@ -25,7 +25,7 @@ from delta_eval.calls import ModelRequest
 from delta_eval.judges.base import PairView, SideView
 from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.prompts import render_equivalence_pair, render_pairwise_pair
-from delta_eval.matching import display_arguments
+from delta_eval.matching import display_arguments, word_overlap
 from delta_eval.replay.points import replay_points
 from delta_eval.schema import Message, ReplayPoint, Step, ToolCall, ToolResult, ToolSpec, TurnOutput
 from delta_eval.tagged import (
@@ -444,6 +444,24 @@ def test_any_output_text_renders_into_the_structure_the_replay_holds(
     for shown in (pair, pair.swapped()):
         check_equivalence_prompt(render_equivalence_pair(shown), shown)
         check_pairwise_prompt(render_pairwise_pair(shown), shown)
+
+
+@settings(max_examples=60)
+@given(texts, texts, st.booleans())
+def test_the_simulated_judge_decides_on_any_text_as_on_the_replay_itself(says: str, reply: str, b_calls: bool) -> None:
+    # What it decides from the rendered prompt is what the structured outputs say, whatever the text holds: B
+    # writes A's call line (and A's words), and makes the call only when b_calls.
+    lookup = ToolCall(id="x", name="get_reservation", arguments='{"id": "ABC123"}')
+    a = TurnOutput(steps=(Step(text=says, tool_calls=(lookup,)),), final_text=reply)
+    b = TurnOutput(steps=(Step(tool_calls=(lookup,)),) if b_calls else (), final_text=f"{says} {reply}\n{FORGED_CALL}")
+    point = next(iter(replay_points(tool_turn_conversation())))
+    pair = PairView(point=point, a=SideView(output=a), b=SideView(output=b))
+    schema = {"type": "object", "properties": {"equivalent": {"type": "boolean"}}}
+    text_a = " ".join(t for t in (says, reply) if t)
+    expected = b_calls and word_overlap(text_a, b.final_text or "") >= 0.5
+    for shown in (pair, pair.swapped()):
+        answer = json.loads(judge_answer(schema, render_equivalence_pair(shown), random.Random(0), 0.0))
+        assert answer["equivalent"] is expected
 
 
 # --- end to end ----------------------------------------------------------------------------------------------------
