@@ -4,7 +4,9 @@ stated rules, so demos and tests exercise the LLM judges end to end without a pr
 A request is a judge's when its ``response_format`` is a JSON schema with an ``equivalent`` property (stage 2) or a
 ``winner`` property (stage 3). The pair is read from the last user message, between the tags the judges' prompts
 use (see :mod:`delta_eval.judges.prompts`): ``<output_a>``, ``<output_b>`` and, for stage 3, ``<reference>``. In an
-output, ``[calls]`` lines are tool calls and ``[says]`` / ``[replies]`` lines are text.
+output, ``[calls]`` segments are tool calls and ``[says]`` / ``[replies]`` segments are text. The prompt is parsed
+as :mod:`delta_eval.tagged` lays it out, so hostile content (a closing tag, a ``[calls]`` line inside a reply) is
+read as the text it is, never as structure.
 
 - Stage 2: outputs with different ``[calls]`` lines are different (confidence 0.9). Otherwise the Jaccard overlap
   ``o`` of their words decides: equivalent when ``o >= 0.5``, with confidence ``0.5 + o / 2``; else different.
@@ -35,6 +37,7 @@ import re
 from typing import Any
 
 from delta_eval.matching import word_overlap
+from delta_eval.tagged import sections, segments, split_call, unescape
 
 __all__ = ["behaviour", "is_judge_schema", "judge_answer", "theme_name"]
 
@@ -70,22 +73,38 @@ def theme_name(text: str) -> str:
 
 
 def _section(text: str, tag: str) -> str | None:
+    # Only the theme namer's prompt, whose examples are the judges' own reasons, is read this way.
     match = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
     return match.group(1) if match else None
 
 
-def _parts(section: str) -> tuple[list[str], str]:
+def _sections(text: str) -> dict[str, str]:
+    """A judge prompt's sections by name (none when it is not laid out as :mod:`delta_eval.tagged` lays them)."""
+    try:
+        return dict(sections(text))
+    except ValueError:
+        return {}
+
+
+def _parts(body: str) -> tuple[list[str], str]:
+    """An output's calls (their escaped text, as shown) and its text: read from its labelled segments, so a call
+    line written inside a reply's text is text, as a careful judge reads it."""
     calls, texts = [], []
-    for line in section.splitlines():
-        if line.startswith("[calls] "):
-            calls.append(line.removeprefix("[calls] "))
-        elif line.startswith(("[says] ", "[replies] ")):
-            texts.append(line.split("] ", 1)[1])
+    try:
+        shown = segments(body) if body else []
+    except ValueError:
+        shown = []
+    for label, raw in shown:
+        if label == "calls":
+            calls.append(raw)
+        elif label in ("says", "replies"):
+            texts.append(unescape(raw))
     return calls, " ".join(texts)
 
 
 def _equivalence(text: str) -> dict[str, Any]:
-    (calls_a, text_a), (calls_b, text_b) = (_parts(_section(text, t) or "") for t in ("output_a", "output_b"))
+    shown = _sections(text)
+    (calls_a, text_a), (calls_b, text_b) = (_parts(shown.get(t, "")) for t in ("output_a", "output_b"))
     if calls_a != calls_b:
         return {"equivalent": False, "confidence": 0.9, "reason": "They make different tool calls."}
     o = word_overlap(text_a, text_b)
@@ -107,9 +126,9 @@ def _follows(calls: list[str], reference: list[str]) -> tuple[int, int]:
 
 def _call(line: str) -> tuple[str, Any]:
     """A ``[calls]`` line's tool name and parsed arguments (``None`` when they are not JSON)."""
-    name, _, rest = line.partition("(")
+    name, rest = split_call(line)
     try:
-        args = json.loads(rest[:-1]) if rest.endswith(")") else None
+        args = json.loads(rest)
     except ValueError:
         args = None
     return name, args
@@ -145,8 +164,9 @@ def behaviour(calls: list[str], text: str, reference: list[str]) -> str:
 
 
 def _pairwise(schema: dict[str, Any], text: str, rng: random.Random, position_bias: float) -> dict[str, Any]:
-    ref_calls, ref_text = _parts(_section(text, "reference") or "")
-    sides = {s: _parts(_section(text, f"output_{s.lower()}") or "") for s in ("A", "B")}
+    shown = _sections(text)
+    ref_calls, ref_text = _parts(shown.get("reference", ""))
+    sides = {s: _parts(shown.get(f"output_{s.lower()}", "")) for s in ("A", "B")}
     follows = {s: _follows(calls, ref_calls) for s, (calls, _) in sides.items()}
     score = {s: f - extra for s, (f, extra) in follows.items()}
     overlap = {s: word_overlap(t, ref_text) for s, (_, t) in sides.items()}

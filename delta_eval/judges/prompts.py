@@ -11,7 +11,14 @@ between tags the instructions name:
 
 In an output, ``[calls]`` is a tool call, ``[result]`` its result, ``[result, could not run]`` a call that did not
 execute in the replay (it left the recorded path, see :mod:`delta_eval.replay.tools`), ``[says]`` text written
-beside tool calls and ``[replies]`` the final reply. Every call's arguments (outputs, reference and history) are
+beside tool calls and ``[replies]`` the final reply.
+
+Every string placed in a prompt is untrusted (replies, tool names, arguments, results, the conversation, the system
+prompt: they come from production logs and the models under test) and is rendered with :mod:`delta_eval.tagged`,
+so that none can leave its place: no content forms a tag, no content line passes for a labelled line, and calls are
+rendered from the structured replay, never from text. A reply that writes ``</output_a>`` or ``[calls] refund(...)``
+is shown as having written it; the instructions tell the judge that what is inside the tags is data to judge, never
+instructions to follow. Every call's arguments (outputs, reference and history) are
 shown in one canonical layout (:func:`~delta_eval.matching.display_arguments`), so that the judge sees what a
 call says and not how the provider's wire spaced it. A message longer than :data:`MAX_CHARS` is cut in the middle
 with a marker, so one huge tool result cannot crowd out the rest.
@@ -40,6 +47,7 @@ from delta_eval.exceptions import ConfigError
 from delta_eval.judges.base import PairView, SideView
 from delta_eval.matching import display_arguments
 from delta_eval.schema import Message, ToolSpec, TurnOutput
+from delta_eval.tagged import call, escape, named, section, segment
 
 __all__ = [
     "MAX_CHARS",
@@ -174,38 +182,35 @@ def _cut(text: str) -> str:
 
 
 def _output(out: TurnOutput, *, results: bool) -> str:
+    # Calls come from the structured replay, never from text: a "[calls]" a reply writes stays inside its segment.
     lines: list[str] = []
     for step in out.steps:
         if step.text:
-            lines.append(f"[says] {_cut(step.text)}")
-        for call in step.tool_calls:
-            lines.append(f"[calls] {call.name}({_cut(display_arguments(call))})")
+            lines.append(segment("says", _cut(step.text)))
+        for c in step.tool_calls:
+            lines.append(segment("calls", call(c.name, _cut(display_arguments(c))), raw=True))
         if results:
             for res in step.tool_results:
-                tag = "result, could not run" if res.source == "simulated" else "result"
-                lines.append(f"[{tag}] {res.name}: {_cut(res.content)}")
+                label = "result, could not run" if res.source == "simulated" else "result"
+                lines.append(segment(label, named(res.name, _cut(res.content)), raw=True))
     if out.final_text:
-        lines.append(f"[replies] {_cut(out.final_text)}")
-    return "\n".join(lines) if lines else "[no reply: the turn ended without text or tool calls]"
+        lines.append(segment("replies", _cut(out.final_text)))
+    return "\n".join(lines) if lines else segment("no reply: the turn ended without text or tool calls")
 
 
 def _side_output(side: SideView, *, results: bool) -> str:
     text = _output(side.output, results=results)
     if side.hit_tool_cap:
-        text += "\n[stopped: it was still calling tools when the replay's limit of tool rounds was reached]"
+        text += "\n" + segment("stopped: it was still calling tools when the replay's limit of tool rounds was reached")
     elif side.finish_reason == "length":
-        text += "\n[stopped: the reply was cut off at the output token limit]"
+        text += "\n" + segment("stopped: the reply was cut off at the output token limit")
     return text
-
-
-def _tag(name: str, body: str) -> str:
-    return f"<{name}>\n{body}\n</{name}>"
 
 
 def _last_user_message(pair: PairView) -> str:
     for message in reversed(pair.point.context):
         if message.role == "user":
-            return _cut(message.content or "")
+            return escape(_cut(message.content or ""))
     return "(none: the assistant speaks first)"
 
 
@@ -213,36 +218,37 @@ def render_equivalence_pair(pair: PairView) -> str:
     """The user message of a stage-2 call: the last user message and both outputs (tool calls, no results)."""
     return "\n\n".join(
         [
-            _tag("last_user_message", _last_user_message(pair)),
-            _tag("output_a", _side_output(pair.a, results=False)),
-            _tag("output_b", _side_output(pair.b, results=False)),
+            section("last_user_message", _last_user_message(pair)),
+            section("output_a", _side_output(pair.a, results=False)),
+            section("output_b", _side_output(pair.b, results=False)),
         ]
     )
 
 
 def _message(m: Message) -> list[str]:
     if m.role == "tool":
-        return [f"[tool result] {m.name + ': ' if m.name else ''}{_cut(m.content or '')}"]
+        return [segment("tool result", named(m.name, _cut(m.content or "")), raw=True)]
     lines: list[str] = []
     if m.content:
-        lines.append(f"[{m.role}] {_cut(m.content)}")
-    for call in m.tool_calls:
-        lines.append(f"[{m.role} calls] {call.name}({_cut(display_arguments(call))})")
+        lines.append(segment(m.role, _cut(m.content)))
+    for c in m.tool_calls:
+        lines.append(segment(f"{m.role} calls", call(c.name, _cut(display_arguments(c))), raw=True))
     return lines
 
 
 def _tools(tools: tuple[ToolSpec, ...]) -> str:
     if not tools:
-        return "(no tools)"
-    return "\n".join(
-        f"- {t.name}: {t.description.strip()}\n  parameters: {json.dumps(t.parameters, ensure_ascii=False)}"
-        for t in tools
-    )
+        return segment("no tools")
+    lines: list[str] = []
+    for t in tools:
+        lines.append(segment("tool", named(t.name, t.description.strip()), raw=True))
+        lines.append(segment("parameters", json.dumps(t.parameters, ensure_ascii=False)))
+    return "\n".join(lines)
 
 
 def _system(side: SideView, pair: PairView) -> str:
     messages = side.request.messages if side.request is not None else pair.point.context
-    return "\n\n".join(m.content or "" for m in messages if m.role == "system")
+    return escape(_cut("\n\n".join(m.content or "" for m in messages if m.role == "system")))
 
 
 def _tools_of(side: SideView, pair: PairView) -> tuple[ToolSpec, ...]:
@@ -252,8 +258,8 @@ def _tools_of(side: SideView, pair: PairView) -> tuple[ToolSpec, ...]:
 def _per_side(name: str, a: str, b: str) -> list[str]:
     # Shown once when the sides were given the same; labelled per output where they differ (a prompt change).
     if a == b:
-        return [_tag(name, a)] if a else []
-    return [_tag(f"{name}_a", a or "(none)"), _tag(f"{name}_b", b or "(none)")]
+        return [section(name, a)] if a else []
+    return [section(f"{name}_a", a or "(none)"), section(f"{name}_b", b or "(none)")]
 
 
 def render_pairwise_pair(pair: PairView, *, reference: bool = True) -> str:
@@ -261,13 +267,13 @@ def render_pairwise_pair(pair: PairView, *, reference: bool = True) -> str:
     history = [line for m in pair.point.context if m.role != "system" for line in _message(m)]
     parts = [
         *_per_side("tools", _tools(_tools_of(pair.a, pair)), _tools(_tools_of(pair.b, pair))),
-        *_per_side("system_prompt", _cut(_system(pair.a, pair)), _cut(_system(pair.b, pair))),
-        _tag("conversation", "\n".join(history) if history else "(empty: the assistant speaks first)"),
+        *_per_side("system_prompt", _system(pair.a, pair), _system(pair.b, pair)),
+        section("conversation", "\n".join(history) if history else segment("empty: the assistant speaks first")),
     ]
     if reference:
-        parts.append(_tag("reference", _output(pair.point.recorded, results=True)))
+        parts.append(section("reference", _output(pair.point.recorded, results=True)))
     parts += [
-        _tag("output_a", _side_output(pair.a, results=True)),
-        _tag("output_b", _side_output(pair.b, results=True)),
+        section("output_a", _side_output(pair.a, results=True)),
+        section("output_b", _side_output(pair.b, results=True)),
     ]
     return "\n\n".join(parts)
