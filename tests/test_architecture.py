@@ -32,6 +32,7 @@ LAYER_OF = {
             "sync",
             "memo",
             "catalog",
+            "sql",
         ),
         "core",
     ),
