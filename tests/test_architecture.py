@@ -33,6 +33,7 @@ LAYER_OF = {
             "memo",
             "catalog",
             "sql",
+            "fingerprint",
         ),
         "core",
     ),
