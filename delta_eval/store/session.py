@@ -7,8 +7,8 @@ What a run does with the folder it is pointed at:
   touched;
 - a manifest with the same fingerprint: the run resumes; files a killed process left uncommitted are removed,
   damaged batches dropped, and the pairs and conversations already written are skipped, except pairs that ended in
-  a retryable provider error (or any error, with ``retry_errors``): the batches holding them are dropped and
-  recomputed (the other pairs in them from the response cache);
+  a retryable provider error (or any error, with ``retry_errors``): their rows are taken out of the batches
+  holding them (the batches' other rows are committed again as they were) and the pairs recomputed;
 - a manifest with another fingerprint: refused, naming the settings that differ; with ``overwrite`` the library's
   own files are removed (the response cache stays) and the run starts afresh.
 
@@ -132,7 +132,9 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False, re
     dropped = folder.repair()
     retried = errors_to_retry(folder, everything=retry_errors)
     for batch in sorted(folder.batches_holding("verdicts", "pair_id", retried)):
-        folder.drop(batch, "tried again: it held pairs that had ended in an error")
+        # Only the retried pairs leave: the batch's other pairs (a context-length error among them) stay done,
+        # where dropping the whole batch would call their models again.
+        folder.remove_rows(batch, "pair_id", retried, "tried again: it held pairs that had ended in an error")
     decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
     conversations = folder.read("conversations", ["conversation_id"]).column("conversation_id").to_pylist()
     return Resume(
