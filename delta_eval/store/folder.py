@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RunFolderError
+from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
@@ -85,10 +86,37 @@ def _whole_parquet(path: Path, size: int) -> bool:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one."""
+    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one; without any
+    credential the process knows (:func:`~delta_eval.redact.register_secrets`)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    tmp.write_text(json.dumps(scrub_known(data), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _scrubbed_array(arr: Any) -> Any:
+    """An Arrow array with every registered credential replaced in its text, however deeply nested."""
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        for secret in known_secrets():
+            arr = pc.replace_substring(arr, pattern=secret, replacement=REDACTED)
+        return arr
+    if pa.types.is_struct(t):
+        children = [_scrubbed_array(arr.field(i)) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=arr.is_null())
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        values = _scrubbed_array(arr.values)
+        return type(arr).from_arrays(arr.offsets, values, mask=arr.is_null() if arr.null_count else None)
+    return arr
+
+
+def _scrubbed(table: pa.Table) -> pa.Table:
+    """``table`` without any registered credential in its text columns (a provider's error that echoed a key read
+    from the environment, say): the one place every Parquet row passes before it is written."""
+    if not known_secrets():
+        return table
+    table = table.combine_chunks()
+    columns = [_scrubbed_array(col.chunk(0)) if col.num_chunks else col for col in table.columns]
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 class RunFolder:
@@ -384,7 +412,7 @@ class RunFolder:
             folder.mkdir(parents=True, exist_ok=True)
             final = folder / f"part-{batch:06d}.parquet"
             tmp = folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp"
-            pq.write_table(table, tmp, compression="zstd")
+            pq.write_table(_scrubbed(table), tmp, compression="zstd")
             os.replace(tmp, final)
             files[name] = [f"{name}/{final.name}"]
             sizes[f"{name}/{final.name}"] = final.stat().st_size
