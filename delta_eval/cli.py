@@ -34,10 +34,18 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 from delta_eval.exceptions import ConfigError, DeltaEvalError
+from delta_eval.redact import scrub_known
 
 __all__ = ["main"]
+
+
+def _print(*values: object, sep: str = " ", end: str = "\n", file: TextIO | None = None, flush: bool = False) -> None:
+    """``print``, without any credential the process knows: a report, an error or a message may quote a provider's
+    words, and those may echo a key."""
+    print(scrub_known(sep.join(str(v) for v in values)), end=end, file=file, flush=flush)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -145,10 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from delta_eval.analysis.analyze import analyze
             from delta_eval.analysis.html import write_html
 
-            print(write_html(analyze(args.run_dir), None if args.html is True else args.html))
+            _print(write_html(analyze(args.run_dir), None if args.html is True else args.html))
             return 0
         if args.command == "report":
-            print(render_report(open_result(args.run_dir), noise_floor=args.noise_floor))
+            _print(render_report(open_result(args.run_dir), noise_floor=args.noise_floor))
             return 0
         if args.command == "analyze":
             from delta_eval.analysis.analyze import analyze
@@ -156,25 +164,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             a = analyze(args.run_dir)
             data = {"summary": a.summary(), "changes": a.changes(), "themes": a.themes(outcome=args.outcome)}
-            print(json.dumps(data, indent=1, default=str) if args.json else analysis_text(data, args.outcome))
+            _print(json.dumps(data, indent=1, default=str) if args.json else analysis_text(data, args.outcome))
             return 0
         if args.command == "skills":
             return _skills(args.action, args.dir)
         if args.command == "calibrate":
             from delta_eval.analysis.calibration import calibrate
 
-            print(calibrate(open_result(args.run_dir), args.labels))
+            _print(calibrate(open_result(args.run_dir), args.labels))
             return 0
         if args.command == "models":
             from delta_eval.catalog.listing import models_json, models_text
 
             show = models_json if args.json else models_text
-            print(show(args.pattern, retired=args.retired))
+            _print(show(args.pattern, retired=args.retired))
             return 0
         if args.command == "fake-server":
             return _serve_fake(args.provider, args.port, args.latency_ms)
         if args.command == "demo" and args.wire:
-            print(
+            _print(
                 f"delta-eval demo: tau-bench airline conversations through the real {args.wire} SDK, against a fake "
                 f"{args.wire} server on 127.0.0.1 (SIMULATED models), run folder {out}",
                 file=sys.stderr,
@@ -188,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config = demo_config(out, n=args.n, seed=args.seed, models=models, description=said)
                 result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
         elif args.command == "demo":
-            print(
+            _print(
                 f"delta-eval demo: tau-bench airline conversations on SIMULATED models, run folder {out}",
                 file=sys.stderr,
             )
@@ -204,27 +212,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 retry_errors=args.retry_errors or None,
                 progress=not args.no_progress,
             )
-        print(render_report(result))
+        _print(render_report(result))
         return 0 if result.status == "completed" else 1
     except DeltaEvalError as exc:
         if args.debug:
             raise
-        print(f"delta-eval: error: {exc}", file=sys.stderr)
+        _print(f"delta-eval: error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
         if args.debug:
             raise
         if isinstance(exc, ExceptionGroup) and (ours := _ours(exc)) is not None:
-            print(f"delta-eval: error: {ours}", file=sys.stderr)
+            _print(f"delta-eval: error: {ours}", file=sys.stderr)
             return 1
-        print(f"delta-eval: error: {describe_failure(exc)} (--debug shows where)", file=sys.stderr)
+        _print(f"delta-eval: error: {describe_failure(exc)} (--debug shows where)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         given = list(sys.argv[1:] if argv is None else argv)
         if args.command == "demo" and args.out is None:
             given += ["--out", str(out)]
         again = "delta-eval " + shlex.join(given)
-        print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
+        _print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
         return 1
 
 
@@ -233,12 +241,12 @@ def _skills(action: str, target: Path | None) -> int:
 
     if action == "list":
         for path in SKILLS:
-            print(path.parent.name)
+            _print(path.parent.name)
         return 0
     if target is None:
         raise ConfigError("say where to install the skills: delta-eval skills install DIR (e.g. .claude/skills)")
     for path in install_skills(target):
-        print(f"installed {path}")
+        _print(f"installed {path}")
     return 0
 
 
@@ -260,7 +268,7 @@ def _serve_fake(provider: str, port: int, latency_ms: float) -> int:
     server = WIRES[provider][1](recordings=conversations, behaviour=behaviour)
     server.start(port)
     base = getattr(server, "base_url", server.url)
-    print(f"fake {provider} server on {base} (any key works; Ctrl-C stops it)", flush=True)
+    _print(f"fake {provider} server on {base} (any key works; Ctrl-C stops it)", flush=True)
     try:
         server.serve_forever_started()
     finally:

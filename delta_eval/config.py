@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.catalog import ModelOverride
 from delta_eval.exceptions import ConfigError
+from delta_eval.fingerprint import comparable
 from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
 from delta_eval.metrics.decision import DecisionRule
@@ -137,14 +138,16 @@ class RunConfig(BaseModel):
         """The parts of the configuration that decide which pairs exist and what they contain.
 
         A run folder can only be resumed by a configuration with the same fingerprint. Fields at their defaults are
-        left out, so that a later version adding an optional field can still resume this version's folders.
+        left out, so that a later version adding an optional field can still resume this version's folders; so are
+        the settings of a model's connection (see :mod:`delta_eval.fingerprint`).
         """
         operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
                        "noise_floor", "decision", "stop_early", "overwrite", "retry_errors"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)
-        redacted: dict[str, Any] = redact_secrets(data)
+        # How a model is reached (its URL's port, timeouts, headers, key variables) is not what it is asked.
+        redacted: dict[str, Any] = redact_secrets(comparable(data))
         return redacted
 
     def public_dump(self) -> dict[str, Any]:

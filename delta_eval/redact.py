@@ -8,17 +8,26 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["REDACTED", "describe_invalid", "redact_secrets", "redact_text"]
+__all__ = [
+    "REDACTED",
+    "describe_invalid",
+    "known_secrets",
+    "redact_secrets",
+    "redact_text",
+    "register_secrets",
+    "scrub_known",
+]
 
 #: Keys whose value is a secret wherever they appear (provider options, ``params.extra``, a judge's options).
 _SECRET_KEY = re.compile(
     r"(api[_-]?key|secret|token|password|passwd|authori[sz]ation|credential|cookie|signature|private[_-]?key|"
-    r"bearer|session[_-]?id|^auth$|^key$)",
+    r"bearer|session[_-]?id|^auth$|^key$|(access|secret|private|client|signing|encryption|master)[_-]?key)",
     re.IGNORECASE,
 )
 #: Keys that name a secret's word but count something else (``max_tokens``, ``thinking_budget_tokens``).
@@ -34,7 +43,68 @@ _SECRET_VALUE = re.compile(
 )
 #: The userinfo of a URL (``https://user:password@host``).
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s]+@")
+#: A credential in a URL's query (``?api-key=...``, ``&key=...``, ``&token=...``, a SAS ``sig=``).
+_QUERY_SECRET = re.compile(
+    r"(?P<name>[?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|sig|signature|password|secret|code)=)"
+    r"[^&#\s\"'<>]+",
+    re.IGNORECASE,
+)
+#: ``name=value`` credentials in text (``api_key=...``, ``access_key = "..."``, ``password=...``).
+_ASSIGNED_SECRET = re.compile(
+    r"(?P<name>\b(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|secret|access[_-]?token|auth[_-]?token|"
+    r"refresh[_-]?token|client[_-]?secret|password|passwd)\b\s*=\s*)(?P<q>[\"']?)[^\s\"'&,;}\]]+",
+    re.IGNORECASE,
+)
 REDACTED = "***"
+#: A credential shorter than this is not scrubbed by its value (it would mangle ordinary words); by name and shape
+#: it still is.
+MIN_SECRET_LENGTH = 6
+
+# Every credential the process has read (configured inline, or read from the environment by an adapter): exact
+# strings scrubbed from everything written or printed, whatever their shape or the name they came under.
+_KNOWN: set[str] = set()
+_KNOWN_ORDER: tuple[str, ...] = ()  # longest first, so a secret containing another is replaced whole
+_KNOWN_LOCK = threading.Lock()
+
+
+def register_secrets(values: Iterable[str | None]) -> None:
+    """Remember credentials, process-wide, as they are read: from then on :func:`scrub_known` (and so
+    :func:`redact_text`, :func:`redact_secrets`, the run folder's writers) replaces each wherever it appears.
+
+    Example:
+        >>> register_secrets(["plain-credential-42"])
+        >>> redact_text("the key plain-credential-42 was refused")
+        'the key *** was refused'
+    """
+    global _KNOWN_ORDER
+    fresh = {v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_LENGTH} - _KNOWN
+    if not fresh:
+        return
+    with _KNOWN_LOCK:
+        _KNOWN.update(fresh)
+        _KNOWN_ORDER = tuple(sorted(_KNOWN, key=len, reverse=True))
+
+
+def known_secrets() -> tuple[str, ...]:
+    """The credentials registered so far (longest first)."""
+    return _KNOWN_ORDER
+
+
+def scrub_known(value: Any) -> Any:
+    """``value`` (text, or mappings and lists of it) with every registered credential replaced by ``***``."""
+    known = _KNOWN_ORDER
+    if not known:
+        return value
+    if isinstance(value, str):
+        for secret in known:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, Mapping):
+        return {scrub_known(k) if isinstance(k, str) else k: scrub_known(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_known(v) for v in value]
+    return value
 
 
 def _secret_name(name: str) -> bool:
@@ -44,13 +114,21 @@ def _secret_name(name: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """``text`` without URL userinfo and without anything shaped like a provider key, bearer token or JWT.
+    """``text`` without the registered credentials (:func:`register_secrets`), URL userinfo, credentials in a URL's
+    query or given as ``name=value``, and anything shaped like a provider key, bearer token or JWT.
 
     Example:
         >>> redact_text("https://bob:hunter2@proxy.example/v1 with Bearer abcdefgh12345")
         'https://***@proxy.example/v1 with ***'
+        >>> redact_text("GET https://x.openai.azure.com/chat?api-version=1&api-key=plainvalue failed")
+        'GET https://x.openai.azure.com/chat?api-version=1&api-key=*** failed'
+        >>> redact_text('provider_options = "api_key=plainvalue"')
+        'provider_options = "api_key=***"'
     """
+    text = scrub_known(text)
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    text = _QUERY_SECRET.sub(lambda m: f"{m['name']}{REDACTED}", text)
+    text = _ASSIGNED_SECRET.sub(lambda m: f"{m['name']}{m['q']}{REDACTED}", text)
     return _SECRET_VALUE.sub(REDACTED, text)
 
 
@@ -125,6 +203,7 @@ def describe_invalid(exc: ValidationError, where: str | None = None) -> str:
             and len(str(value)) <= 60
             and not any(_secret_name(p) for p in parts)
             and redact_text(str(value)) == str(value)
+            and not _LOOKS_ASSIGNED.search(str(value))
         ):
             given.setdefault(path, f", got {value!r}")
     lines = [f"{path}: {' or '.join(said)}{given.get(path, '')}" for path, said in phrases.items()]
@@ -134,6 +213,9 @@ def describe_invalid(exc: ValidationError, where: str | None = None) -> str:
     return "\n".join([head, *(f"  {line}" for line in lines)])
 
 
+#: A value given as ``key=value`` pairs may be credentials typed into the wrong place (``"api_key=..."``): never
+#: echoed, whatever the name.
+_LOOKS_ASSIGNED = re.compile(r"(key|secret|token|password|passwd|auth|credential|sig)\w*\s*[=:]", re.IGNORECASE)
 #: Parts of an error's location that name a member of a union type, not a setting.
 _UNION_MEMBER = re.compile(r"[\[(]|^(str|int|float|bool|list|dict|tuple|function-\w+|lax-or-strict|[A-Z]\w+)$")
 

@@ -33,6 +33,8 @@ LAYER_OF = {
             "memo",
             "catalog",
             "tagged",
+            "sql",
+            "fingerprint",
         ),
         "core",
     ),

@@ -415,3 +415,33 @@ def test_a_stratum_field_missing_from_most_conversations_is_in_the_notes_and_the
     )
     assert result.manifest.notes == [note]
     assert note in render_report(result)
+
+
+def _wire_config(out: Path, models: Any, **candidate_changes: Any) -> de.RunConfig:
+    cfg = demo_config(out, n=3, latency_ms=0.0, models=models)
+    return cfg.model_copy(update={"candidate": cfg.candidate.model_copy(update=candidate_changes)})
+
+
+def test_a_new_port_or_timeout_resumes_but_a_new_model_or_params_are_refused(tmp_path: Path) -> None:
+    # `delta-eval demo --wire openai` starts its fake server on a random port: a rerun must resume, not refuse.
+    from delta_eval.demo import wire_models
+
+    out = tmp_path / "run"
+    with wire_models("openai", latency_ms=0.0) as models:
+        first = de.run(demo_config(out, n=3, latency_ms=0.0, models=models), conversations=demo_conversations())
+    with wire_models("openai", latency_ms=0.0) as models:
+        cfg = demo_config(out, n=3, latency_ms=0.0, models=models)
+        port = cfg.candidate.provider_options["base_url"]
+        assert port != first.manifest.config["candidate"]["provider_options"]["base_url"]
+        options = {**cfg.candidate.provider_options, "timeout": 42.0, "connection_pools": 2, "api_key_env": "X_KEY"}
+        again = de.run(_wire_config(out, models, provider_options=options), conversations=demo_conversations())
+        assert again.status == "completed"
+        assert again.manifest.sessions[-1].resumed_pairs == first.counts.pairs
+        with pytest.raises(RunFolderError) as info:
+            de.run(_wire_config(out, models, model="openai:another"), conversations=demo_conversations())
+        assert "differs in: candidate.model" in str(info.value)
+        assert "Compared: " in str(info.value)
+        assert "base_url" in str(info.value)
+        params = cfg.candidate.params.model_copy(update={"temperature": 0.9})
+        with pytest.raises(RunFolderError, match=r"differs in: candidate\.params\.temperature"):
+            de.run(_wire_config(out, models, params=params), conversations=demo_conversations())

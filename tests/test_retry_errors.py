@@ -12,7 +12,7 @@ import delta_eval as de
 from delta_eval.adapters import simulated
 from delta_eval.analysis.report import render_report
 from delta_eval.demo import demo_config, demo_conversations
-from delta_eval.exceptions import BadRequestError, ProviderError, TransientError
+from delta_eval.exceptions import BadRequestError, ContextLengthError, ProviderError, TransientError
 
 
 class Outage:
@@ -95,3 +95,52 @@ def test_non_retryable_errors_stay_unless_asked(tmp_path: Path, outage: dict[str
     third = de.run(config(out, retry_errors=True), conversations=demo_conversations())
     assert error_pairs(out) == 0
     assert third.manifest.sessions[-1].retried_pairs == failed
+
+
+def test_non_retryable_errors_in_a_batch_with_retryable_ones_are_not_called_again(
+    tmp_path: Path, outage: dict[str, ProviderError | None]
+) -> None:
+    # One batch holds both kinds: the retryable pairs are tried again, the context-length ones stay as they were.
+    calls: list[str] = []
+
+    class Mixed(Outage):
+        async def generate(self, request: de.ModelRequest) -> Any:
+            calls.append(str(request.conversation_id))
+            if self.state["error"] is not None:
+                if sum(map(ord, str(request.conversation_id))) % 2:
+                    raise ContextLengthError("prompt is too long", model="mixed:candidate", status=400)
+                raise TransientError("503 service unavailable", model="mixed:candidate", status=503)
+            return await self.inner.generate(request)
+
+    de.register_adapter(
+        "mixed", lambda m, o, c: Mixed(simulated.create(m.replace("mixed:", "simulated:"), o, c), outage)
+    )
+    out = tmp_path / "run"
+    cfg = config(out, flush_every=1000)
+    cfg = cfg.model_copy(update={"candidate": cfg.candidate.model_copy(update={"model": "mixed:candidate"})})
+    outage["error"] = TransientError("on", model="mixed:candidate")
+    first = de.run(cfg, conversations=demo_conversations())
+    con = de.open_run(out)
+    kinds = dict(con.execute("SELECT retryable, count(DISTINCT pair_id) FROM errors GROUP BY 1").fetchall())
+    assert kinds.get(True, 0) > 0
+    assert kinds.get(False, 0) > 0
+    lasting = {
+        r[0]: r[1:]
+        for r in con.execute("SELECT pair_id, message, retryable FROM errors WHERE NOT retryable").fetchall()
+    }
+    assert len(first.manifest.sessions) == 1
+
+    outage["error"] = None
+    calls.clear()
+    second = de.run(cfg, conversations=demo_conversations())
+    con = de.open_run(out)
+    assert second.manifest.sessions[-1].retried_pairs == kinds[True]
+    assert error_pairs(out) == len(lasting)
+    assert {r[0]: r[1:] for r in con.execute("SELECT pair_id, message, retryable FROM errors").fetchall()} == lasting
+    # no call for a conversation whose pairs all ended in a context-length error
+    lasting_conversations = {p.split("#")[0] for p in lasting}
+    assert lasting_conversations.isdisjoint(calls)
+    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (
+        first.counts.pairs,
+        first.counts.pairs,
+    )

@@ -181,3 +181,84 @@ def test_platform_credentials_never_reach_an_error_or_the_request_log(
 
 def test_redaction_knows_google_tokens_and_aws_key_ids_by_shape() -> None:
     assert redact_text("token ya29.a0AfH6SMBx-abc_def and key AKIAIOSFODNN7EXAMPLE") == "token *** and key ***"
+
+
+# -- secrets known by where they came from, whatever their shape ----------------------------------------------------
+
+
+def test_a_key_read_from_the_environment_and_echoed_by_a_provider_reaches_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tau_conversations: list[Conversation],
+) -> None:
+    env_key = "plainenvkey-0b1c2d3e"  # no known shape: only where it came from says it is a key
+    monkeypatch.setenv("DELTA_TEST_PLAIN_KEY", env_key)
+    with FakeOpenAIServer(recordings=tau_conversations, behaviour=behaviours(latency_ms=0.0)) as server:
+        # A provider that repeats the key it was sent in its refusal (as OpenAI's "Incorrect API key provided").
+        echo = {"error": {"message": f"Invalid request with key {env_key}", "type": "invalid_request_error"}}
+        server.enqueue(*(JSONReply(echo, status=400) for _ in range(4)))
+        config = tmp_path / "eval.toml"
+        config.write_text(
+            'out = "run"\n'
+            + demo_source_toml()
+            + f"""
+[baseline]
+model = "openai:baseline"
+provider_options = {{ base_url = "{server.base_url}", api_key_env = "DELTA_TEST_PLAIN_KEY" }}
+
+[candidate]
+model = "openai:candidate"
+provider_options = {{ base_url = "{server.base_url}", api_key_env = "DELTA_TEST_PLAIN_KEY" }}
+
+[candidate.params.extra]
+access_key = "plainvalue-access-77"
+
+[judges.judge]
+model = "openai:judge"
+provider_options = {{ base_url = "{server.base_url}", api_key_env = "DELTA_TEST_PLAIN_KEY" }}
+"""
+        )
+        assert main(["run", str(config), "--no-progress"]) == 0
+        assert main(["report", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr()
+    written = everything_in(tmp_path / "run")
+    con = de.open_run(tmp_path / "run")
+    messages = [m for (m,) in con.execute("SELECT message FROM errors WHERE stage = 'replay'").fetchall()]
+    assert messages
+    assert all("Invalid request with key ***" in m for m in messages)
+    for secret in (env_key, "plainvalue-access-77"):
+        assert secret not in written
+        assert secret not in printed.out + printed.err
+
+
+def test_plain_credentials_in_urls_assignments_and_misplaced_settings_are_not_echoed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = "plainvalue"
+    assert redact_text(f"https://r.openai.azure.com/x?api-version=2024&api-key={plain}") == (
+        "https://r.openai.azure.com/x?api-version=2024&api-key=***"
+    )
+    assert redact_text(f"GET /v1/models?key={plain}&alt=sse and ?token={plain}") == (
+        "GET /v1/models?key=***&alt=sse and ?token=***"
+    )
+    assert redact_text(f'access_key = "{plain}"') == 'access_key = "***"'
+    assert redact_secrets({"access_key": plain, "secret_key": plain, "prompt_cache_key": True}) == {
+        "access_key": "***",
+        "secret_key": "***",
+        "prompt_cache_key": True,
+    }
+    for body in (
+        f'provider_options = "api_key={plain}"\n',
+        f'provider_options = {{ base_url = "https://x.example/v1?api-key={plain}", timeout = "api_key={plain}" }}\n',
+        f'params = {{ temperature = "token={plain}" }}\n',
+    ):
+        config = tmp_path / "bad.toml"
+        config.write_text(
+            f'out = "x"\n[source]\npath = "{de.demo.DEMO_CONVERSATIONS}"\nmessages = "traj"\n'
+            f'[baseline]\nmodel = "openai:gpt-4o"\n{body}[candidate]\nmodel = "simulated:b"\n'
+        )
+        assert main(["run", str(config), "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        assert "error" in err
+        assert plain not in err, err

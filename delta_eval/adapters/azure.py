@@ -33,6 +33,7 @@ from delta_eval.adapters.options import parse_options
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import ModelRequest, split_model_id
 from delta_eval.exceptions import ConfigError
+from delta_eval.redact import register_secrets
 
 __all__ = ["AzureOptions", "create_chat", "create_responses", "make_azure_client"]
 
@@ -68,6 +69,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
     if not endpoint:
         raise ConfigError(f"{model}: no Azure endpoint; give endpoint or set AZURE_OPENAI_ENDPOINT")
     token = os.environ.get(options.ad_token_env) if options.ad_token_env else None
+    register_secrets([token])  # an Entra ID token read from the environment: scrubbed from what the run writes
     if options.ad_token_env and not token:
         raise ConfigError(f"{model}: no Entra ID token; set {options.ad_token_env}")
     key = None if token else options.key("AZURE_OPENAI_API_KEY", model=model)

@@ -38,6 +38,7 @@ from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
 from delta_eval.exceptions import BadRequestError, ConfigError, ContentFilterError, ProviderError, TransientError
+from delta_eval.redact import register_secrets
 from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
 
 __all__ = ["PROVIDER", "GeminiAdapter", "GeminiOptions", "create", "decode_usage", "encode_contents"]
@@ -363,5 +364,6 @@ def _google_key(model: str) -> str:
     # The SDK's own order: GOOGLE_API_KEY, then GEMINI_API_KEY.
     for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY"):
         if os.environ.get(name):
+            register_secrets([os.environ[name]])  # scrubbed from whatever the run writes
             return os.environ[name]
     raise ConfigError(f"{model}: no API key; set GEMINI_API_KEY (or name another variable with api_key_env)")

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from delta_eval.exceptions import ConfigError
-from delta_eval.redact import describe_invalid
+from delta_eval.redact import describe_invalid, register_secrets
 
 __all__ = ["ProviderOptions", "parse_options"]
 
@@ -56,6 +56,7 @@ class ProviderOptions(BaseModel):
         env = self.api_key_env or default_env
         value = os.environ.get(env) if env else None
         if value:
+            register_secrets([value])  # read from the environment: scrubbed from whatever the run writes
             return value
         if required:
             where = f"set {env}" if env else "give api_key_env"
@@ -67,7 +68,8 @@ class ProviderOptions(BaseModel):
         return {name: value.get_secret_value() for name, value in self.headers.items()}
 
     def secrets(self) -> list[str]:
-        """Every secret value these options hold, for scrubbing messages."""
+        """Every secret value these options hold, for scrubbing messages (registered process-wide by
+        :func:`parse_options`; a key read from the environment is registered by :meth:`key`)."""
         return [
             v for v in (self.api_key.get_secret_value() if self.api_key else None, *self.header_values().values()) if v
         ]
@@ -77,6 +79,10 @@ def parse_options(cls: type[OptionsT], model: str, options: Mapping[str, Any]) -
     """``options`` validated as ``cls``; a bad one is a :class:`~delta_eval.exceptions.ConfigError` that names the
     model and the field, never the value given."""
     try:
-        return cls.model_validate(dict(options))
+        parsed = cls.model_validate(dict(options))
     except ValidationError as exc:
         raise ConfigError(f"bad provider_options for {model}: {describe_invalid(exc)}") from None
+    # Every credential the options hold or find in the environment (each kind of options knows its own) is known
+    # from here on, and scrubbed from everything written or printed.
+    register_secrets(parsed.secrets())
+    return parsed

@@ -24,6 +24,7 @@ from pydantic import SecretStr
 
 from delta_eval.adapters.options import ProviderOptions
 from delta_eval.exceptions import ConfigError
+from delta_eval.redact import register_secrets
 
 __all__ = ["DEFAULT_TOKEN_ENV", "VertexAuthOptions"]
 
@@ -44,7 +45,9 @@ class VertexAuthOptions(ProviderOptions):
         """The access token: inline, else from ``access_token_env`` (or ``GOOGLE_VERTEX_ACCESS_TOKEN``)."""
         if self.access_token is not None:
             return self.access_token.get_secret_value()
-        return os.environ.get(self.access_token_env or DEFAULT_TOKEN_ENV) or None
+        token = os.environ.get(self.access_token_env or DEFAULT_TOKEN_ENV) or None
+        register_secrets([token])  # read from the environment: scrubbed from whatever the run writes
+        return token
 
     def resolved_project(self, model: str, *more_env: str) -> str:
         """The project: the option, else ``GOOGLE_CLOUD_PROJECT`` or ``more_env``; none is a

@@ -26,6 +26,7 @@ from delta_eval.allocation import allocate
 from delta_eval.callables import callable_name, resolve_callable
 from delta_eval.exceptions import ConfigError, SampleWarning
 from delta_eval.schema import Conversation, Stratum
+from delta_eval.sql import quote_ident
 
 __all__ = ["DerivedStratum", "SampleResult", "Stratified", "allocate", "draw_sample"]
 
@@ -117,10 +118,13 @@ def _did_you_mean(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
-def _stratum_sql(spec: Stratified, columns: set[str]) -> str:
+def _stratum_sql(spec: Stratified, columns: set[str]) -> tuple[str, list[str]]:
+    """The SQL expression of a conversation's stratum, and the values it binds: each name is bound as a value and
+    quoted as a column (:func:`~delta_eval.sql.quote_ident`), so no name can change the statement."""
     if not spec.by:
-        return "'all'"
+        return "'all'", []
     parts = []
+    params = []
     for name in spec.by:
         if name not in columns:
             known = columns - _NOT_FIELDS
@@ -128,8 +132,9 @@ def _stratum_sql(spec: Stratified, columns: set[str]) -> str:
                 f"stratum {name!r} is neither a metadata field nor a derived stratum (known: "
                 f"{', '.join(sorted(known)) or 'none'}){_did_you_mean(name, known)}"
             )
-        parts.append(f"'{name}=' || coalesce(CAST(\"{name}\" AS VARCHAR), '(missing)')")
-    return " || ', ' || ".join(parts)
+        parts.append(f"? || coalesce(CAST({quote_ident(name)} AS VARCHAR), '(missing)')")
+        params.append(f"{name}=")
+    return " || ', ' || ".join(parts), params
 
 
 def _check_fields(spec: Stratified, con: Any, types: dict[str, str]) -> list[str]:
@@ -142,7 +147,7 @@ def _check_fields(spec: Stratified, con: Any, types: dict[str, str]) -> list[str
     fields = [name for name in dict.fromkeys(spec.by) if name in candidates]
     if not fields:
         return []
-    counted = ", ".join('count("' + c + '")' for c in candidates)  # count(x): the rows where x is not NULL
+    counted = ", ".join(f"count({quote_ident(c)})" for c in candidates)  # count(x): the rows where x is not NULL
     total, *present = con.execute(f"SELECT count(*), {counted} FROM population").fetchone()
     if total == 0:
         return []
@@ -182,7 +187,7 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
         con.register("population_raw", population)
         select = ["*"]
         for name, expr in spec.sql_strata().items():
-            select.append(f'({expr}) AS "{name}"')
+            select.append(f"({expr}) AS {quote_ident(name)}")
         try:
             con.execute(f"CREATE TABLE derived AS SELECT {', '.join(select)} FROM population_raw")
         except duckdb.Error as exc:
@@ -194,9 +199,9 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
         kept = con.execute("SELECT count(*) FROM population").fetchone()
         excluded = population.num_rows - (kept[0] if kept else 0)
         types = {row[0]: row[1] for row in con.execute("DESCRIBE population").fetchall()}
-        key = _stratum_sql(spec, set(types))
+        key, params = _stratum_sql(spec, set(types))
         notes = _check_fields(spec, con, types)
-        con.execute(f"CREATE TABLE keyed AS SELECT position, conversation_id, {key} AS stratum FROM population")
+        con.execute(f"CREATE TABLE keyed AS SELECT position, conversation_id, {key} AS stratum FROM population", params)
         counts = dict(con.execute("SELECT stratum, count(*) FROM keyed GROUP BY stratum").fetchall())
         alloc = allocate(counts, spec.n, spec.min_per_stratum, spec.stratum_sd or None)
         con.register(

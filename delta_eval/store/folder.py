@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RunFolderError
+from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
@@ -84,10 +86,37 @@ def _whole_parquet(path: Path, size: int) -> bool:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one."""
+    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one; without any
+    credential the process knows (:func:`~delta_eval.redact.register_secrets`)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    tmp.write_text(json.dumps(scrub_known(data), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _scrubbed_array(arr: Any) -> Any:
+    """An Arrow array with every registered credential replaced in its text, however deeply nested."""
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        for secret in known_secrets():
+            arr = pc.replace_substring(arr, pattern=secret, replacement=REDACTED)
+        return arr
+    if pa.types.is_struct(t):
+        children = [_scrubbed_array(arr.field(i)) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=arr.is_null())
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        values = _scrubbed_array(arr.values)
+        return type(arr).from_arrays(arr.offsets, values, mask=arr.is_null() if arr.null_count else None)
+    return arr
+
+
+def _scrubbed(table: pa.Table) -> pa.Table:
+    """``table`` without any registered credential in its text columns (a provider's error that echoed a key read
+    from the environment, say): the one place every Parquet row passes before it is written."""
+    if not known_secrets():
+        return table
+    table = table.combine_chunks()
+    columns = [_scrubbed_array(col.chunk(0)) if col.num_chunks else col for col in table.columns]
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 class RunFolder:
@@ -297,6 +326,27 @@ class RunFolder:
         record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), "dropped": reason}
         write_json_atomic(commits / f"{batch:06d}.json", record)
 
+    def remove_rows(self, batch: int, column: str, values: set[Any], reason: str) -> int | None:
+        """Take the rows whose ``column`` is one of ``values`` out of a committed batch: the batch is dropped
+        (:meth:`drop`) and the rest of its rows, in every dataset, committed again as a new batch, whose number is
+        returned (``None``: nothing was left). Datasets without ``column`` keep all their rows.
+
+        Dropped before rewritten, so a kill in between loses the kept rows (a rerun recomputes them) rather than
+        leaving them twice."""
+        record = next((c for c in self.commits() if int(c["batch"]) == batch), None)
+        if record is None:
+            return None
+        kept: dict[str, pa.Table] = {}
+        for name, rels in record["files"].items():
+            table = pa.concat_tables([pq.read_table(self.path / rel, schema=SCHEMAS[name]) for rel in rels])
+            if column in table.column_names:
+                table = table.filter(pc.invert(pc.is_in(table.column(column), pa.array(values))))
+            if table.num_rows:
+                kept[name] = table
+        self.drop(batch, reason)
+        note = {k: v for k, v in record.items() if k not in ("batch", "files", "rows", "sizes", "at")}
+        return self._write_batch(kept, note) if kept else None
+
     def batches_holding(self, dataset: str, column: str, values: set[Any]) -> set[int]:
         """The committed batches whose rows of ``dataset`` have one of ``values`` in ``column``."""
         found = set()
@@ -343,22 +393,30 @@ class RunFolder:
         """Write the queued rows as one atomic batch; return its number (``None`` when nothing was queued)."""
         if not self.pending_rows:
             return None
+        tables = {name: TABLES[name].to_arrow(rows) for name, rows in self._pending.items() if rows}
+        batch = self._write_batch(tables, note)
+        for rows in self._pending.values():
+            rows.clear()
+        if self.on_commit is not None:
+            self.on_commit(batch)
+        return batch
+
+    def _write_batch(self, tables: dict[str, pa.Table], note: dict[str, Any] | None) -> int:
+        """Write ``tables`` as the next batch: its part files, then its commit file."""
         batch = self._next_batch
         files: dict[str, list[str]] = {}
         sizes: dict[str, int] = {}
         counts: dict[str, int] = {}
-        for name, rows in self._pending.items():
-            if not rows:
-                continue
+        for name, table in tables.items():
             folder = self.path / name
             folder.mkdir(parents=True, exist_ok=True)
             final = folder / f"part-{batch:06d}.parquet"
             tmp = folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp"
-            pq.write_table(TABLES[name].to_arrow(rows), tmp, compression="zstd")
+            pq.write_table(_scrubbed(table), tmp, compression="zstd")
             os.replace(tmp, final)
             files[name] = [f"{name}/{final.name}"]
             sizes[f"{name}/{final.name}"] = final.stat().st_size
-            counts[name] = len(rows)
+            counts[name] = table.num_rows
         commits = self.path / _COMMITS
         commits.mkdir(parents=True, exist_ok=True)
         record = {
@@ -370,11 +428,7 @@ class RunFolder:
             **(note or {}),
         }
         write_json_atomic(commits / f"{batch:06d}.json", record)
-        for rows in self._pending.values():
-            rows.clear()
         self._next_batch = batch + 1
-        if self.on_commit is not None:
-            self.on_commit(batch)
         return batch
 
     @property

@@ -7,8 +7,8 @@ What a run does with the folder it is pointed at:
   touched;
 - a manifest with the same fingerprint: the run resumes; files a killed process left uncommitted are removed,
   damaged batches dropped, and the pairs and conversations already written are skipped, except pairs that ended in
-  a retryable provider error (or any error, with ``retry_errors``): the batches holding them are dropped and
-  recomputed (the other pairs in them from the response cache);
+  a retryable provider error (or any error, with ``retry_errors``): their rows are taken out of the batches
+  holding them (the batches' other rows are committed again as they were) and the pairs recomputed;
 - a manifest with another fingerprint: refused, naming the settings that differ; with ``overwrite`` the library's
   own files are removed (the response cache stays) and the run starts afresh.
 
@@ -25,6 +25,7 @@ from typing import Any
 
 from delta_eval.calls import CallStats
 from delta_eval.exceptions import RunFolderError
+from delta_eval.fingerprint import comparable
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
@@ -51,7 +52,12 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
     Example:
         >>> differences({"sample": {"n": 100}, "seed": 1}, {"sample": {"n": 200}, "seed": 1})
         ['sample.n']
+        >>> differences({}, {"params": {"temperature": 0.9}})
+        ['params.temperature']
     """
+    if (isinstance(old, dict) and new is None) or (old is None and isinstance(new, dict)):
+        # A table at its defaults is left out of a fingerprint: name the settings given, not the whole table.
+        old, new = old or {}, new or {}
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in sorted(set(old) | set(new), key=str):
@@ -109,19 +115,26 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False, re
     if previous is None:  # marked, but the first session never wrote its manifest (or it is damaged: overwrite)
         folder.reset()
         return Resume(fresh)
-    if previous.fingerprint != fresh.fingerprint:
+    # Compared without connection settings: folders written before they were left out still resume.
+    before, now = comparable(previous.fingerprint), comparable(fresh.fingerprint)
+    if before != now:
         if not overwrite:
-            changed = ", ".join(differences(previous.fingerprint, fresh.fingerprint)[:8])
+            changed = ", ".join(differences(before, now)[:8])
+            compared = ", ".join(sorted(set(before) | set(now), key=str))
             raise RunFolderError(
                 f"{folder.path} holds a run with a different configuration (differs in: {changed}); resume it with "
-                "the same configuration, choose another 'out', or overwrite it (--overwrite, overwrite=True)"
+                "the same configuration, choose another 'out', or overwrite it (--overwrite, overwrite=True). "
+                f"Compared: {compared}, each at its non-default settings; a model's connection (base_url, "
+                "endpoint, timeout, connection_pools, headers, keys and the variables they are read from) may differ"
             )
         folder.reset()
         return Resume(fresh)
     dropped = folder.repair()
     retried = errors_to_retry(folder, everything=retry_errors)
     for batch in sorted(folder.batches_holding("verdicts", "pair_id", retried)):
-        folder.drop(batch, "tried again: it held pairs that had ended in an error")
+        # Only the retried pairs leave: the batch's other pairs (a context-length error among them) stay done,
+        # where dropping the whole batch would call their models again.
+        folder.remove_rows(batch, "pair_id", retried, "tried again: it held pairs that had ended in an error")
     decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
     conversations = folder.read("conversations", ["conversation_id"]).column("conversation_id").to_pylist()
     return Resume(

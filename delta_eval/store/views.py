@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
+from delta_eval.sql import quote_ident, quote_literal
 from delta_eval.store.folder import MANIFEST, RunFolder, damage_message
 from delta_eval.store.tables import DATASETS, SCHEMAS
 
@@ -81,11 +82,12 @@ def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
     for name in DATASETS:
         files = committed[name]
         if files:
-            paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{paths}], union_by_name = true)")
+            paths = ", ".join(quote_literal(str(f)) for f in files)  # a view keeps its text: no bound values
+            view = quote_ident(name)
+            con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{paths}], union_by_name = true)")
         else:
             con.register(f"_{name}_empty", SCHEMAS[name].empty_table())
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_empty")
+            con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT * FROM {quote_ident('_' + name + '_empty')}")
     con.execute(_PAIRS)
     con.execute(_TOOL_CALLS)
     return con

@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import delta_eval as de
 from delta_eval.demo import airline_task_type
@@ -150,3 +152,37 @@ def test_a_field_missing_from_most_records_warns_and_is_noted() -> None:
         warnings.simplefilter("error")
         half, _ = sample(de.ConversationSource.of(convs), de.Stratified(by=["lang", "tiers"]))
     assert half.notes == ()
+
+
+HOSTILE_NAMES = [
+    "customer's tier",
+    'tier"; DROP TABLE population; --',
+    "x', 'y') AS stratum FROM population --",
+    "multi\nline",
+    "région ✈ 顧客",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_hostile_stratum_name_is_a_name_not_sql(name: str) -> None:
+    # An apostrophe once gave a raw ParserException; a crafted name rewrote the sampling query.
+    convs = _convs([{name: "gold"}, {name: "silver"}, {name: "gold"}, {}])
+    result, _ = sample(de.ConversationSource.of(convs), de.Stratified(by=[name]))
+    assert sorted(s.stratum for s in result.strata) == sorted([f"{name}=(missing)", f"{name}=gold", f"{name}=silver"])
+    assert sum(s.population for s in result.strata) == 4
+
+
+@given(name=st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), min_size=1))
+@settings(max_examples=40, deadline=None)
+def test_any_metadata_field_name_stratifies(name: str) -> None:
+    convs = _convs([{name: "a"}, {name: "b'\"c"}])
+    result, _ = sample(de.ConversationSource.of(convs), de.Stratified(by=[name]))
+    assert sorted(s.stratum for s in result.strata) == sorted([f"{name}=a", f"{name}=b'\"c"])
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_hostile_derived_stratum_name(name: str) -> None:
+    convs = _convs([{"tier": "gold"}, {"tier": "silver"}])
+    spec = de.Stratified(by=[name], derived={name: "upper(tier)"})
+    result, _ = sample(de.ConversationSource.of(convs), spec)
+    assert sorted(s.stratum for s in result.strata) == [f"{name}=GOLD", f"{name}=SILVER"]
