@@ -30,6 +30,7 @@ from delta_eval.exceptions import (
     RateLimitError,
     TransientError,
 )
+from delta_eval.adapters.ratelimit_headers import report_headers
 from delta_eval.redact import redact_text
 
 __all__ = ["connection_error", "is_transport_error", "retry_after", "scrub", "status_error"]
@@ -87,6 +88,7 @@ def status_error(
 ) -> ProviderError:
     """The error for an HTTP ``status`` answer; ``code`` is the provider's error code or type when it gave one."""
     text = scrub(f"HTTP {status}: {message}", secrets)
+    report_headers(headers)  # to the limiter of the call under way, if any
     wait = retry_after(headers)
     should_retry = {k.lower(): v for k, v in (headers or {}).items()}.get("x-should-retry")
     described = f"{code or ''} {message}"
