@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
+from delta_eval.adapters.ratelimit_headers import report_headers
 from delta_eval.exceptions import (
     AuthenticationError,
     BadRequestError,
@@ -30,7 +31,6 @@ from delta_eval.exceptions import (
     RateLimitError,
     TransientError,
 )
-from delta_eval.adapters.ratelimit_headers import report_headers
 from delta_eval.redact import redact_text
 
 __all__ = ["connection_error", "is_transport_error", "retry_after", "scrub", "status_error"]

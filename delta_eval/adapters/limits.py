@@ -114,7 +114,7 @@ class ModelLimiter:
     async def _admitted(self) -> float:
         """Wait until the provider has a request left (as far as its headers tell), and count this one."""
         async with self._admit:
-            while (wait := self.wait_s()) > 0:
+            while (wait := self.wait_s()) > 0:  # noqa: ASYNC110 -- a wait of known length, not for an event
                 await anyio.sleep(wait)
             now = self._clock()
             self._sent.append(now)
