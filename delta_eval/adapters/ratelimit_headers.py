@@ -26,8 +26,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
-__all__ = ["RateLimitSignal", "collect_headers", "parse_duration", "read_rate_limit", "report_headers"]
+__all__ = ["RateLimitSignal", "collect_headers", "parse_duration", "read_rate_limit", "report_headers", "retry_after"]
 
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
@@ -99,8 +100,6 @@ def read_rate_limit(headers: Mapping[str, str] | None, *, now: datetime | None =
     say nothing about it."""
     if not headers:
         return None
-    from delta_eval.adapters.errors import retry_after  # errors reports headers through this module
-
     lower = {k.lower(): v for k, v in headers.items()}
     limit = _number(lower.get("x-ratelimit-limit-requests") or lower.get("anthropic-ratelimit-requests-limit"))
     remaining = _number(
@@ -113,6 +112,35 @@ def read_rate_limit(headers: Mapping[str, str] | None, *, now: datetime | None =
         reset = _until(value, now)
     signal = RateLimitSignal(limit, remaining, reset, retry_after(lower))
     return None if signal == RateLimitSignal() else signal
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` first, then ``retry-after``), if it said.
+
+    Example:
+        >>> retry_after({"retry-after": "7"}), retry_after({"retry-after-ms": "250"}), retry_after({})
+        (7.0, 0.25, None)
+    """
+    if not headers:
+        return None
+    lower = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lower:
+        try:
+            return max(0.0, float(lower["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    value = lower.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 _sink: ContextVar[list[RateLimitSignal] | None] = ContextVar("delta_eval_rate_limit_sink", default=None)
