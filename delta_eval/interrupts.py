@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -44,16 +45,25 @@ _state = _State()
 @contextmanager
 def handle_signals() -> Iterator[None]:
     """Route SIGINT, SIGTERM and SIGHUP through one handler while the block runs. The first does what Ctrl-C does
-    under the event loop running the block (asyncio cancels the main task, which saves what finished and ends as
-    ``interrupted``); inside :func:`deferred_signals` it waits for the block's end. The second only says that the
-    run is stopping; the third ends the process at once. Does nothing off the main thread (only the main thread
-    can handle signals)."""
+    (the task running the block is cancelled, which saves what finished and ends as ``interrupted``; the block
+    then raises ``KeyboardInterrupt``); inside :func:`deferred_signals` it waits for the block's end. The second
+    only says that the run is stopping; the third ends the process at once. A signal ignored when the block
+    starts (``nohup``'s SIGHUP, SIGINT of a job started with ``&`` by a script) is left ignored. Does nothing off
+    the main thread (only the main thread can handle signals) or outside a running event loop's task."""
     if threading.current_thread() is not threading.main_thread() or _state.installed:
         yield
         return
-    on_sigint = signal.getsignal(signal.SIGINT)
+    try:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    except RuntimeError:
+        loop, task = None, None
+    if loop is None or task is None:
+        yield
+        return
+    cancelled = False
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal cancelled
         _state.count += 1
         if _state.count >= 3:
             os._exit(
@@ -62,20 +72,30 @@ def handle_signals() -> Iterator[None]:
         if _state.closing:
             _state.held = signum
         elif _state.count == 1:
-            if callable(on_sigint):
-                on_sigint(signal.SIGINT, frame)  # asyncio's: cancel the run, which then saves what finished
-            else:
-                raise KeyboardInterrupt
+            # Cancel the run's task as asyncio's own Ctrl-C handler does. Not by raising KeyboardInterrupt here:
+            # that lands anywhere (inside the loop's machinery, a task's step) and can leave a process that
+            # never exits. Nor through asyncio's handler, which it does not install when SIGINT was ignored.
+            if not task.done():
+                cancelled = True
+                task.cancel()
+                loop.call_soon_threadsafe(lambda: None)  # wake the loop if it is waiting in select()
         else:
             # Not asyncio's second-signal KeyboardInterrupt, which lands anywhere and can leave tasks that never end.
             sys.stderr.write(f"\ndelta-eval: stopping, saving the finished pairs; {_AGAIN}\n")
 
     saved: dict[int, Any] = {}
     for s in (signal.SIGINT, *_STOP_SIGNALS):
+        if signal.getsignal(s) is signal.SIG_IGN:
+            continue  # ignored by whoever started us (nohup, a script's `cmd &`): theirs to decide, so left so
         saved[s] = signal.signal(s, handler)
     _state.installed, _state.count = True, 0
     try:
         yield
+    except asyncio.CancelledError:
+        if not cancelled:
+            raise
+        task.uncancel()  # our cancellation ends here: what leaves the block says why, as Ctrl-C would
+        raise KeyboardInterrupt from None
     finally:
         for s, previous in saved.items():
             signal.signal(s, previous)

@@ -111,3 +111,17 @@ def test_prompt_cache_benchmark_reads_most_input_from_the_cache(capsys: pytest.C
         else:
             assert f.cache_read_tokens == f.cache_write_tokens == 0
             assert f.cost_usd == pytest.approx(f.full_price_usd)
+
+
+@pytest.mark.slow
+def test_rate_limits_benchmark_keeps_the_cap_full_under_noise_and_stays_under_a_true_limit() -> None:
+    rate_limits = load("rate_limits")
+    figures = rate_limits.measure(calls=400, repeats=1, max_concurrency=16, rpm=100.0, minute_s=1.0)
+    noise, limit = figures["noise"], figures["limit"]
+    # Ratios, not timings: under 3% noise the adaptive limiter keeps more calls in flight than halving did, and
+    # under a true limit it sends nothing over it.
+    assert noise["adaptive"]["mean_in_flight"] > noise["halving"]["mean_in_flight"]
+    assert noise["adaptive"]["rate_limited"] > 0
+    assert limit["adaptive"]["over_limit"] <= limit["halving"]["over_limit"]
+    assert limit["adaptive"]["failed"] == 0
+    assert "of ideal" in rate_limits.report(figures, 400, 16)

@@ -1,7 +1,8 @@
 """One model as the rest of the library sees it: an adapter behind a cache, a limiter and retries.
 
 Order of a call: the response cache first (a hit costs nothing and skips the rate limiter), then a slot from the
-model's limiter, then the adapter, retried by the policy. Successful responses are cached as soon as they arrive,
+model's limiter, then the adapter, retried by the policy; the provider's rate-limit headers and 429s go back to
+the limiter. Successful responses are cached as soon as they arrive,
 so a run killed a moment later has already kept what it paid for. Content-filtered answers are not cached.
 """
 
@@ -14,6 +15,7 @@ from typing import Protocol
 
 from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.limits import ModelLimiter
+from delta_eval.adapters.ratelimit_headers import RateLimitSignal, collect_headers
 from delta_eval.adapters.retry import RetryPolicy, call_with_retry
 from delta_eval.calls import CallStats, ModelRequest, ModelResponse
 from delta_eval.exceptions import ProviderError, RateLimitError
@@ -72,16 +74,22 @@ class ModelClient:
                 return CallResult(hit, cached=True)
 
         async def attempt() -> ModelResponse:
-            async with self.limiter.slot():
+            async with self.limiter.slot() as ticket:
                 self.stats.made += 1
                 start = time.perf_counter()
-                try:
-                    response = await self.adapter.generate(request)
-                except RateLimitError:
-                    self.stats.rate_limited += 1
-                    self.limiter.on_rate_limited()
-                    raise
-                self.limiter.on_success()
+                # The adapter reports the provider's rate-limit headers (of an answer or an error) into `seen`.
+                with collect_headers() as seen:
+                    try:
+                        response = await self.adapter.generate(request)
+                    except RateLimitError as exc:
+                        self.stats.rate_limited += 1
+                        signal = seen[-1] if seen else RateLimitSignal(retry_after=exc.retry_after)
+                        self.limiter.on_rate_limited(signal, ticket)
+                        raise
+                    except ProviderError:
+                        self.limiter.observe(seen[-1] if seen else None, ticket)
+                        raise
+                self.limiter.on_success(seen[-1] if seen else None, ticket)
                 elapsed = (time.perf_counter() - start) * 1000
                 return response.model_copy(update={"latency_ms": elapsed})
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
+from delta_eval.adapters.ratelimit_headers import report_headers, retry_after
 from delta_eval.exceptions import (
     AuthenticationError,
     BadRequestError,
@@ -47,35 +46,6 @@ def scrub(text: str, secrets: Iterable[str | None]) -> str:
     return redact_text(text)
 
 
-def retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds the provider asked to wait (``retry-after-ms`` first, then ``retry-after``), if it said.
-
-    Example:
-        >>> retry_after({"retry-after": "7"}), retry_after({"retry-after-ms": "250"}), retry_after({})
-        (7.0, 0.25, None)
-    """
-    if not headers:
-        return None
-    lower = {k.lower(): v for k, v in headers.items()}
-    if "retry-after-ms" in lower:
-        try:
-            return max(0.0, float(lower["retry-after-ms"]) / 1000)
-        except ValueError:
-            pass
-    value = lower.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 def status_error(
     status: int,
     message: str,
@@ -87,6 +57,7 @@ def status_error(
 ) -> ProviderError:
     """The error for an HTTP ``status`` answer; ``code`` is the provider's error code or type when it gave one."""
     text = scrub(f"HTTP {status}: {message}", secrets)
+    report_headers(headers)  # to the limiter of the call under way, if any
     wait = retry_after(headers)
     should_retry = {k.lower(): v for k, v in (headers or {}).items()}.get("x-should-retry")
     described = f"{code or ''} {message}"

@@ -11,6 +11,10 @@ from a simulated baseline:
 - ``change_args_rate``: it makes the recorded call with one argument changed.
 - ``latency_ms`` / ``latency_sigma``: each call sleeps for a log-normal time with that median.
 - ``rate_limit_rate`` / ``server_error_rate``: a call fails with a 429 (with Retry-After) or a 500.
+- ``requests_per_minute`` (and ``minute_s``, the length of that minute, shortened for tests): a true rate limit,
+  a token bucket of that many requests refilled over the minute, as OpenAI's is. Every answer carries
+  ``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests`` and ``x-ratelimit-reset-requests``; a request
+  over the limit is answered at once with a 429 and ``retry-after`` (see :class:`RequestBucket`).
 - ``dropped_stream_rate``: a call's stream ends before its last event (a retryable failure).
 - ``context_window``: a request of more prompt tokens than this fails as too long for the context (not retryable).
 - ``cached_fraction`` / ``reasoning_tokens``: the share of prompt tokens reported as read from the provider's
@@ -39,6 +43,7 @@ import json
 import math
 import random
 import re
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +53,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.ratelimit_headers import report_headers
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.simulated_judge import is_judge_schema, judge_answer
@@ -73,6 +79,8 @@ class SimulatedBehaviour(BaseModel):
     server_error_rate: float = _Rate
     dropped_stream_rate: float = _Rate
     retry_after_s: float = Field(default=0.0, ge=0.0)
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    minute_s: float = Field(default=60.0, gt=0)
     latency_ms: float = Field(default=0.0, ge=0.0)
     latency_sigma: float = Field(default=0.5, ge=0.0)
     context_window: int | None = Field(default=None, ge=1)
@@ -149,6 +157,47 @@ def _tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
+class RequestBucket:
+    """A provider's true request limit: a token bucket of ``per_minute`` requests, refilled evenly over ``minute_s``
+    seconds (60 for a real minute), as OpenAI's limits work. ``rejected`` counts the requests refused for exceeding it.
+
+    Example:
+        >>> bucket = RequestBucket(2, minute_s=60, clock=lambda: 0.0)
+        >>> [bucket.take()[0] for _ in range(3)]
+        [True, True, False]
+        >>> bucket.take()[1]["retry-after"]
+        '30'
+    """
+
+    def __init__(self, per_minute: float, minute_s: float = 60.0, clock: Any = time.monotonic) -> None:
+        self.limit = per_minute
+        self.per_s = per_minute / minute_s
+        self.tokens = per_minute
+        self.rejected = 0
+        self._clock = clock
+        self._at = clock()
+
+    def take(self) -> tuple[bool, dict[str, str]]:
+        """Whether one request is let through now, and the headers its answer carries."""
+        now = self._clock()
+        self.tokens = min(self.limit, self.tokens + (now - self._at) * self.per_s)
+        self._at = now
+        admitted = self.tokens >= 1
+        if admitted:
+            self.tokens -= 1
+        else:
+            self.rejected += 1
+        headers = {
+            "x-ratelimit-limit-requests": str(round(self.limit)),
+            "x-ratelimit-remaining-requests": str(math.floor(self.tokens)),
+            "x-ratelimit-reset-requests": f"{(self.limit - self.tokens) / self.per_s:.3f}s",
+        }
+        if not admitted:
+            wait = (1 - self.tokens) / self.per_s
+            headers.update({"retry-after-ms": str(math.ceil(wait * 1000)), "retry-after": str(math.ceil(wait))})
+        return admitted, headers
+
+
 class SimulatedAdapter(ModelAdapter):
     """The ``simulated:`` adapter. ``recordings`` is the index it answers from (empty: generic replies only)."""
 
@@ -164,6 +213,8 @@ class SimulatedAdapter(ModelAdapter):
         self.behaviour = behaviour or SimulatedBehaviour()
         self.recordings = recordings if recordings is not None else RecordingIndex()
         self._attempts: Counter[str] = Counter()
+        b = self.behaviour
+        self.bucket = RequestBucket(b.requests_per_minute, b.minute_s) if b.requests_per_minute else None
 
     def cache_identity(self) -> dict[str, Any]:
         """The behaviours that change answers (latency and failure rates do not)."""
@@ -248,9 +299,19 @@ class SimulatedAdapter(ModelAdapter):
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer after the simulated latency, or fail as the behaviour says."""
+        headers: dict[str, str] = {}
+        if self.bucket is not None:
+            admitted, headers = self.bucket.take()
+            if not admitted:  # over the true limit: refused at once, as a provider does
+                report_headers(headers)
+                raise RateLimitError(
+                    "simulated 429: request limit exceeded", model=self.model, status=429,
+                    retry_after=float(headers["retry-after-ms"]) / 1000,
+                )  # fmt: skip
         call = self.draw(request)
         if call.latency_s:
             await anyio.sleep(call.latency_s)
+        report_headers(headers)
         if call.failure == "rate_limit":
             retry_after = self.behaviour.retry_after_s
             raise RateLimitError(

@@ -3,8 +3,9 @@ form, the simulated model answers it (or fails as its behaviour says), and the a
 
 The simulated model is :class:`~delta_eval.adapters.simulated.SimulatedAdapter`: it answers from recorded
 conversations, and its seeded behaviours (rewording, skipped or changed tool calls, latency, 429 with Retry-After,
-500, dropped streams, context-length errors) are drawn exactly as for the ``simulated:`` model. Behaviours may
-differ per model name, so one server can stand in for a baseline and a candidate model.
+500, dropped streams, context-length errors, a true request limit with OpenAI's rate-limit headers) are drawn
+exactly as for the ``simulated:`` model. Behaviours may differ per model name, so one server can stand in for a
+baseline and a candidate model.
 
 A model "thinks" when its behaviour reports reasoning tokens: the server then attaches the provider's reasoning
 state (a Gemini thought signature, an Anthropic signed thinking block, a Responses reasoning item) and, like the real
@@ -188,12 +189,27 @@ class FakeProviderServer(FakeHTTPServer):
         route = self.route(request)
         if route is None:
             return self.error(404, "not_found", f"no endpoint {request.method} {request.path}")
-        name, stream = route.model, route.stream
+        name = route.model
         try:
             canonical = self.decode(request, route)
         except WireError as exc:
             return self.error(400, "bad_request", str(exc), param=exc.param, code=exc.code)
         model = self.model(name)
+        limit: dict[str, str] = {}
+        if model.bucket is not None:
+            admitted, limit = model.bucket.take()
+            if not admitted:  # over the true request limit: refused at once, with the provider's headers
+                refused = self.error(429, "rate_limit", "Rate limit reached for requests. Please try again later.")
+                refused.headers.update(limit)
+                return refused
+        reply = await self._answer_drawn(request, route, canonical, model)
+        reply.headers.update(limit)
+        return reply
+
+    async def _answer_drawn(
+        self, request: Request, route: Route, canonical: ModelRequest, model: SimulatedAdapter
+    ) -> Reply:
+        name, stream = route.model, route.stream
         call = model.draw(canonical)
         message = self.respond(canonical) if self.respond is not None else call.message
         reply = self._failure(call.failure, model.behaviour)
