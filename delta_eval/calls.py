@@ -197,7 +197,9 @@ class CallStats(BaseModel):
 
     ``made`` counts every attempt sent to the provider (failed ones included); ``answered`` the attempts that came
     back with a response (what a provider bills); ``cached`` the calls served from the response cache instead;
-    ``no_usage`` the answered calls whose response reported no token usage (their tokens and cost are unknown).
+    ``no_usage`` the answered calls whose response reported no token usage (their tokens and cost are unknown);
+    ``lost`` the attempts a killed session sent and never recorded an outcome for (in flight at the kill, or
+    failed after its last record): the provider may have answered, and billed, them. ``made`` includes them.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
@@ -209,6 +211,7 @@ class CallStats(BaseModel):
     failed: int = 0
     rate_limited: int = 0
     no_usage: int = 0
+    lost: int = 0
 
     def __add__(self, other: CallStats) -> CallStats:
         return CallStats(**{name: getattr(self, name) + getattr(other, name) for name in CallStats.model_fields})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -58,6 +59,8 @@ class ModelClient:
     cache: ResponseCache | None = None
     stats: CallStats = field(default_factory=CallStats)
     rng: random.Random = field(default_factory=random.Random)
+    #: Called as each attempt is sent, before any answer (the run folder's journal of calls sent).
+    on_send: Callable[[], None] | None = None
 
     @property
     def model(self) -> str:
@@ -76,6 +79,8 @@ class ModelClient:
         async def attempt() -> ModelResponse:
             async with self.limiter.slot() as ticket:
                 self.stats.made += 1
+                if self.on_send is not None:
+                    self.on_send()
                 start = time.perf_counter()
                 # The adapter reports the provider's rate-limit headers (of an answer or an error) into `seen`.
                 with collect_headers() as seen:

@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -48,6 +48,7 @@ class ModelPool:
         self._clients: list[tuple[str, dict[str, Any], ModelClient]] = []
         self._names: dict[str, ModelClient] = {}
         self._limiters: dict[str, ModelLimiter] = {}
+        self.on_send: Callable[[], None] | None = None
 
     def client(
         self,
@@ -74,7 +75,7 @@ class ModelPool:
                 limits.requests_per_minute or adapter.requests_per_minute,
                 adaptive=limits.adaptive,
             )
-        client = ModelClient(adapter, self._limiters[model], self.retry, self.cache)
+        client = ModelClient(adapter, self._limiters[model], self.retry, self.cache, on_send=self.on_send)
         name = model if model not in self._names else f"{model} ({label or len(self._clients)})"
         self._names[name] = client
         self._clients.append((model, opts, client))
@@ -85,6 +86,12 @@ class ModelPool:
         self.cache = cache
         for _, _, client in self._clients:
             client.cache = cache
+
+    def use_journal(self, on_send: Callable[[], None] | None) -> None:
+        """Call ``on_send`` as every client sends an attempt, from now on (see :mod:`delta_eval.store.sent`)."""
+        self.on_send = on_send
+        for _, _, client in self._clients:
+            client.on_send = on_send
 
     @property
     def adapters(self) -> list[ModelAdapter]:

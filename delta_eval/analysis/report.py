@@ -344,6 +344,7 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
     lines.append(
         f"model calls    answered {calls.answered} ({calls.made} attempts, {calls.retries} retried, "
         f"{calls.rate_limited} rate-limited), from cache {calls.cached}; {len(m.sessions)} session(s)"
+        + (f"; {calls.lost} sent and lost at a kill (the provider may have billed them)" if calls.lost else "")
     )
     if len(m.sessions) > 1:
         for k, s in enumerate(m.sessions, start=1):

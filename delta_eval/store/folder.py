@@ -11,6 +11,7 @@ Layout::
       cache.sqlite             the response cache (see cache.py)
       .delta_eval              the marker: this folder is a delta_eval run folder, of this format
       .lock                    held (an OS lock) by the one process writing the folder
+      _sent/2                  one byte per model call session 2 sent (see sent.py)
 
 Only a folder with the marker (or, from before it existed, a valid delta_eval manifest) is ever written to or
 cleaned: a folder of anything else is refused, never deleted from. :meth:`RunFolder.reset` deletes only the files
@@ -42,6 +43,7 @@ from pydantic import BaseModel, ValidationError
 from delta_eval.exceptions import RunFolderError
 from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.store.manifest import FORMAT, RunManifest
+from delta_eval.store.sent import remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
 __all__ = ["MANIFEST", "MARKER", "Damage", "FolderLock", "RunFolder", "damage_message", "write_json_atomic"]
@@ -365,6 +367,7 @@ class RunFolder:
         removed = self._library_files(_COMMIT_FILE)
         for f in removed:
             f.unlink()
+        removed += remove_journals(self.path)
         for name in (*DATASETS, _COMMITS):
             folder = self.path / name
             if folder.is_dir() and not any(folder.iterdir()):

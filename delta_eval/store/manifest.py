@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from statistics import median
@@ -78,7 +78,9 @@ class CacheStats(_Model):
 
 class Session(_Model):
     """One execution of the run: when, how it ended, what it resumed (and ``retried_pairs``: pairs that had ended in
-    an error and were tried again), and the calls it made per model."""
+    an error and were tried again), and the calls it made per model. ``sent`` is every call it sent, from its journal
+    (``None`` for a session of an older version); for a killed session, ``lost_at_kill`` the calls it sent and never
+    recorded nor found answered in the cache: in flight at the kill (the provider may have billed them)."""
 
     started_at: str = Field(default_factory=_now)
     resumed_pairs: int = 0
@@ -91,6 +93,8 @@ class Session(_Model):
     calls: dict[str, CallStats] = Field(default_factory=dict)
     cache: CacheStats | None = None
     answered_unrecorded: int = 0
+    sent: int | None = None
+    lost_at_kill: int = 0
 
     @property
     def answered(self) -> int:
@@ -256,18 +260,31 @@ class RunManifest(_Model):
     counts: RunCounts = Field(default_factory=RunCounts)
     notes: list[str] = Field(default_factory=list)
 
-    def begin_session(self, *, resumed_pairs: int, cached_responses: int, retried_pairs: int = 0) -> Session:
+    def begin_session(
+        self,
+        *,
+        resumed_pairs: int,
+        cached_responses: int,
+        retried_pairs: int = 0,
+        sent: Callable[[int], int | None] | None = None,
+    ) -> Session:
         """Mark sessions that never recorded their end as killed, and start a new one.
 
         A killed session recorded its calls at its last batch; the answers it got after that are in the response
         cache, which has grown by every answer the session got: the difference is counted as
-        ``answered_unrecorded`` (each answer is cached once, so none is counted twice).
+        ``answered_unrecorded`` (each answer is cached once, so none is counted twice). ``sent`` gives the calls a
+        session (numbered from 1) sent, from its journal: those it never recorded nor found in the cache were lost at
+        the kill (``lost_at_kill``).
         """
-        for past in self.sessions:
+        for number, past in enumerate(self.sessions, start=1):
             if past.ended_at is None and past.status == "running":  # not yet found killed by an earlier session
                 past.status = "killed"
                 grown = cached_responses - past.cached_responses_at_start
                 past.answered_unrecorded = max(0, grown - past.answered)  # answered: what it recorded, so far
+                past.sent = sent(number) if sent is not None else None
+                if past.sent is not None:
+                    made = sum(c.made for c in past.calls.values())
+                    past.lost_at_kill = max(0, past.sent - made - past.answered_unrecorded)
         self.status = "running"
         session = Session(
             resumed_pairs=resumed_pairs, cached_responses_at_start=cached_responses, retried_pairs=retried_pairs
@@ -308,6 +325,7 @@ class RunManifest(_Model):
             for stats in past.calls.values():
                 total = total + stats
             total = total + CallStats(made=past.answered_unrecorded, answered=past.answered_unrecorded)
+            total = total + CallStats(made=past.lost_at_kill, lost=past.lost_at_kill)
         self.status = status
         self.ended_at = session.ended_at
         self.counts = counts.model_copy(update={"calls": total})

@@ -29,6 +29,7 @@ from delta_eval.fingerprint import comparable
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
+from delta_eval.store.sent import SentJournal, sent_by
 
 __all__ = ["FolderSession", "Resume", "differences", "errors_to_retry", "resume"]
 
@@ -180,7 +181,10 @@ class FolderSession:
                 resumed_pairs=len(self.state.done_pairs),
                 cached_responses=len(self.cache),
                 retried_pairs=self.state.retried,
+                sent=lambda number: sent_by(folder.path, number),
             )
+            #: Counts every call this session sends, as it is sent (see :mod:`delta_eval.store.sent`).
+            self.journal = SentJournal(folder.path, len(self.manifest.sessions))
             if self.cache.moved_aside is not None:
                 self.manifest.notes.append(
                     f"the response cache was damaged; it was moved to {self.cache.moved_aside.name} and a new one "
@@ -222,6 +226,7 @@ class FolderSession:
             **read,
         )
         cache = CacheStats(hits=self.cache.hits, misses=self.cache.misses, writes=self.cache.writes)
+        self.manifest.sessions[-1].sent = sent_by(self.folder.path, len(self.manifest.sessions))
         self.manifest.end_session(
             status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts, notes=notes
         )
@@ -238,5 +243,6 @@ class FolderSession:
                 self.folder.write_manifest(self.manifest)
             self.cache.close()
         finally:
+            self.journal.close()
             self.lock.release()
         return self.manifest
