@@ -27,8 +27,9 @@ from pydantic import ValidationError
 
 from delta_eval.calls import ModelResponse
 from delta_eval.exceptions import RunFolderWarning
+from delta_eval.store import safe_paths
 
-__all__ = ["SQLiteCache"]
+__all__ = ["SQLiteCache", "refuse_linked_cache"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -40,11 +41,26 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
-class SQLiteCache:
-    """A response cache in one SQLite file, safe to share between runs (and between processes)."""
+def refuse_linked_cache(path: Path, root: Path | None) -> None:
+    """Refuse a cache inside the run folder ``root`` that is a symbolic link, or whose journal files are (SQLite
+    writes all of them); a cache outside the folder is not checked."""
+    if root is not None and safe_paths.inside(root, path):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            safe_paths.check(root, path.with_name(path.name + suffix))
 
-    def __init__(self, path: Path) -> None:
+
+class SQLiteCache:
+    """A response cache in one SQLite file, safe to share between runs (and between processes).
+
+    ``root`` is the run folder: a cache inside it is never opened through a symbolic link (SQLite would follow it
+    and write its table into whatever the link points at). A cache configured outside the folder is the user's
+    choice and is opened where it is.
+    """
+
+    def __init__(self, path: Path, *, root: Path | None = None) -> None:
         self.path = Path(path)
+        self._root = root if root is not None and safe_paths.inside(root, self.path) else None
+        refuse_linked_cache(self.path, root)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         #: Where a corrupt cache file found at this path was moved (``None``: it was sound, or new).
         self.moved_aside: Path | None = None
@@ -56,7 +72,11 @@ class SQLiteCache:
             for suffix in ("", "-wal", "-shm"):
                 damaged = self.path.with_name(self.path.name + suffix)
                 if damaged.exists():
-                    damaged.rename(self.moved_aside.with_name(self.moved_aside.name + suffix))
+                    aside = self.moved_aside.with_name(self.moved_aside.name + suffix)
+                    if self._root is not None:
+                        safe_paths.rename(self._root, damaged, aside)
+                    else:
+                        damaged.rename(aside)
             warnings.warn(
                 f"the response cache {self.path} is damaged ({exc}); it was moved to {self.moved_aside} and an "
                 "empty cache started (answers it held will be asked for again)",

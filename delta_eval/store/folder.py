@@ -39,10 +39,11 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RunFolderError
+from delta_eval.store import safe_paths
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
-__all__ = ["MANIFEST", "MARKER", "Damage", "FolderLock", "RunFolder", "damage_message", "write_json_atomic"]
+__all__ = ["MANIFEST", "MARKER", "WRITTEN", "Damage", "FolderLock", "RunFolder", "damage_message", "write_json_atomic"]
 
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
@@ -52,6 +53,8 @@ _PART = re.compile(r"^(part-\d{6}\.parquet|\.part-\d{6}\.[0-9a-f]{32}\.tmp)$")
 _COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
 _COMMITTED = re.compile(r"^\d{6}\.json$")
 _COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
+#: What the library writes or deletes in a run folder, by name: none of them may be a symbolic link.
+WRITTEN = (_LOCK, MANIFEST, MARKER, _COMMITS, *DATASETS, "analysis", "report.html")
 _ROOT_TMP = re.compile(r"^\.(manifest\.json|\.delta_eval)\.[0-9a-f]{32}\.tmp$")
 
 
@@ -83,11 +86,11 @@ def _whole_parquet(path: Path, size: int) -> bool:
         return f.read(4) == b"PAR1"
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+def write_json_atomic(path: Path, data: Any, *, root: Path | None = None) -> None:
+    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one; never through a
+    symbolic link inside ``root`` (the run folder; default: the file's own folder)."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    safe_paths.write_atomic(path.parent if root is None else root, path, text.encode("utf-8"))
 
 
 class RunFolder:
@@ -244,7 +247,7 @@ class RunFolder:
         """Claim the folder as a run folder (creating it): write the marker."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.is_marked():
-            write_json_atomic(self.path / MARKER, {"library": "delta_eval", "format": FORMAT})
+            write_json_atomic(self.path / MARKER, {"library": "delta_eval", "format": FORMAT}, root=self.path)
 
     def lock(self) -> FolderLock:
         """Take the folder's writer lock (see :class:`FolderLock`)."""
@@ -256,13 +259,14 @@ class RunFolder:
         """The files the library writes, found by their names: part files in the datasets' folders, files of the
         ``commits`` pattern in the commits folder, and of the ``root`` pattern beside the manifest."""
         places = [*((d, _PART) for d in DATASETS), (_COMMITS, commits), *([(".", root)] if root else [])]
-        return [
-            f
-            for name, pattern in places
-            if (self.path / name).is_dir()
-            for f in (self.path / name).iterdir()
-            if pattern.match(f.name) and f.is_file()
-        ]
+        found = []
+        for name, pattern in places:
+            # A linked folder is refused here, before anything in it is deleted; a linked file too.
+            folder = self.path / name
+            safe_paths.check(self.path, folder)
+            if folder.is_dir():
+                found += [f for f in folder.iterdir() if pattern.match(f.name) and safe_paths.check(self.path, f)]
+        return [f for f in found if f.is_file()]
 
     def recover(self) -> list[Path]:
         """Delete the library's part and temporary files that no commit names (left by a killed process, or by a
@@ -271,7 +275,7 @@ class RunFolder:
         removed = []
         for f in self._library_files(_COMMIT_TMP, _ROOT_TMP):
             if f.relative_to(self.path).as_posix() not in committed:
-                f.unlink()
+                safe_paths.unlink(self.path, f)
                 removed.append(f)
         numbers = [int(f.name[:6]) for f in (self.path / _COMMITS).glob("*.json") if _COMMITTED.match(f.name)]
         self._next_batch = max(numbers, default=0) + 1
@@ -290,12 +294,14 @@ class RunFolder:
     def drop(self, batch: int, reason: str) -> None:
         """Remove a batch: its part files go, and a commit record saying why takes its number (so the numbers stay
         without gaps). Its rows are no longer in the run."""
-        for name in DATASETS:
-            (self.path / name / f"part-{batch:06d}.parquet").unlink(missing_ok=True)
-        commits = self.path / _COMMITS
-        commits.mkdir(parents=True, exist_ok=True)
+        commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
+        parts = [safe_paths.check(self.path, self.path / name / f"part-{batch:06d}.parquet") for name in DATASETS]
         record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), "dropped": reason}
-        write_json_atomic(commits / f"{batch:06d}.json", record)
+        # The record first: a reader that scans from now on no longer sees the batch, and one that scanned before
+        # holds its files open (see :meth:`snapshot`); the files then go.
+        write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
+        for part in parts:
+            safe_paths.unlink(self.path, part, missing_ok=True)
 
     def batches_holding(self, dataset: str, column: str, values: set[Any]) -> set[int]:
         """The committed batches whose rows of ``dataset`` have one of ``values`` in ``column``."""
@@ -313,14 +319,15 @@ class RunFolder:
         if not self.is_run_folder():
             raise RunFolderError(f"{self.path} is not a delta_eval run folder; nothing in it is removed")
         removed = self._library_files(_COMMIT_FILE)
+        manifest = safe_paths.check(self.path, self.path / MANIFEST)
         for f in removed:
-            f.unlink()
+            safe_paths.unlink(self.path, f)
         for name in (*DATASETS, _COMMITS):
             folder = self.path / name
             if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        if (self.path / MANIFEST).exists():
-            (self.path / MANIFEST).unlink()
+                safe_paths.rmdir(self.path, folder)
+        if manifest.exists():
+            safe_paths.unlink(self.path, manifest)
             removed.append(self.path / MANIFEST)
         self._next_batch = 1
         return removed
@@ -328,7 +335,7 @@ class RunFolder:
     def write_manifest(self, manifest: RunManifest) -> None:
         """Replace the manifest."""
         self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path / MANIFEST, manifest.model_dump(mode="json"))
+        write_json_atomic(self.path / MANIFEST, manifest.model_dump(mode="json"), root=self.path)
 
     def add(self, dataset: str, rows: Iterable[BaseModel]) -> None:
         """Queue rows (instances of the dataset's schema type) for the next batch."""
@@ -350,17 +357,15 @@ class RunFolder:
         for name, rows in self._pending.items():
             if not rows:
                 continue
-            folder = self.path / name
-            folder.mkdir(parents=True, exist_ok=True)
-            final = folder / f"part-{batch:06d}.parquet"
-            tmp = folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp"
+            folder = safe_paths.mkdir(self.path, self.path / name)
+            final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
+            tmp = safe_paths.check(self.path, folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp")
             pq.write_table(TABLES[name].to_arrow(rows), tmp, compression="zstd")
-            os.replace(tmp, final)
+            safe_paths.replace(self.path, tmp, final)
             files[name] = [f"{name}/{final.name}"]
             sizes[f"{name}/{final.name}"] = final.stat().st_size
             counts[name] = len(rows)
-        commits = self.path / _COMMITS
-        commits.mkdir(parents=True, exist_ok=True)
+        commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
         record = {
             "batch": batch,
             "files": files,
@@ -369,7 +374,7 @@ class RunFolder:
             "at": datetime.now(UTC).isoformat(),
             **(note or {}),
         }
-        write_json_atomic(commits / f"{batch:06d}.json", record)
+        write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
         for rows in self._pending.values():
             rows.clear()
         self._next_batch = batch + 1
@@ -400,7 +405,9 @@ class FolderLock:
     def acquire(self) -> FolderLock:
         """Take the lock, or raise :class:`RunFolderError` naming the process that holds it."""
         self.path.mkdir(parents=True, exist_ok=True)
-        f = open(self.path / _LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the session
+        # Opened without following a link and without truncating: the holder's pid must survive a refused attempt.
+        fd = safe_paths.open_write(self.path, self.path / _LOCK, truncate=False)
+        f = os.fdopen(fd, "r+", encoding="utf-8")
         try:
             import fcntl
 

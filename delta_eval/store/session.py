@@ -25,8 +25,9 @@ from typing import Any
 
 from delta_eval.calls import CallStats
 from delta_eval.exceptions import RunFolderError
-from delta_eval.store.cache import SQLiteCache
-from delta_eval.store.folder import Damage, RunFolder
+from delta_eval.store import safe_paths
+from delta_eval.store.cache import SQLiteCache, refuse_linked_cache
+from delta_eval.store.folder import WRITTEN, Damage, RunFolder
 from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
 
 __all__ = ["FolderSession", "Resume", "differences", "errors_to_retry", "resume"]
@@ -155,6 +156,9 @@ class FolderSession:
         retry_errors: bool = False,
     ) -> None:
         self.folder = folder
+        # Before anything is written: a link where the library writes or deletes would lead it out of the folder.
+        safe_paths.refuse_links(folder.path, WRITTEN)
+        refuse_linked_cache(cache_path, folder.path)
         _refuse_foreign(folder)  # before the lock, whose file would be the first thing written into it
         _check_writable(folder)
         self.lock = folder.lock().acquire()
@@ -162,7 +166,7 @@ class FolderSession:
             self.state = resume(folder, fresh, overwrite=overwrite, retry_errors=retry_errors)
             folder.mark()
             self.manifest = self.state.manifest
-            self.cache = SQLiteCache(cache_path)
+            self.cache = SQLiteCache(cache_path, root=folder.path)
             self.manifest.begin_session(
                 resumed_pairs=len(self.state.done_pairs),
                 cached_responses=len(self.cache),

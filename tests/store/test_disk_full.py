@@ -32,13 +32,13 @@ def fill_the_disk_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> dict[st
 
     real_json = folder_module.write_json_atomic
 
-    def write_json(path: Path, data: Any) -> None:
+    def write_json(path: Path, data: Any, **kw: Any) -> None:
         if state["writes"] > writes and path.name == "manifest.json" and not state["manifest_failures"]:
             state["manifest_failures"] += 1
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real_json(path, data)
+        real_json(path, data, **kw)
 
-    monkeypatch.setattr(folder_module.pq, "write_table", write_table)
+    monkeypatch.setattr(pq, "write_table", write_table)
     monkeypatch.setattr(folder_module, "write_json_atomic", write_json)
     return state
 
