@@ -84,6 +84,8 @@ class SQLiteCache:
                 stacklevel=2,
             )
             self._db = self._open()
+        #: What damage the run found in the cache after it opened (``None``: none).
+        self.damaged: str | None = None
         self.hits = 0
         self.misses = 0
         self.writes = 0
@@ -95,7 +97,12 @@ class SQLiteCache:
             # NORMAL keeps every committed row across a process kill (only a power cut may lose the last ones).
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_SCHEMA)
-            db.execute("SELECT count(*) FROM responses").fetchone()  # reads the table's pages: finds a damaged file
+            # Every page, not only the header and the table's: a file damaged after a checkpoint (garbage pages, a
+            # truncated file) otherwise opens and fails some later lookup, and so every rerun. Linear in the file's
+            # size (a second or so a gigabyte), once a session.
+            problems = [row[0] for row in db.execute("PRAGMA quick_check(3)").fetchall()]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError(f"database disk image is malformed: {'; '.join(problems)[:200]}")
         except sqlite3.DatabaseError:
             db.close()
             raise
@@ -103,7 +110,13 @@ class SQLiteCache:
 
     def get(self, key: str) -> ModelResponse | None:
         """The response stored under ``key``; an unreadable entry counts as a miss."""
-        row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        try:
+            row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        except sqlite3.OperationalError:
+            raise  # a full disk, a lock held too long: the run's to report
+        except sqlite3.DatabaseError as exc:
+            self._damaged(exc)
+            row = None
         if row is None:
             self.misses += 1
             return None
@@ -117,11 +130,29 @@ class SQLiteCache:
 
     def put(self, key: str, model: str, response: ModelResponse) -> None:
         """Store ``response`` under ``key`` (committed at once)."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)",
-            (key, model, response.model_dump_json(), time.time()),
-        )
+        try:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)",
+                (key, model, response.model_dump_json(), time.time()),
+            )
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            self._damaged(exc)  # the answer is still used; only its keeping is lost
+            return
         self.writes += 1
+
+    def _damaged(self, exc: sqlite3.DatabaseError) -> None:
+        """A page found damaged while the run uses the cache: lookups there miss, and the next session's check at
+        open moves the file aside. Said once."""
+        if self.damaged is None:
+            self.damaged = str(exc)
+            warnings.warn(
+                f"the response cache {self.path} is damaged ({exc}); lookups that reach the damage miss, and the next "
+                "run moves the file aside",
+                RunFolderWarning,
+                stacklevel=3,
+            )
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM responses").fetchone()[0])

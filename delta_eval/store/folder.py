@@ -28,6 +28,7 @@ import json
 import os
 import re
 import uuid
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,23 +39,44 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
-from delta_eval.exceptions import RunFolderError
+from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.store import safe_paths
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
-__all__ = ["MANIFEST", "MARKER", "WRITTEN", "Damage", "FolderLock", "RunFolder", "damage_message", "write_json_atomic"]
+__all__ = [
+    "HEADER_FIELDS",
+    "MANIFEST",
+    "MARKER",
+    "REBUILT_NOTE",
+    "RESERVE",
+    "WRITTEN",
+    "Damage",
+    "FolderLock",
+    "RunFolder",
+    "damage_message",
+    "write_json_atomic",
+]
 
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
 _COMMITS = "_commits"
 _LOCK = ".lock"
+#: Space set aside for the manifest's last write, freed when the disk is full (see :class:`~delta_eval.store.
+#: session.FolderSession`).
+RESERVE = ".reserve"
 _PART = re.compile(r"^(part-\d{6}\.parquet|\.part-\d{6}\.[0-9a-f]{32}\.tmp)$")
 _COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
 _COMMITTED = re.compile(r"^\d{6}\.json$")
 _COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
 #: What the library writes or deletes in a run folder, by name: none of them may be a symbolic link.
-WRITTEN = (_LOCK, MANIFEST, MARKER, _COMMITS, *DATASETS, "analysis", "report.html")
+WRITTEN = (_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, *DATASETS, "analysis", "report.html")
+#: The fields of a manifest that identify its run, kept in every commit record (see :attr:`RunFolder.header`).
+HEADER_FIELDS = frozenset(RunManifest.model_fields) - {
+    "status", "stopped_early", "failure", "ended_at", "sessions", "batches", "counts", "notes"
+}  # fmt: skip
+#: How the note of a manifest rebuilt from the commit files begins.
+REBUILT_NOTE = "manifest rebuilt"
 _ROOT_TMP = re.compile(r"^\.(manifest\.json|\.delta_eval)\.[0-9a-f]{32}\.tmp$")
 
 
@@ -110,6 +132,9 @@ class RunFolder:
         self._next_batch = 1
         #: Called with the batch number after each commit (the session records its progress in the manifest).
         self.on_commit: Callable[[int], None] | None = None
+        #: What identifies the run (its manifest's configuration, sides, seed: :data:`HEADER_FIELDS`), written in
+        #: every commit record, so that a damaged manifest can be rebuilt from the commit files.
+        self.header: dict[str, Any] | None = None
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -223,7 +248,45 @@ class RunFolder:
                     problem = f"fields missing or invalid: {', '.join(fields[:8])}"
         if not self.is_marked():
             raise RunFolderError(f"{self.path} is not a delta_eval run folder ({MANIFEST} is not ours)")
-        raise RunFolderError(f"{p} is damaged: {problem}")
+        rebuilt = self.rebuild_manifest(problem)
+        if rebuilt is None:
+            raise RunFolderError(f"{p} is damaged: {problem}")
+        warnings.warn(rebuilt.notes[-1], RunFolderWarning, stacklevel=2)
+        return rebuilt
+
+    def _header_of(self, commit: Path) -> dict[str, Any] | None:
+        try:
+            record = json.loads(commit.read_bytes())
+        except (OSError, ValueError):
+            return None
+        header = record.get("run") if isinstance(record, dict) else None
+        return header if isinstance(header, dict) else None
+
+    def rebuild_manifest(self, problem: str) -> RunManifest | None:
+        """A manifest rebuilt from the intact commit files, for a manifest that is damaged (``problem``: how): the
+        run's identity from the last commit record that carries it, the counts from the committed rows. What only
+        the manifest held (earlier sessions, what reading and sampling found) is lost, and its notes say so.
+        ``None`` when no intact commit carries the run's identity (commits written before they did)."""
+        from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, RunCounts
+
+        commits = self.commits()
+        headers = [c["run"] for c in commits if isinstance(c.get("run"), dict)]
+        if not headers:
+            return None
+        try:
+            manifest = RunManifest.model_validate(headers[-1])
+        except ValidationError:
+            return None
+        manifest.batches = max((int(c["batch"]) for c in commits), default=0)
+        manifest.counts = RunCounts.tally(
+            self.read("verdicts", VERDICT_COLUMNS), self.read("errors", ["stage"]),
+            self.read("judgements", JUDGEMENT_COLUMNS),
+        )  # fmt: skip
+        manifest.notes.append(
+            f"{REBUILT_NOTE} from {len(commits)} commit files: its {MANIFEST} was damaged ({problem[:200]}); earlier "
+            "sessions and what reading and sampling found are unknown"
+        )
+        return manifest
 
     def is_marked(self) -> bool:
         """Whether the folder carries the library's marker."""
@@ -297,6 +360,9 @@ class RunFolder:
         commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
         parts = [safe_paths.check(self.path, self.path / name / f"part-{batch:06d}.parquet") for name in DATASETS]
         record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), "dropped": reason}
+        header = self._header_of(commits / f"{batch:06d}.json")
+        if header is not None:
+            record["run"] = header  # what a damaged manifest is rebuilt from stays
         # The record first: a reader that scans from now on no longer sees the batch, and one that scanned before
         # holds its files open (see :meth:`snapshot`); the files then go.
         write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
@@ -373,6 +439,7 @@ class RunFolder:
             "sizes": sizes,
             "at": datetime.now(UTC).isoformat(),
             **(note or {}),
+            **({"run": self.header} if self.header is not None else {}),
         }
         write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
         for rows in self._pending.values():
@@ -401,6 +468,10 @@ class FolderLock:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._file: Any = None
+        #: What the lock file held when this process took it: the last holder's pid and start, and what it
+        #: recorded there when it could write nothing else (:meth:`record`), e.g. a failure on a full disk.
+        self.previous: dict[str, Any] = {}
+        self._started = ""
 
     def acquire(self) -> FolderLock:
         """Take the lock, or raise :class:`RunFolderError` naming the process that holds it."""
@@ -427,11 +498,26 @@ class FolderLock:
                 f"{self.path} is being written by another run ({who}); wait for it to end, or choose another 'out'"
             ) from None
         f.seek(0)
-        f.truncate()
-        f.write(json.dumps({"pid": os.getpid(), "started": datetime.now(UTC).isoformat()}))
-        f.flush()
+        try:
+            previous = json.loads(f.read() or "{}")
+        except ValueError:
+            previous = {}
+        self.previous = previous if isinstance(previous, dict) else {}
         self._file = f
+        # A last session's end left here stays until the manifest has it (see FolderSession).
+        self.record({k: v for k, v in self.previous.items() if k in ("status", "failure", "ended")})
         return self
+
+    def record(self, extra: dict[str, Any]) -> None:
+        """Rewrite the lock file in place: the holder's pid and start, and ``extra``. The file is small and its
+        first block is already on disk, so this works when the disk is full and nothing else can be written."""
+        if self._file is None:
+            return
+        self._started = self._started or datetime.now(UTC).isoformat()
+        self._file.seek(0)
+        self._file.write(json.dumps({"pid": os.getpid(), "started": self._started, **extra}))
+        self._file.truncate()
+        self._file.flush()
 
     def release(self) -> None:
         """Let the lock go (closing the file releases it)."""
