@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
-from delta_eval.exceptions import RunFolderError, RunFolderWarning
+from delta_eval.exceptions import RunFolderChangedError, RunFolderError, RunFolderWarning
 from delta_eval.store import safe_paths
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
@@ -54,6 +55,7 @@ __all__ = [
     "Damage",
     "FolderLock",
     "RunFolder",
+    "Snapshot",
     "damage_message",
     "write_json_atomic",
 ]
@@ -61,6 +63,8 @@ __all__ = [
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
 _COMMITS = "_commits"
+#: How many scans a reader makes of a folder that changes under it before saying so.
+_SNAPSHOT_TRIES = 8
 _LOCK = ".lock"
 #: Space set aside for the manifest's last write, freed when the disk is full (see :class:`~delta_eval.store.
 #: session.FolderSession`).
@@ -115,6 +119,50 @@ def write_json_atomic(path: Path, data: Any, *, root: Path | None = None) -> Non
     safe_paths.write_atomic(path.parent if root is None else root, path, text.encode("utf-8"))
 
 
+def _open_files_budget() -> int:
+    """How many files a reader holds open at most: a quarter of the process's allowance."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError, OSError):
+        return 128
+    return 1 << 20 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
+
+
+def _read_part(path: Path, fd: int, columns: list[str] | None, schema: pa.Schema) -> pa.Table:
+    """A part file's rows: from its open descriptor when it is held, else by its name."""
+    if fd < 0:
+        return pq.read_table(path, columns=columns, schema=schema)
+    with os.fdopen(os.dup(fd), "rb") as f:
+        return pq.read_table(f, columns=columns, schema=schema)
+
+
+@dataclass
+class Snapshot:
+    """The committed files of a run folder as of one scan (:meth:`RunFolder.snapshot`), held open by their OS
+    file descriptors until :meth:`close`: what they hold stays readable whatever a rerun removes meanwhile."""
+
+    commits: list[dict[str, Any]]
+    damage: list[Damage]
+    #: Per dataset, each part's path and open file descriptor.
+    files: dict[str, list[tuple[Path, int]]]
+
+    def close(self) -> None:
+        """Close every file (what a rerun removed meanwhile is then gone)."""
+        for held in self.files.values():
+            for _, fd in held:
+                if fd >= 0:
+                    os.close(fd)
+            held.clear()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class RunFolder:
     """A run folder on disk: committed batches, pending rows, the manifest.
 
@@ -163,12 +211,16 @@ class RunFolder:
             batch = int(f.name[:6])
             numbers.add(batch)
             rel = f"{_COMMITS}/{f.name}"
-            try:
-                record = json.loads(f.read_bytes())
-            except (OSError, ValueError) as exc:
-                damage.append(Damage(batch, f"{rel} is not readable JSON ({exc})"))
-                continue
-            problem = self._check_commit(record, batch)
+            record, problem = self._read_commit(f, batch)
+            for _ in range(3):
+                # A part gone while its record was read: a rerun dropping the batch rewrote the record first, so
+                # reading it again finds the batch dropped (not damaged); a record that stays is real damage.
+                if problem is None or not problem.endswith(" is missing"):
+                    break
+                again, problem_again = self._read_commit(f, batch)
+                if again == record:
+                    break
+                record, problem = again, problem_again
             if problem is not None:
                 damage.append(Damage(batch, f"{rel} {problem}" if problem.startswith("is ") else problem))
                 continue
@@ -179,6 +231,14 @@ class RunFolder:
             if n not in numbers
         ]  # fmt: skip
         return good, sorted(damage)
+
+    def _read_commit(self, f: Path, batch: int) -> tuple[Any, str | None]:
+        """A commit file's record and what is wrong with it (see :meth:`_check_commit`)."""
+        try:
+            record = json.loads(f.read_bytes())
+        except (OSError, ValueError) as exc:
+            return None, f"is not readable JSON ({exc})"
+        return record, self._check_commit(record, batch)
 
     def _check_commit(self, record: Any, batch: int) -> str | None:
         """What is wrong with a commit record and the parts it names (``None``: nothing)."""
@@ -219,14 +279,58 @@ class RunFolder:
                 files.setdefault(name, []).extend(self.path / rel for rel in rels)
         return files
 
+    def snapshot(self, datasets: Iterable[str] = DATASETS) -> Snapshot:
+        """The committed files of ``datasets`` as of one scan, each held open: a rerun that drops a batch meanwhile
+        removes its name, not the file a reader holds (close the snapshot when done). A file gone between the
+        scan and its opening (a batch dropped just then) means scanning again; a folder that keeps changing
+        raises :class:`~delta_eval.exceptions.RunFolderChangedError`, which reading again gets past.
+
+        More files than a quarter of the process's allowance of open files are not held (their descriptors are
+        ``-1``): they are read by name, and a reader finding one gone scans again (see :meth:`read`).
+        """
+        wanted = tuple(datasets)
+        for attempt in range(_SNAPSHOT_TRIES):
+            commits, damage = self.scan()
+            sizes = {rel: size for c in commits for rel, size in (c.get("sizes") or {}).items()}
+            opened: dict[str, list[tuple[Path, int]]] = {name: [] for name in wanted}
+            hold = sum(len(c["files"].get(name, [])) for c in commits for name in wanted) <= _open_files_budget()
+            try:
+                for name in wanted:
+                    for c in commits:
+                        for rel in c["files"].get(name, []):
+                            if not hold:
+                                opened[name].append((self.path / rel, -1))
+                                continue
+                            fd = os.open(self.path / rel, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                            opened[name].append((self.path / rel, fd))
+                            # A part rewritten under the same name after a reset: not the file the scan saw.
+                            if rel in sizes and os.fstat(fd).st_size != sizes[rel]:
+                                raise FileNotFoundError(rel)
+            except FileNotFoundError:
+                Snapshot(commits, damage, opened).close()
+                time.sleep(0.01 * (attempt + 1))
+                continue
+            return Snapshot(commits, damage, opened)
+        raise RunFolderChangedError(
+            f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
+        )
+
     def read(self, dataset: str, columns: list[str] | None = None) -> pa.Table:
-        """All committed rows of ``dataset`` (an empty table with the right schema when there are none)."""
-        files = self.committed_files()[dataset]
+        """All committed rows of ``dataset`` (an empty table with the right schema when there are none), as of
+        one :meth:`snapshot`."""
         schema = SCHEMAS[dataset]
-        if not files:
-            return schema.empty_table().select(columns) if columns else schema.empty_table()
-        tables = [pq.read_table(f, columns=columns, schema=schema) for f in files]
-        return pa.concat_tables(tables)
+        for _ in range(_SNAPSHOT_TRIES):
+            with self.snapshot([dataset]) as snap:
+                if not snap.files[dataset]:
+                    return schema.empty_table().select(columns) if columns else schema.empty_table()
+                try:
+                    tables = [_read_part(path, fd, columns, schema) for path, fd in snap.files[dataset]]
+                except FileNotFoundError:  # a file not held, gone since the scan: scan again
+                    continue
+            return pa.concat_tables(tables)
+        raise RunFolderChangedError(
+            f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
+        )
 
     def manifest(self) -> RunManifest | None:
         """The manifest, or ``None`` before one was written."""
