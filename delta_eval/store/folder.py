@@ -7,10 +7,14 @@ Layout::
       replays/part-000001.parquet
       verdicts/part-000001.parquet
       judgements/ errors/ conversations/ strata/
-      _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists
+      _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists; it also
+                               carries the run's identity, so a damaged manifest is rebuilt from the commits
       cache.sqlite             the response cache (see cache.py)
       .delta_eval              the marker: this folder is a delta_eval run folder, of this format
       .lock                    held (an OS lock) by the one process writing the folder
+      .reserve                 space set aside for the manifest's last write on a full disk (see session.py)
+
+Nothing is written or deleted through a symbolic link inside the folder (see :mod:`delta_eval.store.safe_paths`).
 
 Only a folder with the marker (or, from before it existed, a valid delta_eval manifest) is ever written to or
 cleaned: a folder of anything else is refused, never deleted from. :meth:`RunFolder.reset` deletes only the files
@@ -18,7 +22,9 @@ the library writes.
 
 A batch is written as temporary files renamed into place, then its commit file (also written then renamed). A
 process killed at any instant leaves either a committed batch or files no commit names; readers see only
-committed files, and resuming deletes the rest. Every row of a pair (its replays, its verdict, its errors) is in one
+committed files, and resuming deletes the rest. Readers hold the files of one scan open (:meth:`RunFolder.snapshot`),
+and a dropped batch's record is rewritten before its files go, so a rerun repairing the folder never shows a
+reader half a batch. Every row of a pair (its replays, its verdict, its errors) is in one
 batch, so a pair is either wholly in the run or not at all, and resuming never writes it twice.
 """
 

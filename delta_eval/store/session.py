@@ -18,6 +18,7 @@ FolderLock`) from before it looks at the folder until it has written its manifes
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,7 +280,8 @@ class FolderSession:
                     # Still no space: the lock file can be rewritten in place; the next session records the end
                     # from it. The run's own error says why.
                     if status != "completed":
-                        self.lock.record({"status": status, "failure": failure, "ended": self.manifest.ended_at})
+                        with contextlib.suppress(OSError):  # nothing more to try: the run's own error says why
+                            self.lock.record({"status": status, "failure": failure, "ended": self.manifest.ended_at})
                     raise
             self.cache.close()
         finally:
