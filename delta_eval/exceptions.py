@@ -6,6 +6,8 @@ The tree::
     ├── ConfigError              a run configuration or variant that cannot work (raised before anything runs)
     ├── RecordError              one bad input record: names the source, the record and the field
     ├── RunFolderError           a run folder that cannot be opened, resumed or written
+    │   ├── RunFolderLinkError   a symbolic link inside the folder where it would be written: refused
+    │   └── RunFolderChangedError  the folder changed while it was read (a rerun dropped batches): read again
     ├── SourceError              a source with no conversation to replay (the errors table says why)
     ├── JudgeError               a judge's answer that cannot be used (malformed JSON, failed validation)
     ├── ToolSimulationError      a tool simulator failed on a replayed call (that replay ends in error)
@@ -43,7 +45,9 @@ __all__ = [
     "ProviderError",
     "RateLimitError",
     "RecordError",
+    "RunFolderChangedError",
     "RunFolderError",
+    "RunFolderLinkError",
     "RunFolderWarning",
     "SampleWarning",
     "SourceError",
@@ -62,6 +66,15 @@ class ConfigError(DeltaEvalError, ValueError):
 
 class RunFolderError(DeltaEvalError):
     """A run folder that cannot be opened, resumed or written."""
+
+
+class RunFolderLinkError(RunFolderError):
+    """A symbolic link inside a run folder where the library would write or delete: refused, so that nothing outside
+    the folder is ever written or deleted through it."""
+
+
+class RunFolderChangedError(RunFolderError):
+    """A run folder that changed while it was read (a rerun dropped or rewrote batches): reading again succeeds."""
 
 
 class RunFolderWarning(UserWarning):

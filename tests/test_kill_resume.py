@@ -79,7 +79,8 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     assert sessions[0].answered - sessions[0].answered_unrecorded > 0
     assert result.counts.calls.answered == sessions[0].answered + sessions[1].answered == cached_responses(out)
     # and every call it sent is counted, those in flight at the kill included (from its journal of calls sent)
-    assert sessions[0].sent is not None and sessions[1].sent is not None
+    assert sessions[0].sent is not None
+    assert sessions[1].sent is not None
     recorded = sum(c.made for c in sessions[0].calls.values())
     assert sessions[0].sent == recorded + sessions[0].answered_unrecorded + sessions[0].lost_at_kill
     assert result.counts.calls.made == sessions[0].sent + sessions[1].sent

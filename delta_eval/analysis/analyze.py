@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -30,11 +29,13 @@ from delta_eval.analysis.changes import changes, pair_behaviours
 from delta_eval.analysis.naming import LLMNamer
 from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes, prompt_sections
+from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.result import RunResult, open_result
+from delta_eval.store import safe_paths
 
 __all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze"]
 
@@ -116,17 +117,22 @@ class Analysis:
         except (OSError, ValueError):
             current = None
         if current != self._stamp():
-            shutil.rmtree(self.cache, ignore_errors=True)  # the run changed: every cached analysis is stale
+            # The run changed: every cached analysis is stale. Never through a link (its target is not ours).
+            try:
+                safe_paths.rmtree(self.path, self.cache)
+            except RunFolderLinkError:
+                raise
+            except OSError:
+                pass  # a read-only folder: analyses are computed, not cached
 
     def _stamped_cache(self) -> Path:
         """The cache folder, created and stamped with the run as it is now."""
-        self.cache.mkdir(parents=True, exist_ok=True)
-        (self.cache / "stamp.json").write_text(json.dumps({"stamp": self._stamp()}), encoding="utf-8")
+        safe_paths.write_text(self.path, self.cache / "stamp.json", json.dumps({"stamp": self._stamp()}))
         return self.cache
 
     def _save(self, name: str, data: Any) -> None:
         text = json.dumps(data, ensure_ascii=False, indent=1)
-        (self._stamped_cache() / name).write_text(text, encoding="utf-8")
+        safe_paths.write_text(self.path, self._stamped_cache() / name, text)
 
     def _load(self, name: str) -> Any:
         try:
@@ -254,7 +260,7 @@ class Analysis:
         if path.exists():
             return pq.read_table(path)
         table = pair_behaviours(self.con)
-        pq.write_table(table, self._stamped_cache() / path.name)
+        pq.write_table(table, safe_paths.check(self.path, self._stamped_cache() / path.name))
         return table
 
     def changes(self, *, by: Literal["stratum"] | None = None) -> list[dict[str, Any]]:
@@ -293,13 +299,13 @@ class Analysis:
         config = self.result.manifest.config
         cache = Path(config.get("cache") or self.path / "cache.sqlite")
         if names != "auto":
-            return LLMNamer(names, cache_path=cache)
+            return LLMNamer(names, cache_path=cache, root=self.path)
         models = self.result.manifest.judge_models.get("judge") or []
         if not models:
             return None
         judge = (config.get("judges") or {}).get("judge")
         options = judge.get("provider_options") if isinstance(judge, dict) and judge.get("model") == models[0] else {}
-        return LLMNamer(models[0], options or {}, cache_path=cache)
+        return LLMNamer(models[0], options or {}, cache_path=cache, root=self.path)
 
     def themes(
         self,

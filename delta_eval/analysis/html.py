@@ -15,6 +15,7 @@ from typing import Any
 
 from delta_eval.analysis.analyze import Analysis
 from delta_eval.analysis.report import render_report
+from delta_eval.store import safe_paths
 
 __all__ = ["render_html", "write_html"]
 
@@ -126,5 +127,9 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
 def write_html(a: Analysis, path: str | Path | None = None, **options: Any) -> Path:
     """Write :func:`render_html` to ``path`` (default ``RUN/report.html``) and return where."""
     target = Path(path) if path is not None else a.path / "report.html"
-    target.write_text(render_html(a, **options), encoding="utf-8")
+    text = render_html(a, **options)
+    if safe_paths.inside(a.path, target):
+        safe_paths.write_text(a.path, target, text)  # never through a link inside the run folder
+    else:
+        target.write_text(text, encoding="utf-8")
     return target

@@ -42,13 +42,22 @@ _SCHEMA = {
 
 
 class LLMNamer:
-    """Names themes with ``model`` (``provider:name``) built with ``options``; answers cached in ``cache_path``."""
+    """Names themes with ``model`` (``provider:name``) built with ``options``; answers cached in ``cache_path``
+    (never opened through a symbolic link inside the run folder ``root``, when given)."""
 
-    def __init__(self, model: str, options: Mapping[str, Any] | None = None, *, cache_path: str | Path) -> None:
+    def __init__(
+        self,
+        model: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        cache_path: str | Path,
+        root: str | Path | None = None,
+    ) -> None:
         self.model = model
         # Settings the manifest redacted are left out: the adapter then finds its key in the environment.
         self.options = {k: v for k, v in (options or {}).items() if v != REDACTED}
         self.cache_path = Path(cache_path)
+        self.root = Path(root) if root is not None else None
 
     def request(self, terms: list[str], examples: list[str]) -> ModelRequest:
         """The request naming one theme."""
@@ -69,7 +78,7 @@ class LLMNamer:
         import anyio
 
         async def main() -> list[str]:
-            cache = SQLiteCache(self.cache_path)
+            cache = SQLiteCache(self.cache_path, root=self.root)
             pool = ModelPool(cache, context=AdapterContext())
             names = [", ".join(terms[:3]) for terms, _ in themes]
             try:

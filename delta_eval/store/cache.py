@@ -27,8 +27,9 @@ from pydantic import ValidationError
 
 from delta_eval.calls import ModelResponse
 from delta_eval.exceptions import RunFolderWarning
+from delta_eval.store import safe_paths
 
-__all__ = ["SQLiteCache"]
+__all__ = ["SQLiteCache", "refuse_linked_cache"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -40,11 +41,26 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
-class SQLiteCache:
-    """A response cache in one SQLite file, safe to share between runs (and between processes)."""
+def refuse_linked_cache(path: Path, root: Path | None) -> None:
+    """Refuse a cache inside the run folder ``root`` that is a symbolic link, or whose journal files are (SQLite
+    writes all of them); a cache outside the folder is not checked."""
+    if root is not None and safe_paths.inside(root, path):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            safe_paths.check(root, path.with_name(path.name + suffix))
 
-    def __init__(self, path: Path) -> None:
+
+class SQLiteCache:
+    """A response cache in one SQLite file, safe to share between runs (and between processes).
+
+    ``root`` is the run folder: a cache inside it is never opened through a symbolic link (SQLite would follow it
+    and write its table into whatever the link points at). A cache configured outside the folder is the user's
+    choice and is opened where it is.
+    """
+
+    def __init__(self, path: Path, *, root: Path | None = None) -> None:
         self.path = Path(path)
+        self._root = root if root is not None and safe_paths.inside(root, self.path) else None
+        refuse_linked_cache(self.path, root)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         #: Where a corrupt cache file found at this path was moved (``None``: it was sound, or new).
         self.moved_aside: Path | None = None
@@ -56,7 +72,11 @@ class SQLiteCache:
             for suffix in ("", "-wal", "-shm"):
                 damaged = self.path.with_name(self.path.name + suffix)
                 if damaged.exists():
-                    damaged.rename(self.moved_aside.with_name(self.moved_aside.name + suffix))
+                    aside = self.moved_aside.with_name(self.moved_aside.name + suffix)
+                    if self._root is not None:
+                        safe_paths.rename(self._root, damaged, aside)
+                    else:
+                        damaged.rename(aside)
             warnings.warn(
                 f"the response cache {self.path} is damaged ({exc}); it was moved to {self.moved_aside} and an "
                 "empty cache started (answers it held will be asked for again)",
@@ -64,6 +84,8 @@ class SQLiteCache:
                 stacklevel=2,
             )
             self._db = self._open()
+        #: What damage the run found in the cache after it opened (``None``: none).
+        self.damaged: str | None = None
         self.hits = 0
         self.misses = 0
         self.writes = 0
@@ -75,7 +97,12 @@ class SQLiteCache:
             # NORMAL keeps every committed row across a process kill (only a power cut may lose the last ones).
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_SCHEMA)
-            db.execute("SELECT count(*) FROM responses").fetchone()  # reads the table's pages: finds a damaged file
+            # Every page, not only the header and the table's: a file damaged after a checkpoint (garbage pages, a
+            # truncated file) otherwise opens and fails some later lookup, and so every rerun. Linear in the file's
+            # size (a second or so a gigabyte), once a session.
+            problems = [row[0] for row in db.execute("PRAGMA quick_check(3)").fetchall()]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError(f"database disk image is malformed: {'; '.join(problems)[:200]}")
         except sqlite3.DatabaseError:
             db.close()
             raise
@@ -83,7 +110,13 @@ class SQLiteCache:
 
     def get(self, key: str) -> ModelResponse | None:
         """The response stored under ``key``; an unreadable entry counts as a miss."""
-        row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        try:
+            row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        except sqlite3.OperationalError:
+            raise  # a full disk, a lock held too long: the run's to report
+        except sqlite3.DatabaseError as exc:
+            self._damaged(exc)
+            row = None
         if row is None:
             self.misses += 1
             return None
@@ -97,11 +130,29 @@ class SQLiteCache:
 
     def put(self, key: str, model: str, response: ModelResponse) -> None:
         """Store ``response`` under ``key`` (committed at once)."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)",
-            (key, model, response.model_dump_json(), time.time()),
-        )
+        try:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)",
+                (key, model, response.model_dump_json(), time.time()),
+            )
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            self._damaged(exc)  # the answer is still used; only its keeping is lost
+            return
         self.writes += 1
+
+    def _damaged(self, exc: sqlite3.DatabaseError) -> None:
+        """A page found damaged while the run uses the cache: lookups there miss, and the next session's check at
+        open moves the file aside. Said once."""
+        if self.damaged is None:
+            self.damaged = str(exc)
+            warnings.warn(
+                f"the response cache {self.path} is damaged ({exc}); lookups that reach the damage miss, and the next "
+                "run moves the file aside",
+                RunFolderWarning,
+                stacklevel=3,
+            )
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM responses").fetchone()[0])

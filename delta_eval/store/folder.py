@@ -7,11 +7,15 @@ Layout::
       replays/part-000001.parquet
       verdicts/part-000001.parquet
       judgements/ errors/ conversations/ strata/
-      _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists
+      _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists; it also
+                               carries the run's identity, so a damaged manifest is rebuilt from the commits
       cache.sqlite             the response cache (see cache.py)
       .delta_eval              the marker: this folder is a delta_eval run folder, of this format
       .lock                    held (an OS lock) by the one process writing the folder
       _sent/2                  one byte per model call session 2 sent (see sent.py)
+      .reserve                 space set aside for the manifest's last write on a full disk (see session.py)
+
+Nothing is written or deleted through a symbolic link inside the folder (see :mod:`delta_eval.store.safe_paths`).
 
 Only a folder with the marker (or, from before it existed, a valid delta_eval manifest) is ever written to or
 cleaned: a folder of anything else is refused, never deleted from. :meth:`RunFolder.reset` deletes only the files
@@ -19,7 +23,9 @@ the library writes.
 
 A batch is written as temporary files renamed into place, then its commit file (also written then renamed). A
 process killed at any instant leaves either a committed batch or files no commit names; readers see only
-committed files, and resuming deletes the rest. Every row of a pair (its replays, its verdict, its errors) is in one
+committed files, and resuming deletes the rest. Readers hold the files of one scan open (:meth:`RunFolder.snapshot`),
+and a dropped batch's record is rewritten before its files go, so a rerun repairing the folder never shows a
+reader half a batch. Every row of a pair (its replays, its verdict, its errors) is in one
 batch, so a pair is either wholly in the run or not at all, and resuming never writes it twice.
 """
 
@@ -28,7 +34,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,22 +48,49 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
-from delta_eval.exceptions import RunFolderError
+from delta_eval.exceptions import RunFolderChangedError, RunFolderError, RunFolderWarning
 from delta_eval.redact import REDACTED, known_secrets, scrub_known
+from delta_eval.store import safe_paths
 from delta_eval.store.manifest import FORMAT, RunManifest
-from delta_eval.store.sent import remove_journals
+from delta_eval.store.sent import SENT_DIR, remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
-__all__ = ["MANIFEST", "MARKER", "Damage", "FolderLock", "RunFolder", "damage_message", "write_json_atomic"]
+__all__ = [
+    "HEADER_FIELDS",
+    "MANIFEST",
+    "MARKER",
+    "REBUILT_NOTE",
+    "RESERVE",
+    "WRITTEN",
+    "Damage",
+    "FolderLock",
+    "RunFolder",
+    "Snapshot",
+    "damage_message",
+    "write_json_atomic",
+]
 
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
 _COMMITS = "_commits"
+#: How many scans a reader makes of a folder that changes under it before saying so.
+_SNAPSHOT_TRIES = 8
 _LOCK = ".lock"
+#: Space set aside for the manifest's last write, freed when the disk is full (see :class:`~delta_eval.store.
+#: session.FolderSession`).
+RESERVE = ".reserve"
 _PART = re.compile(r"^(part-\d{6}\.parquet|\.part-\d{6}\.[0-9a-f]{32}\.tmp)$")
 _COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
 _COMMITTED = re.compile(r"^\d{6}\.json$")
 _COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
+#: What the library writes or deletes in a run folder, by name: none of them may be a symbolic link.
+WRITTEN = (_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, SENT_DIR, *DATASETS, "analysis", "report.html")
+#: The fields of a manifest that identify its run, kept in every commit record (see :attr:`RunFolder.header`).
+HEADER_FIELDS = frozenset(RunManifest.model_fields) - {
+    "status", "stopped_early", "failure", "ended_at", "sessions", "batches", "counts", "notes"
+}  # fmt: skip
+#: How the note of a manifest rebuilt from the commit files begins.
+REBUILT_NOTE = "manifest rebuilt"
 _ROOT_TMP = re.compile(r"^\.(manifest\.json|\.delta_eval)\.[0-9a-f]{32}\.tmp$")
 
 
@@ -87,12 +122,56 @@ def _whole_parquet(path: Path, size: int) -> bool:
         return f.read(4) == b"PAR1"
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one; without any
-    credential the process knows (:func:`~delta_eval.redact.register_secrets`)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(scrub_known(data), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+def write_json_atomic(path: Path, data: Any, *, root: Path | None = None) -> None:
+    """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one; never through a
+    symbolic link inside ``root`` (the run folder; default: the file's own folder); without any credential the
+    process knows (:func:`~delta_eval.redact.register_secrets`)."""
+    text = json.dumps(scrub_known(data), indent=2, ensure_ascii=False, default=str)
+    safe_paths.write_atomic(path.parent if root is None else root, path, text.encode("utf-8"))
+
+
+def _open_files_budget() -> int:
+    """How many files a reader holds open at most: a quarter of the process's allowance."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError, OSError):
+        return 128
+    return 1 << 20 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
+
+
+def _read_part(path: Path, fd: int, columns: list[str] | None, schema: pa.Schema) -> pa.Table:
+    """A part file's rows: from its open descriptor when it is held, else by its name."""
+    if fd < 0:
+        return pq.read_table(path, columns=columns, schema=schema)
+    with os.fdopen(os.dup(fd), "rb") as f:
+        return pq.read_table(f, columns=columns, schema=schema)
+
+
+@dataclass
+class Snapshot:
+    """The committed files of a run folder as of one scan (:meth:`RunFolder.snapshot`), held open by their OS
+    file descriptors until :meth:`close`: what they hold stays readable whatever a rerun removes meanwhile."""
+
+    commits: list[dict[str, Any]]
+    damage: list[Damage]
+    #: Per dataset, each part's path and open file descriptor.
+    files: dict[str, list[tuple[Path, int]]]
+
+    def close(self) -> None:
+        """Close every file (what a rerun removed meanwhile is then gone)."""
+        for held in self.files.values():
+            for _, fd in held:
+                if fd >= 0:
+                    os.close(fd)
+            held.clear()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _scrubbed_array(arr: Any) -> Any:
@@ -138,6 +217,9 @@ class RunFolder:
         self._next_batch = 1
         #: Called with the batch number after each commit (the session records its progress in the manifest).
         self.on_commit: Callable[[int], None] | None = None
+        #: What identifies the run (its manifest's configuration, sides, seed: :data:`HEADER_FIELDS`), written in
+        #: every commit record, so that a damaged manifest can be rebuilt from the commit files.
+        self.header: dict[str, Any] | None = None
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -166,12 +248,16 @@ class RunFolder:
             batch = int(f.name[:6])
             numbers.add(batch)
             rel = f"{_COMMITS}/{f.name}"
-            try:
-                record = json.loads(f.read_bytes())
-            except (OSError, ValueError) as exc:
-                damage.append(Damage(batch, f"{rel} is not readable JSON ({exc})"))
-                continue
-            problem = self._check_commit(record, batch)
+            record, problem = self._read_commit(f, batch)
+            for _ in range(3):
+                # A part gone while its record was read: a rerun dropping the batch rewrote the record first, so
+                # reading it again finds the batch dropped (not damaged); a record that stays is real damage.
+                if problem is None or not problem.endswith(" is missing"):
+                    break
+                again, problem_again = self._read_commit(f, batch)
+                if again == record:
+                    break
+                record, problem = again, problem_again
             if problem is not None:
                 damage.append(Damage(batch, f"{rel} {problem}" if problem.startswith("is ") else problem))
                 continue
@@ -182,6 +268,14 @@ class RunFolder:
             if n not in numbers
         ]  # fmt: skip
         return good, sorted(damage)
+
+    def _read_commit(self, f: Path, batch: int) -> tuple[Any, str | None]:
+        """A commit file's record and what is wrong with it (see :meth:`_check_commit`)."""
+        try:
+            record = json.loads(f.read_bytes())
+        except (OSError, ValueError) as exc:
+            return None, f"is not readable JSON ({exc})"
+        return record, self._check_commit(record, batch)
 
     def _check_commit(self, record: Any, batch: int) -> str | None:
         """What is wrong with a commit record and the parts it names (``None``: nothing)."""
@@ -222,14 +316,58 @@ class RunFolder:
                 files.setdefault(name, []).extend(self.path / rel for rel in rels)
         return files
 
+    def snapshot(self, datasets: Iterable[str] = DATASETS) -> Snapshot:
+        """The committed files of ``datasets`` as of one scan, each held open: a rerun that drops a batch meanwhile
+        removes its name, not the file a reader holds (close the snapshot when done). A file gone between the
+        scan and its opening (a batch dropped just then) means scanning again; a folder that keeps changing
+        raises :class:`~delta_eval.exceptions.RunFolderChangedError`, which reading again gets past.
+
+        More files than a quarter of the process's allowance of open files are not held (their descriptors are
+        ``-1``): they are read by name, and a reader finding one gone scans again (see :meth:`read`).
+        """
+        wanted = tuple(datasets)
+        for attempt in range(_SNAPSHOT_TRIES):
+            commits, damage = self.scan()
+            sizes = {rel: size for c in commits for rel, size in (c.get("sizes") or {}).items()}
+            opened: dict[str, list[tuple[Path, int]]] = {name: [] for name in wanted}
+            hold = sum(len(c["files"].get(name, [])) for c in commits for name in wanted) <= _open_files_budget()
+            try:
+                for name in wanted:
+                    for c in commits:
+                        for rel in c["files"].get(name, []):
+                            if not hold:
+                                opened[name].append((self.path / rel, -1))
+                                continue
+                            fd = os.open(self.path / rel, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                            opened[name].append((self.path / rel, fd))
+                            # A part rewritten under the same name after a reset: not the file the scan saw.
+                            if rel in sizes and os.fstat(fd).st_size != sizes[rel]:
+                                raise FileNotFoundError(rel)
+            except FileNotFoundError:
+                Snapshot(commits, damage, opened).close()
+                time.sleep(0.01 * (attempt + 1))
+                continue
+            return Snapshot(commits, damage, opened)
+        raise RunFolderChangedError(
+            f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
+        )
+
     def read(self, dataset: str, columns: list[str] | None = None) -> pa.Table:
-        """All committed rows of ``dataset`` (an empty table with the right schema when there are none)."""
-        files = self.committed_files()[dataset]
+        """All committed rows of ``dataset`` (an empty table with the right schema when there are none), as of
+        one :meth:`snapshot`."""
         schema = SCHEMAS[dataset]
-        if not files:
-            return schema.empty_table().select(columns) if columns else schema.empty_table()
-        tables = [pq.read_table(f, columns=columns, schema=schema) for f in files]
-        return pa.concat_tables(tables)
+        for _ in range(_SNAPSHOT_TRIES):
+            with self.snapshot([dataset]) as snap:
+                if not snap.files[dataset]:
+                    return schema.empty_table().select(columns) if columns else schema.empty_table()
+                try:
+                    tables = [_read_part(path, fd, columns, schema) for path, fd in snap.files[dataset]]
+                except FileNotFoundError:  # a file not held, gone since the scan: scan again
+                    continue
+            return pa.concat_tables(tables)
+        raise RunFolderChangedError(
+            f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
+        )
 
     def manifest(self) -> RunManifest | None:
         """The manifest, or ``None`` before one was written."""
@@ -251,7 +389,45 @@ class RunFolder:
                     problem = f"fields missing or invalid: {', '.join(fields[:8])}"
         if not self.is_marked():
             raise RunFolderError(f"{self.path} is not a delta_eval run folder ({MANIFEST} is not ours)")
-        raise RunFolderError(f"{p} is damaged: {problem}")
+        rebuilt = self.rebuild_manifest(problem)
+        if rebuilt is None:
+            raise RunFolderError(f"{p} is damaged: {problem}")
+        warnings.warn(rebuilt.notes[-1], RunFolderWarning, stacklevel=2)
+        return rebuilt
+
+    def _header_of(self, commit: Path) -> dict[str, Any] | None:
+        try:
+            record = json.loads(commit.read_bytes())
+        except (OSError, ValueError):
+            return None
+        header = record.get("run") if isinstance(record, dict) else None
+        return header if isinstance(header, dict) else None
+
+    def rebuild_manifest(self, problem: str) -> RunManifest | None:
+        """A manifest rebuilt from the intact commit files, for a manifest that is damaged (``problem``: how): the
+        run's identity from the last commit record that carries it, the counts from the committed rows. What only
+        the manifest held (earlier sessions, what reading and sampling found) is lost, and its notes say so.
+        ``None`` when no intact commit carries the run's identity (commits written before they did)."""
+        from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, RunCounts
+
+        commits = self.commits()
+        headers = [c["run"] for c in commits if isinstance(c.get("run"), dict)]
+        if not headers:
+            return None
+        try:
+            manifest = RunManifest.model_validate(headers[-1])
+        except ValidationError:
+            return None
+        manifest.batches = max((int(c["batch"]) for c in commits), default=0)
+        manifest.counts = RunCounts.tally(
+            self.read("verdicts", VERDICT_COLUMNS), self.read("errors", ["stage"]),
+            self.read("judgements", JUDGEMENT_COLUMNS),
+        )  # fmt: skip
+        manifest.notes.append(
+            f"{REBUILT_NOTE} from {len(commits)} commit files: its {MANIFEST} was damaged ({problem[:200]}); earlier "
+            "sessions and what reading and sampling found are unknown"
+        )
+        return manifest
 
     def is_marked(self) -> bool:
         """Whether the folder carries the library's marker."""
@@ -275,7 +451,7 @@ class RunFolder:
         """Claim the folder as a run folder (creating it): write the marker."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.is_marked():
-            write_json_atomic(self.path / MARKER, {"library": "delta_eval", "format": FORMAT})
+            write_json_atomic(self.path / MARKER, {"library": "delta_eval", "format": FORMAT}, root=self.path)
 
     def lock(self) -> FolderLock:
         """Take the folder's writer lock (see :class:`FolderLock`)."""
@@ -287,13 +463,14 @@ class RunFolder:
         """The files the library writes, found by their names: part files in the datasets' folders, files of the
         ``commits`` pattern in the commits folder, and of the ``root`` pattern beside the manifest."""
         places = [*((d, _PART) for d in DATASETS), (_COMMITS, commits), *([(".", root)] if root else [])]
-        return [
-            f
-            for name, pattern in places
-            if (self.path / name).is_dir()
-            for f in (self.path / name).iterdir()
-            if pattern.match(f.name) and f.is_file()
-        ]
+        found = []
+        for name, pattern in places:
+            # A linked folder is refused here, before anything in it is deleted; a linked file too.
+            folder = self.path / name
+            safe_paths.check(self.path, folder)
+            if folder.is_dir():
+                found += [f for f in folder.iterdir() if pattern.match(f.name) and safe_paths.check(self.path, f)]
+        return [f for f in found if f.is_file()]
 
     def recover(self) -> list[Path]:
         """Delete the library's part and temporary files that no commit names (left by a killed process, or by a
@@ -302,7 +479,7 @@ class RunFolder:
         removed = []
         for f in self._library_files(_COMMIT_TMP, _ROOT_TMP):
             if f.relative_to(self.path).as_posix() not in committed:
-                f.unlink()
+                safe_paths.unlink(self.path, f)
                 removed.append(f)
         numbers = [int(f.name[:6]) for f in (self.path / _COMMITS).glob("*.json") if _COMMITTED.match(f.name)]
         self._next_batch = max(numbers, default=0) + 1
@@ -321,12 +498,17 @@ class RunFolder:
     def drop(self, batch: int, reason: str) -> None:
         """Remove a batch: its part files go, and a commit record saying why takes its number (so the numbers stay
         without gaps). Its rows are no longer in the run."""
-        for name in DATASETS:
-            (self.path / name / f"part-{batch:06d}.parquet").unlink(missing_ok=True)
-        commits = self.path / _COMMITS
-        commits.mkdir(parents=True, exist_ok=True)
+        commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
+        parts = [safe_paths.check(self.path, self.path / name / f"part-{batch:06d}.parquet") for name in DATASETS]
         record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), "dropped": reason}
-        write_json_atomic(commits / f"{batch:06d}.json", record)
+        header = self._header_of(commits / f"{batch:06d}.json")
+        if header is not None:
+            record["run"] = header  # what a damaged manifest is rebuilt from stays
+        # The record first: a reader that scans from now on no longer sees the batch, and one that scanned before
+        # holds its files open (see :meth:`snapshot`); the files then go.
+        write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
+        for part in parts:
+            safe_paths.unlink(self.path, part, missing_ok=True)
 
     def remove_rows(self, batch: int, column: str, values: set[Any], reason: str) -> int | None:
         """Take the rows whose ``column`` is one of ``values`` out of a committed batch: the batch is dropped
@@ -365,15 +547,16 @@ class RunFolder:
         if not self.is_run_folder():
             raise RunFolderError(f"{self.path} is not a delta_eval run folder; nothing in it is removed")
         removed = self._library_files(_COMMIT_FILE)
+        manifest = safe_paths.check(self.path, self.path / MANIFEST)
         for f in removed:
-            f.unlink()
+            safe_paths.unlink(self.path, f)
         removed += remove_journals(self.path)
         for name in (*DATASETS, _COMMITS):
             folder = self.path / name
             if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        if (self.path / MANIFEST).exists():
-            (self.path / MANIFEST).unlink()
+                safe_paths.rmdir(self.path, folder)
+        if manifest.exists():
+            safe_paths.unlink(self.path, manifest)
             removed.append(self.path / MANIFEST)
         self._next_batch = 1
         return removed
@@ -381,7 +564,7 @@ class RunFolder:
     def write_manifest(self, manifest: RunManifest) -> None:
         """Replace the manifest."""
         self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path / MANIFEST, manifest.model_dump(mode="json"))
+        write_json_atomic(self.path / MANIFEST, manifest.model_dump(mode="json"), root=self.path)
 
     def add(self, dataset: str, rows: Iterable[BaseModel]) -> None:
         """Queue rows (instances of the dataset's schema type) for the next batch."""
@@ -411,17 +594,15 @@ class RunFolder:
         sizes: dict[str, int] = {}
         counts: dict[str, int] = {}
         for name, table in tables.items():
-            folder = self.path / name
-            folder.mkdir(parents=True, exist_ok=True)
-            final = folder / f"part-{batch:06d}.parquet"
-            tmp = folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp"
+            folder = safe_paths.mkdir(self.path, self.path / name)
+            final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
+            tmp = safe_paths.check(self.path, folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp")
             pq.write_table(_scrubbed(table), tmp, compression="zstd")
-            os.replace(tmp, final)
+            safe_paths.replace(self.path, tmp, final)
             files[name] = [f"{name}/{final.name}"]
             sizes[f"{name}/{final.name}"] = final.stat().st_size
             counts[name] = table.num_rows
-        commits = self.path / _COMMITS
-        commits.mkdir(parents=True, exist_ok=True)
+        commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
         record = {
             "batch": batch,
             "files": files,
@@ -429,8 +610,9 @@ class RunFolder:
             "sizes": sizes,
             "at": datetime.now(UTC).isoformat(),
             **(note or {}),
+            **({"run": self.header} if self.header is not None else {}),
         }
-        write_json_atomic(commits / f"{batch:06d}.json", record)
+        write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
         self._next_batch = batch + 1
         return batch
 
@@ -453,11 +635,17 @@ class FolderLock:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._file: Any = None
+        #: What the lock file held when this process took it: the last holder's pid and start, and what it
+        #: recorded there when it could write nothing else (:meth:`record`), e.g. a failure on a full disk.
+        self.previous: dict[str, Any] = {}
+        self._started = ""
 
     def acquire(self) -> FolderLock:
         """Take the lock, or raise :class:`RunFolderError` naming the process that holds it."""
         self.path.mkdir(parents=True, exist_ok=True)
-        f = open(self.path / _LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the session
+        # Opened without following a link and without truncating: the holder's pid must survive a refused attempt.
+        fd = safe_paths.open_write(self.path, self.path / _LOCK, truncate=False)
+        f = os.fdopen(fd, "r+", encoding="utf-8")
         try:
             import fcntl
 
@@ -477,11 +665,26 @@ class FolderLock:
                 f"{self.path} is being written by another run ({who}); wait for it to end, or choose another 'out'"
             ) from None
         f.seek(0)
-        f.truncate()
-        f.write(json.dumps({"pid": os.getpid(), "started": datetime.now(UTC).isoformat()}))
-        f.flush()
+        try:
+            previous = json.loads(f.read() or "{}")
+        except ValueError:
+            previous = {}
+        self.previous = previous if isinstance(previous, dict) else {}
         self._file = f
+        # A last session's end left here stays until the manifest has it (see FolderSession).
+        self.record({k: v for k, v in self.previous.items() if k in ("status", "failure", "ended")})
         return self
+
+    def record(self, extra: dict[str, Any]) -> None:
+        """Rewrite the lock file in place: the holder's pid and start, and ``extra``. The file is small and its
+        first block is already on disk, so this works when the disk is full and nothing else can be written."""
+        if self._file is None:
+            return
+        self._started = self._started or datetime.now(UTC).isoformat()
+        self._file.seek(0)
+        self._file.write(json.dumps({"pid": os.getpid(), "started": self._started, **extra}))
+        self._file.truncate()
+        self._file.flush()
 
     def release(self) -> None:
         """Let the lock go (closing the file releases it)."""

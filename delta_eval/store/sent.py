@@ -24,6 +24,8 @@ import os
 import re
 from pathlib import Path
 
+from delta_eval.store import safe_paths
+
 __all__ = ["SENT_DIR", "SentJournal", "remove_journals", "sent_by"]
 
 #: The folder of the journals inside a run folder.
@@ -39,12 +41,10 @@ class SentJournal:
     """The journal of one session's sent calls: :meth:`record` once per call sent."""
 
     def __init__(self, folder: Path, session: int) -> None:
-        directory = folder / SENT_DIR
-        if directory.is_symlink():
-            raise OSError(f"{directory} is a symbolic link; a run folder's own files are never written through one")
-        directory.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        self._fd: int | None = os.open(_path(folder, session), flags, 0o644)
+        safe_paths.mkdir(folder, folder / SENT_DIR)
+        fd = safe_paths.open_write(folder, _path(folder, session), truncate=False)
+        os.lseek(fd, 0, os.SEEK_END)  # appended to: a session number is never reused, but a rerun must not shrink it
+        self._fd: int | None = fd
 
     def record(self) -> None:
         """Count one call sent."""
@@ -73,7 +73,7 @@ def remove_journals(folder: Path) -> list[Path]:
         return []
     removed = [p for p in directory.iterdir() if _NAME.match(p.name) and p.is_file() and not p.is_symlink()]
     for p in removed:
-        p.unlink()
+        safe_paths.unlink(folder, p)
     if not any(directory.iterdir()):
-        directory.rmdir()
+        safe_paths.rmdir(folder, directory)
     return removed

@@ -18,6 +18,7 @@ FolderLock`) from before it looks at the folder until it has written its manifes
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +27,14 @@ from typing import Any
 from delta_eval.calls import CallStats
 from delta_eval.exceptions import RunFolderError
 from delta_eval.fingerprint import comparable
-from delta_eval.store.cache import SQLiteCache
-from delta_eval.store.folder import Damage, RunFolder
+from delta_eval.store import safe_paths
+from delta_eval.store.cache import SQLiteCache, refuse_linked_cache
+from delta_eval.store.folder import HEADER_FIELDS, REBUILT_NOTE, RESERVE, WRITTEN, Damage, RunFolder
 from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
 from delta_eval.store.sent import SentJournal, sent_by
+
+#: The space :meth:`FolderSession._reserve` sets aside: many times a manifest's size.
+_RESERVE_BYTES = 1 << 20
 
 __all__ = ["FolderSession", "Resume", "differences", "errors_to_retry", "resume"]
 
@@ -138,8 +143,11 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False, re
         folder.remove_rows(batch, "pair_id", retried, "tried again: it held pairs that had ended in an error")
     decided = set(folder.read("verdicts", ["pair_id"]).column("pair_id").to_pylist())
     conversations = folder.read("conversations", ["conversation_id"]).column("conversation_id").to_pylist()
+    rebuilt = [n for n in previous.notes if n.startswith(REBUILT_NOTE)]  # said once, in the manifest it now has
     return Resume(
-        manifest=fresh.model_copy(update={"sessions": previous.sessions, "started_at": previous.started_at}),
+        manifest=fresh.model_copy(
+            update={"sessions": previous.sessions, "started_at": previous.started_at, "notes": [*fresh.notes, *rebuilt]}
+        ),
         done_pairs=decided,
         done_conversations=set(conversations),
         population_committed=any(c.get("kind") == "population" for c in folder.commits()),
@@ -169,6 +177,9 @@ class FolderSession:
         retry_errors: bool = False,
     ) -> None:
         self.folder = folder
+        # Before anything is written: a link where the library writes or deletes would lead it out of the folder.
+        safe_paths.refuse_links(folder.path, WRITTEN)
+        refuse_linked_cache(cache_path, folder.path)
         _refuse_foreign(folder)  # before the lock, whose file would be the first thing written into it
         _check_writable(folder)
         self.lock = folder.lock().acquire()
@@ -176,7 +187,9 @@ class FolderSession:
             self.state = resume(folder, fresh, overwrite=overwrite, retry_errors=retry_errors)
             folder.mark()
             self.manifest = self.state.manifest
-            self.cache = SQLiteCache(cache_path)
+            folder.header = self.manifest.model_dump(mode="json", include=set(HEADER_FIELDS))
+            self.cache = SQLiteCache(cache_path, root=folder.path)
+            self._failure_left_in_lock()
             self.manifest.begin_session(
                 resumed_pairs=len(self.state.done_pairs),
                 cached_responses=len(self.cache),
@@ -195,9 +208,44 @@ class FolderSession:
                 for d in self.state.dropped
             ]
             folder.write_manifest(self.manifest)
+            self.lock.record({})  # what the last session left there is in the manifest now
+            self._reserve()
         except BaseException:
             self.lock.release()
             raise
+
+    def _reserve(self) -> None:
+        """Set space aside for the manifest's last write (:data:`_RESERVE_BYTES` in ``.reserve``): on a disk that
+        fills during the session, freeing it lets the session record how it ended (see :meth:`close`)."""
+        path = self.folder.path / RESERVE
+        try:
+            fd = safe_paths.open_write(self.folder.path, path, truncate=False)
+            try:
+                if os.fstat(fd).st_size < _RESERVE_BYTES:
+                    if hasattr(os, "posix_fallocate"):  # real blocks, not a sparse file the disk never gave
+                        os.posix_fallocate(fd, 0, _RESERVE_BYTES)
+                    else:
+                        os.write(fd, b"\0" * _RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            safe_paths.unlink(self.folder.path, path, missing_ok=True)  # already full: the lock is the fallback
+
+    def _failure_left_in_lock(self) -> None:
+        """Record the failure the last session could only write in the lock file (a disk too full for its
+        manifest): its session ends ``failed`` with the reason, said in the notes."""
+        left = self.lock.previous
+        sessions = self.manifest.sessions
+        if left.get("status") not in ("failed", "interrupted") or not sessions or sessions[-1].ended_at is not None:
+            return
+        last = sessions[-1]
+        last.status = left["status"]
+        last.ended_at = str(left.get("ended") or "") or None
+        why = f" ({left['failure']})" if left.get("failure") else ""
+        self.manifest.notes.append(
+            f"session {len(sessions)} ended {left['status']}{why}, but its manifest could not be written then (the "
+            "disk was full): this session recorded it"
+        )
 
     def checkpoint(self, batch: int, *, pairs_decided: int, calls: dict[str, CallStats]) -> None:
         """Record a committed batch and the session's progress in the manifest (see
@@ -227,6 +275,9 @@ class FolderSession:
         )
         cache = CacheStats(hits=self.cache.hits, misses=self.cache.misses, writes=self.cache.writes)
         self.manifest.sessions[-1].sent = sent_by(self.folder.path, len(self.manifest.sessions))
+        if self.cache.damaged is not None:
+            notes = [*(notes or []), f"the response cache was found damaged during the session ({self.cache.damaged}); "
+                     "the next run moves it aside"]  # fmt: skip
         self.manifest.end_session(
             status, seconds=seconds, pairs_decided=pairs_decided, calls=calls, cache=cache, counts=counts, notes=notes
         )
@@ -237,10 +288,19 @@ class FolderSession:
             try:
                 self.folder.write_manifest(self.manifest)
             except OSError:
-                # Most likely the disk is full: the files of the batch that could not be committed free some
-                # space; the manifest is small. If it still cannot be written, the run's own error says why.
+                # Most likely the disk is full: the files of the batch that could not be committed, and the space
+                # set aside at the start, free enough for the (small) manifest.
                 self.folder.recover()
-                self.folder.write_manifest(self.manifest)
+                safe_paths.unlink(self.folder.path, self.folder.path / RESERVE, missing_ok=True)
+                try:
+                    self.folder.write_manifest(self.manifest)
+                except OSError:
+                    # Still no space: the lock file can be rewritten in place; the next session records the end
+                    # from it. The run's own error says why.
+                    if status != "completed":
+                        with contextlib.suppress(OSError):  # nothing more to try: the run's own error says why
+                            self.lock.record({"status": status, "failure": failure, "ended": self.manifest.ended_at})
+                    raise
             self.cache.close()
         finally:
             self.journal.close()

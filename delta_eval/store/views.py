@@ -16,12 +16,13 @@ Example:
 from __future__ import annotations
 
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.sql import quote_ident, quote_literal
-from delta_eval.store.folder import MANIFEST, RunFolder, damage_message
+from delta_eval.store.folder import MANIFEST, RunFolder, Snapshot, damage_message
 from delta_eval.store.tables import DATASETS, SCHEMAS
 
 __all__ = ["open_run"]
@@ -61,12 +62,26 @@ FROM calls
 """
 
 
+def _held_paths(snapshot: Snapshot) -> dict[str, list[Path]] | None:
+    """Paths that open the snapshot's files by their descriptors (Linux's ``/proc/self/fd``), so that DuckDB
+    reads the files held open even once a rerun removed their names; ``None`` where there are none, or where
+    the snapshot holds too many files to keep them all open (see :meth:`RunFolder.snapshot`)."""
+    held = Path("/proc/self/fd")
+    fds = [fd for files in snapshot.files.values() for _, fd in files]
+    if not held.is_dir() or any(fd < 0 for fd in fds):
+        return None
+    return {name: [held / str(fd) for _, fd in files] for name, files in snapshot.files.items()}
+
+
 def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
     """A DuckDB connection with views over the run folder's datasets (see the module docstring).
 
-    The views cover the batches committed when it is called; call it again to see a run that is still going.
-    Damaged batches (see :meth:`RunFolder.damage`) are left out, with a :class:`RunFolderWarning` naming each; a
-    rerun of the run's command repairs them.
+    The views cover the batches committed when it is called, as a snapshot: a rerun dropping or recomputing
+    batches meanwhile changes nothing the connection reads (the files are held open for as long as the connection
+    lives, where the OS allows; see :func:`_held_paths`). Call it again to see a run that is still going. Damaged
+    batches (see :meth:`RunFolder.damage`) are left out, with a :class:`RunFolderWarning` naming each; a rerun of
+    the run's command repairs them. A folder that keeps changing while it is opened raises
+    :class:`~delta_eval.exceptions.RunFolderChangedError`: opening it again succeeds.
     """
     import duckdb
 
@@ -74,11 +89,20 @@ def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
     folder.manifest()  # a damaged manifest is an error that names it
-    commits, damage = folder.scan()
-    if damage:
-        warnings.warn(damage_message(folder.path, damage), RunFolderWarning, stacklevel=2)
-    con = duckdb.connect(database)
-    committed = folder.committed_files(commits)
+    snapshot = folder.snapshot()
+    if snapshot.damage:
+        warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)
+    try:
+        con = duckdb.connect(database)
+    except BaseException:
+        snapshot.close()
+        raise
+    committed = _held_paths(snapshot)
+    if committed is None:  # no way to read a file by its descriptor: by name, as of the snapshot's scan
+        committed = {name: [path for path, _ in held] for name, held in snapshot.files.items()}
+        snapshot.close()
+    else:
+        weakref.finalize(con, snapshot.close)  # the files stay readable while the connection does
     for name in DATASETS:
         files = committed[name]
         if files:

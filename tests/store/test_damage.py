@@ -108,10 +108,48 @@ def test_a_truncated_part_is_recomputed_by_a_rerun(tmp_path: Path) -> None:
     assert again.counts.pairs == len(before)
 
 
-@pytest.mark.parametrize("content", [b"\x00garbage\xff", b"[1, 2, 3]", b'{"status": "completed"}'])
-def test_a_damaged_manifest_is_named_by_every_reader_and_a_rerun(tmp_path: Path, content: bytes) -> None:
+DAMAGED_MANIFESTS = [b"\x00garbage\xff", b"[1, 2, 3]", b'{"status": "completed"}']
+
+
+def strip_headers(out: Path) -> None:
+    """Commit files as written before they carried the run's identity."""
+    for commit in (out / "_commits").glob("*.json"):
+        record = json.loads(commit.read_text())
+        record.pop("run", None)
+        commit.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("content", DAMAGED_MANIFESTS)
+def test_a_damaged_manifest_is_rebuilt_from_the_commit_files(tmp_path: Path, content: bytes) -> None:
+    out = tmp_path / "run"
+    first = de.run(small(out), conversations=demo_conversations())
+    before = outcomes(out)
+    (out / "manifest.json").write_bytes(content)
+    with pytest.warns(RunFolderWarning, match=r"manifest rebuilt from \d+ commit files: its manifest.json was damaged"):
+        result = de.open_result(out)
+    assert result.manifest.fingerprint == first.manifest.fingerprint
+    assert result.manifest.batches == first.manifest.batches
+    assert result.counts.pairs == first.counts.pairs
+    assert result.counts.by_outcome == first.counts.by_outcome
+    with pytest.warns(RunFolderWarning, match="manifest rebuilt"):
+        assert outcomes(out) == before  # the intact batches are read
+    with pytest.warns(RunFolderWarning, match="manifest rebuilt"):
+        again = de.run(small(out), conversations=demo_conversations())  # resumes: nothing to overwrite
+    assert again.status == "completed"
+    assert again.manifest.sessions[-1].resumed_pairs == len(before)
+    assert again.manifest.sessions[-1].cache is not None
+    assert again.manifest.sessions[-1].cache.misses == 0
+    assert any(n.startswith("manifest rebuilt") for n in again.manifest.notes)
+    assert de.open_result(out).manifest.fingerprint == first.manifest.fingerprint  # whole again, no warning
+
+
+@pytest.mark.parametrize("content", DAMAGED_MANIFESTS)
+def test_a_damaged_manifest_with_old_commits_is_named_by_every_reader_and_a_rerun(
+    tmp_path: Path, content: bytes
+) -> None:
     out = tmp_path / "run"
     de.run(small(out), conversations=demo_conversations())
+    strip_headers(out)
     (out / "manifest.json").write_bytes(content)
     for read in (de.open_result, de.open_run):
         with pytest.raises(RunFolderError, match=r"manifest.json is damaged"):
@@ -149,3 +187,59 @@ def test_a_cache_that_is_sound_is_not_moved(tmp_path: Path) -> None:
     assert again.moved_aside is None
     again.close()
     assert not [name for name in os.listdir(tmp_path) if ".corrupt-" in name]
+
+
+def checkpointed(cache: Path) -> bytes:
+    """The cache file after a checkpoint (everything in the main file, no journal), as bytes."""
+    db = sqlite3.connect(cache)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    for extra in ("-wal", "-shm"):
+        Path(str(cache) + extra).unlink(missing_ok=True)
+    return cache.read_bytes()
+
+
+def garbage_pages(data: bytes) -> bytes:
+    """Pages in the middle of the file overwritten, its header left whole (so it still opens)."""
+    page = 4096
+    middle = bytes((k * 7919) % 251 for k in range(page * 4))
+    return data[: page * 3] + middle + data[page * 7 :]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage pages"])
+def test_a_cache_damaged_after_a_checkpoint_is_moved_aside(tmp_path: Path, damage: str) -> None:
+    out = tmp_path / "run"
+    config = small(out).model_copy(update={"sample": demo_config(out, n=30).sample})
+    de.run(config, conversations=demo_conversations())
+    cache = out / "cache.sqlite"
+    data = checkpointed(cache)
+    assert len(data) > 4096 * 8
+    cache.write_bytes(data[: len(data) * 3 // 4] if damage == "truncated" else garbage_pages(data))
+    (out / "_commits" / "000002.json").unlink()  # a batch to recompute: the cache is read
+    with pytest.warns(RunFolderWarning, match="response cache .* is damaged"):
+        again = de.run(config, conversations=demo_conversations())
+    assert again.status == "completed"
+    assert len([p for p in out.iterdir() if p.name.startswith("cache.sqlite.corrupt-")]) == 1
+    assert any("response cache was damaged" in n for n in again.manifest.notes)
+    assert de.open_result(out).damage == []
+    assert de.open_run(out).execute("SELECT count(*) FROM verdicts").fetchone() == (again.counts.pairs,)
+    third = de.run(config, conversations=demo_conversations())  # and the next run is as any other
+    assert third.status == "completed"
+
+
+def test_a_cache_page_damaged_while_the_run_uses_it_is_a_miss(tmp_path: Path) -> None:
+    cache = SQLiteCache(tmp_path / "c.sqlite")
+    response = de.ModelResponse(message=de.Message(role="assistant", content="x" * 3000))
+    for k in range(40):
+        cache.put(f"k{k}", "simulated:x", response)
+    cache.close()
+    data = checkpointed(tmp_path / "c.sqlite")
+    cache = SQLiteCache(tmp_path / "c.sqlite")
+    (tmp_path / "c.sqlite").write_bytes(garbage_pages(data))  # damaged under the open cache
+    cache._db.close()  # a connection with none of its pages in memory yet
+    cache._db = sqlite3.connect(tmp_path / "c.sqlite", isolation_level=None, check_same_thread=False)
+    with pytest.warns(RunFolderWarning, match="lookups that reach the damage miss"):
+        found = [cache.get(f"k{k}") for k in range(40)]
+    assert None in found
+    assert cache.damaged is not None
+    cache.close()

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from delta_eval.calls import CallStats
+from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.store.manifest import RunCounts, RunManifest
 from delta_eval.store.sent import SentJournal, remove_journals, sent_by
 
@@ -47,6 +48,6 @@ def test_journals_go_with_a_reset_and_are_never_written_through_a_link(tmp_path:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (tmp_path / "_sent").symlink_to(elsewhere)
-    with pytest.raises(OSError, match="symbolic link"):
+    with pytest.raises(RunFolderLinkError, match="_sent"):
         SentJournal(tmp_path, 1)
     assert list(elsewhere.iterdir()) == []
