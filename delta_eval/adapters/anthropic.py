@@ -42,6 +42,7 @@ from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, j
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.prompt_cache import CacheTTL, add_cache_breakpoints
+from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
@@ -423,7 +424,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> A
             timeout=opts.timeout,
             max_retries=0,
             default_headers=opts.header_values() or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
         )
 
     return AnthropicAdapter(model, opts, ClientShards(client, opts.connection_pools))

@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from delta_eval.adapters.anthropic import AnthropicAdapter, AnthropicOptions
 from delta_eval.adapters.base import ClientShards, tls_context
 from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ConfigError
@@ -116,7 +117,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> B
             timeout=opts.timeout,
             max_retries=0,
             default_headers=opts.header_values() or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
         )
 
     try:

@@ -24,6 +24,7 @@ import anthropic
 from delta_eval.adapters.anthropic import AnthropicAdapter, AnthropicOptions
 from delta_eval.adapters.base import ClientShards, tls_context
 from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.vertex_auth import VertexAuthOptions
 from delta_eval.calls import ModelRequest
@@ -79,7 +80,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> V
             timeout=opts.timeout,
             max_retries=0,
             default_headers=opts.header_values() or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
         )
 
     # The adapter calls only what every Anthropic client has (post, base_url, close).

@@ -30,6 +30,7 @@ from delta_eval.adapters.openai_chat import ChatCompletionsAdapter
 from delta_eval.adapters.openai_common import OpenAIOptions
 from delta_eval.adapters.openai_responses import ResponsesAdapter
 from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import ModelRequest, split_model_id
 from delta_eval.exceptions import ConfigError
@@ -81,7 +82,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
             timeout=options.timeout,
             max_retries=0,
             default_headers=headers,
-            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
         )
     version = options.api_version or os.environ.get("OPENAI_API_VERSION")
     if not version:
@@ -95,7 +96,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
         timeout=options.timeout,
         max_retries=0,
         default_headers=headers,
-        http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+        http_client=openai.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
     )
 
 

@@ -34,6 +34,7 @@ from delta_eval.adapters.base import ClientShards, ModelAdapter, tls_context
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.gemini_schema import sanitize
 from delta_eval.adapters.options import ProviderOptions, parse_options
+from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
@@ -349,7 +350,10 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> G
     """The factory of ``gemini:`` model ids."""
     opts = parse_options(GeminiOptions, model, options)
     key = opts.key(None, model=model, required=False) or _google_key(model)
-    http: dict[str, Any] = {"timeout": int(opts.timeout * 1000), "async_client_args": {"verify": tls_context()}}
+    http: dict[str, Any] = {
+        "timeout": int(opts.timeout * 1000),
+        "async_client_args": {"verify": tls_context(), "event_hooks": header_hooks()},
+    }
     if opts.base_url:
         http["base_url"] = opts.base_url
     http["api_version"] = opts.api_version

@@ -33,6 +33,7 @@ from google.oauth2.credentials import Credentials
 from delta_eval.adapters.base import ClientShards, tls_context
 from delta_eval.adapters.gemini import GeminiAdapter, GeminiOptions
 from delta_eval.adapters.options import parse_options
+from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.vertex_auth import VertexAuthOptions
 
@@ -64,7 +65,10 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> V
     """The factory of ``vertex:`` model ids."""
     opts = parse_options(VertexGeminiOptions, model, options)
     key = opts.key(None, model=model, required=False)
-    http: dict[str, Any] = {"timeout": int(opts.timeout * 1000), "async_client_args": {"verify": tls_context()}}
+    http: dict[str, Any] = {
+        "timeout": int(opts.timeout * 1000),
+        "async_client_args": {"verify": tls_context(), "event_hooks": header_hooks()},
+    }
     if opts.base_url:
         http["base_url"] = opts.base_url
     if opts.api_version:

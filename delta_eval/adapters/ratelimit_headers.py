@@ -7,9 +7,10 @@ OpenAI (and Azure, and most OpenAI-compatible servers) send ``x-ratelimit-limit-
 :func:`read_rate_limit` reads all of them into one :class:`RateLimitSignal`.
 
 Adapters see the headers; the :class:`~delta_eval.adapters.limits.ModelLimiter` acts on them. Between the two,
-:func:`report_headers` (called by :func:`~delta_eval.adapters.errors.status_error`, the ``simulated:`` model and
-streaming adapters) drops them into the sink that :class:`~delta_eval.adapters.client.ModelClient` opens around
-one call with :func:`collect_headers`; outside such a call it does nothing.
+:func:`report_headers` (called by :func:`~delta_eval.adapters.errors.status_error`, by the ``simulated:`` model,
+and for every response the SDK clients receive by the HTTP hook of :func:`header_hooks`) drops them into the sink
+that :class:`~delta_eval.adapters.client.ModelClient` opens around one call with :func:`collect_headers`; outside
+such a call it does nothing.
 
 Example:
     >>> s = read_rate_limit({"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "0",
@@ -27,8 +28,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
-__all__ = ["RateLimitSignal", "collect_headers", "parse_duration", "read_rate_limit", "report_headers", "retry_after"]
+__all__ = [
+    "RateLimitSignal",
+    "collect_headers",
+    "header_hooks",
+    "parse_duration",
+    "read_rate_limit",
+    "report_headers",
+    "retry_after",
+]
 
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
@@ -162,3 +172,18 @@ def collect_headers() -> Iterator[list[RateLimitSignal]]:
         yield sink
     finally:
         _sink.reset(token)
+
+
+async def _report_response(response: Any) -> None:
+    report_headers(response.headers)
+
+
+def header_hooks() -> dict[str, list[Any]]:
+    """``event_hooks`` for the SDKs' HTTP client: every response's rate-limit headers, successful ones included,
+    reach the call's limiter (the SDKs' typed answers do not expose their headers).
+
+    Example:
+        >>> list(header_hooks())
+        ['response']
+    """
+    return {"response": [_report_response]}

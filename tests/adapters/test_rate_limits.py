@@ -154,3 +154,32 @@ def test_fake_server_enforces_a_true_limit_with_openai_headers() -> None:
     assert isinstance(err, RateLimitError)
     assert seen
     assert seen[-1].exhausted
+
+
+@pytest.mark.parametrize("model", ["openai:gpt-4.1", "anthropic:claude-sonnet-4-6", "gemini:gemini-3.5-flash"])
+def test_the_real_sdks_successful_answers_pace_calls_by_their_headers(model: str) -> None:
+    """The headers of successful answers reach the limiter through the SDK's HTTP client (not only a 429's): a true
+    limit of 3 a (shortened) minute is kept without drawing a 429."""
+    from delta_eval.adapters.registry import create_adapter
+    from delta_eval.testing import FakeAnthropicServer, FakeGeminiServer
+
+    servers = {"openai": FakeOpenAIServer, "anthropic": FakeAnthropicServer, "gemini": FakeGeminiServer}
+    behaviour = SimulatedBehaviour(requests_per_minute=3, minute_s=0.3)
+    with servers[model.split(":")[0]](behaviour=behaviour) as server:
+        base = server.base_url if isinstance(server, FakeOpenAIServer) else server.url
+
+        async def main() -> ModelClient:
+            adapter = create_adapter(model, {"base_url": base, "api_key": "k"})
+            client = ModelClient(adapter, ModelLimiter(1), RetryPolicy(max_attempts=3, initial_wait=0.0))
+            try:
+                for i in range(6):
+                    request = de.ModelRequest(model=model, messages=(de.Message(role="user", content=str(i)),),
+                                              params=de.GenerateParams(max_tokens=64))  # fmt: skip
+                    await client.generate(request)
+            finally:
+                await adapter.aclose()
+            return client
+
+        client = anyio.run(main)
+    assert client.stats.answered == 6
+    assert client.stats.rate_limited == 0
