@@ -133,7 +133,9 @@ class ModelLimiter:
         if b.reset_at is not None and now >= b.reset_at:
             self._budget = None  # the whole limit is back
             return 0.0
-        left = b.remaining - len(self._sent)
+        # One request kept in hand: an answer reports the count as of its arrival, and a call sent just before may
+        # reach the provider after it (the last request of a spent limit is where a 429 would come from).
+        left = b.remaining - 1 - len(self._sent)
         if b.refill is not None:
             left += b.refill * (now - b.sent_at)
             return 0.0 if left >= 1 else (1 - left) / b.refill

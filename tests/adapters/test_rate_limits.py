@@ -91,7 +91,7 @@ def test_headers_pace_calls_to_what_is_left() -> None:
     assert anthropic == RateLimitSignal(limit=60, remaining=10, reset_s=5.0)
     limiter.on_success(anthropic, Ticket(clock.now))
     clock.now += 0.001
-    for _ in range(10):  # the ten left go at once
+    for _ in range(9):  # the ten left go at once, but one kept in hand for a call the count may not include yet
         assert limiter.wait_s() == 0.0
         limiter._sent.append(clock.now)
     assert limiter.wait_s() == pytest.approx(0.099)  # then one every tenth of a second
