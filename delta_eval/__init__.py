@@ -65,7 +65,7 @@ from delta_eval.judges.base import (
 from delta_eval.judges.config import Judges
 from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.llm import EquivalenceJudge, PairwiseJudge
-from delta_eval.mapping import FieldMapping, SourceConfig
+from delta_eval.mapping import FieldMapping, Pseudonymize, SourceConfig
 from delta_eval.matching import MatchOptions
 from delta_eval.metrics import Check, Decision, DecisionRule, Estimand, Gate, WinRate, decide
 from delta_eval.metrics.planning import SamplePlan
@@ -143,6 +143,7 @@ __all__ = [
     "PairwiseResult",
     "Price",
     "ProviderError",
+    "Pseudonymize",
     "RateLimitError",
     "ReasoningState",
     "RecordError",

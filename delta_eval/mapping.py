@@ -15,20 +15,22 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_serializer, field_validator, model_validator
 
 from delta_eval.chat_format import load_tools, parse_messages, parse_tools
 from delta_eval.exceptions import RecordError
 from delta_eval.paths import MISSING, get_path
 from delta_eval.schema import Conversation, ToolSpec
 
-__all__ = ["FieldMapping", "SourceConfig"]
+__all__ = ["PSEUDONYM_KINDS", "FieldMapping", "Pseudonymize", "SourceConfig"]
 
 
 def _maybe_json(value: Any) -> Any:
@@ -39,6 +41,66 @@ def _maybe_json(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+#: The kinds of personal data :class:`Pseudonymize` finds by itself.
+PSEUDONYM_KINDS = ("email", "phone", "card", "iban", "cpf", "cnpj", "ssn", "ipv4", "ipv6")
+
+
+class Pseudonymize(BaseModel):
+    """Personal data replaced by fake values of the same shape as conversations are read, before anything is sent
+    to a model or written (the work is done by :mod:`delta_eval.ingest.pseudonymize`).
+
+    - ``kinds``: what to find: ``email``, ``phone``, ``card`` (Luhn-valid only), ``iban`` (mod-97-valid only),
+      ``cpf`` / ``cnpj`` (valid check digits only), ``ssn``, ``ipv4``, ``ipv6``; default: all of them.
+    - ``patterns``: regular expressions of your own identifiers (``"ACME-\\\\d{6}"``); each match becomes a fake of
+      the same shape (a digit for a digit, a letter for a letter).
+    - ``fields``: metadata paths whose values are personal (``"user.name"``); the value is replaced, and so is the
+      same text wherever it appears in the conversation.
+    - ``salt``: seeds the fake values; default: a random salt per source (so per run). Give one to make a run
+      reproducible (and resumable with the same fakes). The run folder keeps only its sha256, never the salt.
+    - ``keep_mapping``: write ``pseudonyms.json`` to the run folder: salted sha256 of each real value -> its fake
+      value and kind (never the real values). Off by default.
+
+    The same real value becomes the same fake value wherever it appears in a run with one salt: across a
+    conversation's messages, tool-call arguments (JSON stays valid) and tool results, and across conversations.
+
+    Example:
+        >>> Pseudonymize(kinds=["email", "card"], patterns=["ACME-\\\\d{6}"], salt="s").kinds
+        ('email', 'card')
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kinds: tuple[str, ...] = PSEUDONYM_KINDS
+    patterns: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    salt: str | None = None
+    keep_mapping: bool = False
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [k for k in value if k not in PSEUDONYM_KINDS]
+        if unknown:
+            raise ValueError(f"unknown kinds {unknown}; expected some of {', '.join(PSEUDONYM_KINDS)}")
+        return value
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
+        return value
+
+    @field_serializer("salt")
+    def _salt_digest(self, salt: str | None) -> str | None:
+        # Dumps (the run folder's config, the fingerprint) name the salt without giving it away: with the salt, the
+        # salted hashes of short values (a phone number) could be reversed by trying them all.
+        return None if salt is None else "sha256:" + hashlib.sha256(salt.encode()).hexdigest()
 
 
 class FieldMapping(BaseModel):
@@ -228,6 +290,7 @@ class SourceConfig(FieldMapping):
     sql: str | None = None
     database: str | None = None
     format: str | None = None
+    pseudonymize: Pseudonymize | None = None
 
     @model_validator(mode="after")
     def _one_place(self) -> SourceConfig:

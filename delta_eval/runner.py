@@ -11,6 +11,7 @@ adapters are closed and the manifest records the end.
 from __future__ import annotations
 
 import errno
+import json
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer
 from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
 from delta_eval.schema import Conversation, Side
+from delta_eval.store import safe_paths
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest, RunStatus
 from delta_eval.store.session import FolderSession
@@ -75,6 +77,20 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, DeltaEvalError) and text:
         return text[:500]  # our own errors say what happened in words
     return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
+
+
+def _write_pseudonyms(config: RunConfig, source: ConversationSource) -> None:
+    """``pseudonyms.json`` in the run folder when the source's ``Pseudonymize`` asks (``keep_mapping``): salted
+    sha256 of each real value -> its fake value and kind. The real values and the salt are never written."""
+    p = source.pseudonymizer
+    path = config.out / "pseudonyms.json"
+    if p is None or not p.config.keep_mapping:
+        # An earlier run in this folder (overwritten) may have kept one: it belongs to that run, not this one.
+        safe_paths.unlink(config.out, path, missing_ok=True)
+        return
+    rows = [{"hash": h, "fake": fake, "kind": kind} for h, (fake, kind) in sorted(p.mapping.items())]
+    data = {"hash": "hmac-sha256(salt, real value)", "pseudonyms": rows}
+    safe_paths.write_atomic(config.out, path, json.dumps(data, indent=1, ensure_ascii=False).encode())
 
 
 def _sides(config: RunConfig) -> tuple[tuple[Side, Variant], ...]:
@@ -151,6 +167,7 @@ async def execute(
     failure: str | None = None
     try:
         sample = await anyio.to_thread.run_sync(stages.sample)
+        _write_pseudonyms(c, source)
         await run_stages(stages, sample, sides, cascade)
         status = "completed"
     except BaseException as exc:

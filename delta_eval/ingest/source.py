@@ -21,8 +21,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from delta_eval.exceptions import ConfigError, RecordError
+from delta_eval.ingest.pseudonymize import Pseudonymizer
 from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
-from delta_eval.mapping import FieldMapping, SourceConfig
+from delta_eval.mapping import FieldMapping, Pseudonymize, SourceConfig
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
 
@@ -33,13 +34,22 @@ class ConversationSource:
     """A named, re-iterable source of :class:`Conversation` records.
 
     Iterating yields each good conversation, and a :class:`RecordError` in place of each bad record, in source
-    order. A repeated conversation id is a bad record (the first one wins).
+    order. A repeated conversation id is a bad record (the first one wins). With ``pseudonymize``, each
+    conversation's personal data is replaced as it is read (:mod:`delta_eval.ingest.pseudonymize`); the source keeps
+    one salt for all its readings, so a conversation is the same each time it is read.
     """
 
-    def __init__(self, name: str, records: Callable[[], Iterable[RawRecord]], mapping: FieldMapping) -> None:
+    def __init__(
+        self,
+        name: str,
+        records: Callable[[], Iterable[RawRecord]],
+        mapping: FieldMapping,
+        pseudonymize: Pseudonymize | None = None,
+    ) -> None:
         self.name = name
         self.mapping = mapping
         self._records = records
+        self.pseudonymizer = Pseudonymizer(pseudonymize) if pseudonymize is not None else None
 
     @classmethod
     def of(cls, conversations: ConversationSource | Iterable[Conversation]) -> ConversationSource:
@@ -48,14 +58,21 @@ class ConversationSource:
 
     @classmethod
     def from_conversations(
-        cls, conversations: Iterable[Conversation], name: str = "conversations"
+        cls,
+        conversations: Iterable[Conversation],
+        name: str = "conversations",
+        *,
+        pseudonymize: Pseudonymize | None = None,
     ) -> ConversationSource:
-        """Wrap conversations already in memory."""
+        """Wrap conversations already in memory (their personal data replaced as they are read, with
+        ``pseudonymize``)."""
         items = list(conversations)
         for c in items:
             if not isinstance(c, Conversation):
                 raise ConfigError(f"expected Conversation objects, got {type(c).__name__}")
-        return cls(name, lambda: [(c.record or f"record {i}", c) for i, c in enumerate(items)], FieldMapping())
+        return cls(
+            name, lambda: [(c.record or f"record {i}", c) for i, c in enumerate(items)], FieldMapping(), pseudonymize
+        )
 
     def _documents(self) -> Iterator[tuple[str, Any, Any]]:
         """``(label, record, document)``: each record of each document (``records``), or each record as is."""
@@ -98,7 +115,7 @@ class ConversationSource:
                 )
                 continue
             seen[conv.id] = label
-            yield conv
+            yield self.pseudonymizer.conversation(conv) if self.pseudonymizer is not None else conv
 
     def load(self) -> tuple[list[Conversation], list[RecordError]]:
         """Read everything: the good conversations and the errors, each in source order."""
@@ -133,6 +150,7 @@ def read_conversations(
     message_fields: Mapping[str, str] | None = None,
     roles: Mapping[str, str | None] | None = None,
     skip: Mapping[str, Any] | None = None,
+    pseudonymize: Pseudonymize | None = None,
 ) -> ConversationSource:
     """Read OpenAI-chat conversations from a JSON list, a JSONL file or Parquet (file or folder).
 
@@ -149,6 +167,8 @@ def read_conversations(
         message_fields: message fields kept under other names, ``{canonical: source}`` (``{"tool_call_id": "id"}``).
         roles: source roles renamed (``{"human": "user"}``), or left out (``None``).
         skip: messages and tool calls with these field values are left out (``{"requestor": "user"}``).
+        pseudonymize: personal data replaced by fake values of the same shape as records are read
+            (:class:`~delta_eval.mapping.Pseudonymize`).
 
     Bad records do not raise: they are yielded as :class:`RecordError` and end up in the run's ``errors`` table.
 
@@ -171,18 +191,21 @@ def read_conversations(
             message_fields=message_fields or {},
             roles=roles or {},
             skip=skip or {},
+            pseudonymize=pseudonymize,
         )
     )
 
 
-def _file_source(path: Path, format: str | None, mapping: FieldMapping) -> ConversationSource:
+def _file_source(
+    path: Path, format: str | None, mapping: FieldMapping, pseudonymize: Pseudonymize | None = None
+) -> ConversationSource:
     if not path.exists():
         raise ConfigError(f"conversation file not found: {path}")
     fmt = format or infer_format(path)
     if fmt not in READERS:
         raise ConfigError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
     reader = READERS[fmt]
-    return ConversationSource(str(path), lambda: reader(path), mapping)
+    return ConversationSource(str(path), lambda: reader(path), mapping, pseudonymize)
 
 
 def read_conversations_sql(
@@ -198,6 +221,7 @@ def read_conversations_sql(
     message_fields: Mapping[str, str] | None = None,
     roles: Mapping[str, str | None] | None = None,
     skip: Mapping[str, Any] | None = None,
+    pseudonymize: Pseudonymize | None = None,
 ) -> ConversationSource:
     """Read conversations from a DuckDB query, e.g. ``SELECT * FROM read_parquet('logs/*.parquet') WHERE ...``.
 
@@ -217,12 +241,16 @@ def read_conversations_sql(
             message_fields=message_fields or {},
             roles=roles or {},
             skip=skip or {},
+            pseudonymize=pseudonymize,
         )
     )
 
 
-def _sql_source(query: str, database: str | None, mapping: FieldMapping) -> ConversationSource:
-    return ConversationSource(f"sql: {' '.join(query.split())[:200]}", lambda: iter_sql(query, database), mapping)
+def _sql_source(
+    query: str, database: str | None, mapping: FieldMapping, pseudonymize: Pseudonymize | None = None
+) -> ConversationSource:
+    name = f"sql: {' '.join(query.split())[:200]}"
+    return ConversationSource(name, lambda: iter_sql(query, database), mapping, pseudonymize)
 
 
 def open_source(config: SourceConfig) -> ConversationSource:
@@ -235,6 +263,6 @@ def open_source(config: SourceConfig) -> ConversationSource:
         True
     """
     if config.sql is not None:
-        return _sql_source(config.sql, config.database, config)
+        return _sql_source(config.sql, config.database, config, config.pseudonymize)
     assert config.path is not None  # the config validates that it has one of the two
-    return _file_source(config.path, config.format, config)
+    return _file_source(config.path, config.format, config, config.pseudonymize)
