@@ -96,9 +96,9 @@ class Pseudonymize(BaseModel):
                 raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
         return value
 
-    @field_serializer("salt")
+    @field_serializer("salt", when_used="json")
     def _salt_digest(self, salt: str | None) -> str | None:
-        # Dumps (the run folder's config, the fingerprint) name the salt without giving it away: with the salt, the
+        # JSON dumps (the run folder's config, the fingerprint) name the salt without giving it away: with it, the
         # salted hashes of short values (a phone number) could be reversed by trying them all.
         return None if salt is None else "sha256:" + hashlib.sha256(salt.encode()).hexdigest()
 

@@ -403,4 +403,6 @@ class Pseudonymizer:
                 else call
                 for call in message.tool_calls
             )
+        if message.name and message.role != "tool":  # a participant's name (a tool message names its tool)
+            update["name"] = self.text(message.name, known)
         return message.model_copy(update=update) if update else message

@@ -130,9 +130,10 @@ def test_user_patterns_and_metadata_fields_are_replaced_everywhere() -> None:
     conv = de.Conversation(
         id="c",
         metadata={"user": {"name": "Mia Wong"}, "tier": "gold"},
-        messages=(Message(role="user", content="I am Mia Wong, account ACME-123456"),),
+        messages=(Message(role="user", name="Mia Wong", content="I am Mia Wong, account ACME-123456"),),
     )
     out = p.conversation(conv)
+    assert out.messages[0].name == out.metadata["user"]["name"]
     name = out.metadata["user"]["name"]
     assert shape(name) == shape("Mia Wong")
     assert name != "Mia Wong"
@@ -296,13 +297,18 @@ def test_no_personal_value_reaches_the_run_folder_and_replays_still_match(tmp_pa
     assert not (tmp_path / "run" / "pseudonyms.json").exists()
 
 
-def test_no_mapping_is_written_unless_asked(tmp_path: Path) -> None:
-    source = ConversationSource.from_conversations([personal(0)], pseudonymize=de.Pseudonymize(salt="s"))
-    de.run(
-        conversations=source,
-        out=tmp_path / "run",
-        baseline=de.Variant(model="simulated:a"),
-        candidate=de.Variant(model="simulated:b"),
+def test_a_configured_source_is_pseudonymized_and_its_salt_never_written(tmp_path: Path) -> None:
+    export = tmp_path / "export.jsonl"
+    records = [c.model_dump(mode="json") for c in (personal(k) for k in range(2))]
+    export.write_text("".join(json.dumps({**r, "name": "Mia Wong"}) + "\n" for r in records))
+    (tmp_path / "run.toml").write_text(
+        'out = "run"\n[source]\npath = "export.jsonl"\nmetadata = ["name"]\n'
+        'pseudonymize = { fields = ["name"], salt = "pepper-4242" }\n'
+        '[baseline]\nmodel = "simulated:a"\n[candidate]\nmodel = "simulated:b"\n'
     )
+    result = de.run(tmp_path / "run.toml")
+    assert result.status == "completed"
+    assert result.counts.errors == 0
+    assert result.counts.pairs > 0
+    assert _files_with(tmp_path / "run", [*SECRETS, "pepper-4242"]) == {}
     assert not (tmp_path / "run" / "pseudonyms.json").exists()
-    assert _files_with(tmp_path / "run", ['"salt": "s"']) == {}
