@@ -298,9 +298,10 @@ class Pseudonymizer:
         self.config = config
         # No salt given: a random one for this source, so that the fakes cannot be recomputed from the real values.
         self._key = (config.salt if config.salt is not None else secrets.token_hex(16)).encode()
-        self._detectors = [d for d in _DETECTORS if d.kind in config.kinds] + [
+        # The user's own patterns first: where one overlaps a built-in kind, the user's word wins.
+        self._detectors = [
             _Detector("pattern", re.compile(p), lambda v: True, _same_shape) for p in config.patterns
-        ]
+        ] + [d for d in _DETECTORS if d.kind in config.kinds]
         self._fakes: dict[tuple[str, str], str] = {}
         self.mapping: dict[str, tuple[str, str]] = {}
 
@@ -390,7 +391,15 @@ class Pseudonymizer:
         known.sort(key=lambda kv: -len(kv[1]))  # a longer value first: "Mia Wong" before "Mia"
         messages = tuple(self._message(m, known) for m in conv.messages)
         metadata = self._value(conv.metadata, known)
-        return conv.model_copy(update={"messages": messages, "metadata": metadata})
+        # An id (and the record label that names it) may be an email or a phone number too.
+        return conv.model_copy(
+            update={
+                "messages": messages,
+                "metadata": metadata,
+                "id": self.text(conv.id, known),
+                "record": self.text(conv.record, known),
+            }
+        )
 
     def _message(self, message: Message, known: list[tuple[str, str]]) -> Message:
         update: dict[str, Any] = {}
@@ -403,6 +412,10 @@ class Pseudonymizer:
                 else call
                 for call in message.tool_calls
             )
+        if message.reasoning is not None and message.reasoning.summary:
+            # The summary is text a judge may read; the provider's opaque (often signed) data cannot be changed.
+            reasoning = message.reasoning.model_copy(update={"summary": self.text(message.reasoning.summary, known)})
+            update["reasoning"] = reasoning
         if message.name and message.role != "tool":  # a participant's name (a tool message names its tool)
             update["name"] = self.text(message.name, known)
         return message.model_copy(update=update) if update else message

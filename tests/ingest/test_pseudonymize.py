@@ -125,6 +125,49 @@ def test_a_phone_keeps_its_digit_layout_and_separators(parts: tuple[str, ...], s
     assert fake != phone
 
 
+EMAIL_V = "ana.silva@empresa.com.br"
+VALUES = [
+    EMAIL_V,
+    "4111 1111 1111 1111",
+    "529.982.247-25",
+    "+55 11 98765-4321",
+    "GB82 WEST 1234 5698 7654 32",
+    "11.222.333/0001-81",
+    "123-45-6789",
+    "192.168.10.7",
+    "2001:db8::42",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    picks=st.lists(st.sampled_from(VALUES), min_size=1, max_size=6),
+    filler=st.lists(st.sampled_from(["hello", "my data:", "and", "again", ";", "(ok)"]), min_size=6, max_size=6),
+    salt=st.text(min_size=1, max_size=8),
+)
+def test_every_value_is_replaced_and_each_always_by_the_same_fake(
+    picks: list[str], filler: list[str], salt: str
+) -> None:
+    p = Pseudonymizer(de.Pseudonymize(salt=salt))
+    text = " ".join(f"{f} {v}" for f, v in zip(filler, picks, strict=False))
+    fake = p.text(text)
+    assert not [v for v in picks if v in fake]
+    assert fake == p.text(text) == Pseudonymizer(de.Pseudonymize(salt=salt)).text(text)
+    # Each value alone gets the fake it got in the longer text: one fake per value, wherever it is.
+    for v in picks:
+        assert p.text(v) in fake
+
+
+def test_a_user_pattern_wins_over_a_built_in_kind_and_ids_are_replaced() -> None:
+    p = Pseudonymizer(de.Pseudonymize(patterns=[r"CUST-\d{10}"], salt="s"))
+    assert re.fullmatch(r"[A-Z]{4}-\d{10}", out := p.text("CUST-4155550100"))
+    assert p.mapping[p.hash("CUST-4155550100")] == (out, "pattern")
+    conv = de.Conversation(id=EMAIL_V, record=f"line 3 (id {EMAIL_V})", messages=(Message(role="user", content="hi"),))
+    done = p.conversation(conv)
+    assert EMAIL_V not in done.id + done.record
+    assert done.record == f"line 3 (id {done.id})"
+
+
 def test_user_patterns_and_metadata_fields_are_replaced_everywhere() -> None:
     p = Pseudonymizer(de.Pseudonymize(kinds=[], patterns=[r"ACME-\d{6}"], fields=["user.name"], salt="s"))
     conv = de.Conversation(
