@@ -278,6 +278,19 @@ _DETECTORS = (
 )
 
 
+def _valid_match(d: _Detector, text: str, m: re.Match[str]) -> re.Match[str] | None:
+    """``m`` when it passes its check, else its longest shorter form that does, cut at a separator: a run of digits
+    that fails may hold a valid value followed by more (a card and its expiry, ``4111 1111 1111 1111 12/26``)."""
+    if d.valid(m.group()):
+        return m
+    for end in range(m.end() - 1, m.start(), -1):
+        if text[end] in " -.":
+            short = d.pattern.match(text, m.start(), end)
+            if short is not None and short.end() == end and d.valid(short.group()):
+                return short
+    return None
+
+
 # --- the transform ------------------------------------------------------------------------------------------------
 
 
@@ -331,9 +344,10 @@ class Pseudonymizer:
                     if free(m.start(), m.end()):
                         spans.append((m.start(), m.end(), self.fake(kind, value)))
         for d in self._detectors:
-            for m in d.pattern.finditer(text):
+            for found in d.pattern.finditer(text):
+                m = _valid_match(d, text, found)
                 # Only a value no earlier kind claimed gets a fake (and a row in ``mapping``) of this kind.
-                if free(m.start(), m.end()) and d.valid(m.group()):
+                if m is not None and free(m.start(), m.end()):
                     spans.append((m.start(), m.end(), self.fake(d.kind, m.group(), d.fake)))
         out, last = [], 0
         for start, end, fake in sorted(spans):

@@ -158,6 +158,18 @@ def test_every_value_is_replaced_and_each_always_by_the_same_fake(
         assert p.text(v) in fake
 
 
+def test_a_valid_value_followed_by_more_digits_or_letters_is_still_found() -> None:
+    p = Pseudonymizer(de.Pseudonymize(salt="s"))
+    card = p.text("card 4111 1111 1111 1111 12/26")
+    assert "4111 1111 1111 1111" not in card
+    assert card.endswith(" 12/26")
+    assert luhn_valid(card[5:24].replace(" ", ""))
+    iban = p.text("IBAN GB82 WEST 1234 5698 7654 32 UK")
+    assert "GB82 WEST" not in iban
+    assert iban.endswith(" UK")
+    assert iban_valid(iban[5:-3].replace(" ", ""))
+
+
 def test_a_user_pattern_wins_over_a_built_in_kind_and_ids_are_replaced() -> None:
     p = Pseudonymizer(de.Pseudonymize(patterns=[r"CUST-\d{10}"], salt="s"))
     assert re.fullmatch(r"[A-Z]{4}-\d{10}", out := p.text("CUST-4155550100"))
