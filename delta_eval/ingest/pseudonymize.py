@@ -345,10 +345,10 @@ class Pseudonymizer:
                         spans.append((m.start(), m.end(), self.fake(kind, value)))
         for d in self._detectors:
             for found in d.pattern.finditer(text):
-                m = _valid_match(d, text, found)
+                valid = _valid_match(d, text, found)
                 # Only a value no earlier kind claimed gets a fake (and a row in ``mapping``) of this kind.
-                if m is not None and free(m.start(), m.end()):
-                    spans.append((m.start(), m.end(), self.fake(d.kind, m.group(), d.fake)))
+                if valid is not None and free(valid.start(), valid.end()):
+                    spans.append((valid.start(), valid.end(), self.fake(d.kind, valid.group(), d.fake)))
         out, last = [], 0
         for start, end, fake in sorted(spans):
             out += [text[last:start], fake]
