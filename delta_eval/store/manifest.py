@@ -283,8 +283,10 @@ class RunManifest(_Model):
                 past.answered_unrecorded = max(0, grown - past.answered)  # answered: what it recorded, so far
                 past.sent = sent(number) if sent is not None else None
                 if past.sent is not None:
-                    made = sum(c.made for c in past.calls.values())
-                    past.lost_at_kill = max(0, past.sent - made - past.answered_unrecorded)
+                    # Every call sent ended answered (recorded, or found in the cache), failed (recorded: a retried
+                    # attempt or a last one), or not known: in flight at the kill, or failed after the last record.
+                    failed = sum(c.retries + c.failed for c in past.calls.values())
+                    past.lost_at_kill = max(0, past.sent - past.answered - failed)
         self.status = "running"
         session = Session(
             resumed_pairs=resumed_pairs, cached_responses_at_start=cached_responses, retried_pairs=retried_pairs
@@ -324,8 +326,12 @@ class RunManifest(_Model):
         for past in self.sessions:
             for stats in past.calls.values():
                 total = total + stats
-            total = total + CallStats(made=past.answered_unrecorded, answered=past.answered_unrecorded)
-            total = total + CallStats(made=past.lost_at_kill, lost=past.lost_at_kill)
+            recorded_made = sum(stats.made for stats in past.calls.values())
+            # A killed session's journal counts every call it sent; without one, its answers found in the cache.
+            unrecorded = past.sent - recorded_made if past.sent is not None else past.answered_unrecorded
+            total = total + CallStats(
+                made=max(0, unrecorded), answered=past.answered_unrecorded, lost=past.lost_at_kill
+            )
         self.status = status
         self.ended_at = session.ended_at
         self.counts = counts.model_copy(update={"calls": total})
