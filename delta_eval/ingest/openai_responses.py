@@ -131,7 +131,7 @@ def read_responses(body: Mapping[str, Any], *, source: str = "", record: str = "
             out.append(Message(role=role, content=_text(item.get("content"), err, f"{field}.content")))
             continue
         # One turn: reasoning, then text, then calls; anything coming back to an earlier kind starts the next turn.
-        if turn is not None and (turn.calls or (kind != "function_call" and turn.texts)):
+        if turn is not None and kind != "function_call" and (turn.calls or turn.texts):
             flush()
         if turn is None:
             calls.close()
