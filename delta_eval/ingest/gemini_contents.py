@@ -25,14 +25,19 @@ from typing import Any
 from delta_eval.ingest.native_base import TOOL_ERROR, Err, OpenCalls, arguments_json, placeholder
 from delta_eval.schema import Message, ReasoningState, ToolCall
 
-__all__ = ["PROVIDER", "read_gemini"]
+__all__ = ["PROVIDER", "get_field", "read_gemini"]
 
 #: The provider named on the reasoning state read (the adapter's).
 PROVIDER = "gemini"
 
 
-def _get(part: Mapping[str, Any], camel: str) -> Any:
-    """A field by its REST name (``functionCall``) or the SDK's (``function_call``)."""
+def get_field(part: Mapping[str, Any], camel: str) -> Any:
+    """A field by its REST name (``functionCall``) or the SDK's (``function_call``).
+
+    Example:
+        >>> get_field({"function_call": {"name": "f"}}, "functionCall")
+        {'name': 'f'}
+    """
     if camel in part:
         return part[camel]
     return part.get("".join(f"_{c.lower()}" if c.isupper() else c for c in camel))
@@ -52,9 +57,9 @@ def _parts(content: Any, err: Err, field: str) -> list[Mapping[str, Any]]:
 
 def _media(part: Mapping[str, Any]) -> str | None:
     for key in ("inlineData", "fileData"):
-        data = _get(part, key)
+        data = get_field(part, key)
         if isinstance(data, Mapping):
-            return placeholder("inline data" if key == "inlineData" else "file", _get(data, "mimeType"))
+            return placeholder("inline data" if key == "inlineData" else "file", get_field(data, "mimeType"))
     return None
 
 
@@ -76,7 +81,7 @@ def read_gemini(body: Mapping[str, Any], *, source: str = "", record: str = "", 
     """
     err = Err(source, record, prefix)
     out: list[Message] = []
-    system = _get(body, "systemInstruction")
+    system = get_field(body, "systemInstruction")
     if isinstance(system, str):
         out.append(Message(role="system", content=system))
     elif system is not None:
@@ -97,7 +102,7 @@ def read_gemini(body: Mapping[str, Any], *, source: str = "", record: str = "", 
         elif role in ("user", "function"):
             texts: list[str] = []
             for j, p in enumerate(parts):
-                response = _get(p, "functionResponse")
+                response = get_field(p, "functionResponse")
                 if isinstance(response, Mapping):
                     where = f"{field}.parts[{j}].functionResponse"
                     call_id, name = response.get("id"), response.get("name")
@@ -127,7 +132,7 @@ def _model_turn(parts: list[Mapping[str, Any]], err: Err, field: str, calls: Ope
     thoughts: list[str] = []
     tool_calls: list[ToolCall] = []
     for j, p in enumerate(parts):
-        call = _get(p, "functionCall")
+        call = get_field(p, "functionCall")
         if isinstance(call, Mapping):
             where = f"{field}.parts[{j}].functionCall"
             name = call.get("name")
@@ -142,12 +147,12 @@ def _model_turn(parts: list[Mapping[str, Any]], err: Err, field: str, calls: Ope
             (thoughts if p.get("thought") else texts).append(p["text"])
         elif (media := _media(p)) is not None:
             texts.append(media)
-        elif not _get(p, "thoughtSignature"):
+        elif not get_field(p, "thoughtSignature"):
             raise err(f"{field}.parts[{j}]", f"unsupported part with fields {sorted(p)} in a model turn")
     if not texts and not tool_calls:
         raise err(f"{field}.parts", "a model turn needs text or function calls")
     state = None
-    if thoughts or any(_get(p, "thoughtSignature") for p in parts):
+    if thoughts or any(get_field(p, "thoughtSignature") for p in parts):
         # The parts exactly as they came, signatures included, as the adapter keeps them to resend.
         state = ReasoningState(provider=PROVIDER, model=model, data={"parts": [dict(p) for p in parts]},
                                summary="".join(thoughts) or None)  # fmt: skip

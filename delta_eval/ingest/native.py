@@ -23,7 +23,7 @@ from typing import Any
 from delta_eval.chat_format import parse_tools
 from delta_eval.exceptions import RecordError
 from delta_eval.ingest.anthropic_messages import read_anthropic
-from delta_eval.ingest.gemini_contents import read_gemini
+from delta_eval.ingest.gemini_contents import get_field, read_gemini
 from delta_eval.ingest.openai_responses import read_responses
 from delta_eval.mapping import FieldMapping, maybe_json
 from delta_eval.paths import MISSING, get_path
@@ -67,7 +67,7 @@ def detect_format(record: Any, mapping: FieldMapping) -> str:
         # Plain-text chat reads the same either way; only Anthropic's blocks or its top-level system tell.
         contents = [m["content"] for m in found if isinstance(m, Mapping) and isinstance(m.get("content"), list)]
         blocks = [b for content in contents for b in content]
-        roles = {m.get("role") for m in found if isinstance(m, Mapping)}
+        roles = {m["role"] for m in found if isinstance(m, Mapping) and isinstance(m.get("role"), str)}
         native = any(isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_BLOCKS for b in blocks)
         if (native or "system" in record) and not roles & {"system", "tool", "developer", "function"}:
             return "anthropic"
@@ -85,23 +85,31 @@ def detect_format(record: Any, mapping: FieldMapping) -> str:
     )
 
 
+def _built_in(tool: Mapping[str, Any], fmt: str) -> bool:
+    """Whether a tool is one the provider runs itself (web search, code execution): nothing a replay can call."""
+    if fmt == "gemini":
+        return True  # every Gemini function is under functionDeclarations; the other keys are built-in tools
+    if fmt == "anthropic" and tool.get("type") not in (None, "custom"):
+        return True
+    return not ("name" in tool or "function" in tool)
+
+
 def _native_tools(raw: Any, fmt: str) -> Any:
     """Native tool declarations in the shape :func:`~delta_eval.chat_format.parse_tools` reads."""
     if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
         return raw  # parse_tools says what is wrong with it
     out: list[Any] = []
     for t in raw:
+        declarations = get_field(t, "functionDeclarations") if isinstance(t, Mapping) and fmt == "gemini" else None
         if not isinstance(t, Mapping):
             out.append(t)
-        elif fmt == "gemini" and ("functionDeclarations" in t or "function_declarations" in t):
-            for d in t.get("functionDeclarations", t.get("function_declarations")) or ():
-                params = d.get("parametersJsonSchema", d.get("parameters")) if isinstance(d, Mapping) else None
+        elif isinstance(declarations, list):
+            for d in declarations:
+                params = get_field(d, "parametersJsonSchema") or d.get("parameters") if isinstance(d, Mapping) else None
                 out.append({**d, "parameters": params} if isinstance(d, Mapping) else d)
         elif fmt == "anthropic" and "input_schema" in t:
             out.append({k: v for k, v in t.items() if k != "input_schema"} | {"parameters": t["input_schema"]})
-        elif fmt == "gemini" or not ("name" in t or "function" in t):
-            continue  # a provider's built-in tool (web search, code execution): nothing a replay can call
-        else:
+        elif not _built_in(t, fmt):
             out.append(t)
     return out
 

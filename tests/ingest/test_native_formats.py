@@ -4,6 +4,7 @@ format replays with no error, and a malformed record becomes an error naming its
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from delta_eval.adapters.gemini import encode_contents
 from delta_eval.adapters.openai_responses import encode_input
 from delta_eval.demo import DEMO_TOOLS, demo_config, demo_conversations
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.native import native_conversation
+from delta_eval.ingest.native import detect_format, native_conversation
 from delta_eval.mapping import FieldMapping
 from delta_eval.schema import Conversation, Message, ReasoningState, ToolCall
 
@@ -138,6 +139,23 @@ def test_native_media_errors_and_id_less_gemini_calls_are_read() -> None:
     assert gemini[1].reasoning.provider == "gemini"
     assert [(m.tool_call_id, m.content) for m in gemini[2:]] == [("gemini_1_g", '{"rows": 2}'),
                                                                 ("gemini_0_f", "[tool error] no")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fmt", "tools"),
+    [
+        ("anthropic", [{"name": "f", "description": "d", "input_schema": {"type": "object"}},
+                       {"type": "web_search_20250305", "name": "web_search"}]),
+        ("gemini", [{"functionDeclarations": [{"name": "f", "description": "d", "parameters": {"type": "object"}}]},
+                    {"googleSearch": {}}]),
+        ("openai-responses", [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}},
+                              {"type": "web_search"}]),
+    ],
+)  # fmt: skip
+def test_native_tool_declarations_are_read_and_built_in_tools_left_out(fmt: str, tools: list[Any]) -> None:
+    body = ENCODE[fmt]((Message(role="user", content="hi"), Message(role="assistant", content="yo"))) | {"tools": tools}
+    conv = native_conversation(FieldMapping(), fmt, body, source="s", label="r")
+    assert [(t.name, t.description, t.parameters) for t in conv.tools] == [("f", "d", {"type": "object"})]
 
 
 def as_objects(messages: tuple[Message, ...]) -> tuple[Message, ...]:
@@ -271,11 +289,16 @@ json_values = st.recursive(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=150, deadline=None)
-@given(items=st.lists(json_values, min_size=0, max_size=5), system=json_values)
-def test_any_native_record_reads_or_is_a_record_error(fmt: str, items: list[Any], system: Any) -> None:
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(json_values, min_size=0, max_size=5), system=json_values, tools=json_values, model=json_values)
+def test_any_native_record_reads_or_is_a_record_error(
+    fmt: str, items: list[Any], system: Any, tools: Any, model: Any
+) -> None:
     key = {"anthropic": "messages", "gemini": "contents", "openai-responses": "input"}[fmt]
-    body = {key: items, {"anthropic": "system", "gemini": "systemInstruction"}.get(fmt, "instructions"): system}
+    body = {key: items, "system": system, "systemInstruction": system, "instructions": system, "output": items,
+            "tools": tools, "model": model}  # fmt: skip
+    with contextlib.suppress(ValueError):  # what detection says when it finds no known shape
+        detect_format(body, FieldMapping())
     try:
         native_conversation(FieldMapping(), fmt, body, source="s", label="r")
     except RecordError as exc:
