@@ -39,6 +39,7 @@ NATIVE_READERS: dict[str, Reader] = {
     "gemini": read_gemini,
     "openai-responses": read_responses,
 }
+_LISTS = ("messages", "contents", "input", "output", "tools")
 # Blocks only Anthropic's messages hold: a chat message list with one of them is Anthropic's.
 _ANTHROPIC_BLOCKS = {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"}
 
@@ -47,9 +48,11 @@ def _body(record: Mapping[str, Any], mapping: FieldMapping) -> tuple[Mapping[str
     """The request body of a record, and the field path it sits at: the object at ``messages`` when that is one,
     else the record itself."""
     found = maybe_json(get_path(record, mapping.messages))
-    if isinstance(found, Mapping):
-        return found, f"{mapping.messages}."
-    return record, ""
+    body, prefix = (found, f"{mapping.messages}.") if isinstance(found, Mapping) else (record, "")
+    # Parquet and SQL sources often keep the lists as JSON text; a system prompt stays text even if it looks like JSON.
+    if any(isinstance(body.get(k), str) for k in _LISTS):
+        body = {k: maybe_json(v) if k in _LISTS else v for k, v in body.items()}
+    return body, prefix
 
 
 def detect_format(record: Any, mapping: FieldMapping) -> str:

@@ -255,6 +255,19 @@ def test_a_malformed_record_is_an_error_naming_the_source_record_and_field(
     assert (error.source, error.record, error.field) == (str(path), "line 1 (id x)", f"request.{field}")
 
 
+def test_a_parquet_source_keeping_native_lists_as_json_text_reads(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    convs, _ = demo_conversations().load()
+    rows = [{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items() if k != "meta"}
+            for r in records_of("anthropic", convs[:3])]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "claude.parquet")
+    good, bad = de.read_conversations(tmp_path / "claude.parquet", message_format="auto").load()
+    assert bad == []
+    assert [as_objects(c.messages) for c in good] == [as_objects(c.messages) for c in convs[:3]]
+
+
 def test_bad_native_records_become_error_rows_and_the_run_goes_on(tmp_path: Path) -> None:
     convs, _ = demo_conversations().load()
     records = records_of("anthropic", convs[:6])
