@@ -21,7 +21,7 @@ import re
 import string
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer, field_validator, model_validator
 
@@ -30,10 +30,21 @@ from delta_eval.exceptions import RecordError
 from delta_eval.paths import MISSING, get_path
 from delta_eval.schema import Conversation, ToolSpec
 
-__all__ = ["PSEUDONYM_KINDS", "FieldMapping", "Pseudonymize", "SourceConfig"]
+__all__ = ["MESSAGE_FORMATS", "PSEUDONYM_KINDS", "FieldMapping", "MessageFormat", "Pseudonymize", "SourceConfig"]
+
+#: The message formats a source may hold: OpenAI chat, the providers' native request bodies, or ``auto`` (told
+#: from the first record's shape). The readers of the native ones are in :mod:`delta_eval.ingest`.
+MessageFormat = Literal["openai", "anthropic", "gemini", "openai-responses", "auto"]
+MESSAGE_FORMATS: tuple[str, ...] = ("openai", "anthropic", "gemini", "openai-responses", "auto")
 
 
-def _maybe_json(value: Any) -> Any:
+def maybe_json(value: Any) -> Any:
+    """``value`` parsed when it is JSON text of a list or object, else as it is.
+
+    Example:
+        >>> maybe_json('[1, 2]'), maybe_json("[not json")
+        ([1, 2], '[not json')
+    """
     # Parquet and SQL sources often store messages and tools as JSON text; accept both shapes.
     if isinstance(value, str) and value[:1] in ("[", "{"):
         try:
@@ -113,6 +124,10 @@ class FieldMapping(BaseModel):
       or a mapping ``{name: path}``.
     - ``tools``: tool specs offered to every conversation (a list, or the path of a JSON file holding one).
     - ``tools_field``: dotted path to per-record tool specs; used when present, overriding ``tools``.
+    - ``message_format``: ``openai`` (chat messages, the default), a provider's native request body
+      (``anthropic``: ``system`` + ``messages``; ``gemini``: ``systemInstruction`` + ``contents``;
+      ``openai-responses``: ``instructions`` + ``input``/``output``), or ``auto`` to tell from the first record.
+      For a native format the body is the record itself, or the object at ``messages`` when that is one.
 
     For nested exports (one document holding many conversations, messages in another dialect):
 
@@ -153,6 +168,7 @@ class FieldMapping(BaseModel):
     message_fields: dict[str, str] = {}
     roles: dict[str, str | None] = {}
     skip: dict[str, Any] = {}
+    message_format: MessageFormat = "openai"
 
     def records_of(self, document: Any) -> list[Any]:
         """The conversation records inside one document (``records``); the document itself when unset. Raises
@@ -249,13 +265,23 @@ class FieldMapping(BaseModel):
         if raw_messages is MISSING:
             raise RecordError(source, label, self.messages, "the messages field is missing")
         messages = parse_messages(
-            self._dialect(_maybe_json(raw_messages)), source=source, record=label, field=self.messages
+            self._dialect(maybe_json(raw_messages)), source=source, record=label, field=self.messages
         )
         tools = self.tools
         if self.tools_field:
             raw_tools = get_path(record, self.tools_field)
             if raw_tools is not MISSING and raw_tools is not None:
-                tools = parse_tools(_maybe_json(raw_tools), source=source, record=label, field=self.tools_field)
+                tools = parse_tools(maybe_json(raw_tools), source=source, record=label, field=self.tools_field)
+        metadata = self.metadata_of(record, root)
+        return Conversation(id=conv_id, messages=messages, tools=tools, metadata=metadata, source=source, record=label)
+
+    def metadata_of(self, record: Mapping[str, Any], root: Any = None) -> dict[str, Any]:
+        """The metadata fields of one record (``$.`` paths read ``root``, the document it came from).
+
+        Example:
+            >>> FieldMapping(metadata={"tier": "user.tier"}).metadata_of({"user": {"tier": "gold"}})
+            {'tier': 'gold'}
+        """
         metadata = {}
         for name, path in self.metadata_paths().items():
             if path.startswith("$."):
@@ -264,7 +290,7 @@ class FieldMapping(BaseModel):
                 value = get_path(record, path)
             # Kept exactly as found: a string that happens to look like JSON stays a string.
             metadata[name] = None if value is MISSING else value
-        return Conversation(id=conv_id, messages=messages, tools=tools, metadata=metadata, source=source, record=label)
+        return metadata
 
 
 class _PathFormatter(string.Formatter):

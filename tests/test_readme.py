@@ -132,6 +132,27 @@ def test_the_nested_export_example_of_the_readme_reads_a_tau2_file(
     assert good[0].metadata["domain"] == "airline"
 
 
+def test_the_native_format_examples_of_the_readme_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import delta_eval as de
+    from tests.ingest.test_native_formats import records_of
+
+    convs, _ = de.demo.demo_conversations().load()
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.+?)\n```", readme, flags=re.S) if "message_format=" in b)
+    monkeypatch.chdir(tmp_path)
+    files = {"claude": "anthropic", "gemini": "gemini", "responses": "openai-responses", "logs": "anthropic"}
+    for name, fmt in files.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records_of(fmt, convs[:3])))
+    scope: dict[str, object] = {"de": de}
+    exec(block, scope)
+    for name in files:
+        good, bad = scope[name].load()  # type: ignore[attr-defined]
+        assert bad == []
+        assert [c.id for c in good] == [c.id for c in convs[:3]]
+
+
 def test_the_analyze_json_documented_in_the_readme_is_what_it_prints(tmp_path: Path) -> None:
     import delta_eval as de
     from delta_eval.demo import demo_config, demo_conversations

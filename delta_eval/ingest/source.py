@@ -21,9 +21,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from delta_eval.exceptions import ConfigError, RecordError
+from delta_eval.ingest.native import detect_format, native_conversation
 from delta_eval.ingest.pseudonymize import Pseudonymizer
 from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
-from delta_eval.mapping import FieldMapping, Pseudonymize, SourceConfig
+from delta_eval.mapping import FieldMapping, MessageFormat, Pseudonymize, SourceConfig
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
 
@@ -89,20 +90,32 @@ class ConversationSource:
             for j, item in enumerate(items):
                 yield f"{label}, {base}[{j}]", item, raw
 
+    def _convert(self, fmt: str, raw: Any, label: str, position: int, document: Any) -> Conversation:
+        if isinstance(raw, Conversation):
+            return raw
+        if fmt == "openai":
+            return self.mapping.to_conversation(raw, source=self.name, label=label, position=position, root=document)
+        return native_conversation(self.mapping, fmt, raw, source=self.name, label=label, position=position,
+                                   root=document)  # fmt: skip
+
     def __iter__(self) -> Iterator[Conversation | RecordError]:
         seen: dict[str, str] = {}
+        fmt: str = self.mapping.message_format
+        undetected: str | None = None  # why auto-detection failed on the first record: every record says so
         for position, (label, raw, document) in enumerate(self._documents()):
             if isinstance(raw, RecordError):
                 yield raw
                 continue
+            if fmt == "auto" and not isinstance(raw, Conversation):
+                try:
+                    fmt = detect_format(raw, self.mapping)
+                except ValueError as exc:
+                    fmt, undetected = "undetected", str(exc)
+            if undetected is not None:
+                yield RecordError(self.name, label, "message_format", undetected)
+                continue
             try:
-                conv = (
-                    raw
-                    if isinstance(raw, Conversation)
-                    else self.mapping.to_conversation(
-                        raw, source=self.name, label=label, position=position, root=document
-                    )
-                )
+                conv = self._convert(fmt, raw, label, position, document)
             except RecordError as exc:
                 yield exc
                 continue
@@ -151,8 +164,10 @@ def read_conversations(
     roles: Mapping[str, str | None] | None = None,
     skip: Mapping[str, Any] | None = None,
     pseudonymize: Pseudonymize | None = None,
+    message_format: MessageFormat = "openai",
 ) -> ConversationSource:
-    """Read OpenAI-chat conversations from a JSON list, a JSONL file or Parquet (file or folder).
+    """Read conversations (OpenAI chat, or a provider's native format: ``message_format``) from a JSON list, a
+    JSONL file or Parquet (file or folder).
 
     Args:
         path: the file (``.json``, ``.jsonl``/``.ndjson``, optionally ``.gz``; ``.parquet``) or a Parquet folder.
@@ -169,6 +184,9 @@ def read_conversations(
         skip: messages and tool calls with these field values are left out (``{"requestor": "user"}``).
         pseudonymize: personal data replaced by fake values of the same shape as records are read
             (:class:`~delta_eval.mapping.Pseudonymize`).
+        message_format: ``openai`` (chat messages), a provider's native request body (``anthropic``, ``gemini``,
+            ``openai-responses``; see :class:`~delta_eval.mapping.FieldMapping`), or ``auto`` (told from the first
+            record).
 
     Bad records do not raise: they are yielded as :class:`RecordError` and end up in the run's ``errors`` table.
 
@@ -192,6 +210,7 @@ def read_conversations(
             roles=roles or {},
             skip=skip or {},
             pseudonymize=pseudonymize,
+            message_format=message_format,
         )
     )
 
@@ -222,6 +241,7 @@ def read_conversations_sql(
     roles: Mapping[str, str | None] | None = None,
     skip: Mapping[str, Any] | None = None,
     pseudonymize: Pseudonymize | None = None,
+    message_format: MessageFormat = "openai",
 ) -> ConversationSource:
     """Read conversations from a DuckDB query, e.g. ``SELECT * FROM read_parquet('logs/*.parquet') WHERE ...``.
 
@@ -242,6 +262,7 @@ def read_conversations_sql(
             roles=roles or {},
             skip=skip or {},
             pseudonymize=pseudonymize,
+            message_format=message_format,
         )
     )
 

@@ -1,0 +1,100 @@
+"""What the readers of the providers' native message formats share: errors naming the field, tool-call arguments
+as JSON text, placeholders for media, and the check that every tool call gets exactly one result.
+
+The canonical schema is text-only for now, so an image or file part is kept as a placeholder text part naming its
+media type (``[image: image/png]``): the turn still replays, the model is told something was there.
+
+Example:
+    >>> calls = OpenCalls(Err("x.jsonl", "line 1", ""))
+    >>> calls.open(ToolCall(id="c1", name="f"), "messages[1].content[0]")
+    >>> calls.answer("c1", None, "messages[2].content[0].tool_use_id").name
+    'f'
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from delta_eval.chat_format import MAX_JSON_DEPTH, json_depth
+from delta_eval.exceptions import RecordError
+from delta_eval.schema import ToolCall
+
+__all__ = ["TOOL_ERROR", "Err", "OpenCalls", "arguments_json", "placeholder"]
+
+#: How a tool result the provider flagged as an error is marked: the schema has no field for it, so it leads the
+#: content, where both a judge and a replayed model read it.
+TOOL_ERROR = "[tool error] "
+
+
+class Err:
+    """Builds the :class:`RecordError` of a field, its path under ``prefix`` (where the request body sits).
+
+    Example:
+        >>> Err("x.jsonl", "line 3", "request.")("messages[0].role", "unknown role").field
+        'request.messages[0].role'
+    """
+
+    def __init__(self, source: str, record: str, prefix: str) -> None:
+        self.source, self.record, self.prefix = source, record, prefix
+
+    def __call__(self, field: str, reason: str) -> RecordError:
+        return RecordError(self.source, self.record, f"{self.prefix}{field}", reason)
+
+
+def placeholder(kind: str, media_type: Any) -> str:
+    """The text standing in for a media part (the canonical schema is text-only for now).
+
+    Example:
+        >>> placeholder("image", "image/png")
+        '[image: image/png]'
+    """
+    return f"[{kind}: {media_type if isinstance(media_type, str) and media_type else 'unknown type'}]"
+
+
+def arguments_json(value: Any, err: Err, field: str) -> str:
+    """Tool-call arguments given as an object (or as JSON text) as the JSON text the schema keeps.
+
+    Example:
+        >>> arguments_json({"a": 1}, Err("s", "r", ""), "input")
+        '{"a": 1}'
+    """
+    if value is None:
+        return "{}"
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise err(field, f"arguments cannot be written as JSON: {exc}") from None
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and (depth := json_depth(text)) > MAX_JSON_DEPTH:
+        raise err(field, f"arguments nest {depth} levels deep (at most {MAX_JSON_DEPTH})")
+    return text
+
+
+class OpenCalls:
+    """The tool calls waiting for a result, in order, each with the field it was read from."""
+
+    def __init__(self, err: Err) -> None:
+        self.err = err
+        self._open: list[tuple[ToolCall, str]] = []
+
+    def open(self, call: ToolCall, field: str) -> None:
+        """A call was made: it now waits for its result."""
+        self._open.append((call, field))
+
+    def answer(self, call_id: str | None, name: str | None, field: str) -> ToolCall:
+        """The open call a result answers: by id when it has one, else the first open call of ``name`` (Gemini
+        may give neither side an id)."""
+        for k, (call, _) in enumerate(self._open):
+            if (call.id == call_id) if call_id else (call.name == name):
+                del self._open[k]
+                return call
+        what = f"id {call_id!r}" if call_id else f"name {name!r}"
+        raise self.err(field, f"this tool result (by {what}) answers no open tool call")
+
+    def close(self) -> None:
+        """No more results may come: a call still open has none, and that is an error naming the call."""
+        if self._open:
+            raise self.err(self._open[0][1], "this tool call has no result: no tool result answers it")
