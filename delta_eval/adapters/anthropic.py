@@ -38,11 +38,10 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent
 from anthropic.types import Usage as WireUsage
 
-from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, tls_context
+from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, sdk_client_options
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.prompt_cache import CacheTTL, add_cache_breakpoints
-from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
@@ -421,10 +420,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> A
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=opts.base_url,
-            timeout=opts.timeout,
-            max_retries=0,
-            default_headers=opts.header_values() or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
+            **sdk_client_options(opts, anthropic.DefaultAsyncHttpxClient),
         )
 
     return AnthropicAdapter(model, opts, ClientShards(client, opts.connection_pools))

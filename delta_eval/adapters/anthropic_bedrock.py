@@ -33,9 +33,8 @@ import anthropic
 from pydantic import SecretStr
 
 from delta_eval.adapters.anthropic import AnthropicAdapter, AnthropicOptions
-from delta_eval.adapters.base import ClientShards, tls_context
+from delta_eval.adapters.base import ClientShards, sdk_client_options
 from delta_eval.adapters.options import parse_options
-from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ConfigError
@@ -114,10 +113,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> B
             aws_profile=opts.aws_profile,
             api_key=key,
             base_url=opts.base_url,
-            timeout=opts.timeout,
-            max_retries=0,
-            default_headers=opts.header_values() or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
+            **sdk_client_options(opts, anthropic.DefaultAsyncHttpxClient),
         )
 
     try:

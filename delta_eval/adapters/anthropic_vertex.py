@@ -22,9 +22,8 @@ from typing import Any, cast
 import anthropic
 
 from delta_eval.adapters.anthropic import AnthropicAdapter, AnthropicOptions
-from delta_eval.adapters.base import ClientShards, tls_context
+from delta_eval.adapters.base import ClientShards, sdk_client_options
 from delta_eval.adapters.options import parse_options
-from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.vertex_auth import VertexAuthOptions
 from delta_eval.calls import ModelRequest
@@ -77,10 +76,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> V
             project_id=project,
             access_token=token,
             base_url=opts.base_url,
-            timeout=opts.timeout,
-            max_retries=0,
-            default_headers=opts.header_values() or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
+            **sdk_client_options(opts, anthropic.DefaultAsyncHttpxClient),
         )
 
     # The adapter calls only what every Anthropic client has (post, base_url, close).

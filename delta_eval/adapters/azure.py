@@ -25,12 +25,11 @@ from typing import Any
 
 import openai
 
-from delta_eval.adapters.base import ClientShards, tls_context
+from delta_eval.adapters.base import ClientShards, sdk_client_options
 from delta_eval.adapters.openai_chat import ChatCompletionsAdapter
 from delta_eval.adapters.openai_common import OpenAIOptions
 from delta_eval.adapters.openai_responses import ResponsesAdapter
 from delta_eval.adapters.options import parse_options
-from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import ModelRequest, split_model_id
 from delta_eval.exceptions import ConfigError
@@ -74,15 +73,11 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
     if options.ad_token_env and not token:
         raise ConfigError(f"{model}: no Entra ID token; set {options.ad_token_env}")
     key = None if token else options.key("AZURE_OPENAI_API_KEY", model=model)
-    headers = options.header_values() or None
     if options.v1:
         return openai.AsyncOpenAI(
             api_key=token or key,
             base_url=f"{endpoint.rstrip('/')}/openai/v1/",
-            timeout=options.timeout,
-            max_retries=0,
-            default_headers=headers,
-            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
+            **sdk_client_options(options, openai.DefaultAsyncHttpxClient),
         )
     version = options.api_version or os.environ.get("OPENAI_API_VERSION")
     if not version:
@@ -93,10 +88,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
         api_version=version,
         api_key=key,
         azure_ad_token=token,
-        timeout=options.timeout,
-        max_retries=0,
-        default_headers=headers,
-        http_client=openai.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
+        **sdk_client_options(options, openai.DefaultAsyncHttpxClient),
     )
 
 

@@ -24,10 +24,11 @@ from typing import Any, Generic, TypeVar
 
 import pydantic_core
 
+from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, ModelOverride, catalog_key, model_info
 
-__all__ = ["JSON_HEADERS", "ClientShards", "ModelAdapter", "json_body", "tls_context"]
+__all__ = ["JSON_HEADERS", "ClientShards", "ModelAdapter", "json_body", "sdk_client_options", "tls_context"]
 
 C = TypeVar("C")
 
@@ -56,6 +57,19 @@ def tls_context() -> ssl.SSLContext:
     import httpx2  # the HTTP stack of the provider SDKs, installed with them
 
     return httpx2.create_ssl_context()
+
+
+def sdk_client_options(options: Any, http_client_class: Callable[..., Any]) -> dict[str, Any]:
+    """What every provider SDK client of the adapters is built with: the options' timeout and extra headers, the
+    SDK's own retries off (the run's policy retries, once), and an HTTP client (``http_client_class``: the SDK's
+    ``DefaultAsyncHttpxClient``) on the shared TLS context whose responses hand their rate-limit headers to the
+    call's limiter (:func:`~delta_eval.adapters.ratelimit_headers.header_hooks`)."""
+    return {
+        "timeout": options.timeout,
+        "max_retries": 0,
+        "default_headers": options.header_values() or None,
+        "http_client": http_client_class(verify=tls_context(), event_hooks=header_hooks()),
+    }
 
 
 class ClientShards(Generic[C]):

@@ -15,10 +15,9 @@ from typing import Any, Literal
 import openai
 from openai._types import RequestOptions
 
-from delta_eval.adapters.base import JSON_HEADERS, tls_context
+from delta_eval.adapters.base import JSON_HEADERS, sdk_client_options
 from delta_eval.adapters.errors import connection_error, status_error
 from delta_eval.adapters.options import ProviderOptions
-from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.thinking import refused, resolve_effort, wanted_effort
 from delta_eval.calls import GenerateParams
 from delta_eval.catalog import ModelInfo
@@ -64,10 +63,7 @@ def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI
         base_url=options.base_url,
         organization=options.organization,
         project=options.project,
-        timeout=options.timeout,
-        max_retries=0,
-        default_headers=options.header_values() or None,
-        http_client=openai.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks=header_hooks()),
+        **sdk_client_options(options, openai.DefaultAsyncHttpxClient),
     )
 
 
