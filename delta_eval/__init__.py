@@ -76,6 +76,7 @@ from delta_eval.replay.tools import RecordedToolSimulator, ToolContext, ToolSimu
 from delta_eval.result import RunResult, open_result
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.schema import (
+    CallContext,
     Conversation,
     ErrorRecord,
     Judgement,
@@ -108,6 +109,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "Calibration",
+    "CallContext",
     "Check",
     "ConfigError",
     "Conversation",

@@ -23,9 +23,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 __all__ = [
+    "CallContext",
     "Conversation",
     "ErrorRecord",
     "History",
@@ -141,8 +142,30 @@ class ToolSpec(_Frozen):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+class CallContext(_Frozen):
+    """What production sent on the model call that answered with ``messages[message_index]``, as a trace records
+    each call: the system prompt and the tools of that moment, and the history as sent when it was not simply every
+    message before (an agent that filters or rewrites its history after a hand-off).
+
+    ``system`` is the system prompt sent (``None``: none was); ``tools`` the tools offered (``None``: the trace does
+    not say, so the conversation's tools apply); ``input`` the non-system messages sent, when they differ from the
+    conversation's messages before ``message_index`` (``None``: they are those).
+    """
+
+    message_index: int
+    system: str | None = None
+    tools: tuple[ToolSpec, ...] | None = None
+    input: tuple[Message, ...] | None = None
+
+
 class Conversation(_Frozen):
-    """A recorded conversation: messages, the tools it offered, and metadata fields kept from the source."""
+    """A recorded conversation: messages, the tools it offered, and metadata fields kept from the source.
+
+    ``calls`` is the context of each recorded model call where the source records it (traces: one span per call),
+    in message order; a replay point then gets the system prompt, tools and history of its own call
+    (:func:`~delta_eval.replay.points.replay_points`). A plain message log has none: every turn sees the messages
+    before it and ``tools``.
+    """
 
     id: str
     messages: tuple[Message, ...]
@@ -150,6 +173,20 @@ class Conversation(_Frozen):
     metadata: dict[str, Any] = Field(default_factory=dict)
     source: str = ""
     record: str = ""
+    calls: tuple[CallContext, ...] = ()
+
+    @model_validator(mode="after")
+    def _calls_in_order(self) -> Conversation:
+        last = -1
+        for call in self.calls:
+            if not last < call.message_index < len(self.messages):
+                raise ValueError(f"calls: message_index {call.message_index} is out of order or past the "
+                                 f"{len(self.messages)} messages")  # fmt: skip
+            if self.messages[call.message_index].role != "assistant":
+                raise ValueError(f"calls: message {call.message_index} is a {self.messages[call.message_index].role} "
+                                 "message, not the assistant's answer")  # fmt: skip
+            last = call.message_index
+        return self
 
 
 class ToolResult(_Frozen):
@@ -211,6 +248,7 @@ class SampledConversation(_Frozen):
     metadata: dict[str, Any] = Field(default_factory=dict)
     messages: tuple[Message, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
+    calls: tuple[CallContext, ...] = ()
 
     @classmethod
     def of(
@@ -231,6 +269,7 @@ class SampledConversation(_Frozen):
             metadata=c.metadata,
             messages=c.messages,
             tools=c.tools,
+            calls=c.calls,
         )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from delta_eval.matching import canonical_arguments
 from delta_eval.memo import IdentityMemo
-from delta_eval.schema import Conversation, Message
+from delta_eval.schema import Conversation, Message, ToolSpec
 
 __all__ = ["RecordingIndex", "prefix_key", "prefix_keys"]
 
@@ -67,6 +67,9 @@ class RecordingIndex:
 
     def __init__(self) -> None:
         self._next: dict[str, Message] = {}
+        # Calls a trace recorded, keyed by their tools as well: two skills of an agent can be sent the same history
+        # (a hand-off that keeps only the user's messages) and answer differently.
+        self._by_tools: dict[tuple[tuple[str, ...], str], Message] = {}
 
     def __len__(self) -> int:
         return len(self._next)
@@ -79,7 +82,24 @@ class RecordingIndex:
             for i, m in enumerate(non_system):
                 if m.role == "assistant":
                     self._next.setdefault(keys[i], m)
+            for call in conv.calls:
+                sent = call.input if call.input is not None else conv.messages[: call.message_index]
+                answer = conv.messages[call.message_index]
+                key = prefix_key(sent)
+                self._by_tools.setdefault((_tool_names(call.tools or conv.tools), key), answer)
+                if call.input is not None:  # a call sent its own history: answered by its recorded message
+                    self._next.setdefault(key, answer)
 
-    def next_message(self, messages: Sequence[Message]) -> Message | None:
-        """The recorded assistant message that followed exactly these messages, if any."""
-        return self._next.get(prefix_key(messages))
+    def next_message(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> Message | None:
+        """The recorded assistant message that followed exactly these messages (sent with these tools, where a
+        trace recorded the call), if any."""
+        key = prefix_key(messages)
+        if self._by_tools:
+            found = self._by_tools.get((_tool_names(tools), key))
+            if found is not None:
+                return found
+        return self._next.get(key)
+
+
+def _tool_names(tools: Sequence[ToolSpec]) -> tuple[str, ...]:
+    return tuple(sorted(t.name for t in tools))

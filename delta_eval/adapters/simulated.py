@@ -236,7 +236,7 @@ class SimulatedAdapter(ModelAdapter):
             pair = next((m.content for m in reversed(request.messages) if m.role == "user" and m.content
                          and ("<output_a>" in m.content or "<examples>" in m.content)), "")  # fmt: skip
             return Message(role="assistant", content=judge_answer(fmt.json_schema, pair, rng, b.judge_position_bias))
-        recorded = self.recordings.next_message(request.messages)
+        recorded = self.recordings.next_message(request.messages, request.tools)
         if recorded is None:
             return Message(role="assistant", content=self._generic_reply(request))
         if recorded.tool_calls:

@@ -405,10 +405,21 @@ class Pseudonymizer:
         known.sort(key=lambda kv: -len(kv[1]))  # a longer value first: "Mia Wong" before "Mia"
         messages = tuple(self._message(m, known) for m in conv.messages)
         metadata = self._value(conv.metadata, known)
+        # What each recorded call was sent holds the same values: replaced alike, so its replay matches the messages.
+        calls = tuple(
+            call.model_copy(
+                update={
+                    "system": None if call.system is None else self._json_text(call.system, known),
+                    "input": None if call.input is None else tuple(self._message(m, known) for m in call.input),
+                }
+            )
+            for call in conv.calls
+        )
         # An id (and the record label that names it) may be an email or a phone number too.
         return conv.model_copy(
             update={
                 "messages": messages,
+                "calls": calls,
                 "metadata": metadata,
                 "id": self.text(conv.id, known),
                 "record": self.text(conv.record, known),

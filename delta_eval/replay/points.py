@@ -3,7 +3,10 @@
 A turn starts at an assistant message that follows a user (or system) message and runs until the assistant next
 speaks in plain text: assistant messages with tool calls and the tool results that answer them, then the final text.
 A turn that ends without final text (the conversation stops after a tool result, or the user speaks) keeps its
-steps and has no final text. The context of a turn is every message before it, exactly as recorded.
+steps and has no final text. The context of a turn is every message before it, exactly as recorded; where the source
+recorded each model call (a trace, :attr:`~delta_eval.schema.Conversation.calls`), it is what that call was sent:
+its system prompt, its tools and its history, and a call that switched the agent's system prompt or tools (another
+skill after a hand-off) starts a turn of its own.
 
 A greeting is a turn before the first user message that makes no tool calls, in a conversation where a user speaks
 later: a fixed opening ("Hi! How can I help?") with nothing to answer, left out unless asked for. A turn before any
@@ -25,7 +28,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 
-from delta_eval.schema import Conversation, History, Message, ReplayPoint, Step, ToolResult, TurnOutput
+from delta_eval.schema import (
+    CallContext,
+    Conversation,
+    History,
+    Message,
+    ReplayPoint,
+    Step,
+    ToolResult,
+    ToolSpec,
+    TurnOutput,
+)
 
 __all__ = ["count_turns", "epochs", "pair_id", "pair_weight", "replay_points", "select_turns"]
 
@@ -35,11 +48,12 @@ def pair_id(conversation_id: str, turn_index: int) -> str:
     return f"{conversation_id}#{turn_index}"
 
 
-def _turn(messages: Sequence[Message], start: int) -> tuple[TurnOutput, int]:
-    """The turn starting at ``messages[start]`` (an assistant message) and the index just past it."""
+def _turn(messages: Sequence[Message], start: int, switches: frozenset[int] = frozenset()) -> tuple[TurnOutput, int]:
+    """The turn starting at ``messages[start]`` (an assistant message) and the index just past it; it ends early
+    where the agent's context switches (another skill's call starts a turn of its own)."""
     steps: list[Step] = []
     i = start
-    while i < len(messages) and messages[i].role == "assistant":
+    while i < len(messages) and messages[i].role == "assistant" and (i == start or i not in switches):
         m = messages[i]
         i += 1
         if not m.tool_calls:
@@ -62,10 +76,13 @@ def replay_points(conversation: Conversation, *, greetings: bool = False) -> Ite
     keeps its pair id.
     """
     messages = conversation.messages
-    for turn_index, (i, greeting) in enumerate(_turn_starts(messages)):
+    calls = {c.message_index: c for c in conversation.calls}
+    switches = _switches(conversation)
+    for turn_index, (i, greeting) in enumerate(_turn_starts(messages, switches)):
         if greeting and not greetings:
             continue
-        recorded, _ = _turn(messages, i)
+        recorded, _ = _turn(messages, i, switches)
+        context, tools = _context(conversation, i, calls.get(i))
         # Built without validation: every part is already a validated piece of the conversation, and validating the
         # history again at each turn would make a long conversation's points cost quadratic time.
         yield ReplayPoint.model_construct(
@@ -73,17 +90,48 @@ def replay_points(conversation: Conversation, *, greetings: bool = False) -> Ite
             conversation_id=conversation.id,
             turn_index=turn_index,
             message_index=i,
-            context=History(messages, i),
+            context=context,
             recorded=recorded,
-            tools=conversation.tools,
+            tools=tools,
             metadata=conversation.metadata,
         )
 
 
-def _turn_starts(messages: Sequence[Message]) -> Iterator[tuple[int, bool]]:
+def _switches(conversation: Conversation) -> frozenset[int]:
+    """The recorded calls whose system prompt or tools differ from the call before: each starts a turn, replayed
+    with what that call was sent."""
+    out: set[int] = set()
+    previous: tuple[object, object] | None = None
+    for call in conversation.calls:
+        now = (call.system, call.tools)
+        if previous is not None and now != previous:
+            out.add(call.message_index)
+        previous = now
+    return frozenset(out)
+
+
+def _context(
+    conversation: Conversation, i: int, call: CallContext | None
+) -> tuple[Sequence[Message], tuple[ToolSpec, ...]]:
+    """The messages and tools the turn at ``messages[i]`` was sent: the recorded call's own where the source
+    records them, else every message before it and the conversation's tools."""
+    messages = conversation.messages
+    if call is None:
+        return History(messages, i), conversation.tools
+    tools = call.tools if call.tools is not None else conversation.tools
+    before = History(messages, i)
+    recorded_system = [m.content for m in before if m.role == "system" and m.content]
+    if call.input is None and call.system == ("\n\n".join(recorded_system) if recorded_system else None):
+        return before, tools  # as in the log: shared, not copied
+    rest = call.input if call.input is not None else tuple(m for m in before if m.role != "system")
+    head = (Message(role="system", content=call.system),) if call.system is not None else ()
+    return (*head, *rest), tools
+
+
+def _turn_starts(messages: Sequence[Message], switches: frozenset[int] = frozenset()) -> Iterator[tuple[int, bool]]:
     """Where each turn starts, and whether it is a greeting: at an assistant message that does not continue a turn
     (after a user or system message, or after plain assistant text; after a tool result the assistant goes on with
-    its turn)."""
+    its turn), and where a recorded call switched the agent's system prompt or tools."""
     # Only a turn before the first user message can be a greeting, and only if a user message comes at all: with
     # none, the conversation is an autonomous run and its first turn is the agent's first decision.
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
@@ -93,6 +141,7 @@ def _turn_starts(messages: Sequence[Message]) -> Iterator[tuple[int, bool]]:
             previous is None
             or previous.role in ("user", "system")
             or (previous.role == "assistant" and not previous.tool_calls)
+            or i in switches
         ):
             # A turn that starts with tool calls acts on something (a ticket in the system prompt): not a greeting.
             yield i, first_user is not None and i < first_user and not m.tool_calls
@@ -109,7 +158,8 @@ def count_turns(conversation: Conversation, *, greetings: bool = False) -> int:
         >>> count_turns(conv), count_turns(conv, greetings=True)
         (1, 2)
     """
-    return sum(1 for _, greeting in _turn_starts(conversation.messages) if greetings or not greeting)
+    starts = _turn_starts(conversation.messages, _switches(conversation))
+    return sum(1 for _, greeting in starts if greetings or not greeting)
 
 
 def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) -> list[ReplayPoint]:

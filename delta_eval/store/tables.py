@@ -32,7 +32,7 @@ TABLES: dict[str, Table[Any]] = {
     "verdicts": Table(Verdict, flatten={"judge_usage": "judge_"}),
     "judgements": Table(Judgement, flatten={"usage": ""}),
     "errors": Table(ErrorRecord),
-    "conversations": Table(SampledConversation, as_json=("messages", "tools")),
+    "conversations": Table(SampledConversation, as_json=("messages", "tools", "calls")),
     "strata": Table(Stratum),
 }
 DATASETS = tuple(TABLES)
