@@ -32,10 +32,23 @@ from delta_eval.schema import Conversation, ToolSpec
 
 __all__ = ["MESSAGE_FORMATS", "PSEUDONYM_KINDS", "FieldMapping", "MessageFormat", "Pseudonymize", "SourceConfig"]
 
-#: The message formats a source may hold: OpenAI chat, the providers' native request bodies, or ``auto`` (told
-#: from the first record's shape). The readers of the native ones are in :mod:`delta_eval.ingest`.
-MessageFormat = Literal["openai", "anthropic", "gemini", "openai-responses", "auto"]
-MESSAGE_FORMATS: tuple[str, ...] = ("openai", "anthropic", "gemini", "openai-responses", "auto")
+#: The message formats a source may hold: OpenAI chat, the providers' native request bodies, traces (one record per
+#: model call, grouped into conversations: OpenTelemetry GenAI spans, OpenInference spans, Langfuse observations,
+#: LangSmith runs), or ``auto`` (told from the first record's shape). Their readers are in :mod:`delta_eval.ingest`.
+MessageFormat = Literal[
+    "openai", "anthropic", "gemini", "openai-responses", "otel", "openinference", "langfuse", "langsmith", "auto"
+]
+MESSAGE_FORMATS: tuple[str, ...] = (
+    "openai",
+    "anthropic",
+    "gemini",
+    "openai-responses",
+    "otel",
+    "openinference",
+    "langfuse",
+    "langsmith",
+    "auto",
+)
 
 
 def maybe_json(value: Any) -> Any:
@@ -127,7 +140,9 @@ class FieldMapping(BaseModel):
     - ``message_format``: ``openai`` (chat messages, the default), a provider's native request body
       (``anthropic``: ``system`` + ``messages``; ``gemini``: ``systemInstruction`` + ``contents``;
       ``openai-responses``: ``instructions`` + ``input``/``output``), or ``auto`` to tell from the first record.
-      For a native format the body is the record itself, or the object at ``messages`` when that is one.
+      For a native format the body is the record itself, or the object at ``messages`` when that is one. A trace
+      format (``otel``, ``openinference``, ``langfuse``, ``langsmith``) reads one record per model call and groups
+      them into conversations; ``id`` and ``metadata`` paths then read the attributes of a conversation's first call.
 
     For nested exports (one document holding many conversations, messages in another dialect):
 

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from delta_eval.exceptions import ConfigError, RecordError
 from delta_eval.ingest.native import detect_format, native_conversation
 from delta_eval.ingest.pseudonymize import Pseudonymizer
 from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
+from delta_eval.ingest.traces import TRACE_FORMATS, detect_trace_format, read_traces
 from delta_eval.mapping import FieldMapping, MessageFormat, Pseudonymize, SourceConfig
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
@@ -75,10 +77,27 @@ class ConversationSource:
             name, lambda: [(c.record or f"record {i}", c) for i, c in enumerate(items)], FieldMapping(), pseudonymize
         )
 
+    def _raw(self) -> Iterable[RawRecord]:
+        """The source's records; for a trace (``message_format`` a trace format, or ``auto`` and the first record is
+        a span), the conversations its model calls make (:mod:`delta_eval.ingest.traces`)."""
+        fmt: str = self.mapping.message_format
+        records: Iterable[RawRecord] = self._records()
+        if fmt == "auto":
+            records = iter(records)
+            first = next(records, None)
+            if first is None:
+                return
+            records = itertools.chain([first], records)
+            fmt = detect_trace_format(first[1]) or fmt
+        if fmt in TRACE_FORMATS:
+            yield from read_traces(fmt, records, self.mapping, self.name)
+        else:
+            yield from records
+
     def _documents(self) -> Iterator[tuple[str, Any, Any]]:
         """``(label, record, document)``: each record of each document (``records``), or each record as is."""
         base = (self.mapping.records or "").removesuffix("[*]")
-        for label, raw in self._records():
+        for label, raw in self._raw():
             if self.mapping.records is None or isinstance(raw, RecordError | Conversation):
                 yield label, raw, None
                 continue
