@@ -51,6 +51,7 @@ __all__ = [
     "RunFolderWarning",
     "SampleWarning",
     "SourceError",
+    "SourceWarning",
     "ToolSimulationError",
     "TransientError",
 ]
@@ -80,6 +81,11 @@ class RunFolderChangedError(RunFolderError):
 class RunFolderWarning(UserWarning):
     """A run folder read with some of its batches damaged (they are left out, and named in the warning), or a
     damaged response cache moved aside."""
+
+
+class SourceWarning(UserWarning):
+    """A source read with something that looks like a mistake in its description: a metadata path that no record
+    has (the warning names the nearest field names of the first record)."""
 
 
 class SampleWarning(UserWarning):

@@ -197,7 +197,9 @@ class Stages:
             self.folder.add("strata", plan.sample.strata)
             self.folder.commit(note={"kind": "population"})
             p.error_rows += len(plan.errors)
-        why = plan.nothing_to_run(self.source.name) or plan.nothing_to_replay(self.source.name)
+        why = plan.nothing_to_run(self.source.name)
+        if why is None and (why := plan.nothing_to_replay(self.source.name)) is not None:
+            why += f": {self.source.describe()}"  # what the mapping looked for and what the records hold
         if why is not None:
             raise SourceError(why)  # never "completed, 0 pairs" in silence; the bad records are written above
         return plan.sample

@@ -246,5 +246,8 @@ def test_a_source_with_no_assistant_turn_exits_nonzero_saying_why(
     assert main(["run", str(config), "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     path = tmp_path / "questions.jsonl"
-    assert err == [f"delta-eval: error: 3 conversations read from {path}, none has an assistant turn to replay"]
+    assert err == [
+        f"delta-eval: error: 3 conversations read from {path}, none has an assistant turn to replay: the first record "
+        "holds 1 message at 'messages' (roles: user; no assistant message); its fields: id, messages"
+    ]
     assert de.open_result(tmp_path / "run").status == "failed"

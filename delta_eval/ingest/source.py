@@ -15,13 +15,15 @@ Example:
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from delta_eval.exceptions import ConfigError, RecordError
+from delta_eval.exceptions import ConfigError, RecordError, SourceWarning
+from delta_eval.ingest.describe import describe_records, nearest_paths
 from delta_eval.ingest.native import detect_format, native_conversation
 from delta_eval.ingest.pseudonymize import Pseudonymizer
 from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
@@ -121,10 +123,14 @@ class ConversationSource:
         seen: dict[str, str] = {}
         fmt: str = self.mapping.message_format
         undetected: str | None = None  # why auto-detection failed on the first record: every record says so
+        unfilled = set(self.mapping.metadata_paths())  # metadata no record has yet: a misspelt path, said at the end
+        first: Any = None
         for position, (label, raw, document) in enumerate(self._documents()):
             if isinstance(raw, RecordError):
                 yield raw
                 continue
+            if first is None:
+                first = raw
             if fmt == "auto" and not isinstance(raw, Conversation):
                 try:
                     fmt = detect_format(raw, self.mapping)
@@ -147,7 +153,41 @@ class ConversationSource:
                 )
                 continue
             seen[conv.id] = label
+            if unfilled:
+                unfilled -= {name for name in unfilled if conv.metadata.get(name) is not None}
             yield self.pseudonymizer.conversation(conv) if self.pseudonymizer is not None else conv
+        if seen and unfilled:
+            self._warn_unfilled(sorted(unfilled), first)
+
+    def _warn_unfilled(self, names: list[str], first: Any) -> None:
+        paths = self.mapping.metadata_paths()
+        for name in names:
+            path = paths[name]
+            near = nearest_paths(path.removeprefix("$."), [first] if isinstance(first, Mapping) else [])
+            hint = f"; nearest names in the first record: {', '.join(near)}" if near else ""
+            warnings.warn(
+                f"metadata field {name!r} (path {path!r}) is in no record of {self.name}: it is empty for every "
+                f"conversation{hint}",
+                SourceWarning,
+                stacklevel=3,
+            )
+
+    def describe(self) -> str:
+        """What the source's first record holds, in a sentence: what is at the ``messages`` path, the record's
+        fields, and the format it looks like when that is not the one set. The end of the error that says why a
+        source gave nothing to replay."""
+        records = [raw for _, raw in itertools.islice(self._records(), 1) if not isinstance(raw, RecordError)]
+        hint = None
+        if records and not isinstance(records[0], Conversation):
+            looks = detect_trace_format(records[0])
+            if looks is None:
+                try:
+                    looks = detect_format(records[0], self.mapping)
+                except ValueError:
+                    looks = None
+            if looks is not None and looks != self.mapping.message_format:
+                hint = f"it looks like {looks!r} records: message_format={looks!r} reads them"
+        return describe_records(records, self.mapping, hint)
 
     def load(self) -> tuple[list[Conversation], list[RecordError]]:
         """Read everything: the good conversations and the errors, each in source order."""

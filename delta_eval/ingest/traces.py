@@ -124,5 +124,22 @@ def conversations_of(
 def read_traces(
     fmt: str, records: Iterable[tuple[str, Any]], mapping: FieldMapping, source: str
 ) -> Iterator[tuple[str, Conversation | RecordError]]:
-    """The conversations in raw trace ``records`` of format ``fmt`` (a name in :data:`TRACE_FORMATS`)."""
-    return conversations_of(trace_format(fmt).calls(records, source), mapping, source)
+    """The conversations in raw trace ``records`` of format ``fmt`` (a name in :data:`TRACE_FORMATS`); a source
+    whose records hold no model call of that format yields one :class:`RecordError` saying so (never an empty
+    source in silence)."""
+    seen = [0, 0]  # records read, model calls found
+
+    def counted(items: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+        for item in items:
+            seen[0] += 1
+            yield item
+
+    def found(items: Iterable[TracedCall | RecordError]) -> Iterator[TracedCall | RecordError]:
+        for item in items:
+            seen[1] += isinstance(item, TracedCall)
+            yield item
+
+    yield from conversations_of(found(trace_format(fmt).calls(counted(records), source)), mapping, source)
+    if seen[0] and not seen[1]:
+        yield "the source", RecordError(source, "the source", "", f"none of its {seen[0]} records holds a model call "
+                                        f"in the {fmt!r} trace format")  # fmt: skip

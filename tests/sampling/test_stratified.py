@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import delta_eval as de
 from delta_eval.demo import airline_task_type
-from delta_eval.exceptions import ConfigError, SampleWarning
+from delta_eval.exceptions import ConfigError, SampleWarning, SourceWarning
 from delta_eval.sampling import build_population, draw_sample, iter_selected
 from delta_eval.schema import ErrorRecord
 
@@ -124,7 +124,11 @@ def test_a_declared_field_no_record_has_is_a_config_error(tmp_path: Path) -> Non
     path = tmp_path / "export.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     source = de.read_conversations(path, metadata=["tierr", "tiers"])
-    with pytest.raises(ConfigError) as info:
+    # Reading warns first (the paths are in no record, nearest 'tier'); sampling on one refuses.
+    with (
+        pytest.raises(ConfigError) as info,
+        pytest.warns(SourceWarning, match="nearest names in the first record: tier"),
+    ):
         sample(source, de.Stratified(by=["tierr"]))
     assert str(info.value) == (
         "stratum field 'tierr' is missing from all 4 conversations, which would all fall in one '(missing)' stratum "
