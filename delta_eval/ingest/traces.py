@@ -35,8 +35,16 @@ from delta_eval.mapping import FieldMapping
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
 
-__all__ = ["TRACE_FORMATS", "TraceFormat", "TracedCall", "conversations_of", "detect_trace_format", "read_traces",
-           "trace_format"]  # fmt: skip
+__all__ = [
+    "TRACE_FORMATS",
+    "WINDOW",
+    "TraceFormat",
+    "TracedCall",
+    "conversations_of",
+    "detect_trace_format",
+    "read_traces",
+    "trace_format",
+]
 
 
 @dataclass(frozen=True)
@@ -81,44 +89,77 @@ def detect_trace_format(record: Any) -> str | None:
     return next((name for name in TRACE_FORMATS if trace_format(name).looks_like(record)), None)
 
 
+#: How many model calls a conversation may go without one before it is taken as whole: traces interleave
+#: conversations, but a conversation's calls lie close together in an export, so holding only the conversations
+#: seen lately keeps memory flat in the size of the source.
+WINDOW = 50_000
+
+
 def conversations_of(
-    calls: Iterable[TracedCall | RecordError], mapping: FieldMapping, source: str
+    calls: Iterable[TracedCall | RecordError], mapping: FieldMapping, source: str, *, window: int = WINDOW
 ) -> Iterator[tuple[str, Conversation | RecordError]]:
-    """The conversations the calls make, in the order each first appears, as ``(label, conversation)``; a record
-    error passes through where it occurs. ``id`` and ``metadata`` paths of ``mapping`` read the ``fields`` of the
-    conversation's first call; its tools are the first call's (else ``mapping.tools``)."""
-    groups: dict[str, list[TracedCall]] = {}
-    for item in calls:
+    """The conversations the calls make, as ``(label, conversation)``, each once no call of it came in the last
+    ``window`` calls (or at the end of the source); a record error passes through where it occurs. A call of a
+    conversation already given (more than ``window`` calls after its last one) is a record error naming it. ``id``
+    and ``metadata`` paths of ``mapping`` read the ``fields`` of the conversation's first call; its tools are the
+    first call's (else ``mapping.tools``)."""
+    groups: dict[str, list[TracedCall]] = {}  # insertion order = order of each conversation's latest call
+    latest: dict[str, int] = {}
+    done: set[str] = set()
+    position = 0
+    for n, item in enumerate(calls):
         if isinstance(item, RecordError):
             yield item.record, item
             continue
-        groups.setdefault(item.conversation, []).append(item)
-    for position, (key, group) in enumerate(groups.items()):
-        group.sort(key=lambda c: c.order)
-        first = group[0]
-        label = f"{first.label} ({len(group)} call{'s' if len(group) > 1 else ''}"
-        try:
-            conv_id = key
-            if mapping.id is not None:
-                conv_id = mapping.conversation_id(first.fields, source=source, label=label + ")", position=position)
-            messages, contexts = assemble([c.call for c in group])
-            tools = next((c.call.tools for c in group if c.call.tools is not None), None)
-            conv = Conversation(
-                id=conv_id,
-                messages=messages,
-                calls=contexts,
-                tools=tools if tools is not None else mapping.tools,
-                metadata=mapping.metadata_of(first.fields),
-                source=source,
-                record=f"{label}, id {conv_id})",
-            )
-        except RecordError as exc:
-            yield label + ")", exc
+        key = item.conversation
+        if key in done:
+            yield item.label, RecordError(source, item.label, "", f"a call of conversation {key!r} comes more than "
+                                          f"{window} calls after its last one, when the conversation was already "
+                                          "read; sort the export by conversation or time")  # fmt: skip
             continue
-        except ValidationError as exc:
-            yield label + ")", RecordError(source, f"{label}, id {key})", "", describe_invalid(exc))
-            continue
-        yield conv.record, conv
+        group = groups.pop(key, None) or []
+        group.append(item)
+        groups[key] = group  # moved to the end: the most recently called
+        latest[key] = n
+        while groups:
+            oldest = next(iter(groups))
+            if n - latest[oldest] < window:
+                break
+            yield _conversation(oldest, groups.pop(oldest), mapping, source, position)
+            done.add(oldest)
+            del latest[oldest]
+            position += 1
+    for key, group in groups.items():
+        yield _conversation(key, group, mapping, source, position)
+        position += 1
+
+
+def _conversation(
+    key: str, group: list[TracedCall], mapping: FieldMapping, source: str, position: int
+) -> tuple[str, Conversation | RecordError]:
+    group.sort(key=lambda c: c.order)
+    first = group[0]
+    label = f"{first.label} ({len(group)} call{'s' if len(group) > 1 else ''}"
+    try:
+        conv_id = key
+        if mapping.id is not None:
+            conv_id = mapping.conversation_id(first.fields, source=source, label=label + ")", position=position)
+        messages, contexts = assemble([c.call for c in group])
+        tools = next((c.call.tools for c in group if c.call.tools is not None), None)
+        conv = Conversation(
+            id=conv_id,
+            messages=messages,
+            calls=contexts,
+            tools=tools if tools is not None else mapping.tools,
+            metadata=mapping.metadata_of(first.fields),
+            source=source,
+            record=f"{label}, id {conv_id})",
+        )
+    except RecordError as exc:
+        return label + ")", exc
+    except ValidationError as exc:
+        return label + ")", RecordError(source, f"{label}, id {key})", "", describe_invalid(exc))
+    return conv.record, conv
 
 
 def read_traces(
