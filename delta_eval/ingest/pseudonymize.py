@@ -294,6 +294,19 @@ def _valid_match(d: _Detector, text: str, m: re.Match[str]) -> re.Match[str] | N
 # --- the transform ------------------------------------------------------------------------------------------------
 
 
+def _whole(value: str) -> str:
+    """A pattern finding ``value`` only as a whole word where it starts or ends with one: the name "Mia" is not
+    the start of "Miami".
+
+    Example:
+        >>> [m.start() for m in re.finditer(_whole("Mia"), "Mia flew to Miami; ask Mia.")]
+        [0, 23]
+    """
+    head = r"(?<!\w)" if re.match(r"\w", value[0]) else ""
+    tail = r"(?!\w)" if re.match(r"\w", value[-1]) else ""
+    return f"{head}{re.escape(value)}{tail}"
+
+
 class Pseudonymizer:
     """Replaces personal data as a :class:`~delta_eval.mapping.Pseudonymize` describes; one per source.
 
@@ -340,7 +353,7 @@ class Pseudonymizer:
 
         for kind, value in known:  # metadata values named by ``fields`` first: the user said they are personal
             if value:
-                for m in re.finditer(re.escape(value), text):
+                for m in re.finditer(_whole(value), text):
                     if free(m.start(), m.end()):
                         spans.append((m.start(), m.end(), self.fake(kind, value)))
         for d in self._detectors:

@@ -198,6 +198,17 @@ def test_user_patterns_and_metadata_fields_are_replaced_everywhere() -> None:
     assert "ACME-123456" not in out.messages[0].content
 
 
+@given(st.text(alphabet="abcdefghij", min_size=2, max_size=6), st.text(alphabet="abcdefghij", min_size=1, max_size=4))
+def test_a_field_value_is_replaced_as_a_whole_word_only(name: str, suffix: str) -> None:
+    p = Pseudonymizer(de.Pseudonymize(kinds=[], fields=["user"], salt="s"))
+    longer = f"{name}{suffix}"  # "Mia" in "Miami": another word, left alone
+    conv = de.Conversation(id="c", metadata={"user": name},
+                           messages=(Message(role="user", content=f"{name} flew to {longer}."),))  # fmt: skip
+    out = p.conversation(conv)
+    fake = out.metadata["user"]
+    assert out.messages[0].content == f"{fake} flew to {longer}."
+
+
 def test_the_toml_form_is_read() -> None:
     cfg = de.SourceConfig.model_validate(
         {"path": "x.jsonl", "pseudonymize": {"kinds": ["email", "card"], "patterns": ["ACME-\\d{6}"]}}
