@@ -125,3 +125,14 @@ def test_rate_limits_benchmark_keeps_the_cap_full_under_noise_and_stays_under_a_
     assert limit["adaptive"]["over_limit"] <= limit["halving"]["over_limit"]
     assert limit["adaptive"]["failed"] == 0
     assert "of ideal" in rate_limits.report(figures, 400, 16)
+
+
+@pytest.mark.slow
+def test_ingest_benchmark_reads_every_format_back_whole(tmp_path: Path) -> None:
+    ingest = load("ingest")
+    for name in ingest.FORMATS:
+        path = ingest.write(name, 30, tmp_path)
+        convs, errors, seconds, peak_mb = ingest.measure(name, path)
+        assert (convs, errors) == (30 // ingest.FORMATS[name][3], 0), name
+        assert seconds > 0
+        assert peak_mb > 0
