@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -102,8 +103,8 @@ def write(name: str, records: int, folder: Path) -> Path:
     return path
 
 
-def _read(name: str, path: str, out: Any) -> None:
-    """In a fresh process: read every conversation, send back (conversations, errors, seconds, peak RSS MB)."""
+def read(name: str, path: str) -> tuple[int, int, float, float]:
+    """Read every conversation of ``path``: (conversations, errors, seconds, peak RSS MB of this process)."""
     fmt = FORMATS[name][0]
     source = de.read_conversations(path, message_format=fmt)  # type: ignore[arg-type]
     good = bad = 0
@@ -114,18 +115,15 @@ def _read(name: str, path: str, out: Any) -> None:
         else:
             bad += 1
     seconds = time.perf_counter() - start
-    out.send((good, bad, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    return good, bad, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure(name: str, path: Path) -> tuple[int, int, float, float]:
-    """Read ``path`` in a fresh process: (conversations, errors, seconds, peak RSS MB)."""
-    ctx = multiprocessing.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_read, args=(name, str(path), send))
-    proc.start()
-    result: tuple[int, int, float, float] = recv.recv()
-    proc.join()
-    return result
+    """Read ``path`` in a fresh process (this script with ``--read``), so the peak RSS is this read's alone."""
+    out = subprocess.run([sys.executable, __file__, "--read", name, str(path)], check=True, capture_output=True,
+                         text=True).stdout  # fmt: skip
+    good, bad, seconds, peak = json.loads(out.strip().splitlines()[-1])
+    return int(good), int(bad), float(seconds), float(peak)
 
 
 def main() -> None:
@@ -134,7 +132,11 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=None, help="records for the memory ratio (default records/10)")
     parser.add_argument("--repeats", type=int, default=3, help="reads per format; medians are printed")
     parser.add_argument("--formats", nargs="*", default=None, help="only these formats (names as printed)")
+    parser.add_argument("--read", nargs=2, metavar=("FORMAT", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.read:  # the fresh process of one measurement
+        print(json.dumps(read(*args.read)))
+        return
     small = args.small or max(1, args.records // 10)
     names = [n for n in FORMATS if args.formats is None or any(f in n for f in args.formats)]
     rows = []
