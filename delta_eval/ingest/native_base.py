@@ -67,6 +67,8 @@ def media(kind: MediaKind, err: Err, field: str, *, data: Any = None, url: Any =
     mt = media_type if isinstance(media_type, str) else ""
     name = filename if isinstance(filename, str) and filename else None
     try:
+        if isinstance(data, bytes | bytearray) and data:  # an SDK's objects dumped in Python hold the bytes
+            return MediaPart.from_bytes(kind, bytes(data), mt, filename=name)
         if isinstance(data, str) and data:
             if data.startswith("data:"):
                 return MediaPart.from_url(kind, data, mt, filename=name)
