@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from delta_eval.ingest.native_base import TOOL_ERROR, Err, OpenCalls, arguments_json, media, placeholder
-from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall
+from delta_eval.schema import MediaKind, MediaPart, Message, ReasoningState, ToolCall
 
 __all__ = ["PROVIDER", "read_anthropic"]
 
@@ -55,7 +55,7 @@ def _media(block: Mapping[str, Any], err: Err, field: str) -> MediaPart | str:
     source = block.get("source")
     if not isinstance(source, Mapping):
         raise err(f"{field}.source", f"an {block['type']} block needs its source")
-    kind = "image" if block["type"] == "image" else "file"
+    kind: MediaKind = "image" if block["type"] == "image" else "file"
     where, media_type = f"{field}.source", source.get("media_type")
     if source.get("type") == "base64":
         return media(kind, err, f"{where}.data", data=source.get("data"), media_type=media_type)
