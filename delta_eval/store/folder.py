@@ -616,7 +616,9 @@ class RunFolder:
             folder = safe_paths.mkdir(self.path, self.path / name)
             final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
             tmp = safe_paths.check(self.path, folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp")
-            pq.write_table(_scrubbed(table), tmp, compression="zstd")
+            skip = TABLES[name].no_statistics
+            stats: bool | list[str] = [c for c in table.column_names if c not in skip] if skip else True
+            pq.write_table(_scrubbed(table), tmp, compression="zstd", write_statistics=stats)
             safe_paths.replace(self.path, tmp, final)
             files[name] = [f"{name}/{final.name}"]
             sizes[f"{name}/{final.name}"] = final.stat().st_size

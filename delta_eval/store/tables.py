@@ -38,7 +38,7 @@ TABLES: dict[str, Table[Any]] = {
     "errors": Table(ErrorRecord),
     "conversations": Table(SampledConversation, as_json=("messages", "tools")),
     "strata": Table(Stratum),
-    "media": Table(StoredMedia),
+    "media": Table(StoredMedia, no_statistics=("data",)),
 }
 DATASETS = tuple(TABLES)
 SCHEMAS: dict[str, pa.Schema] = {name: table.schema for name, table in TABLES.items()}
