@@ -76,16 +76,21 @@ arguments = st.dictionaries(
 ).map(lambda d: json.dumps(d, ensure_ascii=False))
 
 
+images = st.binary(min_size=1, max_size=24).map(lambda raw: MediaPart.from_bytes("image", raw, "image/png"))
+
+
 @st.composite
 def conversations(draw: st.DrawFn, fmt: str) -> tuple[Message, ...]:
-    """A conversation with tool rounds: optional system prompt, user turns, each answered by zero or more tool
-    rounds (narration optional, one to three calls, their results) and a final text; reasoning on some turns."""
+    """A conversation with tool rounds: optional system prompt, user turns (some with images), each answered by zero
+    or more tool rounds (narration optional, one to three calls, their results) and a final text; reasoning on some
+    turns."""
     out: list[Message] = []
     if draw(st.booleans()):
         out.append(Message(role="system", content=draw(texts)))
     n = 0
     for _ in range(draw(st.integers(1, 3))):
-        out.append(Message(role="user", content=draw(texts)))
+        media = draw(st.lists(images, max_size=2).map(tuple))
+        out.append(Message(role="user", content=draw(texts), media=media))
         for _ in range(draw(st.integers(0, 2))):
             calls = []
             for _ in range(draw(st.integers(1, 3))):
