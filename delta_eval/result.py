@@ -50,7 +50,7 @@ class RunResult:
     ) -> pa.Table:
         """One dataset of the run as an Arrow table (``.to_pandas()`` for a DataFrame). The messages of
         ``conversations`` name their media by hash; ``media`` holds the bytes, once each
-        (:func:`delta_eval.store.media.read_conversations` joins them back)."""
+        (:meth:`delta_eval.store.folder.RunFolder.read_conversations` joins them back)."""
         return self._folder.read(name)
 
     def win_rate(

@@ -15,7 +15,6 @@ import delta_eval as de
 from delta_eval.demo import WIRES, behaviours, demo_config, demo_conversations, demo_models
 from delta_eval.schema import Conversation, MediaPart
 from delta_eval.store.folder import RunFolder
-from delta_eval.store.media import read_conversations
 from delta_eval.testing import FakeOpenAIServer
 
 #: 3 KB of image bytes whose base64 has no ``+`` or ``/`` (so Google's URL-safe alphabet spells it the same).
@@ -90,7 +89,7 @@ def test_a_run_over_conversations_sharing_one_image_stores_its_bytes_once(tmp_pa
     assert decoded == 1  # the one row of the media dataset
     assert result.table("media").column("sha256").to_pylist() == [IMAGE.sha256]
     # The conversations read back whole: the reference in their messages finds the bytes again.
-    back = read_conversations(RunFolder(out))
+    back = RunFolder(out).read_conversations()
     assert sorted(c.conversation_id for c in back) == sorted(c.id for c in conversations)
     assert all(c.messages == next(o for o in conversations if o.id == c.conversation_id).messages for c in back)
     # A resumed run (nothing left to do) writes no second copy.

@@ -54,7 +54,7 @@ from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.schema import SampledConversation
 from delta_eval.store import safe_paths
 from delta_eval.store.manifest import FORMAT, RunManifest
-from delta_eval.store.media import split_media
+from delta_eval.store.media import restore_media, split_media
 from delta_eval.store.sent import SENT_DIR, remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
@@ -373,6 +373,17 @@ class RunFolder:
         raise RunFolderChangedError(
             f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
         )
+
+    def read_conversations(self) -> list[SampledConversation]:
+        """The sampled conversations of the run, their media bytes restored from the ``media`` dataset (the
+        ``conversations`` table names them by hash only)."""
+        media = self.read("media", ["sha256", "data"])
+        data = dict(zip(media.column("sha256").to_pylist(), media.column("data").to_pylist(), strict=True))
+        table = TABLES["conversations"]
+        return [
+            record.model_copy(update={"messages": restore_media(record.messages, data)})
+            for record in (table.parse(row) for row in self.read("conversations").to_pylist())
+        ]
 
     def manifest(self) -> RunManifest | None:
         """The manifest, or ``None`` before one was written."""

@@ -7,8 +7,9 @@ type, base64 data); the message JSON of ``conversations`` keeps only the referen
 URL or filename where there is one). Rows of one conversation and its new media are in the same batch, so a
 committed conversation never refers to bytes that are not in the run.
 
-:func:`restore_media` puts the bytes back into messages read from the tables; :func:`read_conversations` reads the
-sampled conversations of a run with their media whole.
+:func:`restore_media` puts the bytes back into messages read from the tables;
+:meth:`~delta_eval.store.folder.RunFolder.read_conversations` reads the sampled conversations of a run with
+their media whole.
 
 Example:
     >>> from delta_eval.schema import MediaPart, Message, SampledConversation
@@ -28,16 +29,12 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.schema import MediaKind, Message, SampledConversation
 
-if TYPE_CHECKING:
-    from delta_eval.store.folder import RunFolder
-
-__all__ = ["StoredMedia", "read_conversations", "restore_media", "split_media"]
+__all__ = ["StoredMedia", "restore_media", "split_media"]
 
 
 class StoredMedia(BaseModel):
@@ -85,16 +82,3 @@ def restore_media(messages: Iterable[Message], data: Mapping[str, str]) -> tuple
             m = m.model_copy(update={"media": media})
         out.append(m)
     return tuple(out)
-
-
-def read_conversations(folder: RunFolder) -> list[SampledConversation]:
-    """The sampled conversations a run folder holds, their media bytes restored from its ``media`` dataset."""
-    from delta_eval.store.tables import TABLES
-
-    media = folder.read("media")
-    data = dict(zip(media.column("sha256").to_pylist(), media.column("data").to_pylist(), strict=True))
-    table = TABLES["conversations"]
-    return [
-        record.model_copy(update={"messages": restore_media(record.messages, data)})
-        for record in (table.parse(row) for row in folder.read("conversations").to_pylist())
-    ]

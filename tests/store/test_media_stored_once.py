@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from delta_eval.schema import MediaPart, Message, SampledConversation
 from delta_eval.store.folder import RunFolder
-from delta_eval.store.media import read_conversations
 
 payloads = st.lists(st.binary(min_size=1, max_size=64), min_size=1, max_size=3, unique=True)
 
@@ -50,4 +49,4 @@ def test_each_distinct_payload_is_stored_once_and_read_back_whole(
         assert sorted(stored) == sorted(used | {p.sha256 for p in parts})  # each once, none missing
         kept = again.read("conversations").column("messages").to_pylist()
         assert not any(p.data and p.data in text for p in parts for text in kept)  # references only
-        assert read_conversations(again) == [*convs, conversation("late", tuple(parts))]
+        assert again.read_conversations() == [*convs, conversation("late", tuple(parts))]
