@@ -13,7 +13,9 @@ object instead of a JSON string (re-serialised), and ``content`` next to ``tool_
 Media parts of a user or tool message (``image_url`` with an ``http(s)`` or ``data:`` URL, ``input_audio`` with
 base64 data and a format, ``file`` with ``file_data``) become the message's
 :class:`~delta_eval.schema.MediaPart` objects; a ``file`` given only by ``file_id`` (an upload whose bytes the record
-does not hold) becomes a placeholder text naming it.
+does not hold) becomes a placeholder text naming it. A message may also carry canonical ``media`` (a list of
+:class:`~delta_eval.schema.MediaPart` fields, as ``Message.model_dump()`` writes them), so a render function may
+return dumped messages without losing their media.
 """
 
 from __future__ import annotations
@@ -66,6 +68,17 @@ def _media(part: Mapping[str, Any], err: _Err, field: str) -> MediaPart | str:
         return MediaPart.from_base64("file", str(file_data), filename=name)
     except ValueError as exc:
         raise err(f"{field}.{kind}", f"unreadable {kind}: {exc}") from None
+
+
+def _canonical_media(raw: Any, err: _Err, field: str) -> tuple[MediaPart, ...]:
+    if not raw:
+        return ()
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise err(field, "media must be a list of media parts")
+    try:
+        return tuple(p if isinstance(p, MediaPart) else MediaPart.model_validate(p) for p in raw)
+    except ValueError as exc:
+        raise err(field, f"not a media part: {exc}") from None
 
 
 def _content(value: Any, err: _Err, field: str, *, media_ok: bool = False) -> tuple[str | None, tuple[MediaPart, ...]]:
@@ -204,6 +217,7 @@ def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str =
         if role not in _ROLES:
             raise err(f"[{i}].role", f"unknown role {m.get('role')!r}; expected one of {', '.join(_ROLES)}")
         content, media = _content(m.get("content"), err, f"[{i}].content", media_ok=role in ("user", "tool"))
+        media += _canonical_media(m.get("media"), err, f"[{i}].media")
         if role == "tool":
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str) and m.get("role") == "function":
