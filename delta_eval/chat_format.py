@@ -9,6 +9,13 @@ Every problem raises :class:`~delta_eval.exceptions.RecordError` naming the sour
 Real exports have quirks this parser accepts on purpose: tool-call ids reused within a conversation (a result
 answers the most recent open call with that id), ``content`` given as a list of text parts, arguments given as an
 object instead of a JSON string (re-serialised), and ``content`` next to ``tool_calls`` (kept as narration).
+
+Media parts of a user or tool message (``image_url`` with an ``http(s)`` or ``data:`` URL, ``input_audio`` with
+base64 data and a format, ``file`` with ``file_data``) become the message's
+:class:`~delta_eval.schema.MediaPart` objects; a ``file`` given only by ``file_id`` (an upload whose bytes the record
+does not hold) becomes a placeholder text naming it. A message may also carry canonical ``media`` (a list of
+:class:`~delta_eval.schema.MediaPart` fields, as ``Message.model_dump()`` writes them), so a render function may
+return dumped messages without losing their media.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from delta_eval.exceptions import ConfigError, RecordError
-from delta_eval.schema import Message, ToolCall, ToolSpec
+from delta_eval.schema import MediaPart, Message, ToolCall, ToolSpec
 
 __all__ = ["load_tools", "parse_messages", "parse_tools"]
 
@@ -31,21 +38,72 @@ _ROLES = ("system", "user", "assistant", "tool")
 _ROLE_ALIASES = {"developer": "system", "function": "tool"}
 
 
-def _text(value: Any, err: _Err, field: str) -> str | None:
+_MEDIA_PARTS = ("image_url", "input_audio", "file")
+
+
+def _media(part: Mapping[str, Any], err: _Err, field: str) -> MediaPart | str:
+    """The media of an ``image_url``, ``input_audio`` or ``file`` part (a placeholder for a bare ``file_id``)."""
+    kind = part["type"]
+    body = part.get(kind)
+    if not isinstance(body, Mapping):
+        raise err(f"{field}.{kind}", f"a {kind} part needs its {kind} object")
+    url, data, fmt, name = body.get("url"), body.get("data"), body.get("format"), body.get("filename")
+    name = name if isinstance(name, str) and name else None
+    if kind == "image_url" and (not isinstance(url, str) or not url):
+        raise err(f"{field}.image_url.url", "an image_url part needs its url")
+    if kind == "input_audio" and (not isinstance(data, str) or not data or not isinstance(fmt, str) or not fmt):
+        raise err(f"{field}.input_audio", "an input_audio part needs its data (base64) and format")
+    file_data = body.get("file_data")
+    if kind == "file" and not (isinstance(file_data, str) and file_data):
+        if isinstance(body.get("file_id"), str):
+            return f"[file: {name or body['file_id']}]"
+        raise err(f"{field}.file", "a file part needs its file_data (or a file_id)")
+    try:
+        if kind == "image_url":
+            return MediaPart.from_url("image", str(url))
+        if kind == "input_audio":
+            return MediaPart.from_base64("audio", str(data), f"audio/{fmt}")
+        if str(file_data).startswith("data:"):
+            return MediaPart.from_url("file", str(file_data), filename=name)
+        return MediaPart.from_base64("file", str(file_data), filename=name)
+    except ValueError as exc:
+        raise err(f"{field}.{kind}", f"unreadable {kind}: {exc}") from None
+
+
+def _canonical_media(raw: Any, err: _Err, field: str) -> tuple[MediaPart, ...]:
+    if not raw:
+        return ()
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise err(field, "media must be a list of media parts")
+    try:
+        return tuple(p if isinstance(p, MediaPart) else MediaPart.model_validate(p) for p in raw)
+    except ValueError as exc:
+        raise err(field, f"not a media part: {exc}") from None
+
+
+def _content(value: Any, err: _Err, field: str, *, media_ok: bool = False) -> tuple[str | None, tuple[MediaPart, ...]]:
     if value is None or isinstance(value, str):
-        return value
+        return value, ()
     if isinstance(value, Sequence):
         parts: list[str] = []
+        found: list[MediaPart] = []
         for k, part in enumerate(value):
             if isinstance(part, str):
                 parts.append(part)
             elif isinstance(part, Mapping) and part.get("type") in ("text", "input_text", "output_text"):
                 parts.append(str(part.get("text", "")))
+            elif media_ok and isinstance(part, Mapping) and part.get("type") in _MEDIA_PARTS:
+                got = _media(part, err, f"{field}[{k}]")
+                if isinstance(got, MediaPart):
+                    found.append(got)
+                else:
+                    parts.append(got)
             else:
                 kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
-                raise err(f"{field}[{k}]", f"unsupported content part of type {kind!r} (only text is replayed)")
-        return "".join(parts)
-    raise err(field, f"content must be a string, a list of text parts or null, not {type(value).__name__}")
+                where = "" if media_ok else " here (media only in user and tool messages)"
+                raise err(f"{field}[{k}]", f"unsupported content part of type {kind!r}{where}")
+        return "".join(parts), tuple(found)
+    raise err(field, f"content must be a string, a list of content parts or null, not {type(value).__name__}")
 
 
 class _Err:
@@ -158,7 +216,8 @@ def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str =
         role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
         if role not in _ROLES:
             raise err(f"[{i}].role", f"unknown role {m.get('role')!r}; expected one of {', '.join(_ROLES)}")
-        content = _text(m.get("content"), err, f"[{i}].content")
+        content, media = _content(m.get("content"), err, f"[{i}].content", media_ok=role in ("user", "tool"))
+        media += _canonical_media(m.get("media"), err, f"[{i}].media")
         if role == "tool":
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str) and m.get("role") == "function":
@@ -167,7 +226,7 @@ def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str =
                 raise err(f"[{i}].tool_call_id", f"tool result {call_id!r} answers no open tool call")
             _, _, call_name = pending.pop(call_id)
             name = m.get("name") if isinstance(m.get("name"), str) else call_name
-            out.append(Message(role="tool", content=content or "", tool_call_id=call_id, name=name))
+            out.append(Message(role="tool", content=content or "", tool_call_id=call_id, name=name, media=media))
             continue
         close_pending()
         if role == "assistant":
@@ -183,7 +242,7 @@ def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str =
         else:
             if content is None:
                 raise err(f"[{i}].content", f"a {role} message needs content")
-            out.append(Message(role=role, content=content))
+            out.append(Message(role=role, content=content, media=media))
     close_pending()
     return tuple(out)
 

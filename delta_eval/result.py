@@ -46,9 +46,11 @@ class RunResult:
         return self.manifest.counts
 
     def table(
-        self, name: Literal["replays", "verdicts", "judgements", "errors", "conversations", "strata"]
+        self, name: Literal["replays", "verdicts", "judgements", "errors", "conversations", "strata", "media"]
     ) -> pa.Table:
-        """One dataset of the run as an Arrow table (``.to_pandas()`` for a DataFrame)."""
+        """One dataset of the run as an Arrow table (``.to_pandas()`` for a DataFrame). The messages of
+        ``conversations`` name their media by hash; ``media`` holds the bytes, once each
+        (:meth:`delta_eval.store.folder.RunFolder.read_conversations` joins them back)."""
         return self._folder.read(name)
 
     def win_rate(
@@ -102,7 +104,7 @@ class RunResult:
 
     def connect(self) -> Any:
         """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,
-        ``strata``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`)."""
+        ``strata``, ``media``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`)."""
         return open_run(self.path)
 
     def __repr__(self) -> str:

@@ -5,7 +5,9 @@ one of these types, so any recorded conversation can replay on any model.
 
 The shapes follow OpenAI Chat Completions (the most common export format) with two deliberate differences:
 tool-call arguments are kept as the exact raw string the model produced (parsed on demand, flagged when not valid
-JSON, never lost), and a tool result carries where it came from during a replay (recorded, simulated, custom).
+JSON, never lost), a tool result carries where it came from during a replay (recorded, simulated, custom), and the
+media of a message (images, files, audio) are :class:`MediaPart` objects beside its text, named by the SHA-256 of
+their bytes.
 
 Example:
     >>> call = ToolCall(id="c1", name="get_user", arguments='{"user_id": "mia"}')
@@ -17,6 +19,9 @@ Example:
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
@@ -31,6 +36,8 @@ __all__ = [
     "ErrorRecord",
     "History",
     "Judgement",
+    "MediaKind",
+    "MediaPart",
     "Message",
     "Outcome",
     "ReasoningState",
@@ -60,6 +67,8 @@ ResultSource = Literal["recorded", "simulated", "custom"]
 #: How bad the worse side's failure was: ``critical`` is e.g. a hallucinated fact or a wrong irreversible action.
 Severity = Literal["none", "minor", "critical"]
 ErrorStage = Literal["ingest", "sample", "replay", "judge", "run"]
+#: What a media part holds: a picture, a document (PDF, text, ...) or a sound.
+MediaKind = Literal["image", "file", "audio"]
 
 _INVALID = object()
 
@@ -119,11 +128,96 @@ class ReasoningState(_Frozen):
     summary: str | None = None
 
 
+class MediaPart(_Frozen):
+    """An image, file or audio clip a message carries beside its text.
+
+    ``sha256`` names the content: the hex SHA-256 of the decoded bytes when they are known (``data``), else of the
+    URL's text. ``data`` is the bytes in base64; ``url`` is where they live (an ``http(s)`` address, or a
+    provider's file URI) when the record gave no bytes. A run folder keeps each distinct ``data`` once, apart from
+    the messages (:mod:`delta_eval.store.media`): a part read back from a run's tables without its bytes has
+    neither ``data`` nor ``url`` (only its name) until they are restored. ``placeholder`` is the short text that
+    stands for the part wherever its bytes must not go (a judge's prompt, a provider that cannot take the kind).
+
+    Build one with :meth:`from_base64`, :meth:`from_bytes` or :meth:`from_url` (which reads a ``data:`` URL into
+    its bytes), so that the hash always matches.
+
+    Example:
+        >>> part = MediaPart.from_url("image", "data:image/png;base64,iVBORw0KGgo=")
+        >>> part.media_type, part.data, part.placeholder
+        ('image/png', 'iVBORw0KGgo=', '[image image/png sha256:4c4b6a3be131]')
+        >>> MediaPart.from_url("image", "https://example.com/cat.jpg", "image/jpeg").url
+        'https://example.com/cat.jpg'
+    """
+
+    kind: MediaKind
+    media_type: str = ""
+    sha256: str
+    url: str | None = None
+    data: str | None = None
+    filename: str | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex_digest(cls, value: str) -> str:
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise ValueError("sha256 must be 64 lowercase hex digits")
+        return value
+
+    @classmethod
+    def from_bytes(cls, kind: MediaKind, raw: bytes, media_type: str = "", *, filename: str | None = None) -> MediaPart:
+        """A part holding ``raw``."""
+        return cls(kind=kind, media_type=media_type, sha256=hashlib.sha256(raw).hexdigest(),
+                   data=base64.b64encode(raw).decode("ascii"), filename=filename)  # fmt: skip
+
+    @classmethod
+    def from_base64(cls, kind: MediaKind, data: str, media_type: str = "", *, filename: str | None = None) -> MediaPart:
+        """A part holding the base64 text ``data``; raises ``ValueError`` when it is not base64."""
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("the media data is not valid base64") from None
+        return cls(kind=kind, media_type=media_type, sha256=hashlib.sha256(raw).hexdigest(), data=data,
+                   filename=filename)  # fmt: skip
+
+    @classmethod
+    def from_url(cls, kind: MediaKind, url: str, media_type: str = "", *, filename: str | None = None) -> MediaPart:
+        """A part for ``url``: a ``data:...;base64,`` URL gives its bytes (and its media type), any other URL is kept
+        as the address, named by the hash of its text. Raises ``ValueError`` on a malformed ``data:`` URL."""
+        if url.startswith("data:"):
+            header, sep, payload = url[5:].partition(",")
+            if not sep or not header.endswith(";base64"):
+                raise ValueError("a data: URL must be data:<media type>;base64,<data>")
+            return cls.from_base64(kind, payload, header.removesuffix(";base64") or media_type, filename=filename)
+        return cls(kind=kind, media_type=media_type, sha256=hashlib.sha256(url.encode("utf-8")).hexdigest(), url=url,
+                   filename=filename)  # fmt: skip
+
+    @property
+    def data_url(self) -> str | None:
+        """The bytes as a ``data:`` URL, or ``None`` when the part holds no bytes."""
+        if self.data is None:
+            return None
+        return f"data:{self.media_type or 'application/octet-stream'};base64,{self.data}"
+
+    @property
+    def placeholder(self) -> str:
+        """The text standing for the part where its bytes must not go: kind, media type and a short hash."""
+        return f"[{self.kind} {self.media_type or 'unknown type'} sha256:{self.sha256[:12]}]"
+
+
 class Message(_Frozen):
     """One chat message in canonical form.
 
     ``tool_calls`` is set on assistant messages that call tools; ``tool_call_id`` and ``name`` on tool results;
-    ``reasoning`` on assistant messages of thinking models (see :class:`ReasoningState`).
+    ``reasoning`` on assistant messages of thinking models (see :class:`ReasoningState`). ``media`` holds the
+    images, files and audio of the message (mostly user messages and tool results); they come before the text
+    ``content`` in the message, whatever their place among its text parts was in the record (one rule every
+    adapter and judge follows, and what most recorded messages do).
+
+    Example:
+        >>> m = Message(role="user", content="what is this?",
+        ...             media=(MediaPart.from_url("image", "https://example.com/a.png", "image/png"),))
+        >>> m.text_with_media()
+        '[image image/png sha256:494a30704d4f] what is this?'
     """
 
     role: Role
@@ -132,6 +226,11 @@ class Message(_Frozen):
     tool_call_id: str | None = None
     name: str | None = None
     reasoning: ReasoningState | None = None
+    media: tuple[MediaPart, ...] = ()
+
+    def text_with_media(self) -> str:
+        """The content with each media part's placeholder before it: the message as text, where no bytes may go."""
+        return " ".join([*(p.placeholder for p in self.media), *([self.content] if self.content else [])])
 
 
 class ToolSpec(_Frozen):

@@ -94,8 +94,18 @@ def test_invalid_argument_json_is_kept_raw_and_flagged() -> None:
         ),
         (
             [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+            "messages[0].content[0].image_url.url",
+            "needs its url",
+        ),
+        (
+            [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]}],
             "messages[0].content[0]",
-            "unsupported content part of type 'image_url'",
+            "media only in user and tool messages",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%"}}]}],
+            "messages[0].content[0].image_url",
+            "not valid base64",
         ),
         ([{"role": "assistant", "content": None}], "messages[0].content", "needs content or tool calls"),
         (

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
-from delta_eval.schema import Step, ToolCall, TurnOutput, Usage
+import base64
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from delta_eval.schema import MediaKind, MediaPart, Step, ToolCall, TurnOutput, Usage
 
 
 def test_tool_call_parses_on_demand_and_copies_do_not_keep_stale_arguments() -> None:
@@ -30,3 +35,22 @@ def test_turn_output_flattens_calls_and_texts() -> None:
     out = TurnOutput(steps=(Step(text="looking", tool_calls=(a,)), Step(tool_calls=(b,))), final_text="done")
     assert [c.name for c in out.tool_calls] == ["a", "b"]
     assert out.texts == ("looking", "done")
+
+
+@settings(max_examples=50, deadline=None)
+@given(raw=st.binary(min_size=1, max_size=300), media_type=st.sampled_from(["image/png", "audio/wav", "text/plain"]))
+def test_a_media_part_is_named_by_its_bytes_however_it_is_given(raw: bytes, media_type: str) -> None:
+    data = base64.b64encode(raw).decode()
+    kind: MediaKind = (
+        "image" if media_type.startswith("image/") else "audio" if media_type.startswith("audio/") else "file"
+    )
+    given_ways = (
+        MediaPart.from_bytes(kind, raw, media_type),
+        MediaPart.from_base64(kind, data, media_type),
+        MediaPart.from_url(kind, f"data:{media_type};base64,{data}"),
+    )
+    assert len(set(given_ways)) == 1
+    part = given_ways[0]
+    assert part.data_url == f"data:{media_type};base64,{data}"
+    assert part.placeholder == f"[{kind} {media_type} sha256:{part.sha256[:12]}]"
+    assert data not in part.placeholder

@@ -7,6 +7,11 @@ blocks must come back unmodified with the ``tool_use`` they preceded: the assist
 exactly as they arrived, in its :class:`~delta_eval.schema.ReasoningState`, and they are sent back verbatim to the
 same model (and dropped for any other).
 
+Media go as blocks before the text of their user message or tool result: an image in JPEG, PNG, GIF or WebP as an
+``image`` block with a ``base64`` or ``url`` source; a PDF as a ``document`` (``base64`` or ``url``), a plain-text
+file as a ``document`` with a ``text`` source. What the Messages API cannot take (audio, other file types, a
+document in a tool result) goes as its placeholder text, said once in the notes.
+
 Rules said once per run instead of a 400 on every call: ``max_tokens`` is required (a default is sent when a
 variant gives none) and must exceed a thinking budget; reasoning parameters become what the model generation takes
 (from the model catalogue: a ``budget_tokens`` for Claude 4.5 and older, adaptive thinking with an ``effort`` for
@@ -40,15 +45,24 @@ from anthropic.types import Usage as WireUsage
 
 from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, sdk_client_options
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.media import NO_BYTES, Note, decoded, placeholder
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.prompt_cache import CacheTTL, add_cache_breakpoints
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refused, resolve_effort, wanted_effort
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
 from delta_eval.exceptions import ProviderError, TransientError
-from delta_eval.schema import Message, ReasoningState, ToolCall, Usage
+from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, Usage
 
-__all__ = ["PROVIDER", "AnthropicAdapter", "AnthropicOptions", "create", "decode_usage", "encode_messages"]
+__all__ = [
+    "PROVIDER",
+    "AnthropicAdapter",
+    "AnthropicOptions",
+    "create",
+    "decode_usage",
+    "encode_media",
+    "encode_messages",
+]
 
 PROVIDER = "anthropic"
 #: ``client.post()`` with a pre-encoded body: the typed ``messages.create()`` first walks the whole body against its
@@ -82,8 +96,53 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def encode_messages(messages: Sequence[Message], wire_model: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """The ``system`` prompt and the ``messages`` for canonical messages."""
+#: The image types the Messages API takes.
+_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def encode_media(part: MediaPart, note: Note = None, *, in_tool_result: bool = False) -> dict[str, Any]:
+    """One media part as a Messages content block (a text block holding its placeholder where the API cannot take
+    it; ``note`` is told why). A tool result takes images only.
+
+    Example:
+        >>> encode_media(MediaPart.from_url("image", "https://example.com/a.png", "image/png"))
+        {'type': 'image', 'source': {'type': 'url', 'url': 'https://example.com/a.png'}}
+    """
+    source: dict[str, Any] | None = None
+    if part.kind == "image" and (part.url is not None or part.media_type in _IMAGE_TYPES):
+        source = _source(part)
+        block_type = "image"
+    elif part.kind == "file" and not in_tool_result:
+        block_type = "document"
+        if part.media_type == "application/pdf" or (part.url is not None and not part.media_type):
+            source = _source(part)
+        elif part.media_type.startswith("text/plain") and part.data is not None:
+            text = decoded(part).decode("utf-8", errors="replace")
+            source = {"type": "text", "media_type": "text/plain", "data": text}
+    if source is not None:
+        return {"type": block_type, "source": source}
+    if part.data is None and part.url is None:
+        why = NO_BYTES
+    elif in_tool_result and part.kind != "audio":
+        why = "a Messages tool result takes images only"
+    else:
+        why = f"the Messages API takes no {part.media_type or part.kind} {part.kind} part"
+    return {"type": "text", "text": placeholder(part, note, why)}
+
+
+def _source(part: MediaPart) -> dict[str, Any] | None:
+    if part.data is not None:
+        return {"type": "base64", "media_type": part.media_type, "data": part.data}
+    if part.url is not None:
+        return {"type": "url", "url": part.url}
+    return None
+
+
+def encode_messages(
+    messages: Sequence[Message], wire_model: str, note: Note = None
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """The ``system`` prompt and the ``messages`` for canonical messages; ``note`` is told of media sent as
+    placeholder text."""
     system = [m.content or "" for m in messages if m.role == "system"]
     out: list[dict[str, Any]] = []
 
@@ -106,7 +165,14 @@ def encode_messages(messages: Sequence[Message], wire_model: str) -> tuple[str |
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments(c)} for c in m.tool_calls]
             add("assistant", blocks)
         elif m.role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content or ""}])
+            content: str | list[dict[str, Any]] = m.content or ""
+            if m.media:
+                content = [encode_media(p, note, in_tool_result=True) for p in m.media]
+                content += [{"type": "text", "text": m.content}] if m.content else []
+            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": content}])
+        elif m.media:
+            media = [encode_media(p, note) for p in m.media]
+            add("user", [*media, *([{"type": "text", "text": m.content}] if m.content else [])])
         else:
             add("user", [{"type": "text", "text": m.content or ""}])
     return ("\n\n".join(system) if system else None), out
@@ -247,7 +313,7 @@ class AnthropicAdapter(ModelAdapter):
     def encode(self, request: ModelRequest) -> dict[str, Any]:
         """The request body of ``POST /v1/messages`` for ``request`` (``params.extra`` merged in)."""
         p = request.params
-        system, messages = encode_messages(request.messages, self.wire_model)
+        system, messages = encode_messages(request.messages, self.wire_model, self.note)
         thinking, output_config = self._thinking(p)
         max_tokens = p.max_tokens
         if max_tokens is None:

@@ -10,6 +10,11 @@ round of the same turn: the model's parts are kept verbatim in the assistant mes
 :class:`~delta_eval.schema.ReasoningState` and resent as they are (to the same model only). Thought summaries are
 asked for (``includeThoughts``) and kept on the replay.
 
+Media go as parts before the text of their user turn: bytes as ``inlineData`` (the SDK's ``inline_data`` with the
+decoded bytes, which it sends in base64), a URL as ``fileData`` (``fileUri`` and ``mimeType``). A part without a
+media type (Gemini requires one), without bytes or URL, or in a tool result (whose response is text) goes as its
+placeholder text, said once in the notes.
+
 Usage is normalised: ``promptTokenCount`` includes cached content; the candidates count excludes thoughts, so
 output = candidates + thoughts, unless the total shows the candidates already include them.
 
@@ -33,6 +38,7 @@ from google.genai import errors, types
 from delta_eval.adapters.base import ClientShards, ModelAdapter, tls_context
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.gemini_schema import sanitize
+from delta_eval.adapters.media import NO_BYTES, Note, decoded, placeholder, with_text
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
@@ -40,9 +46,9 @@ from delta_eval.adapters.thinking import budget_for_effort, clamp_budget, refuse
 from delta_eval.calls import FinishReason, GenerateParams, ModelRequest, ModelResponse, split_model_id
 from delta_eval.exceptions import BadRequestError, ConfigError, ContentFilterError, ProviderError, TransientError
 from delta_eval.redact import register_secrets
-from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
+from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
-__all__ = ["PROVIDER", "GeminiAdapter", "GeminiOptions", "create", "decode_usage", "encode_contents"]
+__all__ = ["PROVIDER", "GeminiAdapter", "GeminiOptions", "create", "decode_usage", "encode_contents", "encode_media"]
 
 PROVIDER = "gemini"
 _FINISH: dict[str, FinishReason] = {"STOP": "stop", "MAX_TOKENS": "length", "CONTINUATION": "length"}
@@ -71,8 +77,27 @@ def _output(content: str | None) -> Any:
     return {"output": content or ""}
 
 
-def encode_contents(messages: Sequence[Message], wire_model: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """The system instruction and the ``contents`` for canonical messages (as the SDK's snake_case dicts)."""
+def encode_media(part: MediaPart, note: Note = None) -> dict[str, Any]:
+    """One media part as a part of ``contents`` (the SDK's snake_case dicts; a text part holding its placeholder
+    where Gemini cannot take it, ``note`` told why).
+
+    Example:
+        >>> encode_media(MediaPart.from_url("image", "https://example.com/a.png", "image/png"))
+        {'file_data': {'mime_type': 'image/png', 'file_uri': 'https://example.com/a.png'}}
+    """
+    if part.media_type and part.data is not None:
+        return {"inline_data": {"mime_type": part.media_type, "data": decoded(part)}}
+    if part.media_type and part.url is not None:
+        return {"file_data": {"mime_type": part.media_type, "file_uri": part.url}}
+    why = NO_BYTES if part.data is None and part.url is None else "Gemini needs the media type of a part"
+    return {"text": placeholder(part, note, why)}
+
+
+def encode_contents(
+    messages: Sequence[Message], wire_model: str, note: Note = None
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """The system instruction and the ``contents`` for canonical messages (as the SDK's snake_case dicts); ``note``
+    is told of media sent as placeholder text."""
     system = [m.content or "" for m in messages if m.role == "system"]
     contents: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # tool call id -> function name, for the responses
@@ -102,10 +127,14 @@ def encode_contents(messages: Sequence[Message], wire_model: str) -> tuple[str |
             add("model", parts)
         elif m.role == "tool":
             call_id = m.tool_call_id or ""
-            response: dict[str, Any] = {"name": m.name or names.get(call_id, ""), "response": _output(m.content)}
+            why = "a function response is sent as text"
+            text = with_text([placeholder(p, note, why) for p in m.media], m.content) if m.media else m.content
+            response: dict[str, Any] = {"name": m.name or names.get(call_id, ""), "response": _output(text)}
             if call_id and not call_id.startswith("gemini_"):
                 response["id"] = call_id
             add("user", [{"function_response": response}])
+        elif m.media:
+            add("user", [*(encode_media(p, note) for p in m.media), *([{"text": m.content}] if m.content else [])])
         else:
             add("user", [{"text": m.content or ""}])
     return ("\n\n".join(system) if system else None), contents
@@ -202,7 +231,7 @@ class GeminiAdapter(ModelAdapter):
     def encode(self, request: ModelRequest) -> tuple[list[dict[str, Any]], types.GenerateContentConfig]:
         """The ``contents`` and ``config`` of ``models.generate_content`` for ``request``."""
         p = request.params
-        system, contents = encode_contents(request.messages, self.wire_model)
+        system, contents = encode_contents(request.messages, self.wire_model, self.note)
         config: dict[str, Any] = {"automatic_function_calling": {"disable": True}}
         if system is not None:
             config["system_instruction"] = system

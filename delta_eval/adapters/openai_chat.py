@@ -28,6 +28,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from delta_eval.adapters import harmony
 from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
+from delta_eval.adapters.media import NO_BYTES, Note, placeholder, subtype, with_text
 from delta_eval.adapters.openai_common import (
     REQUEST_OPTIONS,
     OpenAIOptions,
@@ -41,9 +42,9 @@ from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
 from delta_eval.exceptions import TransientError
-from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
+from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
-__all__ = ["ChatCompletionsAdapter", "create", "decode_usage", "encode_messages"]
+__all__ = ["ChatCompletionsAdapter", "create", "decode_usage", "encode_media", "encode_messages"]
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -54,8 +55,31 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-def encode_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Canonical messages as Chat Completions messages (reasoning state is not part of this API: it is left out)."""
+def encode_media(part: MediaPart, note: Note = None) -> dict[str, Any]:
+    """One media part as a Chat Completions content part (a text part holding its placeholder where the API
+    cannot take it; ``note`` is told why).
+
+    Example:
+        >>> encode_media(MediaPart.from_url("image", "https://example.com/a.png"))
+        {'type': 'image_url', 'image_url': {'url': 'https://example.com/a.png'}}
+    """
+    if part.kind == "image" and (url := part.url or part.data_url) is not None:
+        return {"type": "image_url", "image_url": {"url": url}}
+    if part.kind == "audio" and part.data is not None and subtype(part) in ("wav", "mp3", "mpeg"):
+        fmt = "wav" if subtype(part) == "wav" else "mp3"
+        return {"type": "input_audio", "input_audio": {"data": part.data, "format": fmt}}
+    if part.kind == "file" and (data_url := part.data_url) is not None:
+        return {
+            "type": "file",
+            "file": {"file_data": data_url, "filename": part.filename or f"file-{part.sha256[:12]}"},
+        }
+    why = NO_BYTES if part.data is None and part.url is None else f"Chat Completions takes no such {part.kind} part"
+    return {"type": "text", "text": placeholder(part, note, why)}
+
+
+def encode_messages(messages: Sequence[Message], note: Note = None) -> list[dict[str, Any]]:
+    """Canonical messages as Chat Completions messages (reasoning state is not part of this API: it is left out);
+    ``note`` is told of media sent as placeholder text."""
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "assistant":
@@ -67,9 +91,17 @@ def encode_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 ]
             out.append(message)
         elif m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""})
+            why = "a Chat Completions tool result holds text only"
+            content = with_text([placeholder(p, note, why) for p in m.media], m.content)
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": content})
+        elif m.media and m.role == "user":
+            parts = [encode_media(p, note) for p in m.media]
+            out.append(
+                {"role": "user", "content": [*parts, *([{"type": "text", "text": m.content}] if m.content else [])]}
+            )
         else:
-            out.append({"role": m.role, "content": m.content or ""})
+            why = f"a Chat Completions {m.role} message holds text only"
+            out.append({"role": m.role, "content": with_text([placeholder(p, note, why) for p in m.media], m.content)})
     return out
 
 
@@ -155,7 +187,7 @@ class ChatCompletionsAdapter(ModelAdapter):
     def encode(self, request: ModelRequest) -> dict[str, Any]:
         """The request body of ``POST /chat/completions`` for ``request`` (``params.extra`` merged in)."""
         p = request.params
-        kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages)}
+        kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages, self.note)}
         if request.tools:
             kwargs["tools"] = encode_tools(request.tools)
             if p.parallel_tool_calls is not None and self.info.parallel_tool_calls:

@@ -8,6 +8,10 @@ assistant tool calls go back as ``function_call`` items with their ``call_id``, 
 :class:`~delta_eval.schema.ReasoningState`, and go back unchanged before that message's function calls, which is
 what lets a thinking model continue its turn across tool rounds; their summaries are kept on the replay.
 
+Media of a user message go as content parts before its ``input_text``: an image as ``input_image`` (its URL or a
+``data:`` URL of its bytes), a file as ``input_file`` (``file_data`` with its filename, or ``file_url``); audio, and
+media of a tool result (its output is sent as text), go as their placeholder text, said once in the notes.
+
 A stream is timed to its first generated delta and decoded from its ``response.completed`` event; a stream that ends
 without one is a retryable failure.
 
@@ -27,6 +31,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
 from delta_eval.adapters.errors import connection_error, is_transport_error
+from delta_eval.adapters.media import NO_BYTES, Note, placeholder, with_text
 from delta_eval.adapters.openai_common import (
     REQUEST_OPTIONS,
     OpenAIOptions,
@@ -40,9 +45,9 @@ from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
 from delta_eval.exceptions import BadRequestError, TransientError
-from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec, Usage
+from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
-__all__ = ["PROVIDER", "ResponsesAdapter", "create", "decode_usage", "encode_input"]
+__all__ = ["PROVIDER", "ResponsesAdapter", "create", "decode_usage", "encode_input", "encode_media"]
 
 #: The provider name on reasoning state this adapter writes and reads back.
 PROVIDER = "openai-responses"
@@ -57,11 +62,31 @@ _DELTAS = (
 )
 
 
-def encode_input(messages: Sequence[Message], wire_model: str) -> tuple[str | None, list[dict[str, Any]]]:
+def encode_media(part: MediaPart, note: Note = None) -> dict[str, Any]:
+    """One media part as a Responses content part (an ``input_text`` holding its placeholder where the API cannot
+    take it; ``note`` is told why).
+
+    Example:
+        >>> encode_media(MediaPart.from_url("image", "https://example.com/a.png"))
+        {'type': 'input_image', 'image_url': 'https://example.com/a.png', 'detail': 'auto'}
+    """
+    if part.kind == "image" and (url := part.url or part.data_url) is not None:
+        return {"type": "input_image", "image_url": url, "detail": "auto"}
+    if part.kind == "file" and (data_url := part.data_url) is not None:
+        return {"type": "input_file", "file_data": data_url, "filename": part.filename or f"file-{part.sha256[:12]}"}
+    if part.kind == "file" and part.url is not None:
+        return {"type": "input_file", "file_url": part.url}
+    why = NO_BYTES if part.data is None and part.url is None else f"the Responses API takes no such {part.kind} part"
+    return {"type": "input_text", "text": placeholder(part, note, why)}
+
+
+def encode_input(
+    messages: Sequence[Message], wire_model: str, note: Note = None
+) -> tuple[str | None, list[dict[str, Any]]]:
     """The ``instructions`` and ``input`` items for canonical messages.
 
     The first message, when it is the system prompt, becomes the instructions. Reasoning items are sent back only
-    to the model that produced them.
+    to the model that produced them. ``note`` is told of media sent as placeholder text.
     """
     instructions: str | None = None
     if messages and messages[0].role == "system":
@@ -79,9 +104,17 @@ def encode_input(messages: Sequence[Message], wire_model: str) -> tuple[str | No
                 for c in m.tool_calls
             )
         elif m.role == "tool":
-            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "", "output": m.content or ""})
+            why = "a function_call_output is sent as text"
+            output = with_text([placeholder(p, note, why) for p in m.media], m.content)
+            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "", "output": output})
+        elif m.media and m.role == "user":
+            text = [{"type": "input_text", "text": m.content}] if m.content else []
+            items.append({"role": "user", "content": [*(encode_media(p, note) for p in m.media), *text]})
         else:
-            items.append({"role": m.role, "content": m.content or ""})
+            why = f"a Responses {m.role} message is sent as text"
+            items.append(
+                {"role": m.role, "content": with_text([placeholder(p, note, why) for p in m.media], m.content)}
+            )
     return instructions, items
 
 
@@ -150,7 +183,7 @@ class ResponsesAdapter(ModelAdapter):
     def encode(self, request: ModelRequest) -> dict[str, Any]:
         """The request body of ``POST /responses`` for ``request`` (``params.extra`` merged in)."""
         p = request.params
-        instructions, items = encode_input(request.messages, self.wire_model)
+        instructions, items = encode_input(request.messages, self.wire_model, self.note)
         kwargs: dict[str, Any] = {"model": self.wire_model, "input": items, "store": False}
         if instructions is not None:
             kwargs["instructions"] = instructions

@@ -1,7 +1,9 @@
 """Read Anthropic Messages requests (top-level ``system`` + ``messages`` of content blocks) as canonical messages.
 
-Blocks: ``text``; ``image`` and ``document`` (a placeholder naming the media type: the schema is text-only for
-now); ``tool_use`` (an assistant :class:`~delta_eval.schema.ToolCall`, its ``input`` as JSON text);
+Blocks: ``text``; ``image`` and ``document`` with a ``base64``, ``url`` or ``text`` source (a
+:class:`~delta_eval.schema.MediaPart` of the user message or tool result; a ``file`` source, which names an uploaded
+file without its bytes, and media in an assistant turn stay a placeholder naming the media type); ``tool_use``
+(an assistant :class:`~delta_eval.schema.ToolCall`, its ``input`` as JSON text);
 ``tool_result`` (a tool message; ``is_error`` marks the content with ``[tool error]``); ``thinking`` and
 ``redacted_thinking`` (the assistant turn's blocks kept verbatim in a :class:`~delta_eval.schema.ReasoningState`
 of provider ``anthropic``, as :func:`delta_eval.adapters.anthropic.encode_messages` sends them back).
@@ -21,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from delta_eval.ingest.native_base import TOOL_ERROR, Err, OpenCalls, arguments_json, placeholder
-from delta_eval.schema import Message, ReasoningState, ToolCall
+from delta_eval.ingest.native_base import TOOL_ERROR, Err, OpenCalls, arguments_json, media, placeholder
+from delta_eval.schema import MediaKind, MediaPart, Message, ReasoningState, ToolCall
 
 __all__ = ["PROVIDER", "read_anthropic"]
 
@@ -42,10 +44,28 @@ def _blocks(content: Any, err: Err, field: str) -> list[Mapping[str, Any]]:
     return list(content)
 
 
-def _media(block: Mapping[str, Any]) -> str:
+def _placeholder(block: Mapping[str, Any]) -> str:
     source = block.get("source")
-    media = source.get("media_type") if isinstance(source, Mapping) else None
-    return placeholder(str(block["type"]), media)
+    media_type = source.get("media_type") if isinstance(source, Mapping) else None
+    return placeholder(str(block["type"]), media_type)
+
+
+def _media(block: Mapping[str, Any], err: Err, field: str) -> MediaPart | str:
+    """The media part of an ``image`` or ``document`` block, or its placeholder when the record holds no bytes."""
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise err(f"{field}.source", f"an {block['type']} block needs its source")
+    kind: MediaKind = "image" if block["type"] == "image" else "file"
+    where, media_type = f"{field}.source", source.get("media_type")
+    if source.get("type") == "base64":
+        return media(kind, err, f"{where}.data", data=source.get("data"), media_type=media_type)
+    if source.get("type") == "url":
+        return media(kind, err, f"{where}.url", url=source.get("url"), media_type=media_type)
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        # A plain-text document: its text is the file's bytes.
+        mt = media_type if isinstance(media_type, str) and media_type else "text/plain"
+        return MediaPart.from_bytes("file", source["data"].encode("utf-8"), mt)
+    return _placeholder(block)
 
 
 def _system(raw: Any, err: Err) -> str | None:
@@ -60,18 +80,23 @@ def _system(raw: Any, err: Err) -> str | None:
     return "\n\n".join(texts)
 
 
-def _result_text(raw: Any, err: Err, field: str) -> str:
+def _result(raw: Any, err: Err, field: str) -> tuple[str, tuple[MediaPart, ...]]:
     if raw is None:
-        return ""
-    texts = []
+        return "", ()
+    texts: list[str] = []
+    found: list[MediaPart] = []
     for j, b in enumerate(_blocks(raw, err, field)):
         if b["type"] == "text":
             texts.append(str(b.get("text", "")))
         elif b["type"] in ("image", "document"):
-            texts.append(_media(b))
+            part = _media(b, err, f"{field}[{j}]")
+            if isinstance(part, MediaPart):
+                found.append(part)
+            else:
+                texts.append(part)
         else:
             raise err(f"{field}[{j}]", f"unsupported block {b['type']!r} in a tool result")
-    return "".join(texts)
+    return "".join(texts), tuple(found)
 
 
 def read_anthropic(body: Mapping[str, Any], *, source: str = "", record: str = "", prefix: str = "",
@@ -101,32 +126,38 @@ def read_anthropic(body: Mapping[str, Any], *, source: str = "", record: str = "
             out.append(_assistant(blocks, err, field, calls, model))
             continue
         texts: list[str] = []
+        found: list[MediaPart] = []
         for j, b in enumerate(blocks):
             kind = b["type"]
             if kind == "tool_result":
-                if texts:  # results come first in a turn; text before one is its own user message
+                if texts or found:  # results come first in a turn; text before one is its own user message
                     calls.close()
-                    out.append(Message(role="user", content="".join(texts)))
-                    texts = []
+                    out.append(Message(role="user", content="".join(texts), media=tuple(found)))
+                    texts, found = [], []
                 call_id = b.get("tool_use_id")
                 if not isinstance(call_id, str) or not call_id:
                     raise err(f"{field}[{j}].tool_use_id", "a tool result needs the tool_use_id it answers")
                 call = calls.answer(call_id, None, f"{field}[{j}].tool_use_id")
-                text = _result_text(b.get("content"), err, f"{field}[{j}].content")
+                text, result_media = _result(b.get("content"), err, f"{field}[{j}].content")
                 if b.get("is_error") is True:
                     text = TOOL_ERROR + text
-                out.append(Message(role="tool", content=text, tool_call_id=call.id, name=call.name))
+                out.append(Message(role="tool", content=text, tool_call_id=call.id, name=call.name,
+                                   media=result_media))  # fmt: skip
             elif kind == "text":
                 if not isinstance(b.get("text"), str):
                     raise err(f"{field}[{j}].text", "a text block needs its text")
                 texts.append(b["text"])
             elif kind in ("image", "document"):
-                texts.append(_media(b))
+                part = _media(b, err, f"{field}[{j}]")
+                if isinstance(part, MediaPart):
+                    found.append(part)
+                else:
+                    texts.append(part)
             else:
                 raise err(f"{field}[{j}].type", f"unsupported block {kind!r} in a user message")
-        if texts or not any(b["type"] == "tool_result" for b in blocks):
+        if texts or found or not any(b["type"] == "tool_result" for b in blocks):
             calls.close()
-            out.append(Message(role="user", content="".join(texts)))
+            out.append(Message(role="user", content="".join(texts), media=tuple(found)))
     calls.close()
     return tuple(out)
 
@@ -154,7 +185,7 @@ def _assistant(blocks: list[Mapping[str, Any]], err: Err, field: str, calls: Ope
             if kind == "thinking" and isinstance(b.get("thinking"), str):
                 thoughts.append(b["thinking"])
         elif kind in ("image", "document"):
-            texts.append(_media(b))
+            texts.append(_placeholder(b))  # no provider takes media back in an assistant turn
         else:
             raise err(f"{field}[{j}].type", f"unsupported block {kind!r} in an assistant message")
     if not texts and not tool_calls:

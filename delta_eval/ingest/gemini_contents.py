@@ -1,7 +1,8 @@
 """Read Gemini ``generateContent`` requests (``systemInstruction`` + ``contents`` of parts) as canonical messages.
 
 Roles are ``user`` and ``model``. Parts: ``text`` (``thought: true`` ones are reasoning, not the answer);
-``inlineData`` / ``fileData`` (a placeholder naming the MIME type: the schema is text-only for now);
+``inlineData`` / ``fileData`` (a :class:`~delta_eval.schema.MediaPart` of the user turn, its kind from the MIME
+type; in a model turn, a placeholder naming the MIME type);
 ``functionCall`` (a :class:`~delta_eval.schema.ToolCall`; with no id, the stable ``gemini_{k}_{name}`` the
 adapter gives); ``functionResponse`` (a tool message, matched by id, else by name in order); a model turn with
 thoughts or ``thoughtSignature`` keeps its parts verbatim in a :class:`~delta_eval.schema.ReasoningState` of
@@ -22,8 +23,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from delta_eval.ingest.native_base import TOOL_ERROR, Err, OpenCalls, arguments_json, placeholder
-from delta_eval.schema import Message, ReasoningState, ToolCall
+from delta_eval.ingest.native_base import TOOL_ERROR, Err, OpenCalls, arguments_json, kind_of, media, placeholder
+from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall
 
 __all__ = ["PROVIDER", "get_field", "read_gemini"]
 
@@ -55,11 +56,23 @@ def _parts(content: Any, err: Err, field: str) -> list[Mapping[str, Any]]:
     return list(parts)
 
 
-def _media(part: Mapping[str, Any]) -> str | None:
+def _placeholder(part: Mapping[str, Any]) -> str | None:
     for key in ("inlineData", "fileData"):
         data = get_field(part, key)
         if isinstance(data, Mapping):
             return placeholder("inline data" if key == "inlineData" else "file", get_field(data, "mimeType"))
+    return None
+
+
+def _media(part: Mapping[str, Any], err: Err, field: str) -> MediaPart | None:
+    inline = get_field(part, "inlineData")
+    if isinstance(inline, Mapping):
+        mime = get_field(inline, "mimeType")
+        return media(kind_of(mime), err, f"{field}.inlineData.data", data=inline.get("data"), media_type=mime)
+    file = get_field(part, "fileData")
+    if isinstance(file, Mapping):
+        mime = get_field(file, "mimeType")
+        return media(kind_of(mime), err, f"{field}.fileData.fileUri", url=get_field(file, "fileUri"), media_type=mime)
     return None
 
 
@@ -101,6 +114,7 @@ def read_gemini(body: Mapping[str, Any], *, source: str = "", record: str = "", 
             out.append(_model_turn(parts, err, field, calls, model))
         elif role in ("user", "function"):
             texts: list[str] = []
+            found: list[MediaPart] = []
             for j, p in enumerate(parts):
                 response = get_field(p, "functionResponse")
                 if isinstance(response, Mapping):
@@ -113,13 +127,13 @@ def read_gemini(body: Mapping[str, Any], *, source: str = "", record: str = "", 
                     out.append(Message(role="tool", content=text, tool_call_id=call.id, name=call.name))
                 elif isinstance(p.get("text"), str):
                     texts.append(p["text"])
-                elif (media := _media(p)) is not None:
-                    texts.append(media)
+                elif (part := _media(p, err, f"{field}.parts[{j}]")) is not None:
+                    found.append(part)
                 else:
                     raise err(f"{field}.parts[{j}]", f"unsupported part with fields {sorted(p)} in a user turn")
-            if texts or not parts:
+            if texts or found or not parts:
                 calls.close()
-                out.append(Message(role="user", content="".join(texts)))
+                out.append(Message(role="user", content="".join(texts), media=tuple(found)))
         else:
             raise err(f"{field}.role", f"unknown role {role!r}; expected user or model")
     calls.close()
@@ -145,8 +159,8 @@ def _model_turn(parts: list[Mapping[str, Any]], err: Err, field: str, calls: Ope
             tool_calls.append(tc)
         elif isinstance(p.get("text"), str):
             (thoughts if p.get("thought") else texts).append(p["text"])
-        elif (media := _media(p)) is not None:
-            texts.append(media)
+        elif (shown := _placeholder(p)) is not None:
+            texts.append(shown)  # no provider takes media back in an assistant turn
         elif not get_field(p, "thoughtSignature"):
             raise err(f"{field}.parts[{j}]", f"unsupported part with fields {sorted(p)} in a model turn")
     if not texts and not tool_calls:

@@ -1,8 +1,10 @@
 """What the readers of the providers' native message formats share: errors naming the field, tool-call arguments
-as JSON text, placeholders for media, and the check that every tool call gets exactly one result.
+as JSON text, media parts, and the check that every tool call gets exactly one result.
 
-The canonical schema is text-only for now, so an image or file part is kept as a placeholder text part naming its
-media type (``[image: image/png]``): the turn still replays, the model is told something was there.
+An image, file or audio part given by its bytes or a URL becomes a :class:`~delta_eval.schema.MediaPart` of the
+message (:func:`media`); one the record names only by a provider's file id (whose bytes it does not hold), or media
+in an assistant turn (no provider takes it back there), is kept as a placeholder text naming its kind and media
+type (``[image: image/png]``): the turn still replays, the model is told something was there.
 
 Example:
     >>> calls = OpenCalls(Err("x.jsonl", "line 1", ""))
@@ -18,9 +20,9 @@ from typing import Any
 
 from delta_eval.chat_format import MAX_JSON_DEPTH, json_depth
 from delta_eval.exceptions import RecordError
-from delta_eval.schema import ToolCall
+from delta_eval.schema import MediaKind, MediaPart, ToolCall
 
-__all__ = ["TOOL_ERROR", "Err", "OpenCalls", "arguments_json", "placeholder"]
+__all__ = ["TOOL_ERROR", "Err", "OpenCalls", "arguments_json", "kind_of", "media", "placeholder"]
 
 #: How a tool result the provider flagged as an error is marked: the schema has no field for it, so it leads the
 #: content, where both a judge and a replayed model read it.
@@ -42,8 +44,44 @@ class Err:
         return RecordError(self.source, self.record, f"{self.prefix}{field}", reason)
 
 
+def kind_of(media_type: Any) -> MediaKind:
+    """The kind of media a MIME type names (an image, audio, else a file).
+
+    Example:
+        >>> kind_of("image/png"), kind_of("audio/wav"), kind_of("application/pdf")
+        ('image', 'audio', 'file')
+    """
+    text = media_type if isinstance(media_type, str) else ""
+    return "image" if text.startswith("image/") else "audio" if text.startswith("audio/") else "file"
+
+
+def media(kind: MediaKind, err: Err, field: str, *, data: Any = None, url: Any = None, media_type: Any = None,
+          filename: Any = None) -> MediaPart:  # fmt: skip
+    """The media part of base64 ``data`` or of a ``url`` (a ``data:`` URL gives its bytes); a
+    :class:`~delta_eval.exceptions.RecordError` naming ``field`` when neither is usable.
+
+    Example:
+        >>> media("image", Err("s", "r", ""), "source", data="iVBORw0KGgo=", media_type="image/png").sha256[:8]
+        '4c4b6a3b'
+    """
+    mt = media_type if isinstance(media_type, str) else ""
+    name = filename if isinstance(filename, str) and filename else None
+    try:
+        if isinstance(data, bytes | bytearray) and data:  # an SDK's objects dumped in Python hold the bytes
+            return MediaPart.from_bytes(kind, bytes(data), mt, filename=name)
+        if isinstance(data, str) and data:
+            if data.startswith("data:"):
+                return MediaPart.from_url(kind, data, mt, filename=name)
+            return MediaPart.from_base64(kind, data, mt, filename=name)
+        if isinstance(url, str) and url:
+            return MediaPart.from_url(kind, url, mt, filename=name)
+    except ValueError as exc:
+        raise err(field, f"unreadable {kind}: {exc}") from None
+    raise err(field, f"a {kind} part needs its data (base64) or a URL")
+
+
 def placeholder(kind: str, media_type: Any) -> str:
-    """The text standing in for a media part (the canonical schema is text-only for now).
+    """The text standing in for a media part the record does not give the bytes or address of.
 
     Example:
         >>> placeholder("image", "image/png")

@@ -1,10 +1,11 @@
 """Read OpenAI Responses requests (``instructions`` + ``input`` items, and a logged response's ``output``) as
 canonical messages.
 
-Items: ``message`` (role and content, a string or ``input_text`` / ``output_text`` / ``refusal`` parts; image and
-file parts become a placeholder naming them: the schema is text-only for now); ``function_call`` (``call_id``,
-``name``, ``arguments``); ``function_call_output``; ``reasoning`` (kept verbatim in the assistant message's
-:class:`~delta_eval.schema.ReasoningState` of provider ``openai-responses``). Consecutive reasoning, assistant
+Items: ``message`` (role and content, a string or ``input_text`` / ``output_text`` / ``refusal`` parts;
+``input_image``, ``input_file`` and ``input_audio`` parts become :class:`~delta_eval.schema.MediaPart` objects of the
+message, or a placeholder naming them when given only by ``file_id`` or in an assistant turn); ``function_call``
+(``call_id``, ``name``, ``arguments``); ``function_call_output``; ``reasoning`` (kept verbatim in the assistant
+message's :class:`~delta_eval.schema.ReasoningState` of provider ``openai-responses``). Consecutive reasoning, assistant
 message and function-call items are one assistant turn, as the adapter writes them.
 
 Example:
@@ -23,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from delta_eval.ingest.native_base import Err, OpenCalls, placeholder
-from delta_eval.schema import Message, ReasoningState, ToolCall
+from delta_eval.ingest.native_base import Err, OpenCalls, media, placeholder
+from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall
 
 __all__ = ["PROVIDER", "read_responses"]
 
@@ -33,12 +34,31 @@ PROVIDER = "openai-responses"
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 
 
-def _text(content: Any, err: Err, field: str) -> str:
+def _part_media(part: Mapping[str, Any], kind: str, err: Err, field: str) -> MediaPart | None:
+    """The media of an ``input_*`` part, or ``None`` when it names an uploaded file only (``file_id``)."""
+    if kind == "input_image":
+        if part.get("image_url") is None and part.get("file_id"):
+            return None
+        return media("image", err, f"{field}.image_url", url=part.get("image_url"))
+    if kind == "input_audio":
+        audio = part.get("input_audio")
+        audio = audio if isinstance(audio, Mapping) else part  # {input_audio: {data, format}}, or flat
+        fmt = audio.get("format")
+        return media("audio", err, f"{field}.input_audio.data", data=audio.get("data"),
+                     media_type=f"audio/{fmt}" if isinstance(fmt, str) and fmt else "")  # fmt: skip
+    if part.get("file_data") is None and part.get("file_url") is None and part.get("file_id"):
+        return None
+    return media("file", err, f"{field}.file_data", data=part.get("file_data"), url=part.get("file_url"),
+                 filename=part.get("filename"))  # fmt: skip
+
+
+def _content(content: Any, err: Err, field: str, *, media_ok: bool = True) -> tuple[str, tuple[MediaPart, ...]]:
     if isinstance(content, str):
-        return content
+        return content, ()
     if not isinstance(content, Sequence) or isinstance(content, bytes):
         raise err(field, f"content must be a string or a list of parts, not {type(content).__name__}")
-    texts = []
+    texts: list[str] = []
+    found: list[MediaPart] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, Mapping) else None
         if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
@@ -46,10 +66,19 @@ def _text(content: Any, err: Err, field: str) -> str:
         elif kind == "refusal":
             texts.append(str(part.get("refusal", "")))
         elif kind in ("input_image", "input_file", "input_audio"):
-            texts.append(placeholder(kind.removeprefix("input_"), part.get("filename") or part.get("format")))
+            got = _part_media(part, kind, err, f"{field}[{j}]") if media_ok else None
+            if got is not None:
+                found.append(got)
+            else:
+                texts.append(placeholder(kind.removeprefix("input_"), part.get("filename") or part.get("format")))
         else:
             raise err(f"{field}[{j}]", f"unsupported content part of type {kind!r}")
-    return "".join(texts)
+    return "".join(texts), tuple(found)
+
+
+def _text(content: Any, err: Err, field: str) -> str:
+    # An assistant turn's content: media there stay placeholders (no provider takes them back in that place).
+    return _content(content, err, field, media_ok=False)[0]
 
 
 class _Turn:
@@ -117,8 +146,8 @@ def read_responses(body: Mapping[str, Any], *, source: str = "", record: str = "
             if not isinstance(call_id, str) or not call_id:
                 raise err(f"{field}.call_id", "a function_call_output needs the call_id it answers")
             call = calls.answer(call_id, None, f"{field}.call_id")
-            text = _text(item.get("output", ""), err, f"{field}.output")
-            out.append(Message(role="tool", content=text, tool_call_id=call.id, name=call.name))
+            text, found = _content(item.get("output", ""), err, f"{field}.output")
+            out.append(Message(role="tool", content=text, tool_call_id=call.id, name=call.name, media=found))
             continue
         if kind not in ("message", "function_call", "reasoning"):
             raise err(f"{field}.type", f"unsupported item type {kind!r}")
@@ -128,7 +157,8 @@ def read_responses(body: Mapping[str, Any], *, source: str = "", record: str = "
         if role != "assistant":
             flush()
             calls.close()
-            out.append(Message(role=role, content=_text(item.get("content"), err, f"{field}.content")))
+            text, found = _content(item.get("content"), err, f"{field}.content", media_ok=role == "user")
+            out.append(Message(role=role, content=text, media=found))
             continue
         # One turn: reasoning, then text, then calls; anything coming back to an earlier kind starts the next turn.
         if turn is not None and kind != "function_call" and (turn.calls or turn.texts):

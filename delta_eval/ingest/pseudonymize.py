@@ -2,7 +2,8 @@
 
 Detectors find emails, phone numbers, card numbers (Luhn-valid only), IBANs (mod-97-valid only), Brazilian CPF and
 CNPJ numbers (valid check digits only), US SSNs, IPv4 and IPv6 addresses, the user's own patterns and the values of
-named metadata fields. Each real value becomes a fake one drawn from ``HMAC(salt, kind, value)``: the same real
+named metadata fields, in every text a conversation holds: its messages, media URLs and filenames (never media
+bytes). Each real value becomes a fake one drawn from ``HMAC(salt, kind, value)``: the same real
 value always gets the same fake value under one salt, wherever it appears (messages, tool-call arguments, tool
 results, metadata), so recorded tool results still match the calls a replay makes. Fakes keep the shape and the
 check digits: a fake card is Luhn-valid with the same length and separators, a fake IBAN keeps its country and
@@ -32,7 +33,7 @@ from typing import Any
 
 from delta_eval.mapping import Pseudonymize
 from delta_eval.paths import MISSING, get_path
-from delta_eval.schema import Conversation, Message, ToolCall
+from delta_eval.schema import Conversation, MediaPart, Message, ToolCall
 
 __all__ = ["Pseudonymizer", "cnpj_valid", "cpf_valid", "iban_valid", "luhn_valid"]
 
@@ -456,4 +457,17 @@ class Pseudonymizer:
             update["reasoning"] = reasoning
         if message.name and message.role != "tool":  # a participant's name (a tool message names its tool)
             update["name"] = self.text(message.name, known)
+        if message.media:
+            update["media"] = tuple(self._media(p, known) for p in message.media)
         return message.model_copy(update=update) if update else message
+
+    def _media(self, part: MediaPart, known: list[tuple[str, str]]) -> MediaPart:
+        # The bytes are left whole (base64 is no text to rewrite, and a changed byte would break the file); a URL and
+        # a filename are text that may name a person (an email in a signed link), and a changed URL is a new part.
+        url = self.text(part.url, known) if part.url and not part.url.startswith("data:") else part.url
+        name = self.text(part.filename, known) if part.filename else part.filename
+        if url == part.url and name == part.filename:
+            return part
+        if url != part.url and url is not None:
+            return MediaPart.from_url(part.kind, url, part.media_type, filename=name)
+        return part.model_copy(update={"filename": name})

@@ -210,7 +210,7 @@ def _side_output(side: SideView, *, results: bool) -> str:
 def _last_user_message(pair: PairView) -> str:
     for message in reversed(pair.point.context):
         if message.role == "user":
-            return escape(_cut(message.content or ""))
+            return escape(_cut(message.text_with_media()))
     return "(none: the assistant speaks first)"
 
 
@@ -226,11 +226,13 @@ def render_equivalence_pair(pair: PairView) -> str:
 
 
 def _message(m: Message) -> list[str]:
+    # Media are shown by their placeholder (kind, media type, short hash), never their bytes: a judge reads text,
+    # and base64 would cost tokens for nothing.
     if m.role == "tool":
-        return [segment("tool result", named(m.name, _cut(m.content or "")), raw=True)]
+        return [segment("tool result", named(m.name, _cut(m.text_with_media())), raw=True)]
     lines: list[str] = []
-    if m.content:
-        lines.append(segment(m.role, _cut(m.content)))
+    if m.content or m.media:
+        lines.append(segment(m.role, _cut(m.text_with_media())))
     for c in m.tool_calls:
         lines.append(segment(f"{m.role} calls", call(c.name, _cut(display_arguments(c))), raw=True))
     return lines

@@ -61,7 +61,9 @@ def _turn(messages: Sequence[Message], start: int, switches: frozenset[int] = fr
         results = []
         while i < len(messages) and messages[i].role == "tool":
             t = messages[i]
-            results.append(ToolResult(call_id=t.tool_call_id or "", name=t.name or "", content=t.content or ""))
+            # A recorded result's media are named by their placeholders: the turn's results are kept on every replay
+            # row, where bytes would be repeated per pair (the context's own messages keep their media).
+            results.append(ToolResult(call_id=t.tool_call_id or "", name=t.name or "", content=t.text_with_media()))
             i += 1
         steps.append(Step(text=m.content, tool_calls=m.tool_calls, tool_results=tuple(results)))
     return TurnOutput(steps=tuple(steps)), i

@@ -7,6 +7,7 @@ Layout::
       replays/part-000001.parquet
       verdicts/part-000001.parquet
       judgements/ errors/ conversations/ strata/
+      media/                   the bytes of each distinct media part, once (see media.py)
       _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists; it also
                                carries the run's identity, so a damaged manifest is rebuilt from the commits
       cache.sqlite             the response cache (see cache.py)
@@ -50,8 +51,10 @@ from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RunFolderChangedError, RunFolderError, RunFolderWarning
 from delta_eval.redact import REDACTED, known_secrets, scrub_known
+from delta_eval.schema import SampledConversation
 from delta_eval.store import safe_paths
 from delta_eval.store.manifest import FORMAT, RunManifest
+from delta_eval.store.media import restore_media, split_media
 from delta_eval.store.sent import SENT_DIR, remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
@@ -220,6 +223,8 @@ class RunFolder:
         #: What identifies the run (its manifest's configuration, sides, seed: :data:`HEADER_FIELDS`), written in
         #: every commit record, so that a damaged manifest can be rebuilt from the commit files.
         self.header: dict[str, Any] | None = None
+        # The hashes of the media already in the folder or queued (read from the folder when first needed).
+        self._media: set[str] | None = None
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -369,6 +374,17 @@ class RunFolder:
             f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
         )
 
+    def read_conversations(self) -> list[SampledConversation]:
+        """The sampled conversations of the run, their media bytes restored from the ``media`` dataset (the
+        ``conversations`` table names them by hash only)."""
+        media = self.read("media", ["sha256", "data"])
+        data = dict(zip(media.column("sha256").to_pylist(), media.column("data").to_pylist(), strict=True))
+        table = TABLES["conversations"]
+        return [
+            record.model_copy(update={"messages": restore_media(record.messages, data)})
+            for record in (table.parse(row) for row in self.read("conversations").to_pylist())
+        ]
+
     def manifest(self) -> RunManifest | None:
         """The manifest, or ``None`` before one was written."""
         p = self.path / MANIFEST
@@ -509,6 +525,7 @@ class RunFolder:
         write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
         for part in parts:
             safe_paths.unlink(self.path, part, missing_ok=True)
+        self._media = None  # the batch may have held media: read what is left when next needed
 
     def remove_rows(self, batch: int, column: str, values: set[Any], reason: str) -> int | None:
         """Take the rows whose ``column`` is one of ``values`` out of a committed batch: the batch is dropped
@@ -559,6 +576,7 @@ class RunFolder:
             safe_paths.unlink(self.path, manifest)
             removed.append(self.path / MANIFEST)
         self._next_batch = 1
+        self._media = None
         return removed
 
     def write_manifest(self, manifest: RunManifest) -> None:
@@ -567,8 +585,20 @@ class RunFolder:
         write_json_atomic(self.path / MANIFEST, manifest.model_dump(mode="json"), root=self.path)
 
     def add(self, dataset: str, rows: Iterable[BaseModel]) -> None:
-        """Queue rows (instances of the dataset's schema type) for the next batch."""
-        self._pending[dataset].extend(rows)
+        """Queue rows (instances of the dataset's schema type) for the next batch.
+
+        A conversation's media bytes are queued apart, to the ``media`` dataset, only when the folder does not hold
+        them yet; the conversation row keeps their reference (see :mod:`delta_eval.store.media`)."""
+        if dataset != "conversations":
+            self._pending[dataset].extend(rows)
+            return
+        if self._media is None:
+            self._media = set(self.read("media", ["sha256"]).column("sha256").to_pylist())
+        for row in rows:
+            assert isinstance(row, SampledConversation), row
+            kept, media = split_media(row, self._media)
+            self._pending["conversations"].append(kept)
+            self._pending["media"].extend(media)
 
     @property
     def pending_rows(self) -> int:
@@ -597,7 +627,9 @@ class RunFolder:
             folder = safe_paths.mkdir(self.path, self.path / name)
             final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
             tmp = safe_paths.check(self.path, folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp")
-            pq.write_table(_scrubbed(table), tmp, compression="zstd")
+            skip = TABLES[name].no_statistics
+            stats: bool | list[str] = [c for c in table.column_names if c not in skip] if skip else True
+            pq.write_table(_scrubbed(table), tmp, compression="zstd", write_statistics=stats)
             safe_paths.replace(self.path, tmp, final)
             files[name] = [f"{name}/{final.name}"]
             sizes[f"{name}/{final.name}"] = final.stat().st_size

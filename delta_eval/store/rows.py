@@ -145,8 +145,12 @@ class Table(Generic[M]):
         flatten: Mapping[str, str] | None = None,
         as_json: tuple[str, ...] = (),
         computed: Mapping[str, Computed] | None = None,
+        no_statistics: tuple[str, ...] = (),
     ) -> None:
         self.model = model
+        #: Columns written without Parquet min/max statistics: large values (media bytes) that no reader filters on,
+        #: which the statistics would copy into the file's metadata twice more.
+        self.no_statistics = no_statistics
         self._flatten = dict(flatten or {})
         columns: list[_Column] = []
         self._optional: set[str] = set()

@@ -4,8 +4,11 @@
 - ``verdicts``: one row a pair, with the stage that decided it;
 - ``judgements``: one row per judge call (stage 2 and 3), so both-order judging and panels keep every answer;
 - ``errors``: one row per failure, naming source, record and field;
-- ``conversations``: one row per sampled conversation, with its stratum, weight and content (messages as JSON);
-- ``strata``: population and sample size per stratum.
+- ``conversations``: one row per sampled conversation, with its stratum, weight and content (messages as JSON,
+  media parts by reference only);
+- ``strata``: population and sample size per stratum;
+- ``media``: the bytes (base64) of each distinct media part of the sampled conversations, once, by SHA-256 (see
+  :mod:`delta_eval.store.media`).
 
 Example:
     >>> TABLES["replays"].schema.field("input_tokens").type
@@ -19,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from delta_eval.schema import ErrorRecord, Judgement, Replay, SampledConversation, Stratum, Verdict
+from delta_eval.store.media import StoredMedia
 from delta_eval.store.rows import Computed, Table
 
 __all__ = ["DATASETS", "SCHEMAS", "TABLES"]
@@ -34,6 +38,7 @@ TABLES: dict[str, Table[Any]] = {
     "errors": Table(ErrorRecord),
     "conversations": Table(SampledConversation, as_json=("messages", "tools", "calls")),
     "strata": Table(Stratum),
+    "media": Table(StoredMedia, no_statistics=("data",)),
 }
 DATASETS = tuple(TABLES)
 SCHEMAS: dict[str, pa.Schema] = {name: table.schema for name, table in TABLES.items()}

@@ -1,8 +1,8 @@
 """DuckDB views over a run folder.
 
 :func:`open_run` returns an in-memory DuckDB connection with one view per dataset (``replays``, ``verdicts``,
-``judgements``, ``errors``, ``conversations``, ``strata``; see :mod:`delta_eval.store.tables`) over the committed
-Parquet files, and two conveniences:
+``judgements``, ``errors``, ``conversations``, ``strata``, ``media``; see :mod:`delta_eval.store.tables`) over the
+committed Parquet files, and two conveniences:
 
 - ``pairs``: one row per pair, the verdict beside the baseline, candidate and recorded final texts, tool-call
   counts, costs and latencies;

@@ -109,7 +109,7 @@ def test_reasoning_items_go_back_so_a_thinking_model_continues_its_turn(
     # The candidate's calls (streamed); the baseline's run concurrently, so the order of requests is not fixed.
     streamed = [r.json() for r in server.requests if r.json().get("stream")]
     assert streamed
-    assert all(body["reasoning"] == {"effort": "low"} for body in streamed)
+    assert all(body["reasoning"] == {"effort": "low"} for body in streamed)  # summaries are opt-in
 
 
 def test_reasoning_state_is_dropped_for_another_provider_or_model() -> None:

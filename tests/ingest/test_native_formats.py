@@ -22,9 +22,11 @@ from delta_eval.demo import DEMO_TOOLS, demo_config, demo_conversations
 from delta_eval.exceptions import RecordError
 from delta_eval.ingest.native import detect_format, native_conversation
 from delta_eval.mapping import FieldMapping
-from delta_eval.schema import Conversation, Message, ReasoningState, ToolCall
+from delta_eval.schema import Conversation, MediaPart, Message, ReasoningState, ToolCall
 
 MODEL = "m1"
+#: The first bytes of a PNG file, in base64.
+PNG = "iVBORw0KGgo="
 FORMATS = ("anthropic", "gemini", "openai-responses")
 
 
@@ -74,16 +76,21 @@ arguments = st.dictionaries(
 ).map(lambda d: json.dumps(d, ensure_ascii=False))
 
 
+images = st.binary(min_size=1, max_size=24).map(lambda raw: MediaPart.from_bytes("image", raw, "image/png"))
+
+
 @st.composite
 def conversations(draw: st.DrawFn, fmt: str) -> tuple[Message, ...]:
-    """A conversation with tool rounds: optional system prompt, user turns, each answered by zero or more tool
-    rounds (narration optional, one to three calls, their results) and a final text; reasoning on some turns."""
+    """A conversation with tool rounds: optional system prompt, user turns (some with images), each answered by zero
+    or more tool rounds (narration optional, one to three calls, their results) and a final text; reasoning on some
+    turns."""
     out: list[Message] = []
     if draw(st.booleans()):
         out.append(Message(role="system", content=draw(texts)))
     n = 0
     for _ in range(draw(st.integers(1, 3))):
-        out.append(Message(role="user", content=draw(texts)))
+        media = draw(st.lists(images, max_size=2).map(tuple))
+        out.append(Message(role="user", content=draw(texts), media=media))
         for _ in range(draw(st.integers(0, 2))):
             calls = []
             for _ in range(draw(st.integers(1, 3))):
@@ -114,7 +121,8 @@ def test_what_the_adapter_encodes_reads_back_equal(fmt: str, data: st.DataObject
 def test_native_media_errors_and_id_less_gemini_calls_are_read() -> None:
     system = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     anthropic = read("anthropic", {"system": system, "messages": [
-        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png"}},
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": PNG}},
                                      {"type": "text", "text": " what is this?"}]},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
@@ -122,18 +130,20 @@ def test_native_media_errors_and_id_less_gemini_calls_are_read() -> None:
         {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "xx"}, {"type": "text", "text": "ok"}]},
     ]})  # fmt: skip
     assert anthropic[0].content == "a\n\nb"
-    assert anthropic[1].content == "[image: image/png] what is this?"
+    assert anthropic[1].content == " what is this?"
+    assert anthropic[1].media == (MediaPart.from_base64("image", PNG, "image/png"),)
     assert anthropic[3].content == "[tool error] boom"
     assert anthropic[4].reasoning is not None
     assert anthropic[4].reasoning.provider == "anthropic"
     gemini = read("gemini", {"contents": [
-        {"role": "user", "parts": [{"inlineData": {"mimeType": "image/jpeg", "data": "..."}}]},
+        {"role": "user", "parts": [{"inlineData": {"mimeType": "image/jpeg", "data": PNG}}]},
         {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2ln"},
                                     {"functionCall": {"name": "g", "args": {}}}]},
         {"role": "user", "parts": [{"functionResponse": {"name": "g", "response": {"rows": 2}}},
                                    {"functionResponse": {"name": "f", "response": {"error": "no"}}}]},
     ]})  # fmt: skip
-    assert gemini[0].content == "[inline data: image/jpeg]"
+    assert gemini[0].content == ""
+    assert gemini[0].media == (MediaPart.from_base64("image", PNG, "image/jpeg"),)
     assert [c.id for c in gemini[1].tool_calls] == ["gemini_0_f", "gemini_1_g"]
     assert gemini[1].reasoning is not None
     assert gemini[1].reasoning.provider == "gemini"

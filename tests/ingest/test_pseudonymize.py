@@ -378,3 +378,21 @@ def test_a_configured_source_is_pseudonymized_and_its_salt_never_written(tmp_pat
     assert result.counts.pairs > 0
     assert _files_with(tmp_path / "run", [*SECRETS, "pepper-4242"]) == {}
     assert not (tmp_path / "run" / "pseudonyms.json").exists()
+
+
+@settings(max_examples=40, deadline=None)
+@given(raw=st.binary(min_size=1, max_size=200))
+def test_media_bytes_are_left_whole_and_a_url_is_pseudonymised(raw: bytes) -> None:
+    p = Pseudonymizer(de.Pseudonymize(salt="s"))
+    image = de.MediaPart.from_bytes("image", raw, "image/png", filename="mia@shop.com.png")
+    linked = de.MediaPart.from_url("file", "https://files.test/mia@shop.com/id.pdf", "application/pdf")
+    conv = de.Conversation(id="c", messages=(Message(role="user", content="mia@shop.com", media=(image, linked)),))
+    out = p.conversation(conv).messages[0]
+    kept, moved = out.media
+    assert (kept.data, kept.sha256) == (image.data, image.sha256)  # the bytes, and so their hash, unchanged
+    assert kept.filename is not None
+    assert "mia@shop.com" not in kept.filename
+    assert moved.url is not None
+    assert "mia@shop.com" not in moved.url
+    assert moved.url.startswith("https://files.test/")
+    assert moved == de.MediaPart.from_url("file", moved.url, "application/pdf")  # its hash names the new URL

@@ -19,7 +19,17 @@ from delta_eval.judges.prompts import (
     render_pairwise_pair,
 )
 from delta_eval.replay.points import replay_points
-from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolCall, ToolResult, ToolSpec, TurnOutput
+from delta_eval.schema import (
+    Conversation,
+    MediaPart,
+    Message,
+    ReplayPoint,
+    Step,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    TurnOutput,
+)
 from tests.conftest import tool_turn_conversation
 
 POINT = next(iter(replay_points(tool_turn_conversation())))
@@ -192,3 +202,32 @@ def test_the_instructions_are_the_package_files_without_their_version_comment() 
     assert "<!--" not in eq
     assert "<output_a>" in eq
     assert "{rubric}" not in pairwise_instructions(Rubric.default()).text
+
+
+#: A 1x1 PNG.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def test_judges_see_media_as_placeholders_with_their_hash_never_the_bytes() -> None:
+    image = MediaPart.from_base64("image", PNG, "image/png")
+    chart = MediaPart.from_base64("image", PNG, "image/png", filename="chart.png")
+    conv = Conversation(id="m", messages=(
+        Message(role="user", content="Why was my bag refused?", media=(image,)),
+        Message(role="assistant", tool_calls=(LOOKUP,)),
+        Message(role="tool", tool_call_id="x", name="get_reservation", content="see chart", media=(chart,)),
+        Message(role="assistant", content="It was too heavy."),
+        Message(role="user", content="And this one?", media=(image,)),
+        Message(role="assistant", content="That one is fine."),
+    ))  # fmt: skip
+    point = list(replay_points(conv))[-1]
+    pair = PairView(point=point, a=SideView(output=FOLLOWED), b=SideView(output=DIVERGED))
+    stage3, stage2 = render_pairwise_pair(pair), render_equivalence_pair(pair)
+    shown = "[image image/png sha256:" + image.sha256[:12] + "]"
+    assert shown == image.placeholder
+    conversation = stage3.split("<conversation>")[1].split("</conversation>")[0]
+    assert f"[user] {shown} Why was my bag refused?" in conversation
+    assert f"[tool result] get_reservation: {shown} see chart" in conversation
+    assert f"<last_user_message>\n{shown} And this one?\n</last_user_message>" in stage2
+    for text in (stage3, stage2):
+        assert PNG not in text
+        assert PNG[:40] not in text

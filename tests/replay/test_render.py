@@ -72,3 +72,14 @@ def test_fill_template_leaves_single_braces() -> None:
     assert fill_template("{x} {{x}}", {"x": 1}, None) == "{x} 1"
     with pytest.raises(KeyError):
         fill_template("{{y}}", {}, None)
+
+
+def test_a_render_function_mixing_messages_and_dicts_keeps_their_media() -> None:
+    image = de.MediaPart.from_bytes("image", b"\x89PNG", "image/png")
+
+    def render(inp: RenderInput) -> list[object]:
+        users = [m.model_copy(update={"media": (image,)}) for m in inp.messages if m.role == "user"]
+        return [{"role": "system", "content": "rendered"}, *users]
+
+    req = build_request(point(), de.Variant(model="simulated:x", render=render))
+    assert [m.media for m in req.messages] == [(), (image,), (image,)]

@@ -29,6 +29,7 @@ from delta_eval.schema import (
     Verdict,
 )
 from delta_eval.store.folder import RunFolder
+from delta_eval.store.media import StoredMedia
 from delta_eval.store.tables import SCHEMAS, TABLES
 
 text = st.text(max_size=12)
@@ -87,6 +88,10 @@ conversations = st.builds(
     tools=st.lists(st.builds(ToolSpec, name=text, description=text, parameters=json_objects), max_size=2).map(tuple),
 )  # fmt: skip
 strata = st.builds(Stratum, stratum=text, population=counts, sampled=counts, weight=reals)
+media = st.builds(
+    StoredMedia, sha256=st.text("0123456789abcdef", min_size=64, max_size=64),
+    kind=st.sampled_from(["image", "file", "audio"]), media_type=text, data=text,
+)  # fmt: skip
 
 BY_DATASET: dict[str, Any] = {
     "replays": replays,
@@ -95,6 +100,7 @@ BY_DATASET: dict[str, Any] = {
     "errors": errors,
     "conversations": conversations,
     "strata": strata,
+    "media": media,
 }
 
 

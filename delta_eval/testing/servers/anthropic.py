@@ -5,7 +5,8 @@ platform's ``anthropic_version`` in the body, Bedrock's streams in AWS event-str
 Like the real service it answers 400, in Anthropic's error shape, to: a request without ``max_tokens``; a thinking
 budget not below ``max_tokens``; ``temperature``, ``top_p`` or ``top_k`` under API version 2026-10-21 (what the
 current SDK sends); what the model's family refuses (:mod:`.model_rules`: a ``thinking`` type it does not take, a
-budget under 1024, ``output_config.effort``, sampling parameters on adaptive-only models); a ``tool_use`` not
+budget under 1024, ``output_config.effort``, sampling parameters on adaptive-only models); a malformed ``image`` or
+``document`` block (:mod:`.media`); a ``tool_use`` not
 answered by a ``tool_result`` at the start of the next user message; and, when a model thinks, a later request of
 the same turn whose ``thinking`` block is missing or altered. Errors of kind ``overloaded`` are Anthropic's 529.
 
@@ -30,6 +31,7 @@ from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers import anthropic_platforms as platforms
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
+from delta_eval.testing.servers.media import check_anthropic_block
 from delta_eval.testing.servers.model_rules import check_anthropic
 from delta_eval.testing.servers.prompt_cache import anthropic_blocks
 from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
@@ -127,6 +129,11 @@ class FakeAnthropicServer(FakeProviderServer):
         for i, turn in enumerate(body.get("messages") or []):
             content = turn.get("content")
             blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+            for j, b in enumerate(blocks):
+                check_anthropic_block(b, f"messages.{i}.content.{j}")
+                if b.get("type") == "tool_result" and isinstance(b.get("content"), list):
+                    for k, inner in enumerate(b["content"]):
+                        check_anthropic_block(inner, f"messages.{i}.content.{j}.content.{k}", in_tool_result=True)
             if turn["role"] == "user":
                 results = [b for b in blocks if b.get("type") == "tool_result"]
                 leading = blocks[: len(results)]

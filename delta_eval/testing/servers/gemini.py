@@ -6,7 +6,8 @@ through whole (``thinking_budget``, ``parameters_json_schema``), but never insid
 property names. Like the real service it answers 400, in Google's error shape, to: ``systemInstruction``, ``tools``,
 ``toolConfig``, ``thinkingConfig`` or a response schema on a ``/v1/`` path (they exist on ``/v1beta/``); a
 ``thinkingConfig`` the model's family refuses (:mod:`.model_rules`: a level before Gemini 3, a budget out of range,
-budget and level together, any thinking on 2.0 Flash); a role other than ``user`` and ``model``; a function call not
+budget and level together, any thinking on 2.0 Flash); a role other than ``user`` and ``model``; a part holding
+two kinds of data, or malformed ``inlineData`` / ``fileData`` (:mod:`.media`); a function call not
 answered by function responses in the next turn; and, when a model thinks, a later request whose function call of
 the current turn (after the user's last message) comes back without the ``thoughtSignature`` it was given. Rate
 limits come with a ``google.rpc.RetryInfo`` detail.
@@ -37,6 +38,7 @@ from typing import Any
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
+from delta_eval.testing.servers.media import check_gemini_part
 from delta_eval.testing.servers.model_rules import check_gemini, check_gemini_version
 from delta_eval.testing.servers.prompt_cache import request_blocks
 from delta_eval.testing.servers.provider import Answer, FakeProviderServer, Route, WireError, schema_params, sign, sse
@@ -164,6 +166,8 @@ class FakeGeminiServer(FakeProviderServer):
             "text" in p for p in c.get("parts") or [])), default=-1)  # fmt: skip
         for i, content in enumerate(contents):
             role, parts = content.get("role", "user"), content.get("parts") or []
+            for j, part in enumerate(parts):
+                check_gemini_part(part, f"contents[{i}].parts[{j}]")
             if role not in ("user", "model"):
                 raise WireError(f"Please use a valid role: user, model. (contents[{i}].role = {role!r})")
             responses = [p["functionResponse"] for p in parts if "functionResponse" in p]

@@ -3,14 +3,14 @@
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/embeddings`` (also under
 ``/openai/v1/``, Azure's v1 API),
 and ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` (Azure's classic API, where the
-deployment names the model). Like the real service it rejects, with a 400 in OpenAI's error shape: an assistant
-tool call left unanswered; what the model's family refuses (:mod:`.model_rules`: sampling parameters, ``max_tokens``,
-``stop``, effort values, ``reasoning_effort`` on a non-reasoning model, ...); ``reasoning.summary`` unless the
-server stands for a verified organisation (``verified_organization=True``); under an Azure classic ``api-version``,
-any field that version does not declare; ``parallel_tool_calls`` without tools; and, when a model thinks, a
-Responses ``function_call`` sent back without the ``reasoning`` item (with its ``encrypted_content``) that came with
-it. A Chat Completions stream carries usage only in a last chunk, and only when ``stream_options.include_usage``
-asks for it.
+deployment names the model). Like the real service it rejects, with a 400 in OpenAI's error shape: an assistant tool
+call left unanswered; a malformed image, file or audio part (:mod:`.media`); what the model's family refuses
+(:mod:`.model_rules`: sampling parameters, ``max_tokens``, ``stop``, effort values, ``reasoning_effort`` on a
+non-reasoning model, ...); ``reasoning.summary`` unless the server stands for a verified organisation
+(``verified_organization=True``); under an Azure classic ``api-version``, any field that version does not declare;
+``parallel_tool_calls`` without tools; and, when a model thinks, a Responses ``function_call`` sent back without the
+``reasoning`` item (with its ``encrypted_content``) that came with it. A Chat Completions stream carries usage only in a
+last chunk, and only when ``stream_options.include_usage`` asks for it.
 
 Example:
     >>> import openai, anyio
@@ -36,6 +36,7 @@ from typing import Any
 from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers.http import JSONReply, Request
+from delta_eval.testing.servers.media import check_chat_part, check_responses_part
 from delta_eval.testing.servers.model_rules import azure_undeclared, check_openai
 from delta_eval.testing.servers.prompt_cache import request_blocks
 from delta_eval.testing.servers.provider import (
@@ -218,6 +219,9 @@ class FakeOpenAIServer(FakeProviderServer):
         open_calls: list[str] = []
         for i, m in enumerate(body.get("messages") or []):
             role = "system" if m["role"] == "developer" else m["role"]
+            if isinstance(m.get("content"), list) and role != "assistant":
+                for j, part in enumerate(m["content"]):
+                    check_chat_part(part, f"messages[{i}].content[{j}]", text_only=role != "user")
             if role != "tool" and open_calls:
                 raise WireError(
                     "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
@@ -258,8 +262,12 @@ class FakeOpenAIServer(FakeProviderServer):
             items = [{"role": "user", "content": items}]
         reasoning_seen: set[str] = set()
         open_calls: list[str] = []
-        for item in items:
+        for i, item in enumerate(items):
             kind = item.get("type", "message")
+            parts = item.get("content") if kind == "message" else item.get("output")
+            if isinstance(parts, list):
+                for j, part in enumerate(parts):
+                    check_responses_part(part, f"input[{i}].{'content' if kind == 'message' else 'output'}[{j}]")
             if kind == "reasoning":
                 if item.get("encrypted_content") != sign("reasoning", item.get("id", "")):
                     raise WireError(f"Item '{item.get('id')}' of type 'reasoning' has invalid encrypted_content.")
