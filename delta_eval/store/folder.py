@@ -380,10 +380,14 @@ class RunFolder:
         media = self.read("media", ["sha256", "data"])
         data = dict(zip(media.column("sha256").to_pylist(), media.column("data").to_pylist(), strict=True))
         table = TABLES["conversations"]
-        return [
-            record.model_copy(update={"messages": restore_media(record.messages, data)})
-            for record in (table.parse(row) for row in self.read("conversations").to_pylist())
-        ]
+        out = []
+        for record in (table.parse(row) for row in self.read("conversations").to_pylist()):
+            calls = tuple(
+                c.model_copy(update={"input": restore_media(c.input, data)}) if c.input is not None else c
+                for c in record.calls
+            )
+            out.append(record.model_copy(update={"messages": restore_media(record.messages, data), "calls": calls}))
+        return out
 
     def manifest(self) -> RunManifest | None:
         """The manifest, or ``None`` before one was written."""

@@ -49,14 +49,31 @@ class StoredMedia(BaseModel):
 
 
 def split_media(record: SampledConversation, stored: set[str]) -> tuple[SampledConversation, list[StoredMedia]]:
-    """``record`` with the bytes of its media taken out, and the media rows to store: those whose hash is not in
-    ``stored`` yet (``stored`` is updated with them)."""
+    """``record`` with the bytes of its media taken out (of its messages, and of the history each recorded call
+    sent), and the media rows to store: those whose hash is not in ``stored`` yet (``stored`` is updated with
+    them)."""
     new: list[StoredMedia] = []
-    messages: list[Message] = []
+    update: dict[str, object] = {}
+    messages = _without_bytes(record.messages, stored, new)
+    if messages is not None:
+        update["messages"] = messages
+    calls = []
+    for call in record.calls:
+        sent = _without_bytes(call.input, stored, new) if call.input is not None else None
+        calls.append(call.model_copy(update={"input": sent}) if sent is not None else call)
+    if any(a is not b for a, b in zip(calls, record.calls, strict=True)):
+        update["calls"] = tuple(calls)
+    return (record.model_copy(update=update) if update else record), new
+
+
+def _without_bytes(messages: Iterable[Message], stored: set[str], new: list[StoredMedia]) -> tuple[Message, ...] | None:
+    """``messages`` without the bytes of their media (``None`` when none had any), new media rows added to
+    ``new``."""
+    out: list[Message] = []
     changed = False
-    for m in record.messages:
+    for m in messages:
         if not any(p.data is not None for p in m.media):
-            messages.append(m)
+            out.append(m)
             continue
         changed = True
         for p in m.media:
@@ -64,8 +81,8 @@ def split_media(record: SampledConversation, stored: set[str]) -> tuple[SampledC
                 stored.add(p.sha256)
                 new.append(StoredMedia(sha256=p.sha256, kind=p.kind, media_type=p.media_type, data=p.data))
         media = tuple(p.model_copy(update={"data": None}) if p.data is not None else p for p in m.media)
-        messages.append(m.model_copy(update={"media": media}))
-    return (record.model_copy(update={"messages": tuple(messages)}) if changed else record), new
+        out.append(m.model_copy(update={"media": media}))
+    return tuple(out) if changed else None
 
 
 def restore_media(messages: Iterable[Message], data: Mapping[str, str]) -> tuple[Message, ...]:

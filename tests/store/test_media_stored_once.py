@@ -50,3 +50,24 @@ def test_each_distinct_payload_is_stored_once_and_read_back_whole(
         kept = again.read("conversations").column("messages").to_pylist()
         assert not any(p.data and p.data in text for p in parts for text in kept)  # references only
         assert again.read_conversations() == [*convs, conversation("late", tuple(parts))]
+
+
+def test_the_history_a_recorded_call_sent_keeps_references_only(tmp_path: Path) -> None:
+    from delta_eval.schema import CallContext
+
+    image = MediaPart.from_bytes("image", b"\x89PNG-bytes-of-a-receipt", "image/png")
+    look = Message(role="user", content="look", media=(image,))
+    messages = (look, Message(role="assistant", content="seen"), Message(role="assistant", content="again"))
+    # The second call sent a filtered history holding the same image (a trace's span-level context).
+    calls = (CallContext(message_index=1), CallContext(message_index=2, input=(look,)))
+    conv = SampledConversation(conversation_id="c", position=0, stratum="", weight=1.0, n_messages=3, n_turns=2,
+                               n_pairs=2, messages=messages, calls=calls)  # fmt: skip
+    folder = RunFolder(tmp_path)
+    folder.add("conversations", [conv])
+    folder.commit()
+    assert folder.read("media").column("sha256").to_pylist() == [image.sha256]
+    stored = folder.read("conversations").to_pylist()[0]
+    assert image.data is not None
+    assert image.data not in str(stored["calls"])
+    assert image.data not in str(stored["messages"])
+    assert folder.read_conversations() == [conv]
