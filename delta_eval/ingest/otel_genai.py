@@ -56,6 +56,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -98,6 +99,7 @@ _NAME = ("name", "span_name", "SpanName")
 _START = ("startTimeUnixNano", "start_time_unix_nano", "start_time", "Timestamp", "timestamp")
 _ATTRIBUTES = ("attributes", "SpanAttributes", "span_attributes")
 _RESOURCE = ("resource_attributes", "ResourceAttributes")
+_ISO_FRACTION = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d)?)(?:\.(\d+))?(.*)$")
 
 
 class _Bad(Exception):
@@ -129,10 +131,13 @@ def any_value(value: Any) -> Any:
         return raw
     if kind == "boolValue" and isinstance(raw, bool):
         return raw
-    if kind == "intValue" and isinstance(raw, int | str) and not isinstance(raw, bool):
-        return int(raw)
-    if kind == "doubleValue" and isinstance(raw, int | float | str) and not isinstance(raw, bool):
-        return float(raw)  # "NaN", "Infinity" and "-Infinity" are how OTLP/JSON writes those
+    try:
+        if kind == "intValue" and isinstance(raw, int | str) and not isinstance(raw, bool):
+            return int(raw)
+        if kind == "doubleValue" and isinstance(raw, int | float | str) and not isinstance(raw, bool):
+            return float(raw)  # "NaN", "Infinity" and "-Infinity" are how OTLP/JSON writes those
+    except ValueError:
+        raise ValueError(f"{kind} {raw!r} is not a number") from None
     if kind == "arrayValue" and isinstance(raw, Mapping):
         return [any_value(v) for v in raw.get("values", ())]
     if kind == "kvlistValue" and isinstance(raw, Mapping):
@@ -146,9 +151,10 @@ def any_value(value: Any) -> Any:
 
 
 def _key_of(kv: Any) -> str:
-    if not isinstance(kv, Mapping) or not isinstance(kv.get("key"), str):
+    # OTLP/JSON leaves out a field at its default: an empty key is no key at all.
+    key = kv.get("key", "") if isinstance(kv, Mapping) else None
+    if not isinstance(key, str):
         raise ValueError("a key-value must be an object with a string key")
-    key: str = kv["key"]
     return key
 
 
@@ -250,13 +256,23 @@ def _nanos(raw: Any, field: str) -> int:
         return int(raw)
     if isinstance(raw, str) and raw.isdigit():
         return int(raw)
-    try:
-        when = raw if isinstance(raw, datetime) else datetime.fromisoformat(str(raw))
-    except ValueError:
-        raise _Bad(field, f"not a timestamp: {str(raw)[:40]!r}") from None
+    fraction = 0
+    if isinstance(raw, datetime):
+        when = raw
+    else:
+        # ISO text may carry nanoseconds (ClickHouse's DateTime64(9)), more than datetime keeps: read them apart.
+        found = _ISO_FRACTION.match(str(raw))
+        try:
+            if found is None:
+                raise ValueError
+            when = datetime.fromisoformat(found[1] + found[3])
+        except ValueError:
+            raise _Bad(field, f"not a timestamp: {str(raw)[:40]!r}") from None
+        fraction = int((found[2] or "").ljust(9, "0")[:9])
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+    whole = int(when.replace(microsecond=0).timestamp()) * 1_000_000_000
+    return whole + (fraction if not isinstance(raw, datetime) else when.microsecond * 1000)
 
 
 def _body(raw: Any) -> Any:
@@ -362,7 +378,15 @@ def _json(value: Any, field: str) -> Any:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A tool result or content as text: text as is, a list of text blocks (Anthropic's tool result content) joined,
+    anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, list) and value and all(isinstance(b, Mapping) and b.get("type") == "text" for b in value):
+        return "".join(str(b.get("text", b.get("content", ""))) for b in value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 class _Reader:
@@ -482,6 +506,9 @@ class _Reader:
 
     def tools(self, raw: Any) -> tuple[ToolSpec, ...]:
         raw = _json(raw, _TOOLS)
+        if isinstance(raw, list):  # Anthropic's tools (OpenLLMetry writes them as sent) name the schema input_schema
+            raw = [{**t, "parameters": t["input_schema"]} if isinstance(t, Mapping) and "input_schema" in t
+                   and "parameters" not in t else t for t in raw]  # fmt: skip
         try:
             return parse_tools(raw, field=_TOOLS)
         except RecordError as exc:
