@@ -83,6 +83,7 @@ _INPUT, _OUTPUT = "gen_ai.input.messages", "gen_ai.output.messages"
 _SYSTEM, _TOOLS = "gen_ai.system_instructions", "gen_ai.tool.definitions"
 _OPERATION, _CONVERSATION = "gen_ai.operation.name", "gen_ai.conversation.id"
 _DETAILS = "gen_ai.client.inference.operation.details"
+_MESSAGE_ATTRIBUTES = (_INPUT, _OUTPUT, _SYSTEM, _TOOLS)
 _MESSAGE_EVENTS = {
     "gen_ai.system.message": "system",
     "gen_ai.user.message": "user",
@@ -174,6 +175,13 @@ def _attributes(raw: Any, field: str) -> dict[str, Any]:
         raise _Bad(field, f"attributes must be a list of key-values or a map, not {type(raw).__name__}")
     out: dict[str, Any] = {}
     for i, kv in enumerate(raw):
+        if type(kv) is dict:  # the common case first: a string attribute, as JSON parsing gives it
+            value = kv.get("value")
+            if type(value) is dict and len(value) == 1 and type(text := value.get("stringValue")) is str:
+                key = kv.get("key")
+                if type(key) is str:
+                    out[key] = text
+                    continue
         if isinstance(kv, Mapping) and isinstance(kv.get("key"), str):
             value = kv.get("value")
             try:
@@ -354,6 +362,38 @@ def _otlp_span(raw: Any, resource: dict[str, Any]) -> _Span:
     )
 
 
+def _conversation_key(span: _Span) -> str:
+    return str(span.attributes.get(_CONVERSATION) or span.trace_id)
+
+
+class _Fields(Mapping[str, Any]):
+    """The values ``id`` and ``metadata`` paths read, nested on first use: only the first call of a conversation
+    is read, so the others never pay for it."""
+
+    __slots__ = ("_built", "_span")
+
+    def __init__(self, span: _Span) -> None:
+        self._span = span
+        self._built: dict[str, Any] | None = None
+
+    def _fields(self) -> dict[str, Any]:
+        if self._built is None:
+            span = self._span
+            self._built = _nested(span.attributes)
+            self._built.update(trace_id=span.trace_id, span_id=span.span_id, span_name=span.name,
+                               resource=_nested(span.resource))  # fmt: skip
+        return self._built
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields())
+
+    def __len__(self) -> int:
+        return len(self._fields())
+
+
 def _is_model_call(span: _Span) -> bool:
     op = span.attributes.get(_OPERATION)
     if op is not None:
@@ -389,6 +429,36 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+@dataclass(slots=True)
+class _Sent:
+    """What a call was sent: the JSON text, the messages read from it, how many messages the text holds, and the
+    tool-call names known at its end."""
+
+    text: str
+    messages: list[Message]
+    count: int
+    names: dict[str, str]
+
+
+class _Inputs:
+    """What the last call of each recent conversation was sent, for the next call to build on; the least recently
+    used are forgotten past ``size`` (a forgotten conversation's next call is read in full, as correctly)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._by_key: dict[str, _Sent] = {}
+        self.texts: dict[tuple[str, str], Any] = {}  # tools and system prompts read, by their text
+
+    def get(self, key: str) -> _Sent | None:
+        return self._by_key.get(key)
+
+    def put(self, key: str, sent: _Sent) -> None:
+        self._by_key.pop(key, None)
+        self._by_key[key] = sent
+        if len(self._by_key) > self.size:
+            del self._by_key[next(iter(self._by_key))]
+
+
 class _Reader:
     """Reads the messages of one call, remembering each tool call's name so a result names its tool."""
 
@@ -401,46 +471,67 @@ class _Reader:
 
     # -- parts-based messages (current conventions) --------------------------------------------------------------
 
-    def parts_messages(self, raw: Any, field: str) -> list[Message]:
+    def parts_messages(self, raw: Any, field: str, offset: int = 0) -> list[Message]:
         raw = _json(raw, field)
         if raw is None:
             return []
         if not isinstance(raw, Sequence) or isinstance(raw, str):
             raise _Bad(field, f"expected a list of messages, not {type(raw).__name__}")
         out: list[Message] = []
-        for i, m in enumerate(raw):
-            if not isinstance(m, Mapping):
+        for i, m in enumerate(raw, offset):
+            if type(m) is not dict and not isinstance(m, Mapping):
                 raise _Bad(f"{field}[{i}]", f"a message must be an object, not {type(m).__name__}")
             out.extend(self.parts_message(m, f"{field}[{i}]"))
         return out
+
+    def input_messages(self, raw: Any, sent: _Sent | None) -> tuple[list[Message], _Sent | None]:
+        """The messages a call was sent, and what to remember of them for the conversation's next call.
+
+        An agent sends the whole history each time, so a call's input is usually the one before's with messages
+        added at the end: when its JSON text starts with the text ``sent`` remembers (its closing bracket aside),
+        only the rest is parsed, and the messages already read are shared, not read again. Reading a conversation
+        then costs what its messages weigh, not the square of it."""
+        if not isinstance(raw, str):
+            return self.parts_messages(raw, _INPUT), None
+        if sent is not None:
+            n = len(sent.text) - 1
+            if len(raw) > n and raw[n] == "," and raw.startswith(sent.text[:n]):
+                self.names.update(sent.names)
+                rest = _json("[" + raw[n + 1 :], _INPUT)
+                if isinstance(rest, list):
+                    messages = sent.messages + self.parts_messages(rest, _INPUT, sent.count)
+                    return messages, _Sent(raw, messages, sent.count + len(rest), dict(self.names))
+        parsed = _json(raw, _INPUT)
+        messages = self.parts_messages(parsed, _INPUT)
+        count = len(parsed) if isinstance(parsed, list) else 0
+        return messages, _Sent(raw, messages, count, dict(self.names))
 
     def parts_message(self, m: Mapping[str, Any], field: str) -> list[Message]:
         role = m.get("role") or "assistant"  # an output message may leave its role out
         parts = m.get("parts")
         if parts is None and "content" in m:  # a message some instrumentations write chat-style
             parts = [{"type": "text", "content": m["content"]}] if isinstance(m["content"], str) else m["content"]
-        if not isinstance(parts, Sequence) or isinstance(parts, str):
+        if type(parts) is not list and (not isinstance(parts, Sequence) or isinstance(parts, str)):
             raise _Bad(f"{field}.parts", "a message needs a list of parts")
         texts: list[str] = []
         calls: list[ToolCall] = []
         results: list[Message] = []
         thoughts: list[str] = []
         for j, p in enumerate(parts):
-            where = f"{field}.parts[{j}]"
-            if not isinstance(p, Mapping) or not isinstance(p.get("type"), str):
-                raise _Bad(where, "a part must be an object with a type")
-            kind = p["type"]
+            kind = p.get("type") if type(p) is dict or isinstance(p, Mapping) else None
+            if type(kind) is not str:
+                raise _Bad(f"{field}.parts[{j}]", "a part must be an object with a type")
             if kind == "text":
                 text = p.get("content", p.get("text"))
-                if not isinstance(text, str):
-                    raise _Bad(f"{where}.content", "a text part needs its content")
+                if type(text) is not str:
+                    raise _Bad(f"{field}.parts[{j}].content", "a text part needs its content")
                 texts.append(text)
             elif kind == "tool_call" and role == "assistant":
-                calls.append(self.tool_call(p.get("id"), p.get("name"), p.get("arguments"), where))
+                calls.append(self.tool_call(p.get("id"), p.get("name"), p.get("arguments"), f"{field}.parts[{j}]"))
             elif kind == "tool_call_response" and role in ("tool", "user"):
                 call_id = p.get("id")
-                if not isinstance(call_id, str) or not call_id:
-                    raise _Bad(f"{where}.id", "a tool call response needs the id of the call it answers")
+                if type(call_id) is not str or not call_id:
+                    raise _Bad(f"{field}.parts[{j}].id", "a tool call response needs the id of the call it answers")
                 content = _text(p.get("response"))
                 results.append(Message(role="tool", content=content, tool_call_id=call_id,
                                        name=self.names.get(call_id)))  # fmt: skip
@@ -450,7 +541,7 @@ class _Reader:
             elif kind in _MEDIA_PARTS:
                 texts.append(placeholder(str(p.get("modality") or kind), p.get("mime_type")))
             else:
-                raise _Bad(f"{where}.type", f"unsupported part {kind!r} in a {role} message")
+                raise _Bad(f"{field}.parts[{j}].type", f"unsupported part {kind!r} in a {role} message")
         return self.message(role, texts, calls, results, thoughts, field)
 
     def message(self, role: Any, texts: list[str], calls: list[ToolCall], results: list[Message],
@@ -478,6 +569,20 @@ class _Reader:
     def model(self) -> str:
         attrs = self.span.attributes
         return str(attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model") or "")
+
+    def once(self, name: str, raw: Any, read: Callable[[Any], Any], inputs: _Inputs | None) -> Any:
+        """``read(raw)``, remembered by its text: a skill sends the same tools and system prompt on each call, and
+        its calls then share one parsed copy."""
+        if raw is None:
+            return None
+        if inputs is None or not isinstance(raw, str):
+            return read(raw)
+        key = (name, raw)
+        if key not in inputs.texts:
+            inputs.texts[key] = read(raw)
+            if len(inputs.texts) > inputs.size:
+                del inputs.texts[next(iter(inputs.texts))]
+        return inputs.texts[key]
 
     def tool_call(self, call_id: Any, name: Any, arguments: Any, field: str) -> ToolCall:
         if not isinstance(name, str) or not name:
@@ -627,14 +732,16 @@ class _Reader:
 
     # -- a span's call -------------------------------------------------------------------------------------------
 
-    def call(self, attrs: Mapping[str, Any]) -> RecordedCall | None:
+    def call(self, attrs: Mapping[str, Any], inputs: _Inputs | None = None, key: str = "") -> RecordedCall | None:
         """The call the span records, or ``None`` when it records no messages of its own (they may be in log
-        records of the older event form)."""
+        records of the older event form). ``inputs`` remembers what each conversation's last call was sent."""
         if _INPUT in attrs or _OUTPUT in attrs:
-            sent = self.parts_messages(attrs.get(_INPUT), _INPUT)
+            sent, remembered = self.input_messages(attrs.get(_INPUT), inputs.get(key) if inputs is not None else None)
+            if inputs is not None and remembered is not None:
+                inputs.put(key, remembered)
             answers = [m for m in self.parts_messages(attrs.get(_OUTPUT), _OUTPUT) if m.role == "assistant"][:1]
-            tools = self.tools(attrs[_TOOLS]) if attrs.get(_TOOLS) is not None else None
-            system = self.system_instructions(attrs.get(_SYSTEM))
+            tools = self.once(_TOOLS, attrs.get(_TOOLS), self.tools, inputs)
+            system = self.once(_SYSTEM, attrs.get(_SYSTEM), self.system_instructions, inputs)
             return RecordedCall(input=tuple(sent), output=tuple(answers), system=system, tools=tools)
         details = [e for e in self.span.events if e.name == _DETAILS]
         if details:
@@ -698,14 +805,15 @@ class _Calls:
         self.done: set[str] = set()  # spans whose call was read from the span itself
         self.waiting: dict[str, tuple[_Span, str]] = {}  # model spans with no messages of their own
         self.logs: dict[str, _Pending] = {}
+        self.inputs = _Inputs()
 
     def traced(self, span: _Span, call: RecordedCall, label: str) -> TracedCall:
         self.seq += 1
-        key = span.attributes.get(_CONVERSATION) or span.trace_id
-        fields = _nested(span.attributes)
-        fields.update(trace_id=span.trace_id, span_id=span.span_id, span_name=span.name,
-                      resource=_nested(span.resource))  # fmt: skip
-        return TracedCall(str(key), (span.start, self.seq), label, call, fields)
+        # The messages are read: their text need not stay in memory until the conversation is assembled.
+        for name in _MESSAGE_ATTRIBUTES:
+            span.attributes.pop(name, None)
+        span.events = []
+        return TracedCall(_conversation_key(span), (span.start, self.seq), label, call, _Fields(span))
 
     def span(self, make: Callable[[], _Span], label: str) -> Iterator[TracedCall | RecordError]:
         """The call of one span (``make()`` builds it), an error naming its field, or nothing for another span."""
@@ -715,7 +823,7 @@ class _Calls:
                 return
             label = f"{label} (span id {span.span_id})"
             err = Err(self.source, label, "")
-            call = _Reader(span, err).call(span.attributes)
+            call = _Reader(span, err).call(span.attributes, self.inputs, _conversation_key(span))
         except _Bad as exc:
             yield RecordError(self.source, label, exc.field, exc.reason)
             return
