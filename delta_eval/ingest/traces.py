@@ -23,8 +23,12 @@ Example:
 from __future__ import annotations
 
 import importlib
+import pickle
+import sqlite3
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,8 +39,8 @@ from delta_eval.mapping import FieldMapping
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
 
-__all__ = ["TRACE_FORMATS", "TraceFormat", "TracedCall", "conversations_of", "detect_trace_format", "read_traces",
-           "trace_format"]  # fmt: skip
+__all__ = ["MAX_HELD_CALLS", "TRACE_FORMATS", "TraceFormat", "TracedCall", "conversations_of", "detect_trace_format",
+           "read_traces", "trace_format"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,11 @@ class TraceFormat:
     looks_like: Callable[[Any], bool]
 
 
+#: How many calls :func:`conversations_of` holds in memory; past that, the calls go to a temporary file and are read
+#: back one conversation at a time, so a large trace is read in bounded memory (a source's calls must all be seen
+#: before any conversation is known complete: a trace's spans may come in any order).
+MAX_HELD_CALLS = 20_000
+
 #: The module of :mod:`delta_eval.ingest` reading each trace format, by ``message_format`` name.
 TRACE_FORMATS: dict[str, str] = {"otel": "otel_genai"}
 
@@ -81,19 +90,95 @@ def detect_trace_format(record: Any) -> str | None:
     return next((name for name in TRACE_FORMATS if trace_format(name).looks_like(record)), None)
 
 
+class _Spill:
+    """Calls kept in a temporary SQLite file, each conversation's under the position it first appeared at, read back
+    one conversation at a time in that order. Only the conversation keys stay in memory."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="delta-eval-traces-")
+        self._db = sqlite3.connect(Path(self._dir.name) / "calls.sqlite")
+        # A scratch file, gone at the end: no journal, no fsync.
+        self._db.execute("PRAGMA journal_mode = OFF")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.execute("CREATE TABLE calls (conversation INTEGER, data BLOB)")
+        self._positions: dict[str, int] = {}
+        self._batch: list[tuple[int, bytes]] = []
+
+    def add(self, call: TracedCall) -> None:
+        position = self._positions.setdefault(call.conversation, len(self._positions))
+        self._batch.append((position, pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)))
+        if len(self._batch) >= 1000:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._db.executemany("INSERT INTO calls VALUES (?, ?)", self._batch)
+        self._batch.clear()
+
+    def groups(self) -> Iterator[list[TracedCall]]:
+        self._flush()
+        self._db.execute("CREATE INDEX by_conversation ON calls (conversation)")
+        group: list[TracedCall] = []
+        current = -1
+        # The file holds only what this reading wrote: unpickling it is reading back our own objects.
+        for position, data in self._db.execute("SELECT conversation, data FROM calls ORDER BY conversation, rowid"):
+            if position != current and group:
+                yield group
+                group = []
+            current = position
+            group.append(pickle.loads(data))
+        if group:
+            yield group
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
+
+
+def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterator[RecordError | list[TracedCall]]:
+    """Record errors as they come, then the calls of each conversation, in the order each first appeared: held in
+    memory up to ``max_held`` calls, spilled to a temporary file past that."""
+    groups: dict[str, list[TracedCall]] = {}
+    held = 0
+    spill: _Spill | None = None
+    try:
+        for item in calls:
+            if isinstance(item, RecordError):
+                yield item
+            elif spill is not None:
+                spill.add(item)
+            else:
+                groups.setdefault(item.conversation, []).append(item)
+                held += 1
+                if held > max_held:
+                    spill = _Spill()
+                    for group in groups.values():
+                        for call in group:
+                            spill.add(call)
+                    groups.clear()
+        if spill is not None:
+            yield from spill.groups()
+        while groups:  # each conversation let go of once assembled
+            yield groups.pop(next(iter(groups)))
+    finally:
+        if spill is not None:
+            spill.close()
+
+
 def conversations_of(
-    calls: Iterable[TracedCall | RecordError], mapping: FieldMapping, source: str
+    calls: Iterable[TracedCall | RecordError], mapping: FieldMapping, source: str, *, max_held: int = MAX_HELD_CALLS
 ) -> Iterator[tuple[str, Conversation | RecordError]]:
     """The conversations the calls make, in the order each first appears, as ``(label, conversation)``; a record
     error passes through where it occurs. ``id`` and ``metadata`` paths of ``mapping`` read the ``fields`` of the
-    conversation's first call; its tools are the first call's (else ``mapping.tools``)."""
-    groups: dict[str, list[TracedCall]] = {}
-    for item in calls:
-        if isinstance(item, RecordError):
-            yield item.record, item
+    conversation's first call; its tools are the first call's (else ``mapping.tools``). Past ``max_held`` calls,
+    the calls wait in a temporary file rather than in memory (:data:`MAX_HELD_CALLS`)."""
+    position = -1
+    for grouped in _grouped(calls, max_held):
+        if isinstance(grouped, RecordError):
+            yield grouped.record, grouped
             continue
-        groups.setdefault(item.conversation, []).append(item)
-    for position, (key, group) in enumerate(groups.items()):
+        group = grouped
+        position += 1
+        key = group[0].conversation
         group.sort(key=lambda c: c.order)
         first = group[0]
         label = f"{first.label} ({len(group)} call{'s' if len(group) > 1 else ''}"

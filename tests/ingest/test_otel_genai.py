@@ -642,3 +642,41 @@ def test_a_record_error_is_raised_nowhere(tmp_path: Path) -> None:
     assert [type(e) for e in bad] == [RecordError, RecordError]
     assert "not an OTLP export" in bad[0].reason
     assert "a span must be an object" in bad[1].reason
+
+
+def test_a_trace_past_the_memory_bound_is_read_back_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_HELD_CALLS`` the calls wait in a temporary file: the conversations, their order and errors are
+    those read in memory, and the file is gone once the source has been read."""
+    from delta_eval.ingest import otel_genai, traces
+    from delta_eval.mapping import FieldMapping
+
+    doc = skill_switch_export()
+    lines = []
+    for k in range(5):  # five conversations, their spans interleaved across lines
+        copy = json.loads(json.dumps(doc))
+        for span in copy["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+            span["traceId"] = f"{k:032x}"
+            for kv in span["attributes"]:
+                if kv["key"] == "gen_ai.conversation.id":
+                    kv["value"] = {"stringValue": f"conv-{k}"}
+        lines.append(copy)
+    records = [(f"line {i}", d) for i, d in enumerate(lines)] + [("line 9", RecordError("s", "line 9", "", "bad"))]
+    spilled_dirs: list[str] = []
+    real_spill = traces._Spill
+
+    class Watched(real_spill):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            spilled_dirs.append(self._dir.name)
+
+    monkeypatch.setattr(traces, "_Spill", Watched)
+
+    def read(max_held: int) -> list[Any]:
+        calls = otel_genai.calls(records, "s")
+        return [item for _, item in traces.conversations_of(calls, FieldMapping(), "s", max_held=max_held)]
+
+    in_memory, spilled = read(10_000), read(3)
+    assert len(spilled_dirs) == 1
+    assert not Path(spilled_dirs[0]).exists()
+    assert [c.id for c in spilled if isinstance(c, Conversation)] == [f"conv-{k}" for k in range(5)]
+    assert spilled == in_memory
