@@ -91,8 +91,9 @@ def detect_trace_format(record: Any) -> str | None:
 
 
 class _Spill:
-    """Calls kept in a temporary SQLite file, each conversation's under the position it first appeared at, read back
-    one conversation at a time in that order. Only the conversation keys stay in memory."""
+    """Calls kept in a temporary SQLite file, a conversation's calls pickled together (the messages its calls re-send
+    are then written once) under the position it first appeared at; read back one conversation at a time, in that
+    order, its chunks joined."""
 
     def __init__(self) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="delta-eval-traces-")
@@ -101,13 +102,11 @@ class _Spill:
         self._db.execute("PRAGMA journal_mode = OFF")
         self._db.execute("PRAGMA synchronous = OFF")
         self._db.execute("CREATE TABLE calls (conversation INTEGER, data BLOB)")
-        self._positions: dict[str, int] = {}
         self._batch: list[tuple[int, bytes]] = []
 
-    def add(self, call: TracedCall) -> None:
-        position = self._positions.setdefault(call.conversation, len(self._positions))
-        self._batch.append((position, pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)))
-        if len(self._batch) >= 1000:
+    def add(self, position: int, calls: list[TracedCall]) -> None:
+        self._batch.append((position, pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL)))
+        if len(self._batch) >= 256:
             self._flush()
 
     def _flush(self) -> None:
@@ -125,7 +124,7 @@ class _Spill:
                 yield group
                 group = []
             current = position
-            group.append(pickle.loads(data))
+            group.extend(pickle.loads(data))
         if group:
             yield group
 
@@ -135,30 +134,42 @@ class _Spill:
 
 
 def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterator[RecordError | list[TracedCall]]:
-    """Record errors as they come, then the calls of each conversation, in the order each first appeared: held in
-    memory up to ``max_held`` calls, spilled to a temporary file past that."""
-    groups: dict[str, list[TracedCall]] = {}
+    """Record errors as they come, then the calls of each conversation, in the order each first appeared.
+
+    Up to ``max_held`` calls are held in memory; past that, the conversations least recently added to go to a
+    temporary file (:class:`_Spill`) until half that is held. A trace's spans mostly come close together, so a
+    conversation sent there is usually complete: its calls are written once, together; a call that comes later
+    is written after them and joins them when read back. Only the conversation keys stay in memory."""
+    groups: dict[str, list[TracedCall]] = {}  # least recently added to first
+    positions: dict[str, int] = {}
     held = 0
     spill: _Spill | None = None
     try:
         for item in calls:
             if isinstance(item, RecordError):
                 yield item
-            elif spill is not None:
-                spill.add(item)
-            else:
-                groups.setdefault(item.conversation, []).append(item)
-                held += 1
-                if held > max_held:
-                    spill = _Spill()
-                    for group in groups.values():
-                        for call in group:
-                            spill.add(call)
-                    groups.clear()
+                continue
+            key = item.conversation
+            positions.setdefault(key, len(positions))
+            group = groups.pop(key, None) or []
+            group.append(item)
+            groups[key] = group
+            held += 1
+            if held > max_held:
+                spill = spill or _Spill()
+                while held > max_held // 2:
+                    old = next(iter(groups))
+                    spilled = groups.pop(old)
+                    spill.add(positions[old], spilled)
+                    held -= len(spilled)
         if spill is not None:
+            for key, group in groups.items():
+                spill.add(positions[key], group)
+            groups.clear()
             yield from spill.groups()
-        while groups:  # each conversation let go of once assembled
-            yield groups.pop(next(iter(groups)))
+            return
+        for key in sorted(groups, key=positions.__getitem__):
+            yield groups.pop(key)  # each conversation let go of once assembled
     finally:
         if spill is not None:
             spill.close()

@@ -652,7 +652,7 @@ def test_a_trace_past_the_memory_bound_is_read_back_the_same(tmp_path: Path, mon
 
     doc = skill_switch_export()
     lines = []
-    for k in range(5):  # five conversations, their spans interleaved across lines
+    for k in range(5):  # five conversations, a line each: past 3 calls held, part-read ones go to the file
         copy = json.loads(json.dumps(doc))
         for span in copy["resourceSpans"][0]["scopeSpans"][0]["spans"]:
             span["traceId"] = f"{k:032x}"
