@@ -466,9 +466,6 @@ class _Reader:
         self.span, self.err = span, err
         self.names: dict[str, str] = {}
 
-    def bad(self, field: str, reason: str) -> _Bad:
-        return _Bad(field, reason)
-
     # -- parts-based messages (current conventions) --------------------------------------------------------------
 
     def parts_messages(self, raw: Any, field: str, offset: int = 0) -> list[Message]:
@@ -836,7 +833,7 @@ class _Calls:
         self.done.add(span.span_id)
         yield self.traced(span, call, label)
 
-    def log(self, raw: Any, resource: dict[str, Any], label: str) -> RecordError | None:
+    def log(self, raw: Any, label: str) -> RecordError | None:
         """Keep a log record of the older event form (or the details event) until the source has been read."""
         try:
             if not isinstance(raw, Mapping):
@@ -926,7 +923,7 @@ def _otlp_items(state: _Calls, doc: Mapping[str, Any], label: str) -> Iterator[T
     for rl in doc.get("resourceLogs") or ():
         for sl in rl.get("scopeLogs") or ():
             for raw in sl.get("logRecords") or ():
-                error = state.log(raw, {}, f"{label}, log record {n}")
+                error = state.log(raw, f"{label}, log record {n}")
                 n += 1
                 if error is not None:
                     yield error

@@ -680,3 +680,99 @@ def test_a_trace_past_the_memory_bound_is_read_back_the_same(tmp_path: Path, mon
     assert not Path(spilled_dirs[0]).exists()
     assert [c.id for c in spilled if isinstance(c, Conversation)] == [f"conv-{k}" for k in range(5)]
     assert spilled == in_memory
+
+
+def _weather_calls_read(record: dict[str, Any], tmp_path: Path) -> Conversation:
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    good, bad = de.read_conversations(path, message_format="auto").load()
+    assert bad == []
+    (conv,) = good
+    return conv
+
+
+def test_openllmetry_indexed_attributes(tmp_path: Path) -> None:
+    """OpenLLMetry before the current attributes: ``gen_ai.prompt.N.*``, ``gen_ai.completion.N.*`` and the tools as
+    ``llm.request.functions.N.*``, one span per call (a flat span row here)."""
+    conv = weather_conversation()
+    spans = []
+    for n, i in enumerate(k for k, m in enumerate(conv.messages) if m.role == "assistant"):
+        attrs: dict[str, Any] = {
+            "llm.request.type": "chat",
+            "gen_ai.system": "openai",
+            "llm.request.functions.0.name": WEATHER.name,
+            "llm.request.functions.0.description": WEATHER.description,
+            "llm.request.functions.0.parameters": json.dumps(WEATHER.parameters),
+        }
+        for prefix, messages in (("gen_ai.prompt", conv.messages[:i]), ("gen_ai.completion", conv.messages[i : i + 1])):
+            for j, m in enumerate(messages):
+                attrs[f"{prefix}.{j}.role"] = m.role
+                if m.content is not None:
+                    attrs[f"{prefix}.{j}.content"] = m.content
+                if m.tool_call_id:
+                    attrs[f"{prefix}.{j}.tool_call_id"] = m.tool_call_id
+                for c, call in enumerate(m.tool_calls):
+                    attrs |= {
+                        f"{prefix}.{j}.tool_calls.{c}.id": call.id,
+                        f"{prefix}.{j}.tool_calls.{c}.name": call.name,
+                        f"{prefix}.{j}.tool_calls.{c}.arguments": call.arguments,
+                    }
+        spans.append(
+            {
+                "trace_id": "ab" * 16,
+                "span_id": f"{n:016x}",
+                "name": "openai.chat",
+                "start_time_unix_nano": n,
+                "attributes": attrs,
+            }
+        )
+    path = tmp_path / "spans.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in spans))
+    good, bad = de.read_conversations(path, message_format="auto", metadata=["gen_ai.system"]).load()
+    assert bad == []
+    (read,) = good
+    assert read.messages == conv.messages
+    assert read.tools == (WEATHER,)
+    assert read.metadata == {"system": "openai"}
+
+
+def test_the_older_message_events_on_the_span(tmp_path: Path) -> None:
+    """The v1.28-era events recorded as span events: the body as JSON in ``gen_ai.event.content``, or as the
+    event's attributes."""
+    conv = weather_conversation()
+    last = len(conv.messages) - 1
+    events = []
+    for k, m in enumerate(conv.messages[:last]):
+        body: dict[str, Any] = {"content": m.content} if m.content is not None else {}
+        if m.tool_calls:
+            body["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in m.tool_calls
+            ]
+        if m.role == "tool":
+            body["id"] = m.tool_call_id
+        attrs = (
+            [_attr("gen_ai.event.content", json.dumps(body))]
+            if k % 2
+            else [_attr(a, v) for a, v in body.items() if isinstance(v, str)]
+        )
+        if k % 2 == 0 and "tool_calls" in body:
+            attrs = [_attr("gen_ai.event.content", json.dumps(body))]
+        events.append({"timeUnixNano": str(k), "name": f"gen_ai.{m.role}.message", "attributes": attrs})
+    choice = {
+        "index": 0,
+        "finish_reason": "stop",
+        "message": {"role": "assistant", "content": conv.messages[last].content},
+    }
+    events.append(
+        {
+            "timeUnixNano": "99",
+            "name": "gen_ai.choice",
+            "attributes": [_attr("gen_ai.event.content", json.dumps(choice))],
+        }
+    )
+    span = _span("00000000000000c1", 0, {"gen_ai.operation.name": "chat", "gen_ai.system": "openai"})
+    span["events"] = events
+    read = _weather_calls_read({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}, tmp_path)
+    assert read.messages == conv.messages
+    assert [c.message_index for c in read.calls] == [last]
