@@ -125,3 +125,12 @@ def test_rate_limits_benchmark_keeps_the_cap_full_under_noise_and_stays_under_a_
     assert limit["adaptive"]["over_limit"] <= limit["halving"]["over_limit"]
     assert limit["adaptive"]["failed"] == 0
     assert "of ideal" in rate_limits.report(figures, 400, 16)
+
+
+@pytest.mark.slow
+def test_ingest_benchmark_reads_the_same_conversations_both_ways(tmp_path: Path) -> None:
+    ingest = load("ingest")
+    otlp, chat, n = ingest.write_exports(tmp_path, 40, 4)
+    otel, plain = ingest.measure(str(otlp), "otel"), ingest.measure(str(chat), "openai")
+    assert otel["conversations"] == plain["conversations"] == n == 10
+    assert otel["errors"] == plain["errors"] == 0
