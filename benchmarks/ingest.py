@@ -4,8 +4,9 @@ The same synthetic conversations (a system prompt, a question, a tool round, an 
 seven messages, three model calls) are written in each format a source may hold, and read back through
 ``de.read_conversations`` one conversation at a time, as a run's sampling pass reads them. The baseline is the
 plain OpenAI-chat JSONL reader on the same conversations, measured in the same run: each format's figure is also
-given as a ratio to it. Trace formats hold one record per model call (three per conversation), grouped back into
-conversations by the reader.
+given as a ratio to it. Trace formats hold one record per model call (three per conversation, each sending the whole
+history as agents do), grouped back into conversations by the reader; OTLP JSON is written as the Collector's file
+exporter writes it (100 spans to a line, concurrent conversations interleaved, ``execute_tool`` spans between).
 
 Each (format, size) is read in a fresh process, so its peak RSS is its own; "memory flat" means the peak at the
 large size is close to the peak at the small one (the ratio is printed). One core: the reader is single-threaded.
@@ -26,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import delta_eval as de
 from delta_eval.adapters import anthropic, gemini, openai_chat, openai_responses
@@ -82,24 +83,111 @@ def _responses(conv: Conversation) -> Iterator[dict[str, Any]]:
            "tools": openai_responses.encode_tools(conv.tools)}  # fmt: skip
 
 
-#: Each format: its ``message_format``, how one conversation is written as records, the file suffix, and how many
-#: records a conversation takes. Trace formats add theirs below.
-FORMATS: dict[str, tuple[str, Callable[[Conversation], Iterator[dict[str, Any]]], str, int]] = {
-    "openai chat (baseline)": ("openai", _openai, ".jsonl", 1),
-    "anthropic messages": ("anthropic", _anthropic, ".jsonl", 1),
-    "gemini contents": ("gemini", _gemini, ".jsonl", 1),
-    "openai responses": ("openai-responses", _responses, ".jsonl", 1),
+def _calls(conv: Conversation) -> Iterator[tuple[tuple[Message, ...], Message]]:
+    """The model calls of a conversation: for each assistant message, the non-system messages sent before it."""
+    for j, m in enumerate(conv.messages):
+        if m.role == "assistant":
+            yield tuple(x for x in conv.messages[:j] if x.role != "system"), m
+
+
+def _parts(m: Message) -> dict[str, Any]:
+    """A message in the GenAI conventions' parts form (``gen_ai.input.messages``)."""
+    parts: list[dict[str, Any]] = []
+    if m.role == "tool":
+        parts.append({"type": "tool_call_response", "id": m.tool_call_id, "response": m.content})
+    elif m.content:
+        parts.append({"type": "text", "content": m.content})
+    parts += [{"type": "tool_call", "id": c.id, "name": c.name, "arguments": json.loads(c.arguments)}
+              for c in m.tool_calls]  # fmt: skip
+    return {"role": m.role, "parts": parts}
+
+
+def _attr(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, int):
+        return {"key": key, "value": {"intValue": str(value)}}
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def _otel_spans(i: int, conv: Conversation) -> Iterator[dict[str, Any]]:
+    """A conversation's model calls as ``chat`` spans with the current GenAI attributes (each sends the whole
+    history, as agents do), an ``execute_tool`` span after each tool call (skipped by the reader)."""
+    system = [{"type": "text", "content": conv.messages[0].content}]
+    tools = [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
+             for t in conv.tools]  # fmt: skip
+    for n, (sent, answer) in enumerate(_calls(conv)):
+        start = 1_700_000_000_000_000_000 + i * 1_000_000_000 + n * 1_000_000
+        attrs = {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o",
+            "gen_ai.usage.input_tokens": 120 + 40 * n, "gen_ai.usage.output_tokens": 20,
+            "gen_ai.system_instructions": json.dumps(system), "gen_ai.tool.definitions": json.dumps(tools),
+            "gen_ai.input.messages": json.dumps([_parts(m) for m in sent]),
+            "gen_ai.output.messages": json.dumps([{**_parts(answer), "finish_reason": "stop"}]),
+        }  # fmt: skip
+        yield {"traceId": f"{i:032x}", "spanId": f"{i * 64 + n:016x}", "name": "chat gpt-4o", "kind": 3,
+               "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 500_000),
+               "attributes": [_attr(a, v) for a, v in attrs.items()], "status": {}}  # fmt: skip
+        if answer.tool_calls:
+            yield {"traceId": f"{i:032x}", "spanId": f"{i * 64 + 32 + n:016x}", "name": "execute_tool get_order",
+                   "kind": 1, "startTimeUnixNano": str(start + 600_000), "endTimeUnixNano": str(start + 700_000),
+                   "attributes": [_attr("gen_ai.operation.name", "execute_tool")], "status": {}}  # fmt: skip
+
+
+Writer = Callable[[TextIO, int], None]
+
+
+def _write_records(records_of: Callable[[Conversation], Iterator[dict[str, Any]]]) -> Writer:
+    """A writer of one JSON line per record, conversation after conversation."""
+
+    def write(fh: TextIO, conversations: int) -> None:
+        for i in range(conversations):
+            for record in records_of(conversation(i)):
+                fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    return write
+
+
+def _write_otlp(fh: TextIO, conversations: int) -> None:
+    """OTLP/JSON as the Collector's file exporter writes it: 100 spans to a line (an ``ExportTraceServiceRequest``),
+    the spans of concurrent conversations interleaved as a batch processor fed by several agents would have them."""
+    resource_ = {"attributes": [_attr("service.name", "support-agent")]}
+    live = 8  # conversations in flight at once
+    pending: list[Iterator[dict[str, Any]]] = []
+    batch: list[dict[str, Any]] = []
+    started = 0
+    while started < conversations or pending:
+        while len(pending) < live and started < conversations:
+            pending.append(_otel_spans(started, conversation(started)))
+            started += 1
+        for spans in list(pending):
+            span = next(spans, None)
+            if span is None:
+                pending.remove(spans)
+            else:
+                batch.append(span)
+        if len(batch) >= 100 or (not pending and batch):
+            doc = {"resourceSpans": [{"resource": resource_, "scopeSpans": [
+                {"scope": {"name": "opentelemetry.instrumentation.openai_v2"}, "spans": batch}]}]}  # fmt: skip
+            fh.write(json.dumps(doc, separators=(",", ":")) + "\n")
+            batch = []
+
+
+#: Each format: its ``message_format``, how conversations are written to a file, the file suffix, and how many
+#: records a conversation takes (a trace: one per model call, three here).
+FORMATS: dict[str, tuple[str, Writer, str, int]] = {
+    "openai chat (baseline)": ("openai", _write_records(_openai), ".jsonl", 1),
+    "anthropic messages": ("anthropic", _write_records(_anthropic), ".jsonl", 1),
+    "gemini contents": ("gemini", _write_records(_gemini), ".jsonl", 1),
+    "openai responses": ("openai-responses", _write_records(_responses), ".jsonl", 1),
+    "otel genai (OTLP JSON)": ("otel", _write_otlp, ".jsonl", 3),
 }
 
 
 def write(name: str, records: int, folder: Path) -> Path:
-    """The file of ``records`` records of format ``name``."""
-    _, records_of, suffix, per = FORMATS[name]
+    """The file of ``records`` records (model calls, for a trace) of format ``name``."""
+    _, writer, suffix, per = FORMATS[name]
     path = folder / f"{name.split()[0]}-{records}{suffix}"
     with path.open("w") as fh:
-        for i in range(records // per):
-            for record in records_of(conversation(i)):
-                fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+        writer(fh, records // per)
     return path
 
 

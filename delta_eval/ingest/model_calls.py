@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,15 +47,21 @@ class RecordedCall:
     tools: tuple[ToolSpec, ...] | None = None
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_arguments(text: str) -> str:
+    # The same call's arguments recur in every later call's history: each text is normalised once.
+    try:
+        return _CANONICAL.encode(json.loads(text or "{}"))
+    except ValueError:
+        return text
+
+
 def _key(m: Message) -> tuple[object, ...]:
     """What makes two records of a message the same message (tool-call ids and spacing aside)."""
-    calls = []
-    for c in m.tool_calls:
-        try:
-            args = json.dumps(json.loads(c.arguments or "{}"), sort_keys=True)
-        except ValueError:
-            args = c.arguments
-        calls.append((c.name, args))
+    calls = [(c.name, _canonical_arguments(c.arguments)) for c in m.tool_calls]
     return (m.role, (m.content or "").strip(), tuple(calls), m.tool_call_id if m.role == "tool" else None)
 
 
@@ -66,7 +73,8 @@ def _system_of(call: RecordedCall) -> str | None:
 
 def _new_messages(sent: list[Message], history: list[Message]) -> tuple[list[Message], bool]:
     """The messages of ``sent`` this conversation does not have yet, and whether ``sent`` is the history as is."""
-    if len(sent) >= len(history) and all(_key(a) == _key(b) for a, b in zip(sent, history, strict=False)):
+    # A reader that shares the messages a call re-sends makes most of them the same object: no key to compute.
+    if len(sent) >= len(history) and all(a is b or _key(a) == _key(b) for a, b in zip(sent, history, strict=False)):
         return sent[len(history) :], True
     # The history was filtered or rewritten: what is new comes after the last message already had (or after the
     # agent's last answer in what was sent, when none is).

@@ -23,8 +23,12 @@ Example:
 from __future__ import annotations
 
 import importlib
+import pickle
+import sqlite3
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,16 +39,8 @@ from delta_eval.mapping import FieldMapping
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
 
-__all__ = [
-    "TRACE_FORMATS",
-    "WINDOW",
-    "TraceFormat",
-    "TracedCall",
-    "conversations_of",
-    "detect_trace_format",
-    "read_traces",
-    "trace_format",
-]
+__all__ = ["MAX_HELD_CALLS", "TRACE_FORMATS", "TraceFormat", "TracedCall", "conversations_of", "detect_trace_format",
+           "read_traces", "trace_format"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,8 +68,13 @@ class TraceFormat:
     looks_like: Callable[[Any], bool]
 
 
+#: How many calls :func:`conversations_of` holds in memory; past that, the calls go to a temporary file and are read
+#: back one conversation at a time, so a large trace is read in bounded memory (a source's calls must all be seen
+#: before any conversation is known complete: a trace's spans may come in any order).
+MAX_HELD_CALLS = 20_000
+
 #: The module of :mod:`delta_eval.ingest` reading each trace format, by ``message_format`` name.
-TRACE_FORMATS: dict[str, str] = {}
+TRACE_FORMATS: dict[str, str] = {"otel": "otel_genai"}
 
 
 def trace_format(name: str) -> TraceFormat:
@@ -89,77 +90,131 @@ def detect_trace_format(record: Any) -> str | None:
     return next((name for name in TRACE_FORMATS if trace_format(name).looks_like(record)), None)
 
 
-#: How many model calls a conversation may go without one before it is taken as whole: traces interleave
-#: conversations, but a conversation's calls lie close together in an export, so holding only the conversations
-#: seen lately keeps memory flat in the size of the source.
-WINDOW = 50_000
+class _Spill:
+    """Calls kept in a temporary SQLite file, a conversation's calls pickled together (the messages its calls re-send
+    are then written once) under the position it first appeared at; read back one conversation at a time, in that
+    order, its chunks joined."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="delta-eval-traces-")
+        self._db = sqlite3.connect(Path(self._dir.name) / "calls.sqlite")
+        # A scratch file, gone at the end: no journal, no fsync.
+        self._db.execute("PRAGMA journal_mode = OFF")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.execute("CREATE TABLE calls (conversation INTEGER, data BLOB)")
+        self._batch: list[tuple[int, bytes]] = []
+
+    def add(self, position: int, calls: list[TracedCall]) -> None:
+        self._batch.append((position, pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL)))
+        if len(self._batch) >= 256:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._db.executemany("INSERT INTO calls VALUES (?, ?)", self._batch)
+        self._batch.clear()
+
+    def groups(self) -> Iterator[list[TracedCall]]:
+        self._flush()
+        self._db.execute("CREATE INDEX by_conversation ON calls (conversation)")
+        group: list[TracedCall] = []
+        current = -1
+        # The file holds only what this reading wrote: unpickling it is reading back our own objects.
+        for position, data in self._db.execute("SELECT conversation, data FROM calls ORDER BY conversation, rowid"):
+            if position != current and group:
+                yield group
+                group = []
+            current = position
+            group.extend(pickle.loads(data))
+        if group:
+            yield group
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
+
+
+def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterator[RecordError | list[TracedCall]]:
+    """Record errors as they come, then the calls of each conversation, in the order each first appeared.
+
+    Up to ``max_held`` calls are held in memory; past that, the conversations least recently added to go to a
+    temporary file (:class:`_Spill`) until half that is held. A trace's spans mostly come close together, so a
+    conversation sent there is usually complete: its calls are written once, together; a call that comes later
+    is written after them and joins them when read back. Only the conversation keys stay in memory."""
+    groups: dict[str, list[TracedCall]] = {}  # least recently added to first
+    positions: dict[str, int] = {}
+    held = 0
+    spill: _Spill | None = None
+    try:
+        for item in calls:
+            if isinstance(item, RecordError):
+                yield item
+                continue
+            key = item.conversation
+            positions.setdefault(key, len(positions))
+            group = groups.pop(key, None) or []
+            group.append(item)
+            groups[key] = group
+            held += 1
+            if held > max_held:
+                spill = spill or _Spill()
+                while held > max_held // 2:
+                    old = next(iter(groups))
+                    spilled = groups.pop(old)
+                    spill.add(positions[old], spilled)
+                    held -= len(spilled)
+        if spill is not None:
+            for key, group in groups.items():
+                spill.add(positions[key], group)
+            groups.clear()
+            yield from spill.groups()
+            return
+        for key in sorted(groups, key=positions.__getitem__):
+            yield groups.pop(key)  # each conversation let go of once assembled
+    finally:
+        if spill is not None:
+            spill.close()
 
 
 def conversations_of(
-    calls: Iterable[TracedCall | RecordError], mapping: FieldMapping, source: str, *, window: int = WINDOW
+    calls: Iterable[TracedCall | RecordError], mapping: FieldMapping, source: str, *, max_held: int = MAX_HELD_CALLS
 ) -> Iterator[tuple[str, Conversation | RecordError]]:
-    """The conversations the calls make, as ``(label, conversation)``, each once no call of it came in the last
-    ``window`` calls (or at the end of the source); a record error passes through where it occurs. A call of a
-    conversation already given (more than ``window`` calls after its last one) is a record error naming it. ``id``
-    and ``metadata`` paths of ``mapping`` read the ``fields`` of the conversation's first call; its tools are the
-    first call's (else ``mapping.tools``)."""
-    groups: dict[str, list[TracedCall]] = {}  # insertion order = order of each conversation's latest call
-    latest: dict[str, int] = {}
-    done: set[str] = set()
-    position = 0
-    for n, item in enumerate(calls):
-        if isinstance(item, RecordError):
-            yield item.record, item
+    """The conversations the calls make, in the order each first appears, as ``(label, conversation)``; a record
+    error passes through where it occurs. ``id`` and ``metadata`` paths of ``mapping`` read the ``fields`` of the
+    conversation's first call; its tools are the first call's (else ``mapping.tools``). Past ``max_held`` calls,
+    the calls wait in a temporary file rather than in memory (:data:`MAX_HELD_CALLS`)."""
+    position = -1
+    for grouped in _grouped(calls, max_held):
+        if isinstance(grouped, RecordError):
+            yield grouped.record, grouped
             continue
-        key = item.conversation
-        if key in done:
-            yield item.label, RecordError(source, item.label, "", f"a call of conversation {key!r} comes more than "
-                                          f"{window} calls after its last one, when the conversation was already "
-                                          "read; sort the export by conversation or time")  # fmt: skip
-            continue
-        group = groups.pop(key, None) or []
-        group.append(item)
-        groups[key] = group  # moved to the end: the most recently called
-        latest[key] = n
-        while groups:
-            oldest = next(iter(groups))
-            if n - latest[oldest] < window:
-                break
-            yield _conversation(oldest, groups.pop(oldest), mapping, source, position)
-            done.add(oldest)
-            del latest[oldest]
-            position += 1
-    for key, group in groups.items():
-        yield _conversation(key, group, mapping, source, position)
+        group = grouped
         position += 1
-
-
-def _conversation(
-    key: str, group: list[TracedCall], mapping: FieldMapping, source: str, position: int
-) -> tuple[str, Conversation | RecordError]:
-    group.sort(key=lambda c: c.order)
-    first = group[0]
-    label = f"{first.label} ({len(group)} call{'s' if len(group) > 1 else ''}"
-    try:
-        conv_id = key
-        if mapping.id is not None:
-            conv_id = mapping.conversation_id(first.fields, source=source, label=label + ")", position=position)
-        messages, contexts = assemble([c.call for c in group])
-        tools = next((c.call.tools for c in group if c.call.tools is not None), None)
-        conv = Conversation(
-            id=conv_id,
-            messages=messages,
-            calls=contexts,
-            tools=tools if tools is not None else mapping.tools,
-            metadata=mapping.metadata_of(first.fields),
-            source=source,
-            record=f"{label}, id {conv_id})",
-        )
-    except RecordError as exc:
-        return label + ")", exc
-    except ValidationError as exc:
-        return label + ")", RecordError(source, f"{label}, id {key})", "", describe_invalid(exc))
-    return conv.record, conv
+        key = group[0].conversation
+        group.sort(key=lambda c: c.order)
+        first = group[0]
+        label = f"{first.label} ({len(group)} call{'s' if len(group) > 1 else ''}"
+        try:
+            conv_id = key
+            if mapping.id is not None:
+                conv_id = mapping.conversation_id(first.fields, source=source, label=label + ")", position=position)
+            messages, contexts = assemble([c.call for c in group])
+            tools = next((c.call.tools for c in group if c.call.tools is not None), None)
+            conv = Conversation(
+                id=conv_id,
+                messages=messages,
+                calls=contexts,
+                tools=tools if tools is not None else mapping.tools,
+                metadata=mapping.metadata_of(first.fields),
+                source=source,
+                record=f"{label}, id {conv_id})",
+            )
+        except RecordError as exc:
+            yield label + ")", exc
+            continue
+        except ValidationError as exc:
+            yield label + ")", RecordError(source, f"{label}, id {key})", "", describe_invalid(exc))
+            continue
+        yield conv.record, conv
 
 
 def read_traces(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -59,36 +58,16 @@ def test_interleaved_calls_make_each_conversation_whole(sizes: list[int], seed: 
         assert conv.record.startswith(f"line 0 of c{i} ({n} call")
 
 
-def test_a_conversation_idle_for_a_window_is_given_and_a_late_call_is_an_error() -> None:
-    a, b = _calls("a", 3), _calls("b", 6)
-    stream = [a[0], a[1], *b[:5], a[2], b[5]]
-    out = list(conversations_of(stream, FieldMapping(), "x.jsonl", window=4))
-    assert isinstance(out[0][1], Conversation)
-    assert out[0][1].id == "a"
-    assert len(out[0][1].messages) == 5  # given after 4 calls without one: 2 of its 3 calls
-    late = out[1][1]
-    assert isinstance(late, RecordError)
-    assert late.record == "line 2 of a"
-    assert "comes more than 4 calls after its last one" in late.reason
-    assert [c.id for _, c in out[2:] if isinstance(c, Conversation)] == ["b"]
-
-
-def test_conversations_are_given_as_the_source_is_read_not_at_its_end() -> None:
-    consumed = 0
-
-    def stream() -> Iterator[TracedCall]:
-        nonlocal consumed
-        for i in range(200):
-            for call in _calls(f"c{i}", 2):
-                consumed += 1
-                yield call
-
-    lag = []
-    for _, conv in conversations_of(stream(), FieldMapping(), "x", window=10):
-        assert isinstance(conv, Conversation)
-        lag.append(consumed - 2 * (int(conv.id[1:]) + 1))  # calls read past the conversation's last one
-    assert len(lag) == 200
-    assert max(lag[:-10]) <= 10  # held for at most a window of calls: memory flat in the source's size
+@settings(deadline=None, max_examples=20)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=8), st.integers(0, 10**6), st.integers(1, 6))
+def test_calls_past_the_memory_bound_make_the_same_conversations(sizes: list[int], seed: int, held: int) -> None:
+    stream = _interleave([_calls(f"c{i}", n) for i, n in enumerate(sizes)], seed)
+    random.Random(seed).shuffle(stream)  # a late call of a conversation already sent to the file joins it
+    mapping = FieldMapping(metadata=["user"])
+    in_memory = list(conversations_of(stream, mapping, "x"))
+    bounded = list(conversations_of(stream, mapping, "x", max_held=held))
+    assert bounded == in_memory
+    assert len(in_memory) == len(sizes)
 
 
 def test_a_source_without_a_model_call_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
