@@ -65,7 +65,9 @@ class TraceFormat:
 
 
 #: The module of :mod:`delta_eval.ingest` reading each trace format, by ``message_format`` name.
-TRACE_FORMATS: dict[str, str] = {}
+TRACE_FORMATS: dict[str, str] = {
+    "openinference": "openinference",
+}
 
 
 def trace_format(name: str) -> TraceFormat:
