@@ -34,15 +34,23 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from delta_eval.chat_format import parse_messages, parse_tools
+from delta_eval.chat_format import parse_messages
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.anthropic_messages import read_anthropic
 from delta_eval.ingest.model_calls import RecordedCall
 from delta_eval.ingest.native_base import Err, arguments_json, placeholder
-from delta_eval.ingest.trace_fields import GAP, as_json, instant, is_list, unflatten
+from delta_eval.ingest.trace_fields import (
+    GAP,
+    answer_messages,
+    as_json,
+    chat_messages,
+    instant,
+    is_list,
+    tool_specs,
+    unflatten,
+)
 from delta_eval.ingest.traces import TracedCall, TraceFormat
 from delta_eval.paths import MISSING, get_path
 from delta_eval.schema import Message, ToolSpec
@@ -185,84 +193,46 @@ def _messages(raw: Any, err: Err, field: str, *, answer: bool = False) -> tuple[
     return parse_messages(chat, source=err.source, record=err.record, field=field, answer=answer)
 
 
-def _is_anthropic(body: Mapping[str, Any], provider: Any) -> bool:
-    if provider == "anthropic" or "system" in body:
-        return True
-    blocks = [b for m in body.get("messages") or () if isinstance(m, Mapping) and is_list(m.get("content"))
-              for b in m["content"]]  # fmt: skip
-    return any(isinstance(b, Mapping) and b.get("type") in ("tool_use", "tool_result") for b in blocks)
-
-
-def _request_messages(body: Any, err: Err, provider: Any) -> tuple[Message, ...] | None:
+def _request_messages(body: Any, err: Err) -> tuple[Message, ...] | None:
     """The messages of the request in ``input.value``: an OpenAI or Anthropic body, a message list, or text."""
     if isinstance(body, str):
         return (Message(role="user", content=body),) if body else None
     if is_list(body):
-        return parse_messages(body, source=err.source, record=err.record, field="input.value")
+        return chat_messages(body, err, "input.value")
     if isinstance(body, Mapping) and is_list(body.get("messages")):
-        if _is_anthropic(body, provider):
-            return read_anthropic(body, source=err.source, record=err.record, prefix="input.value.")
-        return parse_messages(body["messages"], source=err.source, record=err.record, field="input.value.messages")
+        return chat_messages(body["messages"], err, "input.value.messages", system=body.get("system"))
     return None
 
 
-def _response_messages(body: Any, err: Err) -> tuple[Message, ...]:
-    """The answer in ``output.value``: an OpenAI completion, an Anthropic message, or text."""
-    if isinstance(body, str):
-        return (Message(role="assistant", content=body),) if body else ()
-    if not isinstance(body, Mapping):
-        return ()
-    choices = body.get("choices")
-    if is_list(choices) and choices and isinstance(choices[0], Mapping):
-        message = choices[0].get("message")
-        return parse_messages([message], source=err.source, record=err.record, field="output.value.choices[0]",
-                              answer=True)  # fmt: skip
-    blocks = body.get("content")
-    if is_list(blocks):
-        texts = [str(b.get("text", "")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "text"]
-        calls = [{"id": b.get("id"), "function": {"name": b.get("name"), "arguments": arguments_json(
-            b.get("input"), err, f"output.value.content[{j}].input")}}
-            for j, b in enumerate(blocks) if isinstance(b, Mapping) and b.get("type") == "tool_use"]  # fmt: skip
-        message = {"role": "assistant", "content": "".join(texts) if texts else None, "tool_calls": calls}
-        return parse_messages([message], source=err.source, record=err.record, field="output.value", answer=True)
-    return ()
-
-
-def _tool_specs(raw: Any, err: Err, field: str) -> tuple[ToolSpec, ...]:
-    """Tool specs in OpenAI's or Anthropic's spelling (``input_schema``)."""
-    specs = []
+def _openinference_tools(raw: Sequence[Any], err: Err) -> tuple[ToolSpec, ...]:
+    schemas = []
     for k, t in enumerate(raw):
-        t = as_json(t.get("tool", t).get("json_schema", t.get("tool", t)) if isinstance(t, Mapping) else t)
-        if t is GAP:
-            raise err(f"{field}.{k}", _DROPPED)
-        if isinstance(t, Mapping) and "input_schema" in t and "parameters" not in t:
-            t = {"name": t.get("name"), "description": t.get("description"), "parameters": t["input_schema"]}
-        if isinstance(t, Mapping) and not isinstance(t.get("function", t).get("name"), str) and "type" in t:
-            continue  # a provider's built-in tool (web search): nothing to replay
-        specs.append(t)
-    return parse_tools(specs, source=err.source, record=err.record, field=field)
+        schema = get_path(t, "tool.json_schema") if isinstance(t, Mapping) else MISSING
+        if t is GAP or schema is MISSING:
+            raise err(f"llm.tools.{k}", _DROPPED if t is GAP else "a tool needs its tool.json_schema")
+        schemas.append(schema)
+    return tool_specs(schemas, err, "llm.tools")
 
 
 def _tools(llm: Mapping[str, Any], body: Any, err: Err) -> tuple[ToolSpec, ...] | None:
     if is_list(llm.get("tools")):
-        return _tool_specs(llm["tools"], err, "llm.tools")
+        return _openinference_tools(llm["tools"], err)
     params = as_json(llm.get("invocation_parameters"))
     for where, holder in (("llm.invocation_parameters.tools", params), ("input.value.tools", body)):
         if isinstance(holder, Mapping) and is_list(holder.get("tools")):
-            return _tool_specs(holder["tools"], err, where)
+            return tool_specs(holder["tools"], err, where)
     return None
 
 
 def _call(attributes: Mapping[str, Any], err: Err) -> RecordedCall:
     llm: Mapping[str, Any] = attributes["llm"] if isinstance(attributes.get("llm"), Mapping) else {}
-    provider = llm.get("provider") or llm.get("system")
     body = as_json(get_path(attributes, "input.value"))
     raw_input = llm.get("input_messages")
     if is_list(raw_input) and raw_input and GAP not in raw_input:
         sent = _messages(raw_input, err, "llm.input_messages")
     else:
         # The messages are missing or cut: the request body, when the span still has it, holds them all.
-        from_body = _request_messages(body, err, provider) if body is not MISSING else None
+        from_body = _request_messages(body, err) if body is not MISSING else None
         if from_body is None:
             if is_list(raw_input) and GAP in raw_input:
                 raise err(f"llm.input_messages.{raw_input.index(GAP)}", _DROPPED)
@@ -272,7 +242,7 @@ def _call(attributes: Mapping[str, Any], err: Err) -> RecordedCall:
     if is_list(raw_output) and raw_output:
         answer = _messages(raw_output, err, "llm.output_messages", answer=True)
     else:
-        answer = _response_messages(as_json(get_path(attributes, "output.value")), err)
+        answer = answer_messages(as_json(get_path(attributes, "output.value")), err, "output.value")
     return RecordedCall(input=sent, output=answer, tools=_tools(llm, body, err))
 
 

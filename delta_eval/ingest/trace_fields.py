@@ -1,6 +1,7 @@
 """What the readers of tracing tools' exports (OpenInference, Langfuse, LangSmith) share: attributes flattened to
-dotted keys made nested again, timestamps of any spelling made comparable, and JSON text read where a store keeps
-an object as text.
+dotted keys made nested again, timestamps of any spelling made comparable, JSON text read where a store keeps an
+object as text, and the messages, answers and tools of a model call as the tracing tools record them (the request
+as the SDK was called: OpenAI chat or Anthropic Messages; the response as it returned).
 
 Example:
     >>> unflatten({"llm.input_messages.0.message.role": "user", "llm.model_name": "m"})
@@ -17,7 +18,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
-__all__ = ["GAP", "as_json", "instant", "is_list", "unflatten"]
+from delta_eval.chat_format import parse_messages, parse_tools
+from delta_eval.ingest.anthropic_messages import read_anthropic
+from delta_eval.ingest.native_base import Err, arguments_json
+from delta_eval.schema import Message, ToolSpec
+
+__all__ = ["GAP", "answer_messages", "as_json", "chat_messages", "instant", "is_list", "tool_specs", "unflatten"]
 
 
 class _Gap:
@@ -125,3 +131,82 @@ def as_json(value: Any) -> Any:
 def is_list(value: Any) -> TypeGuard[Sequence[Any]]:
     """Whether ``value`` is a list of items (not text)."""
     return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+def _anthropic_blocks(messages: Sequence[Any]) -> bool:
+    """Whether chat messages carry Anthropic content blocks (``tool_use``, ``tool_result``, media with a
+    ``source``) rather than OpenAI's."""
+    for m in messages:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        for b in content if is_list(content) else ():
+            if isinstance(b, Mapping) and (b.get("type") in ("tool_use", "tool_result") or "source" in b):
+                return True
+    return False
+
+
+def chat_messages(raw: Any, err: Err, field: str, *, system: Any = None) -> tuple[Message, ...]:
+    """The messages of a model call as sent: OpenAI chat messages, or Anthropic Messages ones (``system`` beside
+    them, or as leading ``system`` messages, as some tracers record it)."""
+    if not is_list(raw):
+        raise err(field, f"expected a list of messages, got {type(raw).__name__}")
+    if system is None and not _anthropic_blocks(raw):
+        return parse_messages(list(raw), source=err.source, record=err.record, field=field)
+    head = [m for m in raw if isinstance(m, Mapping) and m.get("role") == "system"]
+    texts = [system] if isinstance(system, str) else []
+    texts += [str(m.get("content") or "") for m in head if isinstance(m.get("content"), str)]
+    body: dict[str, Any] = {"messages": [m for m in raw if not (isinstance(m, Mapping) and m.get("role") == "system")]}
+    if texts:
+        body["system"] = "\n\n".join(texts)
+    elif system is not None:
+        body["system"] = system
+    prefix = field.rsplit("messages", 1)[0] if field.endswith("messages") else f"{field}."
+    return read_anthropic(body, source=err.source, record=err.record, prefix=prefix)
+
+
+def answer_messages(raw: Any, err: Err, field: str) -> tuple[Message, ...]:
+    """A model's answer as tracers record the response: an OpenAI completion (``choices``), an OpenAI chat
+    message, an Anthropic message (content blocks; tool calls as blocks or, as LangSmith's wrapper writes them,
+    OpenAI ``tool_calls``), or text. Its tool calls have no results yet."""
+    if isinstance(raw, str):
+        return (Message(role="assistant", content=raw),) if raw else ()
+    if not isinstance(raw, Mapping):
+        return ()
+    choices = raw.get("choices")
+    if is_list(choices):
+        if not choices:
+            return ()
+        if not isinstance(choices[0], Mapping) or not isinstance(choices[0].get("message"), Mapping):
+            raise err(f"{field}.choices[0].message", "a completion choice needs its message")
+        raw, field = choices[0]["message"], f"{field}.choices[0].message"
+    content = raw.get("content")
+    message: dict[str, Any] = {"role": raw.get("role") or "assistant", "content": content}
+    calls = list(raw.get("tool_calls") or ())
+    if is_list(content):
+        texts = [str(b.get("text") or "") for b in content if isinstance(b, Mapping) and b.get("type") == "text"]
+        message["content"] = "".join(texts) if texts else None
+        if not calls:
+            calls = [{"id": b.get("id"), "function": {"name": b.get("name"), "arguments": arguments_json(
+                b.get("input"), err, f"{field}.content[{j}].input")}}
+                for j, b in enumerate(content) if isinstance(b, Mapping) and b.get("type") == "tool_use"]  # fmt: skip
+    if calls:
+        message["tool_calls"] = calls
+    if message["content"] is None and not calls:
+        return ()  # nothing answered (a failed call): the call is kept for what it sent
+    return parse_messages([message], source=err.source, record=err.record, field=field, answer=True)
+
+
+def tool_specs(raw: Any, err: Err, field: str) -> tuple[ToolSpec, ...]:
+    """Tool specs as an SDK was given them: OpenAI's (``{"type": "function", "function": ...}``), Anthropic's
+    (``input_schema``) or bare; a provider's built-in tool (web search: a ``type`` and no function) is left out,
+    as there is nothing to replay."""
+    if not is_list(raw):
+        raise err(field, f"expected a list of tool specs, got {type(raw).__name__}")
+    specs: list[Any] = []
+    for t in raw:
+        t = as_json(t)
+        if isinstance(t, Mapping) and "input_schema" in t and "parameters" not in t:
+            t = {"name": t.get("name"), "description": t.get("description"), "parameters": t["input_schema"]}
+        if isinstance(t, Mapping) and t.get("type", "function") != "function":
+            continue
+        specs.append(t)
+    return parse_tools(specs, source=err.source, record=err.record, field=field)
