@@ -20,7 +20,15 @@ from delta_eval.ingest.trace_fields import unflatten
 from delta_eval.ingest.traces import detect_trace_format
 from delta_eval.schema import Conversation
 from delta_eval.testing import FakeAnthropicServer, FakeOpenAIServer
-from tests.ingest.traced_agents import CLAUDE, MODEL, anthropic_call, openai_call, run_agent, tool_conversations
+from tests.ingest.traced_agents import (
+    CLAUDE,
+    MODEL,
+    anthropic_call,
+    canonical,
+    openai_call,
+    run_agent,
+    tool_conversations,
+)
 
 pytest.importorskip("openinference.instrumentation.openai")
 
@@ -133,7 +141,7 @@ def test_spans_of_the_real_instrumentation_read_back_and_replay(
         assert bad == []
         assert [c.id for c in good] == [f"{wire}-{c.id}" for c in convs]
         for conv, original in zip(good, convs, strict=True):
-            assert list(conv.messages) == captured["ran"][conv.id]
+            assert canonical(conv.messages) == canonical(captured["ran"][conv.id])
             assert len(conv.calls) == sum(1 for m in original.messages if m.role == "assistant")
             assert [t.name for t in conv.tools] == [t.name for t in original.tools]
             assert conv.tools[0].parameters == original.tools[0].parameters

@@ -87,3 +87,14 @@ def anthropic_call(client: Any, conv: Conversation, model: str = CLAUDE) -> Call
         return Message(role="assistant", content="".join(texts) if texts else None, tool_calls=calls)
 
     return call
+
+
+def canonical(messages: Any) -> list[Message]:
+    """``messages`` with tool-call arguments spelled one way: a tracer may record an Anthropic call's input as the
+    SDK's object or as JSON text of its own spacing; the arguments are the same."""
+    return [
+        m.model_copy(update={"tool_calls": tuple(
+            c.model_copy(update={"arguments": json.dumps(c.parsed_arguments, sort_keys=True)}) for c in m.tool_calls
+        )})
+        for m in messages
+    ]  # fmt: skip
