@@ -144,13 +144,23 @@ def _anthropic_blocks(messages: Sequence[Any]) -> bool:
     return False
 
 
+def _with_arguments(message: Any) -> Any:
+    """A chat message whose tool calls LangChain spelled (``{"name", "args", "id"}``) in OpenAI's spelling."""
+    calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+    if not is_list(calls) or not any(isinstance(c, Mapping) and "args" in c for c in calls):
+        return message
+    spelled = [{"id": c.get("id"), "function": {"name": c.get("name"), "arguments": c.get("args")}}
+               if isinstance(c, Mapping) and "args" in c else c for c in calls]  # fmt: skip
+    return {**message, "tool_calls": spelled}
+
+
 def chat_messages(raw: Any, err: Err, field: str, *, system: Any = None) -> tuple[Message, ...]:
     """The messages of a model call as sent: OpenAI chat messages, or Anthropic Messages ones (``system`` beside
     them, or as leading ``system`` messages, as some tracers record it)."""
     if not is_list(raw):
         raise err(field, f"expected a list of messages, got {type(raw).__name__}")
     if system is None and not _anthropic_blocks(raw):
-        return parse_messages(list(raw), source=err.source, record=err.record, field=field)
+        return parse_messages([_with_arguments(m) for m in raw], source=err.source, record=err.record, field=field)
     head = [m for m in raw if isinstance(m, Mapping) and m.get("role") == "system"]
     texts = [system] if isinstance(system, str) else []
     texts += [str(m.get("content") or "") for m in head if isinstance(m.get("content"), str)]
@@ -178,6 +188,7 @@ def answer_messages(raw: Any, err: Err, field: str) -> tuple[Message, ...]:
         if not isinstance(choices[0], Mapping) or not isinstance(choices[0].get("message"), Mapping):
             raise err(f"{field}.choices[0].message", "a completion choice needs its message")
         raw, field = choices[0]["message"], f"{field}.choices[0].message"
+    raw = _with_arguments(raw)
     content = raw.get("content")
     message: dict[str, Any] = {"role": raw.get("role") or "assistant", "content": content}
     calls = list(raw.get("tool_calls") or ())

@@ -67,6 +67,7 @@ class TraceFormat:
 #: The module of :mod:`delta_eval.ingest` reading each trace format, by ``message_format`` name.
 TRACE_FORMATS: dict[str, str] = {
     "openinference": "openinference",
+    "langfuse": "langfuse",
     "langsmith": "langsmith",
 }
 
