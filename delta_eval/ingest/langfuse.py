@@ -73,13 +73,15 @@ def looks_like(record: Any) -> bool:
     ``observations``, a page of either (``data``), or a span of the Langfuse SDK (``langfuse.observation.type``)."""
     if not isinstance(record, Mapping):
         return False
+    return _holds(record) or (is_list(record.get("data")) and bool(record["data"]) and _holds(record["data"][0]))
+
+
+def _holds(record: Any) -> bool:
+    """Whether ``record`` is an observation, a span of the SDK, or a trace with its observations."""
     if _is_observation(record) or _is_sdk_span(record):
         return True
-    for key in ("observations", "data"):
-        items = record.get(key)
-        if is_list(items) and items and (looks_like(items[0])):
-            return True
-    return False
+    items = record.get("observations") if isinstance(record, Mapping) else None
+    return is_list(items) and bool(items) and _is_observation(items[0])
 
 
 def observation_of_span(span: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,8 +91,9 @@ def observation_of_span(span: Mapping[str, Any]) -> dict[str, Any]:
     context: Mapping[str, Any] = span["context"] if isinstance(span.get("context"), Mapping) else {}
     metadata_prefix = f"{_PREFIX}metadata."
     metadata = {k[len(metadata_prefix) :]: as_json(v) for k, v in attributes.items() if k.startswith(metadata_prefix)}
-    if f"{_PREFIX}metadata" in attributes:
-        metadata |= as_json(attributes[f"{_PREFIX}metadata"]) or {}
+    whole = as_json(attributes.get(f"{_PREFIX}metadata"))
+    if isinstance(whole, Mapping):
+        metadata |= whole
     return {
         "id": str(context.get("span_id") or "").removeprefix("0x") or None,
         "traceId": str(context.get("trace_id") or "").removeprefix("0x") or None,
@@ -108,8 +111,9 @@ def observation_of_span(span: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _observations(record: Any) -> Iterator[tuple[str, Any, Any]]:
-    """``(where, observation, session id)`` for each observation a record holds (itself, a trace's, a page's)."""
+def _observations(record: Any, nested: bool = False) -> Iterator[tuple[str, Any, Any]]:
+    """``(where, observation, session id)`` for each observation a record holds (itself, a trace's, a page's: a
+    page holds observations or traces, not pages)."""
     if _is_sdk_span(record):
         yield "", observation_of_span(record), None
     elif _is_observation(record):
@@ -118,9 +122,9 @@ def _observations(record: Any) -> Iterator[tuple[str, Any, Any]]:
         session = _first(record, "sessionId", "session_id")
         for k, item in enumerate(record["observations"]):
             yield f", observations[{k}]", item, session
-    elif isinstance(record, Mapping) and is_list(record.get("data")):
+    elif isinstance(record, Mapping) and is_list(record.get("data")) and not nested:
         for k, item in enumerate(record["data"]):
-            for where, observation, session in _observations(item):
+            for where, observation, session in _observations(item, nested=True):
                 yield f", data[{k}]{where}", observation, session
     else:
         yield "", record, None

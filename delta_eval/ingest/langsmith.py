@@ -77,7 +77,7 @@ def _langchain_text(content: Any) -> Any:
 def _langchain_message(raw: Mapping[str, Any]) -> dict[str, Any] | None:
     """A LangChain message (serialised with ``dumpd``, or as ``messages_to_dict`` writes it) as an OpenAI chat
     message; ``None`` when ``raw`` is not one."""
-    if raw.get("lc") == 1 and is_list(raw.get("id")) and isinstance(raw.get("kwargs"), Mapping):
+    if raw.get("lc") == 1 and is_list(raw.get("id")) and raw["id"] and isinstance(raw.get("kwargs"), Mapping):
         kind, data = str(raw["id"][-1]), raw["kwargs"]
     elif isinstance(raw.get("type"), str) and isinstance(raw.get("data"), Mapping):
         kind, data = raw["type"], raw["data"]
@@ -87,14 +87,16 @@ def _langchain_message(raw: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     role = _LANGCHAIN_ROLES.get(kind) or data.get("role")
     out: dict[str, Any] = {"role": role, "content": _langchain_text(data.get("content"))}
+    listed = data.get("tool_calls")
     calls = [
         {"id": c.get("id"), "function": {"name": c.get("name"), "arguments": c.get("args", {})}}
-        for c in data.get("tool_calls") or ()
+        for c in (listed if is_list(listed) else ())
         if isinstance(c, Mapping)
     ]
     if not calls:
         extra = data.get("additional_kwargs")
-        calls = list(extra.get("tool_calls") or ()) if isinstance(extra, Mapping) else []
+        openai_calls = extra.get("tool_calls") if isinstance(extra, Mapping) else None
+        calls = list(openai_calls) if is_list(openai_calls) else []
     if calls:
         out["tool_calls"] = calls
         if out["content"] == "":

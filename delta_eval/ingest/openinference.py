@@ -89,7 +89,8 @@ def _flat_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(raw, Mapping):
         found.update(raw)
     elif is_list(raw):
-        found.update((a["key"], _otlp_value(a.get("value"))) for a in raw if isinstance(a, Mapping) and "key" in a)
+        found.update((a["key"], _otlp_value(a.get("value"))) for a in raw
+                     if isinstance(a, Mapping) and isinstance(a.get("key"), str))  # fmt: skip
     found.update((k[len("attributes.") :], v) for k, v in record.items() if k.startswith("attributes."))
     return found
 

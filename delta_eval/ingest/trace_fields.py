@@ -45,14 +45,18 @@ def _nested(value: Any) -> Any:
     return value
 
 
-def _listed(node: Any) -> Any:
-    """``node`` with every mapping whose keys are all indices turned into a list (a skipped index is :data:`GAP`)."""
+def _listed(node: Any, top: bool = False) -> Any:
+    """``node`` with every mapping whose keys are all indices turned into a list (a skipped index is :data:`GAP`).
+
+    An index far past the number of items (a damaged key) leaves the mapping as it is: the list it would make is
+    mostly gaps, and could exhaust memory."""
     if not isinstance(node, dict):
         return node
     out = {k: _listed(v) for k, v in node.items()}
-    if out and all(isinstance(k, str) and k.isdigit() for k in out):
+    if not top and out and all(isinstance(k, str) and k.isdigit() for k in out):
         indexed = {int(k): v for k, v in out.items()}
-        return [indexed.get(i, GAP) for i in range(max(indexed) + 1)]
+        if max(indexed) < 2 * len(indexed) + 1000:
+            return [indexed.get(i, GAP) for i in range(max(indexed) + 1)]
     return out
 
 
@@ -81,7 +85,7 @@ def unflatten(attributes: Mapping[str, Any]) -> dict[str, Any]:
             _merge(existing, value)
         elif not isinstance(existing, dict):
             node[parts[-1]] = value
-    listed: dict[str, Any] = _listed(tree)
+    listed: dict[str, Any] = _listed(tree, top=True)
     return listed
 
 
@@ -191,7 +195,7 @@ def answer_messages(raw: Any, err: Err, field: str) -> tuple[Message, ...]:
     raw = _with_arguments(raw)
     content = raw.get("content")
     message: dict[str, Any] = {"role": raw.get("role") or "assistant", "content": content}
-    calls = list(raw.get("tool_calls") or ())
+    calls = list(raw["tool_calls"]) if is_list(raw.get("tool_calls")) else []
     if is_list(content):
         texts = [str(b.get("text") or "") for b in content if isinstance(b, Mapping) and b.get("type") == "text"]
         message["content"] = "".join(texts) if texts else None
