@@ -3,8 +3,6 @@ record, or passed over: never an exception."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
