@@ -159,6 +159,8 @@ def _chat_message(raw: Any, err: Err, field: str) -> dict[str, Any]:
     if not isinstance(message, Mapping):
         raise err(field, "a message must be an object with message.role")
     role = message.get("role")
+    if role is None:  # the role is written first: a message without it lost its first attributes
+        raise err(f"{field}.message.role", _DROPPED)
     out: dict[str, Any] = {"role": _ROLES.get(role, role) if isinstance(role, str) else role}
     content = message.get("content")
     part_calls: list[dict[str, Any]] = []

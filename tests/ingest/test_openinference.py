@@ -160,6 +160,36 @@ def test_spans_of_the_real_instrumentation_read_back_and_replay(
     assert result.counts.pairs > 0
 
 
+def test_spans_cut_at_the_sdks_default_attribute_limit_are_errors_saying_so(
+    tau_conversations: list[Conversation], tmp_path: Path
+) -> None:
+    import openai
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    # A long conversation: its late calls' spans have more than 128 attributes.
+    conv = max(tool_conversations(tau_conversations, 10), key=lambda c: len(c.messages))
+    exporter, provider = InMemorySpanExporter(), TracerProvider()  # the SDK's defaults: 128 attributes a span
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        with FakeOpenAIServer(recordings=[conv]) as server, openai.OpenAI(base_url=server.base_url, api_key="k") as c:
+            run_agent(conv, openai_call(c, conv))
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+    path = write_jsonl(
+        tmp_path / "spans.jsonl", [json.loads(s.to_json(indent=None)) for s in exporter.get_finished_spans()]
+    )
+    good, bad = de.read_conversations(path, message_format="openinference").load()
+    assert bad  # the long calls' spans lost their first messages
+    assert all("OTEL_ATTRIBUTE_COUNT_LIMIT" in e.reason and e.field.startswith("llm.") for e in bad)
+    assert all(len(c.messages) < len(conv.messages) for c in good)  # what is read is the early calls, whole
+
+
 def span(**attributes: Any) -> dict[str, Any]:
     base = {"openinference.span.kind": "LLM", "llm.input_messages.0.message.role": "user",
             "llm.input_messages.0.message.content": "hi", "llm.output_messages.0.message.role": "assistant",
