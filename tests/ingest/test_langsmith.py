@@ -1,7 +1,8 @@
 """LangSmith runs read as conversations: runs the real ``langsmith`` SDK posts (``wrap_openai``,
 ``wrap_anthropic`` around the real SDKs, talking to the fake provider servers) to a local LangSmith stand-in,
 put back together as the API returns them and as ``Client.list_runs`` gives them, read back as the conversations
-the agent had and replay with no error; LangChain's serialised messages read too."""
+the agent had and replay with no error; LangChain's serialised messages read too (hand-built, and from a real
+LangChain chat model traced by ``LangChainTracer``)."""
 
 from __future__ import annotations
 
@@ -220,3 +221,58 @@ def test_runs_are_told_from_the_other_trace_formats() -> None:
     span = {"attributes": {"openinference.span.kind": "LLM"}, "context": {"trace_id": "0x1"}}
     otel = {"attributes": {"gen_ai.operation.name": "chat"}, "context": {"trace_id": "0x1"}}
     assert not any(FORMAT.looks_like(r) for r in (langfuse, span, otel, {"messages": []}))
+
+
+def test_runs_of_a_real_langchain_chat_model_read_back_and_replay(
+    langsmith_server: LangSmithStandIn, tau_conversations: list[Conversation], tmp_path: Path
+) -> None:
+    pytest.importorskip("langchain_openai")
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.tracers import LangChainTracer
+    from langchain_openai import ChatOpenAI
+
+    from delta_eval.adapters.openai_chat import encode_tools
+    from delta_eval.schema import Message, ToolCall
+
+    def langchain(history: list[Message]) -> list[BaseMessage]:
+        out: list[BaseMessage] = []
+        for m in history:
+            if m.role == "assistant":
+                calls = [{"name": c.name, "args": c.parsed_arguments, "id": c.id} for c in m.tool_calls]
+                out.append(AIMessage(content=m.content or "", tool_calls=calls))
+            elif m.role == "tool":
+                out.append(ToolMessage(content=m.content or "", tool_call_id=m.tool_call_id or ""))
+            else:
+                out.append((SystemMessage if m.role == "system" else HumanMessage)(content=m.content or ""))
+        return out
+
+    [conv] = tool_conversations(tau_conversations, 1)
+    client = langsmith.Client(api_url=langsmith_server.url, api_key="ls-test-key")
+    tracer = LangChainTracer(client=client, project_name="agents")
+    with FakeOpenAIServer(recordings=[conv]) as fake:
+        model = ChatOpenAI(model=MODEL, base_url=fake.base_url, api_key="k", max_retries=0).bind_tools(
+            encode_tools(conv.tools)
+        )
+
+        def call(history: list[Message]) -> Message:
+            answer = model.invoke(langchain(history), config={"callbacks": [tracer],
+                                                              "metadata": {"thread_id": "lc-1"}})  # fmt: skip
+            calls = tuple(ToolCall(id=c["id"] or "", name=c["name"], arguments=json.dumps(c["args"]))
+                          for c in answer.tool_calls)  # fmt: skip
+            return Message(role="assistant", content=str(answer.content) or None, tool_calls=calls)
+
+        ran = run_agent(conv, call)
+    tracer.wait_for_futures()
+    client.flush()
+    client.cleanup()
+    path = write_jsonl(tmp_path / "runs.jsonl", langsmith_server.runs())
+    [read], bad = de.read_conversations(path, message_format="auto").load()
+    assert bad == []
+    assert read.id == "lc-1"
+    assert canonical(read.messages) == canonical(ran)
+    assert [t.name for t in read.tools] == [t.name for t in conv.tools]
+    with FakeOpenAIServer(recordings=[read]) as fake:
+        variant = de.Variant(model=f"openai:{MODEL}", provider_options={"base_url": fake.base_url, "api_key": "k"})
+        result = de.run(conversations=[read], baseline=variant, candidate=variant, out=tmp_path / "run")
+    assert result.counts.errors == 0
+    assert result.counts.pairs > 0
