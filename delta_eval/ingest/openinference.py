@@ -12,7 +12,8 @@ kinds (chains, tools, retrievers) are passed over.
 Calls are grouped by ``session.id``, else by trace id, and ordered by start time.
 
 Spans are accepted as the OpenTelemetry SDK holds them (``ReadableSpan.to_json()``: ``context.trace_id``,
-``start_time``, ``attributes`` with flat dotted keys) and as Phoenix exports them (``get_spans_dataframe`` rows:
+``start_time``, ``attributes`` with flat dotted keys), as OTLP JSON documents (``resourceSpans``, as the
+OpenTelemetry Collector's file exporter writes them) and as Phoenix exports them (``get_spans_dataframe`` rows:
 ``context.span_id``, ``span_kind``, ``start_time``, columns ``attributes.llm.input_messages`` holding lists of
 ``{"message.role": ...}`` objects), from JSONL or Parquet.
 
@@ -34,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -75,9 +77,11 @@ def _otlp_value(value: Any) -> Any:
         if key in value:
             return value[key]
     if "intValue" in value:
-        return int(value["intValue"])
-    if "arrayValue" in value:
-        return [_otlp_value(v) for v in (value["arrayValue"] or {}).get("values", [])]
+        number = value["intValue"]  # int64 is a string in OTLP JSON
+        return int(number) if isinstance(number, int) or (isinstance(number, str) and number.isdigit()) else number
+    listed = value.get("arrayValue")
+    if isinstance(listed, Mapping) and is_list(listed.get("values")):
+        return [_otlp_value(v) for v in listed["values"]]
     return None
 
 
@@ -108,7 +112,13 @@ def _field(record: Mapping[str, Any], *paths: str) -> Any:
 
 def looks_like(record: Any) -> bool:
     """Whether ``record`` is an OpenInference span: it says its ``openinference.span.kind``, or is a Phoenix row
-    (``span_kind`` beside ``attributes.llm.*`` columns)."""
+    (``span_kind`` beside ``attributes.llm.*`` columns), or is an OTLP JSON document whose first spans say so."""
+    if isinstance(record, Mapping) and "resourceSpans" in record:
+        return any(_is_span(span) for _, span in itertools.islice(_otlp_spans(record, "", ""), 100))
+    return _is_span(record)
+
+
+def _is_span(record: Any) -> bool:
     if not isinstance(record, Mapping):
         return False
     attributes = record.get("attributes")
@@ -278,10 +288,43 @@ def _traced(record: Any, label: str, source: str, position: int) -> TracedCall |
     return TracedCall(conversation=str(key), order=order, label=where, call=call, fields=fields)
 
 
+def _otlp_spans(document: Mapping[str, Any], label: str, source: str) -> Iterator[tuple[str, Any]]:
+    """The spans of an OTLP JSON document (``resourceSpans`` > ``scopeSpans`` > ``spans``, as the OpenTelemetry
+    Collector's file exporter writes a batch), each with its resource's attributes, as ``(label, span)``."""
+    for i, resource_spans in enumerate(document["resourceSpans"] if is_list(document["resourceSpans"]) else ()):
+        if not isinstance(resource_spans, Mapping):
+            where = f"{label}, resourceSpans[{i}]"
+            yield where, RecordError(source, where, "", "a resourceSpans item must be an object")
+            continue
+        resource = resource_spans.get("resource")
+        attributes = resource.get("attributes") if isinstance(resource, Mapping) else None
+        kept = {a["key"]: _otlp_value(a.get("value")) for a in attributes if isinstance(a, Mapping)
+                and isinstance(a.get("key"), str)} if is_list(attributes) else {}  # fmt: skip
+        scopes = resource_spans.get("scopeSpans")
+        for j, scope in enumerate(scopes if is_list(scopes) else ()):
+            spans = scope.get("spans") if isinstance(scope, Mapping) else None
+            for k, span in enumerate(spans if is_list(spans) else ()):
+                where = f"{label}, resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
+                if not isinstance(span, Mapping):
+                    yield where, span
+                    continue
+                yield where, {**span, "context": {"trace_id": span.get("traceId"), "span_id": span.get("spanId")},
+                              "resource": {"attributes": kept}}  # fmt: skip
+
+
+def _spans(records: Iterable[tuple[str, Any]], source: str) -> Iterator[tuple[str, Any]]:
+    for label, record in records:
+        if isinstance(record, Mapping) and "resourceSpans" in record:
+            yield from _otlp_spans(record, label, source)
+        else:
+            yield label, record
+
+
 def model_calls(records: Iterable[tuple[str, Any]], source: str) -> Iterator[TracedCall | RecordError]:
-    """The model calls of OpenInference spans ``(label, span)``: one per LLM span, a :class:`RecordError` for a
-    span that cannot be read (naming the line, the span id and the attribute)."""
-    for position, (label, record) in enumerate(records):
+    """The model calls of OpenInference spans ``(label, span)`` (a record may also be an OTLP JSON document of
+    many spans): one per LLM span, a :class:`RecordError` for a span that cannot be read (naming the line, the
+    span id and the attribute)."""
+    for position, (label, record) in enumerate(_spans(records, source)):
         if isinstance(record, RecordError):
             yield record
             continue

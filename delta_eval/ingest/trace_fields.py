@@ -112,6 +112,8 @@ def instant(value: Any) -> float | None:
         # Epoch seconds, milliseconds or nanoseconds, told apart by size (any of them from 1973 to 2286).
         magnitude = abs(value)
         return value / 1e9 if magnitude > 1e17 else value / 1e3 if magnitude > 1e11 else float(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return instant(int(value))  # OTLP JSON writes its nanoseconds as a string
     if isinstance(value, str) and value:
         text = _FRACTION.sub(r"\1", value.strip().replace(" ", "T", 1))
         try:

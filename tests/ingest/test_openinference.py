@@ -1,9 +1,10 @@
 """OpenInference spans read as conversations: spans recorded by the real OpenInference instrumentors of the real
 ``openai`` and ``anthropic`` SDKs (talking to the fake provider servers) read back as the conversations the agent
-had, as flat SDK spans and as Phoenix's export shape, and replay on the same wires with no error."""
+had, as flat SDK spans, as OTLP JSON and as Phoenix's export shape, and replay on the same wires with no error."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from datetime import datetime
@@ -59,8 +60,8 @@ def tracer() -> Iterator[Any]:
 
 
 def record(wire: str, convs: list[Conversation], tracer: Any) -> dict[str, Any]:
-    """The spans of running ``convs`` through the real SDK of ``wire``, one session each (as ``to_json`` gives
-    them), and the messages each run had."""
+    """The finished spans of running ``convs`` through the real SDK of ``wire``, one session each, and the
+    messages each run had."""
     import anthropic
     import openai
     from openinference.instrumentation import using_session
@@ -76,7 +77,7 @@ def record(wire: str, convs: list[Conversation], tracer: Any) -> dict[str, Any]:
                 else:
                     with anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0) as client:
                         ran[f"{wire}-{conv.id}"] = run_agent(conv, anthropic_call(client, conv))
-    spans = [json.loads(s.to_json(indent=None)) for s in tracer.get_finished_spans()]
+    spans = list(tracer.get_finished_spans())
     tracer.clear()
     return {"spans": spans, "ran": ran}
 
@@ -119,17 +120,38 @@ def phoenix_row(span: dict[str, Any]) -> dict[str, Any]:
     return row | {f"attributes.{k}": v for k, v in attributes.items()}
 
 
+def otlp_document(spans: list[Any]) -> dict[str, Any]:
+    """Finished spans as one OTLP JSON document, as the OpenTelemetry Collector's file exporter writes a batch:
+    the SDK's own protobuf encoding in protobuf's JSON mapping, the ids in hex as OTLP/JSON wants them (protobuf's
+    mapping would write bytes in base64)."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    document = MessageToDict(encode_spans(spans))
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return document
+
+
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
-@pytest.mark.parametrize("shape", ["sdk", "phoenix"])
+@pytest.mark.parametrize("shape", ["sdk", "phoenix", "otlp"])
 def test_spans_of_the_real_instrumentation_read_back_and_replay(
     wire: str, shape: str, tracer: Any, tau_conversations: list[Conversation], tmp_path: Path
 ) -> None:
     convs = tool_conversations(tau_conversations, 2)
     captured = record(wire, convs, tracer)
-    spans = captured["spans"]
+    spans = [json.loads(s.to_json(indent=None)) for s in captured["spans"]]
     assert len(spans) == sum(1 for c in convs for m in c.messages if m.role == "assistant")
     if shape == "sdk":
         path = write_jsonl(tmp_path / "spans.jsonl", spans)
+    elif shape == "otlp":
+        half = len(captured["spans"]) // 2  # two batches, a conversation's calls in both
+        path = write_jsonl(tmp_path / "otlp.jsonl", [otlp_document(captured["spans"][:half]),
+                                                      otlp_document(captured["spans"][half:])])  # fmt: skip
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
