@@ -19,6 +19,7 @@ KEYS = [
     "llm.input_messages", "llm.input_messages.0.message.role", "llm.input_messages.0.message.content",
     "llm.input_messages.1.message.tool_calls.0.tool_call.id", "llm.output_messages.0.message.contents",
     "llm.tools.0.tool.json_schema", "input.value", "output.value", "session.id", "message.role", "key", "value",
+    "resourceSpans", "scopeSpans", "spans", "spanId", "resource", "stringValue", "intValue", "arrayValue", "values",
     # Langfuse
     "type", "traceId", "startTime", "input", "output", "observations", "data", "sessionId", "modelParameters",
     "langfuse.observation.type", "langfuse.observation.input", "langfuse.observation.metadata",
@@ -44,6 +45,12 @@ shaped = {
         {"context": st.fixed_dictionaries({"span_id": st.just("0xa"), "trace_id": json_values}),
          "attributes": st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6).map(
              lambda a: a | {"openinference.span.kind": "LLM"})}),
+    "otlp": st.fixed_dictionaries({"resourceSpans": st.lists(st.fixed_dictionaries(
+        {"resource": json_values, "scopeSpans": st.lists(st.fixed_dictionaries({"spans": st.lists(
+            st.fixed_dictionaries({"traceId": json_values, "attributes": st.lists(st.fixed_dictionaries(
+                {"key": st.sampled_from(KEYS), "value": st.dictionaries(st.sampled_from(KEYS), json_values,
+                                                                       max_size=2)}), max_size=5)}) | json_values,
+            max_size=3)}) | json_values, max_size=2)}), max_size=2)}),
     "langfuse": st.fixed_dictionaries(
         {"id": st.just("o1"), "type": st.just("GENERATION"), "traceId": st.just("t"), "startTime": json_values,
          "input": messages | st.fixed_dictionaries({"messages": messages, "tools": json_values}) | json_values,
@@ -57,10 +64,11 @@ shaped = {
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_record_reads_or_is_a_record_error(fmt: str, data: st.DataObject) -> None:
-    records = data.draw(st.lists(json_values | shaped[fmt], max_size=4))
+    extra = shaped["otlp"] if fmt == "openinference" else shaped[fmt]
+    records = data.draw(st.lists(json_values | shaped[fmt] | extra, max_size=4))
     trace = trace_format(fmt)
     for r in records:
         trace.looks_like(r)
