@@ -274,11 +274,14 @@ def test_only_llm_spans_are_calls_and_other_formats_are_not_claimed() -> None:
 
 keys = st.text("abcxyz_", min_size=1, max_size=4)
 leaves = st.text(max_size=5) | st.integers() | st.booleans()
-trees = st.recursive(
-    leaves,
-    lambda kids: st.lists(kids, min_size=1, max_size=3) | st.dictionaries(keys, kids, min_size=1, max_size=3),
-    max_leaves=12,
-)
+
+
+def trees(depth: int = 3) -> st.SearchStrategy[Any]:
+    """Nested objects and lists, none empty (flattening leaves no key for an empty one), ``depth`` levels deep."""
+    if depth == 0:
+        return leaves
+    inner = trees(depth - 1)
+    return leaves | st.lists(inner, min_size=1, max_size=3) | st.dictionaries(keys, inner, min_size=1, max_size=3)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -295,6 +298,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-@given(st.dictionaries(keys, trees, min_size=1, max_size=4))
+@given(st.dictionaries(keys, trees(), min_size=1, max_size=4))
 def test_unflattening_undoes_openinference_flattening(tree: dict[str, Any]) -> None:
     assert unflatten(flatten(tree)) == tree
