@@ -126,8 +126,9 @@ def _observations(record: Any, nested: bool = False) -> Iterator[tuple[str, Any,
         for k, item in enumerate(record["data"]):
             for where, observation, session in _observations(item, nested=True):
                 yield f", data[{k}]{where}", observation, session
-    else:
+    elif not (isinstance(record, Mapping) and isinstance(record.get("attributes"), Mapping)):
         yield "", record, None
+    # else: a span of another instrumentation beside the Langfuse SDK's own: not an observation, passed over
 
 
 def _messages(raw: Any, err: Err) -> tuple[tuple[Message, ...], Any]:
@@ -156,6 +157,9 @@ def _tools(listed: Any, observation: Mapping[str, Any], err: Err) -> tuple[ToolS
 def _traced(observation: Any, session: Any, where: str, source: str, position: int) -> TracedCall | None:
     if not isinstance(observation, Mapping):
         raise RecordError(source, where, "", f"an observation must be an object, not {type(observation).__name__}")
+    if "type" not in observation:
+        raise RecordError(source, where, "type", f"not a Langfuse observation: it has no type (found "
+                          f"{sorted(map(str, observation))[:8]})")  # fmt: skip
     if str(observation.get("type")).upper() != "GENERATION":
         return None  # spans, events, agents, tools: not a model call
     if observation.get("id") is not None:

@@ -170,6 +170,9 @@ def _tools(inputs: Mapping[str, Any], extra: Mapping[str, Any], err: Err) -> tup
 def _traced(record: Any, label: str, source: str, position: int) -> TracedCall | None:
     if not isinstance(record, Mapping):
         raise RecordError(source, label, "", f"a run must be an object, not {type(record).__name__}")
+    if "run_type" not in record:
+        raise RecordError(source, label, "run_type", f"not a LangSmith run: it has no run_type (found "
+                          f"{sorted(map(str, record))[:8]})")  # fmt: skip
     if record.get("run_type") != "llm":
         return None  # chains, tools, retrievers, prompts: not a model call
     run = {k: as_json(v) for k, v in record.items()}

@@ -95,7 +95,8 @@ def _flat_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
     elif is_list(raw):
         found.update((a["key"], _otlp_value(a.get("value"))) for a in raw
                      if isinstance(a, Mapping) and isinstance(a.get("key"), str))  # fmt: skip
-    found.update((k[len("attributes.") :], v) for k, v in record.items() if k.startswith("attributes."))
+    found.update((k[len("attributes.") :], v) for k, v in record.items()
+                 if isinstance(k, str) and k.startswith("attributes."))  # fmt: skip
     return found
 
 
@@ -262,7 +263,12 @@ def _call(attributes: Mapping[str, Any], err: Err) -> RecordedCall:
 def _traced(record: Any, label: str, source: str, position: int) -> TracedCall | None:
     if not isinstance(record, Mapping):
         raise RecordError(source, label, "", f"a span must be an object, not {type(record).__name__}")
-    attributes = unflatten(_flat_attributes(record))
+    flat = _flat_attributes(record)
+    if not flat and not isinstance(record.get("context"), Mapping):
+        raise RecordError(
+            source, label, "attributes", f"not a span: it has no attributes (found {sorted(map(str, record))[:8]})"
+        )
+    attributes = unflatten(flat)
     kind = get_path(attributes, _KIND)
     if kind is MISSING:
         kind = record.get("span_kind")
@@ -280,7 +286,7 @@ def _traced(record: Any, label: str, source: str, position: int) -> TracedCall |
             holder[name] = as_json(holder[name])
     resource = record.get("resource")
     resource_attributes = resource.get("attributes") if isinstance(resource, Mapping) else None
-    own = {k: v for k, v in record.items() if k != "attributes" and not k.startswith("attributes.")}
+    own = {k: v for k, v in record.items() if k != "attributes" and not str(k).startswith("attributes.")}
     fields = {**unflatten(own), **(unflatten(resource_attributes) if isinstance(resource_attributes, Mapping)
                                    else {}), **attributes}  # fmt: skip
     start = instant(_field(record, "start_time", "startTime", "startTimeUnixNano"))

@@ -181,3 +181,12 @@ def test_observations_are_told_from_the_other_trace_formats() -> None:
     span = {"attributes": {"openinference.span.kind": "LLM"}, "context": {"trace_id": "0x1"}}
     otel = {"attributes": {"gen_ai.operation.name": "chat"}, "context": {"trace_id": "0x1"}}
     assert not any(FORMAT.looks_like(r) for r in (run, span, otel, {"messages": []}))
+
+
+def test_a_record_that_is_no_observation_is_an_error_and_other_spans_pass(tmp_path: Path) -> None:
+    other = {"context": {"trace_id": "0x1", "span_id": "0xb"}, "attributes": {"gen_ai.operation.name": "chat"}}
+    path = tmp_path / "obs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [generation(), other, {"id": "x", "messages": []}]))
+    good, bad = de.read_conversations(path, message_format="langfuse").load()
+    assert len(good) == 1
+    assert [(e.record, e.field) for e in bad] == [("line 3", "type")]

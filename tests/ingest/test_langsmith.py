@@ -276,3 +276,10 @@ def test_runs_of_a_real_langchain_chat_model_read_back_and_replay(
         result = de.run(conversations=[read], baseline=variant, candidate=variant, out=tmp_path / "run")
     assert result.counts.errors == 0
     assert result.counts.pairs > 0
+
+
+def test_a_record_that_is_no_run_is_an_error(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [*langchain_runs(), {"id": "x", "messages": []}])
+    good, bad = de.read_conversations(path, message_format="langsmith").load()
+    assert len(good) == 1
+    assert [(e.record, e.field) for e in bad] == [("line 4", "run_type")]

@@ -301,3 +301,11 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 @given(st.dictionaries(keys, trees(), min_size=1, max_size=4))
 def test_unflattening_undoes_openinference_flattening(tree: dict[str, Any]) -> None:
     assert unflatten(flatten(tree)) == tree
+
+
+def test_a_record_that_is_no_span_is_an_error_and_other_instrumentations_spans_pass(tmp_path: Path) -> None:
+    http = {"context": {"trace_id": "0x1", "span_id": "0xb"}, "attributes": {"http.method": "POST"}}
+    path = write_jsonl(tmp_path / "s.jsonl", [span(), http, {"id": "x", "messages": []}])
+    good, bad = de.read_conversations(path, message_format="openinference").load()
+    assert len(good) == 1
+    assert [(e.record, e.field) for e in bad] == [("line 3", "attributes")]
