@@ -182,8 +182,13 @@ def json_depth(text: str) -> int:
     return deepest
 
 
-def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str = "messages") -> tuple[Message, ...]:
+def parse_messages(
+    raw: Any, *, source: str = "", record: str = "", field: str = "messages", answer: bool = False
+) -> tuple[Message, ...]:
     """Parse a list of OpenAI-chat messages, checking roles and that every tool call has exactly one result.
+
+    With ``answer``, the messages are a model's answer (a trace's output): the tool calls of the last assistant
+    message have no result yet (they come in the next call's input).
 
     Example:
         >>> msgs = parse_messages([
@@ -243,7 +248,8 @@ def parse_messages(raw: Any, *, source: str = "", record: str = "", field: str =
             if content is None:
                 raise err(f"[{i}].content", f"a {role} message needs content")
             out.append(Message(role=role, content=content, media=media))
-    close_pending()
+    if not answer:
+        close_pending()
     return tuple(out)
 
 

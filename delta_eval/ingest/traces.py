@@ -74,7 +74,14 @@ class TraceFormat:
 MAX_HELD_CALLS = 20_000
 
 #: The module of :mod:`delta_eval.ingest` reading each trace format, by ``message_format`` name.
-TRACE_FORMATS: dict[str, str] = {"otel": "otel_genai"}
+#: ``message_format="auto"`` asks them in this order: the formats whose spans say what they are first, OpenTelemetry
+#: GenAI (whose attributes other instrumentations may write too) last.
+TRACE_FORMATS: dict[str, str] = {
+    "openinference": "openinference",
+    "langfuse": "langfuse",
+    "langsmith": "langsmith",
+    "otel": "otel_genai",
+}
 
 
 def trace_format(name: str) -> TraceFormat:
@@ -221,9 +228,9 @@ def read_traces(
     fmt: str, records: Iterable[tuple[str, Any]], mapping: FieldMapping, source: str
 ) -> Iterator[tuple[str, Conversation | RecordError]]:
     """The conversations in raw trace ``records`` of format ``fmt`` (a name in :data:`TRACE_FORMATS`); a source
-    whose records hold no model call of that format yields one :class:`RecordError` saying so (never an empty
-    source in silence)."""
-    seen = [0, 0]  # records read, model calls found
+    whose records hold no model call of that format, and no record the format could not read, yields one
+    :class:`RecordError` saying so (never an empty source in silence)."""
+    seen = [0, 0]  # records read, model calls (or errors) found
 
     def counted(items: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
         for item in items:
@@ -232,7 +239,7 @@ def read_traces(
 
     def found(items: Iterable[TracedCall | RecordError]) -> Iterator[TracedCall | RecordError]:
         for item in items:
-            seen[1] += isinstance(item, TracedCall)
+            seen[1] += 1  # a call, or a record the format took for one and could not read (its error says why)
             yield item
 
     yield from conversations_of(found(trace_format(fmt).calls(counted(records), source)), mapping, source)
