@@ -8,7 +8,7 @@
 # DELTA_EVAL_JUNIT (delta-eval-junit.xml). The Markdown summary goes to $GITHUB_STEP_SUMMARY.
 set -euo pipefail
 
-: "${DELTA_EVAL_CONFIG:?the action's config input (a TOML or YAML run configuration) is required}"
+: "${DELTA_EVAL_CONFIG:?set the config input of the action: a TOML or YAML run configuration}"
 args=(run "$DELTA_EVAL_CONFIG" --no-progress --fail-on "${DELTA_EVAL_FAIL_ON:-rejected}"
       --junit "${DELTA_EVAL_JUNIT:-delta-eval-junit.xml}")
 if [[ -n "${GITHUB_STEP_SUMMARY:-}" ]]; then

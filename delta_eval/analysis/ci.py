@@ -81,7 +81,7 @@ def sessions_of(run_dir: Path) -> int:
 def summary_markdown(result: RunResult, decision: Decision | None, *, code: ExitCode, fail_on: FailOn) -> str:
     """The run in a few lines of Markdown: the decision and what decided it, the win rate with its interval, cost
     and latency per side, the gates that did not pass, and the most severe pairs the candidate lost."""
-    run = str(result.path)
+    run = _shown(result.path)
     m = result.manifest
     if decision is None:
         out = [f"### delta-eval: 🛑 no decision (exit {int(code)})", "", _md(result.unfinished() or "")]
@@ -164,8 +164,17 @@ def _worst_pairs(con: Any, run: str) -> list[str]:
     out += ["| pair | stratum | severity | judge |", "|---|---|---|---|"]
     for pair_id, stratum, severity, said in rows:
         out.append(f"| `{_code(pair_id)}` | {_md(stratum or '')} | {severity} | {_md(_one_line(said))} |")
-    out += ["", f"Open a pair: `delta-eval view {_code(run)}` serves it at {PAIR_URL}"]
+    out += ["", f"Open a pair: `delta-eval view {_code(run)}` serves it at `{PAIR_URL}`"]
     return out
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is inside it: a CI page shows ``runs/x``, not the
+    runner's absolute path, and the commands it gives work from the repository's root."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _one_line(text: str, limit: int = 140) -> str:
