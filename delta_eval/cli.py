@@ -292,8 +292,10 @@ def _failed(args: argparse.Namespace, run_dir: Path | None, sessions: int, messa
     if run_dir is not None and sessions_of(run_dir) > sessions:
         try:
             return int(gate(open_result(run_dir), fail_on=args.fail_on, summary=args.summary, junit=args.junit))
-        except DeltaEvalError:
-            return int(ExitCode.INCOMPLETE)  # the folder cannot be read back: the error above already said why
+        except Exception:
+            # The folder cannot be read back, or an output cannot be written (the error above said which): the
+            # gate has no decision to give, and a traceback here would hide that line.
+            return int(ExitCode.INCOMPLETE)
     gate_error(message, ExitCode.ERROR, summary=args.summary, junit=args.junit)
     return int(ExitCode.ERROR)
 

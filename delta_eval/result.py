@@ -105,7 +105,10 @@ class RunResult:
         (failed, interrupted, still running or killed), or it has no pair that did not end in an error (a decision
         on nothing would read as "undecided", hiding a broken run)."""
         if self.status != "completed":
-            said = {"running": "still running, or killed"}.get(self.status, self.status)
+            said = {
+                "running": "is still running, or was killed",
+                "interrupted": "was interrupted (finished pairs are saved: the same command resumes it)",
+            }.get(self.status, self.status)
             return f"the run {said}" + (f": {self.manifest.failure}" if self.manifest.failure else "")
         outcomes = self.table("verdicts").column("outcome").to_pylist()
         if not outcomes:

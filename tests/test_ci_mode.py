@@ -282,6 +282,19 @@ def test_a_run_that_gives_no_decision_exits_5_and_one_that_cannot_start_exits_1(
     assert result.exit_code() == ExitCode.INCOMPLETE
     assert "every one of the 4 pairs ended in an error" in summary.read_text()
 
+    # Interrupted (Ctrl-C, SIGTERM) once the run has begun: the finished pairs are saved, but there is no decision.
+    async def interrupt(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("delta_eval.runner.run_stages", interrupt)
+    stopped = write_config(tmp_path, "stopped", n=4)
+    assert main(["run", str(stopped), *ci]) == 5
+    assert de.open_result(tmp_path / "runs" / "stopped").status == "interrupted"
+    assert summary.read_text().startswith("### delta-eval: 🛑 no decision (exit 5)\n\nthe run was interrupted")
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
     # A configuration error: nothing ran, the code every command gives an error; the summary still says why.
     bad = tmp_path / "bad.toml"
     bad.write_text('out = "runs/bad"\n[baseline]\nmodel = "nosuch:model"\n[candidate]\nmodel = "simulated:b"\n')
@@ -390,3 +403,17 @@ def test_the_readme_ci_section_uses_the_action_and_gives_the_exit_codes() -> Non
             [w if not w.endswith(".toml") else "eval.toml" for w in command[1:]]
         )  # every option exists, with a valid value
         assert all(hasattr(parsed, o[2:].replace("-", "_")) for o in options)
+
+
+def test_no_known_secret_reaches_the_summary_or_the_junit_file(tmp_path: Path) -> None:
+    from delta_eval.analysis.ci import gate_error
+    from delta_eval.redact import register_secrets
+
+    secret = "sk-ci-mode-0123456789abcdefghij"
+    register_secrets([secret])  # as an adapter does with the key it reads
+    summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
+    gate_error(f"the provider said: bad key {secret}", ExitCode.ERROR, summary=summary, junit=junit)
+    for path in (summary, junit):
+        text = path.read_text()
+        assert "bad key" in text
+        assert secret not in text

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from delta_eval.metrics import Decision, ExitCode, FailOn
+from delta_eval.redact import scrub_known
 from delta_eval.result import RunResult
 
 __all__ = ["gate", "gate_error", "junit_xml", "sessions_of", "summary_markdown"]
@@ -194,6 +195,7 @@ def _code(text: str) -> str:
 
 
 def _write_summary(text: str, path: Path | None, *, step_summary: bool) -> None:
+    text = scrub_known(text)
     step = os.environ.get("GITHUB_STEP_SUMMARY") if step_summary else None
     if path is not None and not (step and Path(step).resolve() == Path(path).resolve()):
         _write(path, text)
@@ -204,9 +206,11 @@ def _write_summary(text: str, path: Path | None, *, step_summary: bool) -> None:
 
 
 def _write(path: Path, text: str) -> None:
+    """Write ``text`` without any credential the process knows: like the console, a CI page may quote a provider's
+    or a judge's words, and those may echo a key."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    path.write_text(scrub_known(text), encoding="utf-8")
 
 
 # -- JUnit XML ---------------------------------------------------------------------------------------------------
