@@ -62,7 +62,7 @@ def gate_error(
     text = f"### delta-eval: 🛑 no decision (exit {int(code)})\n\n{_md(message)}\n"
     _write_summary(text, summary, step_summary=step_summary)
     if junit is not None:
-        _write(junit, junit_xml(None, code=code, unfinished=message, run="delta-eval"))
+        _write(junit, junit_xml(None, code=code, unfinished=message))
 
 
 def sessions_of(run_dir: Path) -> int:
