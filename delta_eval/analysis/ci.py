@@ -22,6 +22,7 @@ from typing import Any
 from delta_eval.metrics import Decision, ExitCode, FailOn
 from delta_eval.redact import scrub_known
 from delta_eval.result import RunResult
+from delta_eval.store import safe_paths
 
 __all__ = ["gate", "gate_error", "junit_xml", "sessions_of", "summary_markdown"]
 
@@ -48,9 +49,9 @@ def gate(
     decision = None if why is not None else result.decision()
     code = ExitCode.INCOMPLETE if decision is None else decision.exit_code_at(fail_on)
     text = summary_markdown(result, decision, code=code, fail_on=fail_on)
-    _write_summary(text, summary, step_summary=step_summary)
+    _write_summary(text, summary, step_summary=step_summary, run=result.path)
     if junit is not None:
-        _write(junit, junit_xml(decision, code=code, unfinished=why, run=str(result.path)))
+        _write(junit, junit_xml(decision, code=code, unfinished=why, run=str(result.path)), result.path)
     return code
 
 
@@ -194,23 +195,27 @@ def _code(text: str) -> str:
     return " ".join(str(text).split()).replace("`", "'").replace("|", "/")
 
 
-def _write_summary(text: str, path: Path | None, *, step_summary: bool) -> None:
+def _write_summary(text: str, path: Path | None, *, step_summary: bool, run: Path | None = None) -> None:
     text = scrub_known(text)
     step = os.environ.get("GITHUB_STEP_SUMMARY") if step_summary else None
     if path is not None and not (step and Path(step).resolve() == Path(path).resolve()):
-        _write(path, text)
+        _write(path, text, run)
     if step:
         # Appended: the step summary collects what every command of the step wrote.
         with Path(step).open("a", encoding="utf-8") as f:
             f.write(text)
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str, run: Path | None = None) -> None:
     """Write ``text`` without any credential the process knows: like the console, a CI page may quote a provider's
-    or a judge's words, and those may echo a key."""
-    path = Path(path)
+    or a judge's words, and those may echo a key. Inside the ``run`` folder, never through a link (as every write
+    there); elsewhere, where the user asked."""
+    path, text = Path(path), scrub_known(text)
+    if run is not None and safe_paths.inside(run, path):
+        safe_paths.write_text(run, path, text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(scrub_known(text), encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
 
 
 # -- JUnit XML ---------------------------------------------------------------------------------------------------
