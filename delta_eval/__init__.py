@@ -67,7 +67,7 @@ from delta_eval.judges.context import JudgeContext
 from delta_eval.judges.llm import EquivalenceJudge, PairwiseJudge
 from delta_eval.mapping import FieldMapping, Pseudonymize, SourceConfig
 from delta_eval.matching import MatchOptions
-from delta_eval.metrics import Check, Decision, DecisionRule, Estimand, Gate, WinRate, decide
+from delta_eval.metrics import Check, Decision, DecisionRule, Estimand, ExitCode, Gate, WinRate, decide
 from delta_eval.metrics.planning import SamplePlan
 from delta_eval.pricing import Price, Spend
 from delta_eval.progress import RunProgress
@@ -122,6 +122,7 @@ __all__ = [
     "EquivalenceResult",
     "ErrorRecord",
     "Estimand",
+    "ExitCode",
     "FieldMapping",
     "FinishReason",
     "Gate",

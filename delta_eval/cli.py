@@ -4,11 +4,14 @@
                                            run the bundled demo and print its report; with --wire openai |
                                            openai-responses | anthropic | gemini, through that provider's real
                                            SDK against a fake server on 127.0.0.1
-    delta-eval run CONFIG [--out DIR] [--overwrite] [--retry-errors]
-                                           run (or resume) the evaluation a TOML/YAML file describes
-    delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR] [--html [PATH]]
+    delta-eval run CONFIG [--out DIR] [--overwrite] [--retry-errors] [--fail-on rejected|partial|never]
+                          [--summary PATH] [--junit PATH]
+                                           run (or resume) the evaluation a TOML/YAML file describes; its exit
+                                           status gates a merge (below), with a Markdown summary and JUnit XML
+    delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR] [--html [PATH]] [--fail-on ...] [--summary PATH]
+                              [--junit PATH]
                                            print the report of a run folder (beside an A/A run's win rate), or
-                                           write it as one self-contained HTML page
+                                           write it as one self-contained HTML page; the CI options as for run
     delta-eval analyze RUN_DIR [--json] [--outcome baseline|candidate|tie]
                                            what changed and why: win rates, behaviour changes, themes of the
                                            judge's reasons (cached in RUN_DIR/analysis)
@@ -21,8 +24,12 @@
                                            serve a fake provider (answering from the demo's recordings) until
                                            Ctrl-C, for a real SDK or a run to talk to
 
-Errors are one line (``--debug`` shows the traceback). Exit status: 0 when the run completed, 1 on an error or an
-interrupted run, 2 on bad usage.
+Errors are one line (``--debug`` shows the traceback). Exit status: 0 on success, 1 on an error, 2 on bad usage.
+``run`` (and ``report`` given ``--fail-on``, ``--summary`` or ``--junit``) gates a merge
+(:class:`~delta_eval.metrics.ExitCode`): 0 when the decision is APPROVED or below the ``--fail-on`` level (default
+``rejected`` for ``run``), 3 REJECTED, 4 PARTIAL (with ``--fail-on partial``), 5 a run that started but gave no
+decision (failed, interrupted, every pair an error); 1 stays a run that could not start. The summary is appended to
+``$GITHUB_STEP_SUMMARY`` when that variable is set. ``demo`` keeps 0 / 1.
 """
 
 from __future__ import annotations
@@ -34,10 +41,13 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.redact import scrub_known
+
+if TYPE_CHECKING:
+    from delta_eval.result import RunResult
 
 __all__ = ["main"]
 
@@ -90,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on resuming, try again every pair that ended in an error (default: only retryable provider errors)",
     )
+    _ci_options(run, "rejected")
 
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
@@ -101,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write one self-contained HTML page instead (default RUN_DIR/report.html)",
     )
+    _ci_options(report, None)
 
     an = sub.add_parser("analyze", parents=[common], help="what changed and why: summary, behaviours, themes")
     an.add_argument("run_dir", type=Path)
@@ -132,6 +144,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ci_options(parser: argparse.ArgumentParser, fail_on: str | None) -> None:
+    """The merge-gate options of ``run`` and ``report`` (``fail_on``: the default level; ``None``: no gating)."""
+    parser.add_argument(
+        "--fail-on",
+        choices=["rejected", "partial", "never"],
+        default=fail_on,
+        help="the least severe decision that exits non-zero: rejected (exit 3), partial (PARTIAL exits 4 too) or "
+        f"never (default {fail_on or 'never: report only'})",
+    )
+    parser.add_argument("--summary", type=Path, metavar="PATH", help="write a Markdown summary for a PR or CI page")
+    parser.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML: one case per gate and stratum")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``delta-eval`` command; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -148,16 +173,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo" and args.out
         else Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
     )
+    # For a run's exit status: whether the run folder gained a session (the run started) before an error.
+    run_dir: Path | None = None
+    sessions = 0
     try:
         if args.command == "report" and args.html:
             from delta_eval.analysis.analyze import analyze
             from delta_eval.analysis.html import write_html
 
             _print(write_html(analyze(args.run_dir), None if args.html is True else args.html))
-            return 0
+            return _gate(args, open_result(args.run_dir)) if _gating(args) else 0
         if args.command == "report":
-            _print(render_report(open_result(args.run_dir), noise_floor=args.noise_floor))
-            return 0
+            result = open_result(args.run_dir)
+            _print(render_report(result, noise_floor=args.noise_floor))
+            return _gate(args, result) if _gating(args) else 0
         if args.command == "analyze":
             from delta_eval.analysis.analyze import analyze
             from delta_eval.analysis.text import analysis_text
@@ -205,35 +234,70 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
         else:
-            result = run(
-                args.config,
-                out=args.out,
-                overwrite=args.overwrite or None,
-                retry_errors=args.retry_errors or None,
-                progress=not args.no_progress,
+            from delta_eval.analysis.ci import sessions_of
+            from delta_eval.api import make_config
+
+            config = make_config(
+                args.config, out=args.out, overwrite=args.overwrite or None, retry_errors=args.retry_errors or None
             )
+            run_dir, sessions = config.out, sessions_of(config.out)
+            result = run(config, progress=not args.no_progress)
         _print(render_report(result))
+        if args.command == "run":
+            return _gate(args, result)
         return 0 if result.status == "completed" else 1
     except DeltaEvalError as exc:
         if args.debug:
             raise
         _print(f"delta-eval: error: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args, run_dir, sessions, str(exc))
     except Exception as exc:
         if args.debug:
             raise
         if isinstance(exc, ExceptionGroup) and (ours := _ours(exc)) is not None:
             _print(f"delta-eval: error: {ours}", file=sys.stderr)
-            return 1
+            return _failed(args, run_dir, sessions, str(ours))
         _print(f"delta-eval: error: {describe_failure(exc)} (--debug shows where)", file=sys.stderr)
-        return 1
+        return _failed(args, run_dir, sessions, describe_failure(exc))
     except KeyboardInterrupt:
         given = list(sys.argv[1:] if argv is None else argv)
         if args.command == "demo" and args.out is None:
             given += ["--out", str(out)]
         again = "delta-eval " + shlex.join(given)
         _print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
+        return _failed(args, run_dir, sessions, "interrupted")
+
+
+def _gating(args: argparse.Namespace) -> bool:
+    """Whether ``report`` was asked to act as a merge gate (it only prints otherwise)."""
+    return bool(args.fail_on or args.summary or args.junit)
+
+
+def _gate(args: argparse.Namespace, result: RunResult) -> int:
+    """Write the summary and JUnit file of a run and return its exit status (see the module docstring)."""
+    from delta_eval.analysis.ci import gate
+
+    return int(gate(result, fail_on=args.fail_on or "never", summary=args.summary, junit=args.junit))
+
+
+def _failed(args: argparse.Namespace, run_dir: Path | None, sessions: int, message: str) -> int:
+    """The exit status of a command that raised: for ``run``, 5 (``INCOMPLETE``) when the run had started (its
+    folder gained a session), else 1; the CI outputs say why either way."""
+    if getattr(args, "command", None) != "run":
         return 1
+    from delta_eval.analysis.ci import gate, gate_error, sessions_of
+    from delta_eval.metrics import ExitCode
+    from delta_eval.result import open_result
+
+    if run_dir is not None and sessions_of(run_dir) > sessions:
+        try:
+            return int(gate(open_result(run_dir), fail_on=args.fail_on, summary=args.summary, junit=args.junit))
+        except Exception:
+            # The folder cannot be read back, or an output cannot be written (the error above said which): the
+            # gate has no decision to give, and a traceback here would hide that line.
+            return int(ExitCode.INCOMPLETE)
+    gate_error(message, ExitCode.ERROR, summary=args.summary, junit=args.junit)
+    return int(ExitCode.ERROR)
 
 
 def _skills(action: str, target: Path | None) -> int:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from delta_eval.exceptions import RunFolderError
-from delta_eval.metrics import Decision, DecisionRule, WinRate, decide, win_rate, win_rates_by
+from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, WinRate, decide, win_rate, win_rates_by
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.views import open_run
@@ -101,6 +101,31 @@ class RunResult:
         if rule is None:
             rule = DecisionRule.model_validate(self.manifest.config.get("decision") or {})
         return decide(self.table("verdicts"), self.table("replays"), rule)
+
+    def unfinished(self) -> str | None:
+        """Why this run gives no decision to gate on, in words, or ``None`` when it does: it did not complete
+        (failed, interrupted, still running or killed), or it has no pair that did not end in an error (a decision
+        on nothing would read as "undecided", hiding a broken run)."""
+        if self.status != "completed":
+            said = {
+                "running": "is still running, or was killed",
+                "interrupted": "was interrupted (finished pairs are saved: the same command resumes it)",
+            }.get(self.status, self.status)
+            return f"the run {said}" + (f": {self.manifest.failure}" if self.manifest.failure else "")
+        outcomes = self.table("verdicts").column("outcome").to_pylist()
+        if not outcomes:
+            return "the run has no pairs"
+        if all(o == "error" for o in outcomes):
+            return f"every one of the {len(outcomes)} pairs ended in an error (the errors table says why)"
+        return None
+
+    def exit_code(self, fail_on: FailOn = "rejected", decision: Decision | None = None) -> ExitCode:
+        """The exit status of a merge gate on this run (see :class:`~delta_eval.metrics.decision.ExitCode`):
+        ``INCOMPLETE`` when the run gives no decision (:meth:`unfinished`), else the decision's code at ``fail_on``
+        (``decision`` defaults to :meth:`decision`)."""
+        if self.unfinished() is not None:
+            return ExitCode.INCOMPLETE
+        return (decision or self.decision()).exit_code_at(fail_on)
 
     def connect(self) -> Any:
         """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,

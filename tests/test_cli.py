@@ -243,7 +243,7 @@ def test_a_source_with_no_assistant_turn_exits_nonzero_saying_why(
         'out = "run"\n[source]\npath = "questions.jsonl"\n[baseline]\nmodel = "simulated:a"\n'
         '[candidate]\nmodel = "simulated:b"\n'
     )
-    assert main(["run", str(config), "--no-progress"]) == 1
+    assert main(["run", str(config), "--no-progress"]) == 5  # the run started, then failed: no decision
     err = capsys.readouterr().err.strip().splitlines()
     path = tmp_path / "questions.jsonl"
     assert err == [

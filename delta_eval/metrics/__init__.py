@@ -14,7 +14,7 @@ from delta_eval.metrics.checks import (
     check_rates,
     check_results,
 )
-from delta_eval.metrics.decision import Decision, DecisionRule, decide
+from delta_eval.metrics.decision import Decision, DecisionRule, ExitCode, FailOn, decide
 from delta_eval.metrics.difference import Difference, PairedSums
 from delta_eval.metrics.estimand import Estimand, components
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
@@ -52,6 +52,8 @@ __all__ = [
     "DecisionRule",
     "Difference",
     "Estimand",
+    "ExitCode",
+    "FailOn",
     "Gate",
     "GateResult",
     "NetPreference",

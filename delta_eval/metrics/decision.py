@@ -18,6 +18,9 @@ stands alone.
 ``decided_by`` names the first step that set the final outcome ("gate critical_rate: candidate - baseline <= 0",
 "non-inferiority: worse", "stratum task_type=refund: worse", or "every gate passed; not worse").
 
+A merge gate reads the outcome as an exit status (:class:`ExitCode`, ``Decision.exit_code``): 0 when the outcome is
+not at or beyond the ``fail_on`` level, else 3 for REJECTED and 4 for PARTIAL.
+
 Example:
     >>> rows = [{"outcome": o, "conversation_id": f"c{i}"}
     ...         for i in range(300) for o in ("tie", "candidate" if i % 2 else "equivalent")]
@@ -29,6 +32,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import IntEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,10 +53,34 @@ from delta_eval.metrics.paired import (
 from delta_eval.metrics.sides import Rate, SideMetrics, rate, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
 
-__all__ = ["Decision", "DecisionRule", "Outcome", "decide"]
+__all__ = ["Decision", "DecisionRule", "ExitCode", "FailOn", "Outcome", "decide"]
 
 Outcome = Literal["APPROVED", "PARTIAL", "REJECTED"]
 _RANK: dict[Outcome, int] = {"APPROVED": 2, "PARTIAL": 1, "REJECTED": 0}
+
+#: The least severe outcome that fails a merge gate: ``rejected`` (the default: only REJECTED fails), ``partial``
+#: (PARTIAL fails too) or ``never`` (report only).
+FailOn = Literal["rejected", "partial", "never"]
+_FAILING: dict[FailOn, frozenset[Outcome]] = {
+    "rejected": frozenset({"REJECTED"}),
+    "partial": frozenset({"REJECTED", "PARTIAL"}),
+    "never": frozenset(),
+}
+
+
+class ExitCode(IntEnum):
+    """The exit status of ``delta-eval run`` (and of ``delta-eval report --fail-on``), for a CI step to gate on.
+
+    Each failing outcome has its own code, apart from the codes of errors, so a pipeline can tell "the candidate is
+    worse" from "the evaluation broke". 1 and 2 keep the meaning they have for every ``delta-eval`` command.
+    """
+
+    OK = 0  #: APPROVED, or an outcome below the ``fail_on`` level
+    ERROR = 1  #: nothing ran: a bad configuration, a missing key or file, a run folder refused
+    USAGE = 2  #: bad command-line arguments
+    REJECTED = 3  #: the decision is REJECTED
+    PARTIAL = 4  #: PARTIAL with fail_on partial: too little evidence, a gate not evaluated, a stratum worse
+    INCOMPLETE = 5  #: the run started but gave no decision: failed, interrupted, or no pair could be judged
 
 
 class DecisionRule(BaseModel):
@@ -116,6 +144,24 @@ class Decision(BaseModel):
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The exit status a merge gate gives this decision with the default ``fail_on="rejected"``: 3 when
+        REJECTED, else 0 (see :meth:`exit_code_at`)."""
+        return self.exit_code_at("rejected")
+
+    def exit_code_at(self, fail_on: FailOn = "rejected") -> ExitCode:
+        """The exit status when outcomes at or beyond ``fail_on`` fail: ``ExitCode.REJECTED`` or
+        ``ExitCode.PARTIAL`` for a failing outcome, ``ExitCode.OK`` otherwise.
+
+        Example:
+            >>> rows = [{"outcome": "equivalent", "conversation_id": f"c{i}"} for i in range(10)]
+            >>> d = decide(rows, rule=DecisionRule(gates=()))
+            >>> d.outcome, int(d.exit_code), int(d.exit_code_at("partial"))
+            ('PARTIAL', 0, 4)
+        """
+        return ExitCode[self.outcome] if self.outcome in _FAILING[fail_on] else ExitCode.OK
 
     def lines(self) -> list[str]:
         """The decision as text lines, for the report."""

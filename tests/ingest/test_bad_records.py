@@ -168,6 +168,6 @@ def test_the_cli_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         'out = "run"\n[source]\npath = "empty.jsonl"\n[baseline]\nmodel = "simulated:a"\n'
         '[candidate]\nmodel = "simulated:b"\n'
     )
-    assert main(["run", str(config), "--no-progress"]) == 1
+    assert main(["run", str(config), "--no-progress"]) == 5  # the run started, then failed: no decision to gate on
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"delta-eval: error: {tmp_path / 'empty.jsonl'} holds no records"]
