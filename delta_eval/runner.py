@@ -159,6 +159,7 @@ async def execute(
         raise
     pool.use_cache(session.cache)
     pool.use_journal(session.journal.record)
+    p.call_stats = pool.stats  # live counters: a progress display reads calls, retries and 429s from them
     # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
     folder.on_commit = lambda batch: session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
     p.pairs_resumed = len(session.state.done_pairs)
