@@ -6,6 +6,9 @@
                                            SDK against a fake server on 127.0.0.1
     delta-eval run CONFIG [--out DIR] [--overwrite] [--retry-errors]
                                            run (or resume) the evaluation a TOML/YAML file describes
+    delta-eval estimate CONFIG [--pilot RUN_DIR] [--json]
+                                           what the run a config describes will cost, per side and judge stage
+                                           with a low-high range, before any model is called
     delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR] [--html [PATH]]
                                            print the report of a run folder (beside an A/A run's win rate), or
                                            write it as one self-contained HTML page
@@ -91,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
         help="on resuming, try again every pair that ended in an error (default: only retryable provider errors)",
     )
 
+    est = sub.add_parser("estimate", parents=[common], help="what a run will cost, before any model is called")
+    est.add_argument("config", type=Path, help="a TOML or YAML run configuration")
+    est.add_argument("--pilot", type=Path, help="a pilot run folder: the judging funnel's shares to assume")
+    est.add_argument("--json", action="store_true", help="print JSON")
+
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
@@ -149,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
     )
     try:
+        if args.command == "estimate":
+            from delta_eval.estimate import estimate
+
+            estimated = estimate(args.config, pilot=args.pilot)
+            _print(json.dumps(estimated.to_dict(), indent=1) if args.json else estimated)
+            return 0
         if args.command == "report" and args.html:
             from delta_eval.analysis.analyze import analyze
             from delta_eval.analysis.html import write_html

@@ -148,6 +148,47 @@ def funnel_lines(result: RunResult, con: Any) -> list[str]:
     return lines
 
 
+def actual_costs(result: RunResult, con: Any) -> dict[str, float | None]:
+    """What the run cost, by the parts a cost estimate names: each side's replays, stage 2's and stage 3's calls
+    (the audit of stage 2 with stage 3). ``None`` where a call's price or usage is unknown."""
+    rows = con.execute(
+        "SELECT side, list(cost_usd) FROM replays WHERE side <> 'recorded' GROUP BY side ORDER BY side"
+    ).fetchall()
+    costs: dict[str, float | None] = {side: total_cost(values) for side, values in rows}
+    judging = result.counts.judging
+    if "equivalence" in judging:
+        costs["stage 2 equivalence"] = judging["equivalence"].cost_usd
+    stage3 = [judging[k].cost_usd for k in ("judge", "audit") if k in judging]
+    if stage3:
+        costs["stage 3 judge"] = total_cost(stage3)
+    return costs
+
+
+def estimate_lines(result: RunResult, con: Any) -> list[str]:
+    """The cost estimate made when the run began beside what the run cost, per part and in total (nothing when
+    the run kept no estimate)."""
+    est = result.manifest.estimate
+    if not est:
+        return []
+    actual = actual_costs(result, con)
+    lines = ["", "cost estimate vs actual    estimate USD  (range)                 actual USD     gap"]
+
+    def row(name: str, point: float | None, low: float | None, high: float | None, act: float | None) -> str:
+        rng = f"({low:.4f}-{high:.4f})" if low is not None and high is not None else "(unknown)"
+        gap = f"{(point - act) / act:+.0%}" if point is not None and act else "n/a"
+        return f"  {name:22s} {_money(point)}    {rng:23s} {_money(act)} {gap:>7s}"
+
+    for part in est.get("parts", []):
+        name = part["part"]
+        lines.append(row(name, part["cost_usd"], part["low_usd"], part["high_usd"], actual.get(name)))
+    # Judge stages the estimate has no part for (rule judges) cost nothing, so the total compares like with like.
+    total = total_cost(actual.get(part["part"]) for part in est.get("parts", []))
+    lines.append(row("total", est.get("total_usd"), est.get("low_usd"), est.get("high_usd"), total))
+    if result.counts.pairs < est.get("pairs", 0):
+        lines.append(f"  (the run decided {result.counts.pairs} of the {est['pairs']} pairs the estimate covers)")
+    return lines
+
+
 def judge_check_lines(result: RunResult) -> list[str]:
     """How far the judges can be trusted on this run: position consistency, the audit of stage 2, self-preference."""
     counts, m = result.counts, result.manifest
@@ -336,6 +377,7 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
                 + (f"  no decision {silent}" if silent else "")
             )
         lines += ["", *spend_lines(side_spend(con, m.config.get("prices")))]
+        lines += estimate_lines(result, con)
         errors = con.execute("SELECT stage, count(*) FROM errors GROUP BY stage ORDER BY stage").fetchall()
     finally:
         con.close()
