@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -161,3 +162,20 @@ def test_the_estimate_command_prints_the_table_or_json(
     assert [p["part"] for p in data["parts"]] == ["baseline", "candidate"]
     assert data["low_usd"] <= data["total_usd"] <= data["high_usd"]
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_the_readme_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Progress, and the cost before spending", 1)[1].split("`de.run` also works", 1)[0]
+    [python] = re.findall(r"```python\n(.+?)\n```", section, flags=re.S)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, object] = {"de": de}
+    exec(python, scope)
+    out = capsys.readouterr()
+    assert "cost estimate:" in out.out
+    assert out.err.splitlines()[-1].startswith("delta-eval completed:")  # the closing progress line
+    result = scope["result"]
+    assert isinstance(result, de.RunResult)
+    assert result.manifest.estimate is not None
