@@ -94,6 +94,8 @@ def run(
     tokens, cost so far and the ETA (see :mod:`delta_eval.display`). A :class:`RunProgress` of yours receives the
     live counters (and the display shows them too).
     """
+    if progress_every <= 0:
+        raise ConfigError(f"progress_every must be a number of seconds above 0, got {progress_every!r}")
     cfg = make_config(config, **options)
     tracker = progress if isinstance(progress, RunProgress) else RunProgress()
 

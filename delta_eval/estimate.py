@@ -77,6 +77,7 @@ from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
 from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolSpec, TurnOutput
+from delta_eval.store.folder import RunFolder
 
 __all__ = [
     "DEFAULT_FUNNEL",
@@ -126,9 +127,10 @@ class Funnel:
     @classmethod
     def of_pilot(cls, path: str | Path) -> Funnel:
         """The shares a pilot run folder observed (its verdicts by stage), with a ±10-point range around them."""
-        from delta_eval.result import open_result
-
-        by_stage = open_result(path).counts.by_stage
+        manifest = RunFolder(Path(path)).manifest() if Path(path).is_dir() else None
+        if manifest is None:
+            raise ConfigError(f"the pilot {path} is not a run folder (no manifest.json)")
+        by_stage = manifest.counts.by_stage
         decided = sum(n for stage, n in by_stage.items() if stage != "error")
         if decided == 0:
             raise ConfigError(f"the pilot run {path} has no decided pair to take the funnel's shares from")

@@ -84,3 +84,9 @@ def test_the_display_suits_where_the_output_goes(monkeypatch: pytest.MonkeyPatch
     assert isinstance(progress_display(p), ProgressDisplay)
     monkeypatch.setattr("delta_eval.display.in_notebook", lambda: True)
     assert isinstance(progress_display(p), NotebookProgress)
+
+
+def test_a_progress_interval_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(de.ConfigError, match="progress_every"):
+        de.run(_config(tmp_path / "run"), conversations=de.demo.demo_conversations(), progress_every=0)
+    assert not (tmp_path / "run").exists()
