@@ -38,6 +38,7 @@ from delta_eval.calls import (
 )
 from delta_eval.catalog import ModelInfo, ModelOverride, model_info
 from delta_eval.config import RunConfig, load_config
+from delta_eval.estimate import CostEstimate, estimate
 from delta_eval.exceptions import (
     AuthenticationError,
     BadRequestError,
@@ -115,6 +116,7 @@ __all__ = [
     "ConfigError",
     "Conversation",
     "ConversationSource",
+    "CostEstimate",
     "Decision",
     "DecisionRule",
     "DeltaEvalError",
@@ -196,6 +198,7 @@ __all__ = [
     "calibrate",
     "decide",
     "demo",
+    "estimate",
     "load_config",
     "model_info",
     "open_result",

@@ -78,16 +78,24 @@ def run(
     *,
     conversations: Conversations = None,
     tool_simulator: ToolSimulator | None = None,
-    progress: RunProgress | bool | None = None,
+    progress: RunProgress | bool = True,
+    progress_every: float = 10.0,
     **options: Any,
 ) -> RunResult:
     """Run a delta evaluation to the end and return its :class:`RunResult`.
 
     Keyword arguments are :class:`RunConfig` fields (``baseline``, ``candidate``, ``sample``, ``out``, ...).
     Running again with the same ``out`` and configuration resumes: finished pairs are kept, cached calls are not
-    paid again. ``progress=True`` shows a progress bar on the terminal. Works inside Jupyter's running event loop
-    (the run gets a thread of its own).
+    paid again. Works inside Jupyter's running event loop (the run gets a thread of its own).
+
+    Progress is shown by default (``progress=False``: nothing): a live bar on a terminal, an output updated in place
+    in Jupyter, and elsewhere (CI, logs, a captured stderr) a plain line on stderr every ``progress_every`` seconds
+    and one at the end: pairs done of the total, per-stage counts, model calls, retries and rate-limited answers,
+    tokens, cost so far and the ETA (see :mod:`delta_eval.display`). A :class:`RunProgress` of yours receives the
+    live counters (and the display shows them too).
     """
+    if progress_every <= 0:
+        raise ConfigError(f"progress_every must be a number of seconds above 0, got {progress_every!r}")
     cfg = make_config(config, **options)
     tracker = progress if isinstance(progress, RunProgress) else RunProgress()
 
@@ -95,12 +103,12 @@ def run(
         with handle_signals():  # SIGTERM / SIGHUP stop the run as Ctrl-C does: finished pairs are saved
             return await arun(cfg, conversations=conversations, tool_simulator=tool_simulator, progress=tracker)
 
-    if progress is True:
-        from delta_eval.display import ProgressDisplay
+    if progress is False:
+        return run_sync(main)
+    from delta_eval.display import progress_display
 
-        with ProgressDisplay(tracker):
-            return run_sync(main)
-    return run_sync(main)
+    with progress_display(tracker, every=progress_every):
+        return run_sync(main)
 
 
 class VerdictStream:

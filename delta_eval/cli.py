@@ -8,6 +8,9 @@
                           [--summary PATH] [--junit PATH]
                                            run (or resume) the evaluation a TOML/YAML file describes; its exit
                                            status gates a merge (below), with a Markdown summary and JUnit XML
+    delta-eval estimate CONFIG [--pilot RUN_DIR] [--json]
+                                           what the run a config describes will cost, per side and judge stage
+                                           with a low-high range, before any model is called
     delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR] [--html [PATH]] [--fail-on ...] [--summary PATH]
                               [--junit PATH]
                                            print the report of a run folder (beside an A/A run's win rate), or
@@ -102,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _ci_options(run, "rejected")
 
+    est = sub.add_parser("estimate", parents=[common], help="what a run will cost, before any model is called")
+    est.add_argument("config", type=Path, help="a TOML or YAML run configuration")
+    est.add_argument("--pilot", type=Path, help="a pilot run folder: the judging funnel's shares to assume")
+    est.add_argument("--json", action="store_true", help="print JSON")
+
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
@@ -177,6 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir: Path | None = None
     sessions = 0
     try:
+        if args.command == "estimate":
+            from delta_eval.estimate import estimate
+
+            estimated = estimate(args.config, pilot=args.pilot)
+            _print(json.dumps(estimated.to_dict(), indent=1) if args.json else estimated)
+            return 0
         if args.command == "report" and args.html:
             from delta_eval.analysis.analyze import analyze
             from delta_eval.analysis.html import write_html

@@ -34,7 +34,7 @@ from delta_eval.replay.points import count_turns, epochs, pair_weight, replay_po
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
-from delta_eval.schema import Conversation, ReplayPoint, SampledConversation, Side, Verdict
+from delta_eval.schema import Conversation, ReplayPoint, SampledConversation, Side, Usage, Verdict
 from delta_eval.stopping import EarlyStop, random_order
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.session import Resume
@@ -148,7 +148,8 @@ class Stages:
         # pair on (workers share one event loop, so the check and the send cannot interleave).
         async with recv, send:
             async for pair, side in recv:
-                pair.replays[side] = await sides[side].replay(pair.point, side)
+                done = pair.replays[side] = await sides[side].replay(pair.point, side)
+                self.progress.add_spend(done.replay.usage, done.replay.cost_usd)
                 if len(pair.replays) == len(sides):
                     self.progress.replayed += 1
                     await send.send(pair)
@@ -171,6 +172,10 @@ class Stages:
                     stratum=pair.stratum,
                     weight=pair.weight,
                 )
+                for judgement in pair.decision.judgements:
+                    # A rule-based judge calls no model: no tokens, and no price to have (its cost is None).
+                    free = judgement.cost_usd is None and judgement.usage == Usage()
+                    self.progress.add_spend(judgement.usage, 0.0 if free else judgement.cost_usd)
                 self.progress.count_verdict(pair.decision.verdict.stage)
                 await write.send(pair)
 
@@ -250,6 +255,7 @@ async def run_stages(stages: Stages, sample: SampleResult, sides: dict[Side, Rep
     pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judge_concurrency)
     write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](c.flush_every)
     stages.progress.phase = "replaying"
+    stages.progress.replay_started = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(stages.load, sample, points_send, write_send.clone())
         for _ in range(2 * c.concurrency):  # a worker per side of ``concurrency`` pairs

@@ -23,6 +23,7 @@ from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.calls import split_model_id
 from delta_eval.config import RunConfig
+from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
@@ -32,6 +33,7 @@ from delta_eval.pipeline import Stages, VerdictCallback, run_stages
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer
 from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
+from delta_eval.sampling.stratified import SampleResult
 from delta_eval.schema import Conversation, Side
 from delta_eval.store import safe_paths
 from delta_eval.store.folder import RunFolder
@@ -91,6 +93,20 @@ def _write_pseudonyms(config: RunConfig, source: ConversationSource) -> None:
     rows = [{"hash": h, "fake": fake, "kind": kind} for h, (fake, kind) in sorted(p.mapping.items())]
     data = {"hash": "hmac-sha256(salt, real value)", "pseudonyms": rows}
     safe_paths.write_atomic(config.out, path, json.dumps(data, indent=1, ensure_ascii=False).encode())
+
+
+def _record_estimate(
+    config: RunConfig, source: ConversationSource, sample: SampleResult, session: FolderSession, notes: list[str]
+) -> None:
+    """Keep the cost estimate of the whole sample in the manifest as the run begins (once per run), for the report
+    to set beside what the run cost. An estimate that cannot be made is a note, never the run's failure."""
+    try:
+        estimated = estimate_sample(config, source, sample)
+    except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
+        notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
+        return
+    session.manifest.estimate = estimated.to_dict()
+    session.folder.write_manifest(session.manifest)
 
 
 def _sides(config: RunConfig) -> tuple[tuple[Side, Variant], ...]:
@@ -159,6 +175,7 @@ async def execute(
         raise
     pool.use_cache(session.cache)
     pool.use_journal(session.journal.record)
+    p.call_stats = pool.stats  # live counters: a progress display reads calls, retries and 429s from them
     # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
     folder.on_commit = lambda batch: session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
     p.pairs_resumed = len(session.state.done_pairs)
@@ -167,6 +184,8 @@ async def execute(
     failure: str | None = None
     try:
         sample = await anyio.to_thread.run_sync(stages.sample)
+        if session.manifest.estimate is None:
+            await anyio.to_thread.run_sync(_record_estimate, c, source, sample, session, stages.notes)
         _write_pseudonyms(c, source)
         await run_stages(stages, sample, sides, cascade)
         status = "completed"

@@ -52,6 +52,7 @@ LAYER_OF = {
     "pipeline": "pipeline",
     "stopping": "pipeline",
     "runner": "runner",
+    "estimate": "runner",
     "result": "result",
     "analysis": "analysis",
     "testing": "testing",

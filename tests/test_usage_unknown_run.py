@@ -40,9 +40,9 @@ def test_a_run_without_usage_writes_nulls_and_says_unknown(tmp_path: Path) -> No
 
     report = render_report(result)
     assert "unknown" in report
-    # The per-side tokens/cost rows and the prompt-cache rows: unknown, never 0 or 0.0000.
+    # The per-side tokens/cost rows, the prompt-cache rows and the estimate-vs-actual rows: unknown, never 0 or 0.0000.
     per_side = [line for line in report.splitlines() if line.startswith(("  baseline ", "  candidate "))]
-    assert len(per_side) == 4
+    assert len(per_side) == 6
     assert all("unknown" in line and " 0.0000" not in line for line in per_side)
 
     notes = [n for n in result.manifest.notes if n.startswith(NO_USAGE_NOTE)]

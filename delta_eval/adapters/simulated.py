@@ -45,7 +45,7 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -60,7 +60,7 @@ from delta_eval.adapters.simulated_judge import is_judge_schema, judge_answer
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ConfigError, RateLimitError, TransientError
 from delta_eval.redact import describe_invalid
-from delta_eval.schema import Message, ToolCall, Usage
+from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 
 __all__ = ["Failure", "SimulatedAdapter", "SimulatedBehaviour", "SimulatedCall", "create", "reword"]
 
@@ -155,6 +155,12 @@ def _change_one_argument(call: ToolCall, rng: random.Random) -> ToolCall:
 
 def _tokens(chars: int) -> int:
     return math.ceil(chars / 4)
+
+
+def tool_chars(tools: Iterable[ToolSpec]) -> int:
+    """The characters of the tool definitions a request sends: providers put them in the prompt and bill them as
+    input tokens, so the simulated model counts them too."""
+    return sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in tools)
 
 
 class RequestBucket:
@@ -275,7 +281,9 @@ class SimulatedAdapter(ModelAdapter):
         self._attempts[key] += 1
         rng = self._rng(key, "attempt", self._attempts[key])
         latency = rng.lognormvariate(math.log(b.latency_ms), b.latency_sigma) / 1000 if b.latency_ms > 0 else 0.0
-        prompt_chars = sum(len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages)
+        prompt_chars = tool_chars(request.tools) + sum(
+            len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages
+        )
         prompt = _tokens(prompt_chars)
         failure: Failure | None = None
         draw = rng.random()

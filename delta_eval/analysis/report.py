@@ -148,6 +148,70 @@ def funnel_lines(result: RunResult, con: Any) -> list[str]:
     return lines
 
 
+def actual_spend(result: RunResult, con: Any) -> dict[str, tuple[float | None, int | None]]:
+    """What the run cost and its input tokens, by the parts a cost estimate names: each side's replays, stage 2's
+    and stage 3's calls (the audit of stage 2 with stage 3). ``None`` where a call's price or usage is unknown."""
+    rows = con.execute(
+        """
+        SELECT side, list(cost_usd), CASE WHEN count(input_tokens) = count(*) THEN sum(input_tokens) END
+        FROM replays WHERE side <> 'recorded' GROUP BY side ORDER BY side
+        """
+    ).fetchall()
+    spent: dict[str, tuple[float | None, int | None]] = {side: (total_cost(c), n) for side, c, n in rows}
+    judging = result.counts.judging
+    if "equivalence" in judging:
+        spent["stage 2 equivalence"] = (judging["equivalence"].cost_usd, judging["equivalence"].input_tokens)
+    stage3 = [judging[k] for k in ("judge", "audit") if k in judging]
+    if stage3:
+        tokens = [s.input_tokens for s in stage3]
+        known = None if None in tokens else sum(t for t in tokens if t is not None)
+        spent["stage 3 judge"] = (total_cost(s.cost_usd for s in stage3), known)
+    return spent
+
+
+def estimate_lines(result: RunResult, con: Any) -> list[str]:
+    """The cost estimate made when the run began beside what the run cost and the input tokens it used, per part
+    and in total (nothing when the run kept no estimate)."""
+    est = result.manifest.estimate
+    if not est:
+        return []
+    actual = actual_spend(result, con)
+    lines = [
+        "",
+        "cost estimate vs actual  estimate USD (range)               actual USD    gap   tokens in est/actual",
+    ]
+
+    def gap(point: float | None, act: float | None) -> str:
+        return f"{(point - act) / act:+.0%}" if point is not None and act else "n/a"
+
+    def row(name: str, part: dict[str, Any], act: tuple[float | None, int | None]) -> str:
+        low, high = part.get("low_usd"), part.get("high_usd")
+        rng = f"({low:.4f}-{high:.4f})" if low is not None and high is not None else "(unknown)"
+        tokens = part.get("input_tokens")
+        tin = f"{tokens:,.0f}" if tokens is not None else "?"
+        tact = f"{act[1]:,}" if act[1] is not None else "unknown"
+        point = part.get("cost_usd")
+        return (
+            f"  {name:22s} {_money(point)} {rng:23s} {_money(act[0])} {gap(point, act[0]):>6s}"
+            f"   {tin}/{tact} ({gap(tokens, act[1])})"
+        )
+
+    parts = est.get("parts", [])
+    for part in parts:
+        lines.append(row(part["part"], part, actual.get(part["part"], (0.0, 0))))
+    # Judge stages the estimate has no part for (rule judges) cost nothing, so the total compares like with like.
+    spent = [actual.get(part["part"], (0.0, 0)) for part in parts]
+    costs, tokens = total_cost(c for c, _ in spent), [t for _, t in spent]
+    total_tokens = None if None in tokens else sum(t for t in tokens if t is not None)
+    est_tokens = sum(part.get("input_tokens") or 0 for part in parts)
+    whole = {"cost_usd": est.get("total_usd"), "low_usd": est.get("low_usd"), "high_usd": est.get("high_usd"),
+             "input_tokens": est_tokens}  # fmt: skip
+    lines.append(row("total", whole, (costs, total_tokens)))
+    if result.counts.pairs < est.get("pairs", 0):
+        lines.append(f"  (the run decided {result.counts.pairs} of the {est['pairs']} pairs the estimate covers)")
+    return lines
+
+
 def judge_check_lines(result: RunResult) -> list[str]:
     """How far the judges can be trusted on this run: position consistency, the audit of stage 2, self-preference."""
     counts, m = result.counts, result.manifest
@@ -336,6 +400,7 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
                 + (f"  no decision {silent}" if silent else "")
             )
         lines += ["", *spend_lines(side_spend(con, m.config.get("prices")))]
+        lines += estimate_lines(result, con)
         errors = con.execute("SELECT stage, count(*) FROM errors GROUP BY stage ORDER BY stage").fetchall()
     finally:
         con.close()

@@ -90,7 +90,7 @@ _COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
 WRITTEN = (_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, SENT_DIR, *DATASETS, "analysis", "report.html")
 #: The fields of a manifest that identify its run, kept in every commit record (see :attr:`RunFolder.header`).
 HEADER_FIELDS = frozenset(RunManifest.model_fields) - {
-    "status", "stopped_early", "failure", "ended_at", "sessions", "batches", "counts", "notes"
+    "status", "stopped_early", "failure", "ended_at", "sessions", "batches", "counts", "notes", "estimate"
 }  # fmt: skip
 #: How the note of a manifest rebuilt from the commit files begins.
 REBUILT_NOTE = "manifest rebuilt"

@@ -230,8 +230,10 @@ class RunManifest(_Model):
     of stages 2 and 3 as configured (``rule`` for the rule-based ones), ``judge_models`` the models of the LLM
     judges by stage; ``noise_floor`` is the folder of the A/A run the report compares the win rate with;
     ``stopped_early`` says why the last session stopped before the sample was done (``stop_early``);
-    ``failure`` says why the last session failed; ``batches`` is the number of batches committed (a commit file
-    missing below it is damage, not a batch never committed). The manifest is rewritten after every batch, so a
+    ``failure`` says why the last session failed; ``estimate`` is the cost estimate made when the run began
+    (:meth:`delta_eval.estimate.CostEstimate.to_dict`), for the report to set beside what the run cost;
+    ``batches`` is the number of batches committed (a commit file missing below it is damage, not a batch never
+    committed). The manifest is rewritten after every batch, so a
     killed session's calls are counted up to its last batch.
     """
 
@@ -259,6 +261,7 @@ class RunManifest(_Model):
     batches: int = 0
     counts: RunCounts = Field(default_factory=RunCounts)
     notes: list[str] = Field(default_factory=list)
+    estimate: dict[str, Any] | None = None
 
     def begin_session(
         self,

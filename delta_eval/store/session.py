@@ -146,7 +146,12 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False, re
     rebuilt = [n for n in previous.notes if n.startswith(REBUILT_NOTE)]  # said once, in the manifest it now has
     return Resume(
         manifest=fresh.model_copy(
-            update={"sessions": previous.sessions, "started_at": previous.started_at, "notes": [*fresh.notes, *rebuilt]}
+            update={
+                "sessions": previous.sessions,
+                "started_at": previous.started_at,
+                "notes": [*fresh.notes, *rebuilt],
+                "estimate": previous.estimate,  # made when the run began, on the whole sample
+            }
         ),
         done_pairs=decided,
         done_conversations=set(conversations),

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from delta_eval.adapters.simulated import tool_chars
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Usage
 
@@ -111,7 +112,10 @@ def anthropic_blocks(body: dict[str, Any]) -> list[Block]:
     """The blocks of a Messages API request body, in Anthropic's cache order: tools, system, messages."""
     out: list[Block] = []
     for tool in body.get("tools") or []:
-        out.append(Block(_key("tool", tool), 0, *_ttl(tool)))
+        # Counted as the simulated model counts a tool's definition (see tool_chars), so the cached prefix fits.
+        chars = len(tool.get("name") or "") + len(tool.get("description") or "")
+        chars += len(json.dumps(tool.get("input_schema") or {}))
+        out.append(Block(_key("tool", tool), chars, *_ttl(tool)))
     system = body.get("system")
     for block in [{"type": "text", "text": system}] if isinstance(system, str) else system or []:
         out.append(Block(_key("system", block), len(block.get("text") or ""), *_ttl(block)))
@@ -125,7 +129,7 @@ def anthropic_blocks(body: dict[str, Any]) -> list[Block]:
 
 def request_blocks(request: ModelRequest) -> list[Block]:
     """The blocks of a canonical request (tools, then each message), for the implicit caches."""
-    out = [Block(_key("tools", [t.model_dump(mode="json") for t in request.tools]), 0)]
+    out = [Block(_key("tools", [t.model_dump(mode="json") for t in request.tools]), tool_chars(request.tools))]
     for m in request.messages:
         chars = len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls)
         out.append(Block(_key(m.role, m.model_dump(mode="json", exclude={"reasoning"})), chars))

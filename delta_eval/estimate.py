@@ -1,0 +1,606 @@
+"""What a run will cost, before it spends anything: :func:`estimate` (and ``delta-eval estimate CONFIG``).
+
+The estimate reads the source and draws the sample exactly as the run does (the same seed gives the same pairs),
+then, for every pair, builds the request each side would send (the variant's system prompt, tools and rendering
+applied) and adds up, without calling any model:
+
+- **Calls per side.** The recorded turn says how many model calls a replay makes: one per recorded tool-calling
+  step, plus one for the final reply (at most ``max_tool_rounds + 1``). Call k is sent the request plus the steps
+  before it (tool calls and their recorded results).
+- **Tokens.** Input from the request's messages and tool specs, output from the recorded answer of each step: both
+  counted with ``tokenizer`` when one is given (e.g. ``tiktoken.get_encoding("o200k_base").encode`` where tiktoken's
+  files are at hand: tiktoken downloads them at first use, which offline machines and CI cannot), else with a
+  documented approximation, :func:`approx_tokens`: characters per token measured with OpenAI's ``o200k_base`` on
+  the bundled tau-bench airline conversations (prose 4.4, the system prompt's policy prose ~4.9, JSON such as tool
+  arguments, results and specs ~3), times a provider factor (Anthropic's tokenizer gives ~15% more tokens for the
+  same text), plus 4 tokens a message. Reasoning models add :data:`REASONING_TOKENS` per call (no recording shows
+  them).
+- **Cached input.** Providers that cache prompts by themselves (OpenAI, Azure, Gemini) and Anthropic (the adapter
+  marks cache breakpoints) serve a prefix they have seen from the cache, above a minimum length (1,024 tokens
+  unless the catalogue says otherwise; OpenAI in steps of 128): call k of a turn reads call k-1's prompt; the first
+  call of a pair reads the longest of the tools and system prompt another pair already sent, and the previous turn
+  of its conversation (whose context starts this one's: the adapters route a conversation's turns to one cache).
+  Anthropic bills the uncached rest as a cache write.
+- **Judges.** Stage 1 is free. Stage 2 and 3 prompts are rendered as the judges render them, with the recorded
+  answer standing in for both outputs; their answers are :data:`JUDGE_OUTPUT_TOKENS` long. How many pairs reach
+  them follows the expected funnel: the share stage 1 decides and the share of the rest stage 2 resolves, from a
+  ``pilot`` run folder when given, else :data:`DEFAULT_FUNNEL`; stage 3 also audits ``audit_fraction`` of stage 2's
+  "equivalent" pairs, and judges each pair twice with ``order="both"``, once per judge of a panel.
+- **Prices** from the catalogue (:mod:`delta_eval.pricing`) or the run's ``prices``; a part whose model has no
+  price has cost ``None`` (unknown), and so has the total.
+
+Each part gets a low-high range: input tokens ±15% for the approximation (±3% with a tokenizer), output tokens
+×0.7 to ×1.5 of the recorded length (another model writes more or less), no cache hit at all (high: a provider's
+cache is best effort), and for judges the funnel's range (:data:`DEFAULT_FUNNEL`).
+
+Measured (``python benchmarks/estimate.py``): on 20 demo conversations (121 pairs), gpt-4.1-mini against gpt-4.1 on
+the fake OpenAI server, the estimate is 15-20% above the cost the run reports per side: the approximation counts
+tool specs and JSON at ~3 characters a token (as o200k_base does), the fake at 4, and the candidate skips some
+recorded tool calls. With ``stop_early`` the
+run may stop sooner: the estimate is for the whole sample.
+
+Example:
+    >>> approx_tokens("The quick brown fox jumps over the lazy dog.")
+    10
+    >>> approx_tokens('{"reservation_id": "ZFA04Y", "cabin": "economy"}')
+    16
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from delta_eval.calls import GenerateParams
+from delta_eval.catalog import ModelInfo, ModelOverride, model_info
+from delta_eval.config import RunConfig, load_config
+from delta_eval.exceptions import ConfigError, RecordError
+from delta_eval.ingest.source import ConversationSource, open_source
+from delta_eval.judges.base import PairView, SideView
+from delta_eval.judges.config import Judges
+from delta_eval.judges.llm import EquivalenceJudge, PairwiseJudge
+from delta_eval.judges.prompts import (
+    Rubric,
+    equivalence_instructions,
+    pairwise_instructions,
+    render_equivalence_pair,
+    render_pairwise_pair,
+)
+from delta_eval.pricing import Price, price_for
+from delta_eval.replay.points import count_turns, epochs, replay_points, select_turns
+from delta_eval.replay.render import build_request
+from delta_eval.sampling.plan import sample_source
+from delta_eval.sampling.population import iter_selected
+from delta_eval.sampling.stratified import SampleResult, Stratified
+from delta_eval.schema import Conversation, Message, ReplayPoint, Step, ToolSpec, TurnOutput
+from delta_eval.store.folder import RunFolder
+
+__all__ = [
+    "DEFAULT_FUNNEL",
+    "JUDGE_OUTPUT_TOKENS",
+    "REASONING_TOKENS",
+    "CostEstimate",
+    "EstimatePart",
+    "Funnel",
+    "approx_tokens",
+    "estimate",
+    "estimate_sample",
+]
+
+Tokenizer = Callable[[str], int]
+
+#: Characters per token by kind of text, measured with OpenAI's o200k_base on the bundled tau-bench conversations.
+_CHARS_PER_TOKEN_PROSE = 4.4
+_CHARS_PER_TOKEN_JSON = 3.0
+#: How many more tokens a provider's tokenizer gives than o200k_base for the same English text and JSON.
+_PROVIDER_FACTOR = {"anthropic": 1.15, "anthropic-bedrock": 1.15, "anthropic-vertex": 1.15}
+_PER_MESSAGE = 4  # role and separators around each message, as chat formats add them
+_PER_REQUEST = 3
+#: Reasoning tokens a reasoning model spends per call: low, expected, high (no recording shows them).
+REASONING_TOKENS = (0, 300, 2_000)
+#: Output tokens of a stage-2 and a stage-3 judge answer: low, expected, high (the answer's JSON, its rationale).
+JUDGE_OUTPUT_TOKENS = {"equivalence": (40, 80, 200), "judge": (250, 500, 1_200)}
+#: Providers that cache prompts (by themselves, or with the breakpoints the Anthropic adapter adds).
+_CACHING = {"openai", "openai-responses", "azure", "gemini", "gemini-vertex", "anthropic", "anthropic-bedrock",
+            "anthropic-vertex"}  # fmt: skip
+_WRITES_CACHE = {"anthropic", "anthropic-bedrock", "anthropic-vertex"}
+_CACHE_MIN = 1024
+_INPUT_SPREAD, _INPUT_SPREAD_TOKENIZER = 0.15, 0.03
+_OUTPUT_RANGE = (0.7, 1.5)
+
+
+@dataclass(frozen=True)
+class Funnel:
+    """The share of pairs stage 1 decides (``stage1``) and the share of the rest stage 2 resolves (``stage2``),
+    expected, with a low-high range of each; ``source`` says where the shares come from."""
+
+    stage1: float
+    stage2: float
+    stage1_range: tuple[float, float]
+    stage2_range: tuple[float, float]
+    source: str = "defaults"
+
+    @classmethod
+    def of_pilot(cls, path: str | Path) -> Funnel:
+        """The shares a pilot run folder observed (its verdicts by stage), with a ±10-point range around them."""
+        manifest = RunFolder(Path(path)).manifest() if Path(path).is_dir() else None
+        if manifest is None:
+            raise ConfigError(f"the pilot {path} is not a run folder (no manifest.json)")
+        by_stage = manifest.counts.by_stage
+        decided = sum(n for stage, n in by_stage.items() if stage != "error")
+        if decided == 0:
+            raise ConfigError(f"the pilot run {path} has no decided pair to take the funnel's shares from")
+        s1 = by_stage.get("deterministic", 0) / decided
+        rest = decided - by_stage.get("deterministic", 0)
+        s2 = by_stage.get("equivalence", 0) / rest if rest else 0.0
+
+        def around(x: float) -> tuple[float, float]:
+            return max(0.0, x - 0.1), min(1.0, x + 0.1)
+
+        return cls(s1, s2, around(s1), around(s2), source=f"pilot {path}")
+
+
+#: Without a pilot: stage 1 decides 30% of pairs (0-60%), stage 2 resolves 40% of the rest (0-70%), what prompt and
+#: model changes on agent traffic typically show; run a pilot (a small sample) and pass it for the run's own shares.
+DEFAULT_FUNNEL = Funnel(0.3, 0.4, (0.0, 0.6), (0.0, 0.7))
+
+
+def _looks_json(text: str) -> bool:
+    head = text.lstrip()[:1]
+    return head in ("{", "[")
+
+
+def approx_tokens(text: str, provider: str = "openai") -> int:
+    """Tokens in ``text`` by the documented approximation (see the module docstring): JSON at 3 characters a
+    token, other text at 4.4, times the provider's factor."""
+    if not text:
+        return 0
+    per = _CHARS_PER_TOKEN_JSON if _looks_json(text) else _CHARS_PER_TOKEN_PROSE
+    return math.ceil(len(text) / per * _PROVIDER_FACTOR.get(provider, 1.0))
+
+
+@dataclass
+class EstimatePart:
+    """What one part of the run is expected to use: a side's replays or a judge stage's calls.
+
+    ``pairs`` are the pairs it works on (expected, for judges), ``calls`` its model calls, ``input_tokens`` (of
+    which ``cached_input_tokens`` read from a prompt cache) and ``output_tokens``; ``cost_usd`` the expected dollars
+    and ``low_usd`` / ``high_usd`` the range (all ``None`` when the model has no known price).
+    """
+
+    part: str
+    model: str
+    pairs: float = 0.0
+    calls: float = 0.0
+    input_tokens: float = 0.0
+    cached_input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    cost_usd: float | None = 0.0
+    low_usd: float | None = 0.0
+    high_usd: float | None = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The part as JSON-ready numbers (what a run's manifest keeps)."""
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    total = 0.0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total
+
+
+@dataclass
+class CostEstimate:
+    """The estimate of a run (see the module docstring): its pairs, one :class:`EstimatePart` per side and per LLM
+    judge stage, and what it assumed (``notes``). ``str()`` prints it as a table.
+
+    Example::
+
+        est = de.estimate("eval.toml")
+        print(est)                 # the table
+        est.total_usd, est.low_usd, est.high_usd
+        est.part("candidate").calls
+    """
+
+    conversations: int
+    pairs: int
+    parts: list[EstimatePart]
+    funnel: Funnel
+    tokenizer: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_usd(self) -> float | None:
+        """Expected dollars over every part (``None`` when a part's price is unknown)."""
+        return _sum(p.cost_usd for p in self.parts)
+
+    @property
+    def low_usd(self) -> float | None:
+        """The low end of the range."""
+        return _sum(p.low_usd for p in self.parts)
+
+    @property
+    def high_usd(self) -> float | None:
+        """The high end of the range."""
+        return _sum(p.high_usd for p in self.parts)
+
+    def part(self, name: str) -> EstimatePart:
+        """The part named ``name`` (``baseline``, ``candidate``, ``stage 2 equivalence``, ``stage 3 judge``)."""
+        for p in self.parts:
+            if p.part == name:
+                return p
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The estimate as JSON (kept in the run's manifest, printed by ``delta-eval estimate --json``)."""
+        return {
+            "conversations": self.conversations,
+            "pairs": self.pairs,
+            "parts": [p.to_dict() for p in self.parts],
+            "total_usd": self.total_usd,
+            "low_usd": self.low_usd,
+            "high_usd": self.high_usd,
+            "funnel": {"stage1": self.funnel.stage1, "stage2": self.funnel.stage2, "source": self.funnel.source},
+            "tokenizer": self.tokenizer,
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        def money(v: float | None) -> str:
+            return f"{v:.4f}" if v is not None else "unknown"
+
+        lines = [
+            f"cost estimate: {self.pairs} pairs from {self.conversations} conversations (no model called; "
+            f"tokens by {self.tokenizer})",
+            f"  {'part':22s} {'model':28s} {'pairs':>7s} {'calls':>7s} {'tokens in (cached)':>22s} "
+            f"{'out':>9s} {'USD':>9s}  {'range USD':>19s}",
+        ]
+        for p in self.parts:
+            tin = f"{p.input_tokens:,.0f} ({p.cached_input_tokens:,.0f})"
+            rng = f"{money(p.low_usd)}-{money(p.high_usd)}"
+            lines.append(
+                f"  {p.part:22s} {p.model[:28]:28s} {p.pairs:7.0f} {p.calls:7.0f} {tin:>22s} "
+                f"{p.output_tokens:9,.0f} {money(p.cost_usd):>9s}  {rng:>19s}"
+            )
+        rng = f"{money(self.low_usd)}-{money(self.high_usd)}"
+        lines.append(f"  {'total':22s} {'':76s} {money(self.total_usd):>9s}  {rng:>19s}")
+        f = self.funnel
+        lines.append(
+            f"  funnel ({f.source}): stage 1 decides {f.stage1:.0%} of pairs, stage 2 resolves {f.stage2:.0%} of "
+            "the rest"
+        )
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass
+class _Counter:
+    """Counts tokens of one model's provider, with the user's tokenizer or the approximation."""
+
+    provider: str
+    tokenizer: Tokenizer | None
+
+    def text(self, text: str | None) -> int:
+        if not text:
+            return 0
+        if self.tokenizer is not None:
+            return self.tokenizer(text)
+        return approx_tokens(text, self.provider)
+
+    def message(self, m: Message) -> int:
+        n = _PER_MESSAGE + self.text(m.content)
+        for call in m.tool_calls:
+            n += self.text(call.name) + self.text(call.arguments) + 3
+        return n
+
+    def tools(self, tools: Iterable[ToolSpec]) -> int:
+        return sum(
+            self.text(t.name) + self.text(t.description) + self.text(json.dumps(t.parameters)) + 4 for t in tools
+        )
+
+    def step(self, step: Step) -> tuple[int, int]:
+        """Tokens the step's answer is (output), and what it adds to the next call's input (answer and results)."""
+        out = self.text(step.text) + sum(self.text(c.name) + self.text(c.arguments) + 3 for c in step.tool_calls)
+        results = sum(_PER_MESSAGE + self.text(r.content) for r in step.tool_results)
+        return out, out + _PER_MESSAGE + results
+
+
+@dataclass
+class _Tally:
+    """Sums of one part: point, and the bounds of the range, in tokens by price class."""
+
+    calls: float = 0.0
+    pairs: float = 0.0
+    uncached: float = 0.0
+    cached: float = 0.0
+    output: float = 0.0
+    output_low: float = 0.0
+    output_high: float = 0.0
+
+
+def _cost(price: Price | None, uncached: float, cached: float, output: float, *, writes_cache: bool) -> float | None:
+    if price is None:
+        return None
+    read = price.cached_input if price.cached_input is not None else price.input
+    write = price.cache_write if price.cache_write is not None else price.input
+    # Output at the output rate: reasoning tokens are billed as output by every provider the catalogue prices.
+    return (uncached * (write if writes_cache else price.input) + cached * read + output * price.output) / 1e6
+
+
+def _finish(
+    name: str, model: str, t: _Tally, price: Price | None, spread: float, *, writes_cache: bool
+) -> EstimatePart:
+    total_in = t.uncached + t.cached
+    point = _cost(price, t.uncached, t.cached, t.output, writes_cache=writes_cache)
+    low = _cost(
+        price,
+        (total_in - t.cached) * (1 - spread),
+        t.cached * (1 - spread),
+        t.output_low,
+        writes_cache=writes_cache,
+    )
+    high = _cost(price, total_in * (1 + spread), 0.0, t.output_high, writes_cache=writes_cache)
+    return EstimatePart(
+        part=name,
+        model=model,
+        pairs=t.pairs,
+        calls=t.calls,
+        input_tokens=total_in,
+        cached_input_tokens=t.cached,
+        output_tokens=t.output,
+        cost_usd=point,
+        low_usd=low,
+        high_usd=high,
+    )
+
+
+def _reasons(info: ModelInfo, params: GenerateParams) -> tuple[int, int, int]:
+    """:data:`REASONING_TOKENS` for a model that will think on these params (it cannot stop, thinks by default, or
+    is asked to), else none."""
+    if not info.reasoning or params.reasoning_effort == "none":
+        return (0, 0, 0)
+    asked = params.reasoning_effort is not None or bool(params.reasoning_budget)
+    return REASONING_TOKENS if asked or info.thinking_default or not info.thinking_off else (0, 0, 0)
+
+
+def _cacheable(tokens: int, provider: str, minimum: int) -> int:
+    """What a provider's cache holds of a prefix of ``tokens``: nothing below its minimum; OpenAI in steps of 128."""
+    if tokens < minimum:
+        return 0
+    return tokens - tokens % 128 if provider in ("openai", "openai-responses", "azure") else tokens
+
+
+def _side(
+    name: str,
+    model: str,
+    params: GenerateParams,
+    requests: list[tuple[ReplayPoint, Any]],
+    c: RunConfig,
+    tokenizer: Tokenizer | None,
+    prices: Mapping[str, Price],
+) -> EstimatePart:
+    provider = model.partition(":")[0]
+    count = _Counter(provider, tokenizer)
+    caching = provider in _CACHING
+    info = model_info(model, c.models)
+    minimum = info.prompt_cache_min_tokens or _CACHE_MIN
+    reasoning = _reasons(info, params)
+    t = _Tally()
+    seen_prefixes: set[tuple[str, ...]] = set()
+    # The first call's prompt of each conversation's latest pair: the next turn's context starts with it.
+    last_turn: dict[tuple[str, int], tuple[tuple[str, ...], int]] = {}
+    for point, request in requests:
+        if request is None:
+            continue
+        t.pairs += 1
+        system = [m for m in request.messages if m.role == "system"]
+        shared = count.tools(request.tools) + sum(count.message(m) for m in system)
+        prompt = _PER_REQUEST + shared + sum(count.message(m) for m in request.messages if m.role != "system")
+        out: TurnOutput = point.recorded
+        steps = list(out.steps)
+        n_calls = min(len(steps) + (1 if out.final_text or not steps else 0), c.max_tool_rounds + 1)
+        prefix_key = (
+            json.dumps([spec.model_dump(mode="json") for spec in request.tools]),
+            *(m.content or "" for m in system),
+        )
+        # What an earlier call already sent: the tools and system prompt of another pair, or this conversation's
+        # previous turn (whose context is the start of this one's; the adapter routes a conversation's turns to the
+        # same cache).
+        seen = shared if prefix_key in seen_prefixes else 0
+        before = last_turn.get((point.conversation_id, point.epoch))
+        if before is not None and before[0] == prefix_key:
+            seen = max(seen, before[1])
+        seen_prefixes.add(prefix_key)
+        last_turn[(point.conversation_id, point.epoch)] = (prefix_key, prompt)
+        previous = seen
+        for j in range(n_calls):
+            if j < len(steps):
+                answer, adds = count.step(steps[j])
+            else:
+                answer, adds = count.text(out.final_text), 0
+            # Call j reads the prompt call j-1 sent (the start of its own), the first call what was seen before.
+            cached = _cacheable(previous, provider, minimum) if caching else 0
+            t.calls += 1
+            t.cached += cached
+            t.uncached += prompt - cached
+            t.output += answer + reasoning[1]
+            t.output_low += answer * _OUTPUT_RANGE[0] + reasoning[0]
+            t.output_high += answer * _OUTPUT_RANGE[1] + reasoning[2]
+            previous = prompt
+            prompt += adds
+    spread = _INPUT_SPREAD_TOKENIZER if tokenizer is not None else _INPUT_SPREAD
+    price = price_for(model, prices, info=info)
+    return _finish(name, model, t, price, spread, writes_cache=provider in _WRITES_CACHE)
+
+
+def _judge_parts(
+    judges: Judges,
+    views: list[PairView],
+    funnel: Funnel,
+    tokenizer: Tokenizer | None,
+    prices: Mapping[str, Price],
+    models: Mapping[str, ModelOverride],
+    notes: list[str],
+) -> list[EstimatePart]:
+    """Stage-2 and stage-3 calls, from their prompts rendered on the sample and the funnel's expected shares."""
+    parts: list[EstimatePart] = []
+    n = len(views)
+    eq_specs = list(judges.equivalence) if isinstance(judges.equivalence, tuple | list) else [judges.equivalence]
+    has_stage2 = any(s is not None for s in eq_specs)
+    s1, s2 = funnel.stage1, funnel.stage2 if has_stage2 else 0.0
+    (s1_lo, s1_hi), (s2_lo, s2_hi) = funnel.stage1_range, funnel.stage2_range if has_stage2 else (0.0, 0.0)
+    audit = judges.audit_fraction
+    # Pairs reaching each stage: expected, fewest (the most filtered), most (the least filtered).
+    reach2 = (n * (1 - s1), n * (1 - s1_hi), n * (1 - s1_lo))
+    reach3 = tuple(r * (1 - x) + r * x * audit for r, x in zip(reach2, (s2, s2_hi, s2_lo), strict=True))
+    for stage, specs, reach in (
+        ("equivalence", eq_specs, reach2),
+        ("judge", list(judges.judge) if isinstance(judges.judge, tuple | list) else [judges.judge], reach3),
+    ):
+        for spec in specs:
+            if spec is None or spec == "rule":
+                continue
+            if not isinstance(spec, EquivalenceJudge | PairwiseJudge):
+                notes.append(
+                    f"stage {'2' if stage == 'equivalence' else '3'} judge {spec!r}: a custom judge, cost not estimated"
+                )
+                continue
+            parts.append(_judge_part(stage, spec, judges, views, reach, tokenizer, prices, models))
+    return parts
+
+
+def _judge_part(
+    stage: str,
+    spec: EquivalenceJudge | PairwiseJudge,
+    judges: Judges,
+    views: list[PairView],
+    reach: tuple[float, ...],
+    tokenizer: Tokenizer | None,
+    prices: Mapping[str, Price],
+    models: Mapping[str, ModelOverride],
+) -> EstimatePart:
+    provider = spec.model.partition(":")[0]
+    info = model_info(spec.model, models)
+    count = _Counter(provider, tokenizer)
+    if isinstance(spec, PairwiseJudge):
+        instructions = pairwise_instructions(Rubric.load(spec.rubric), reference=spec.reference).text
+        render: Callable[[PairView], str] = lambda v: render_pairwise_pair(v, reference=spec.reference)  # noqa: E731
+        per_pair = 2 if judges.order == "both" else 1
+    else:
+        instructions, render, per_pair = equivalence_instructions().text, render_equivalence_pair, 1
+    fixed = _PER_REQUEST + 2 * _PER_MESSAGE + count.text(instructions)
+    mean_in = sum(fixed + count.text(render(v)) for v in views) / len(views) if views else 0.0
+    low_out, mid_out, high_out = JUDGE_OUTPUT_TOKENS[stage]
+    reasoning = _reasons(info, spec.params)
+    expected, fewest, most = reach
+    t = _Tally(
+        calls=expected * per_pair,
+        pairs=expected,
+        uncached=expected * per_pair * mean_in,
+        output=expected * per_pair * (mid_out + reasoning[1]),
+        output_low=fewest * per_pair * (low_out + reasoning[0]),
+        output_high=most * per_pair * (high_out + reasoning[2]),
+    )
+    spread = _INPUT_SPREAD_TOKENIZER if tokenizer is not None else _INPUT_SPREAD
+    price = price_for(spec.model, prices, info=info)
+    name = "stage 2 equivalence" if stage == "equivalence" else "stage 3 judge"
+    part = _finish(name, spec.label, t, price, spread, writes_cache=False)
+    if price is not None:
+        # The range's input follows the funnel's range too, not only the token count's.
+        part.low_usd = _cost(price, fewest * per_pair * mean_in * (1 - spread), 0, t.output_low, writes_cache=False)
+        part.high_usd = _cost(price, most * per_pair * mean_in * (1 + spread), 0, t.output_high, writes_cache=False)
+    return part
+
+
+def _points(c: RunConfig, source: ConversationSource, sample: SampleResult) -> tuple[int, list[ReplayPoint]]:
+    """The sample's pairs, in the order the run sends them (see :meth:`delta_eval.pipeline.Stages.load`)."""
+    points: list[ReplayPoint] = []
+    conversations = 0
+    for _, conv in iter_selected(source, sample.selected):
+        conversations += 1
+        every = list(replay_points(conv, greetings=c.replay_greetings))
+        points += epochs(select_turns(every, c.max_turns_per_conversation, c.seed), c.epochs)
+    return conversations, points
+
+
+def estimate_sample(
+    config: RunConfig,
+    source: ConversationSource,
+    sample: SampleResult,
+    *,
+    tokenizer: Tokenizer | None = None,
+    pilot: str | Path | None = None,
+) -> CostEstimate:
+    """The estimate of ``config`` on a sample already drawn from ``source`` (what a run keeps in its manifest)."""
+    c = config
+    conversations, points = _points(c, source, sample)
+    notes: list[str] = []
+    requests: dict[str, list[tuple[ReplayPoint, Any]]] = {"baseline": [], "candidate": []}
+    skipped = 0
+    for point in points:
+        for side, variant in (("baseline", c.baseline), ("candidate", c.candidate)):
+            try:
+                requests[side].append((point, build_request(point, variant, source.name)))
+            except RecordError:
+                requests[side].append((point, None))
+                skipped += 1
+    if skipped:
+        notes.append(f"{skipped} replays cannot be built (their variant does not apply): they will be error rows")
+    prices = c.all_prices
+    parts = [
+        _side(side, variant.model, variant.params, requests[side], c, tokenizer, prices)
+        for side, variant in (("baseline", c.baseline), ("candidate", c.candidate))
+    ]
+    views = [
+        PairView(
+            point=point,
+            a=SideView(output=point.recorded, request=base),
+            b=SideView(output=point.recorded, request=cand),
+        )
+        for (point, base), (_, cand) in zip(requests["baseline"], requests["candidate"], strict=True)
+    ]
+    funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL
+    parts += _judge_parts(c.judges, views, funnel, tokenizer, prices, c.models, notes)
+    for p in parts:
+        if p.cost_usd is None:
+            notes.append(f"{p.model} has no known price: pass prices= (or [prices] in the config) to include it")
+    if c.stop_early:
+        notes.append("stop_early: the run may stop before the whole sample; this is the cost of all of it")
+    name = getattr(tokenizer, "__qualname__", "the given tokenizer") if tokenizer is not None else "approximation"
+    return CostEstimate(conversations, len(points), parts, funnel, name, notes)
+
+
+def estimate(
+    config: RunConfig | str | Path,
+    conversations: ConversationSource | Iterable[Conversation] | None = None,
+    *,
+    tokenizer: Tokenizer | None = None,
+    pilot: str | Path | None = None,
+) -> CostEstimate:
+    """What running ``config`` will cost, without calling any model (see the module docstring).
+
+    ``conversations`` overrides the config's source, as for :func:`delta_eval.run`; ``tokenizer`` counts a text's
+    tokens (default: the approximation); ``pilot`` is a run folder whose funnel shares to assume.
+    """
+    c = load_config(config) if isinstance(config, str | Path) else RunConfig.model_validate(dict(config))
+    if conversations is not None:
+        source = ConversationSource.of(conversations)
+    elif c.source is not None:
+        source = open_source(c.source)
+    else:
+        raise ConfigError("no conversations given and the config has no [source]")
+
+    def n_pairs(conv: Conversation) -> int:
+        n = count_turns(conv, greetings=c.replay_greetings)
+        return c.epochs * (n if c.max_turns_per_conversation is None else min(n, c.max_turns_per_conversation))
+
+    plan = sample_source(source, c.sample or Stratified(), counters={"n_pairs": n_pairs})
+    return estimate_sample(c, source, plan.sample, tokenizer=tokenizer, pilot=pilot)
