@@ -32,6 +32,7 @@ from typing import Any, TextIO
 import delta_eval as de
 from delta_eval.adapters import anthropic, gemini, openai_chat, openai_responses
 from delta_eval.schema import Conversation, Message, ToolCall, ToolSpec
+from delta_eval.testing.exports import otlp_documents, trace_records
 
 LOOKUP = ToolSpec(
     name="get_order",
@@ -83,55 +84,6 @@ def _responses(conv: Conversation) -> Iterator[dict[str, Any]]:
            "tools": openai_responses.encode_tools(conv.tools)}  # fmt: skip
 
 
-def _calls(conv: Conversation) -> Iterator[tuple[tuple[Message, ...], Message]]:
-    """The model calls of a conversation: for each assistant message, the non-system messages sent before it."""
-    for j, m in enumerate(conv.messages):
-        if m.role == "assistant":
-            yield tuple(x for x in conv.messages[:j] if x.role != "system"), m
-
-
-def _parts(m: Message) -> dict[str, Any]:
-    """A message in the GenAI conventions' parts form (``gen_ai.input.messages``)."""
-    parts: list[dict[str, Any]] = []
-    if m.role == "tool":
-        parts.append({"type": "tool_call_response", "id": m.tool_call_id, "response": m.content})
-    elif m.content:
-        parts.append({"type": "text", "content": m.content})
-    parts += [{"type": "tool_call", "id": c.id, "name": c.name, "arguments": json.loads(c.arguments)}
-              for c in m.tool_calls]  # fmt: skip
-    return {"role": m.role, "parts": parts}
-
-
-def _attr(key: str, value: Any) -> dict[str, Any]:
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    return {"key": key, "value": {"stringValue": value}}
-
-
-def _otel_spans(i: int, conv: Conversation) -> Iterator[dict[str, Any]]:
-    """A conversation's model calls as ``chat`` spans with the current GenAI attributes (each sends the whole
-    history, as agents do), an ``execute_tool`` span after each tool call (skipped by the reader)."""
-    system = [{"type": "text", "content": conv.messages[0].content}]
-    tools = [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
-             for t in conv.tools]  # fmt: skip
-    for n, (sent, answer) in enumerate(_calls(conv)):
-        start = 1_700_000_000_000_000_000 + i * 1_000_000_000 + n * 1_000_000
-        attrs = {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o",
-            "gen_ai.usage.input_tokens": 120 + 40 * n, "gen_ai.usage.output_tokens": 20,
-            "gen_ai.system_instructions": json.dumps(system), "gen_ai.tool.definitions": json.dumps(tools),
-            "gen_ai.input.messages": json.dumps([_parts(m) for m in sent]),
-            "gen_ai.output.messages": json.dumps([{**_parts(answer), "finish_reason": "stop"}]),
-        }  # fmt: skip
-        yield {"traceId": f"{i:032x}", "spanId": f"{i * 64 + n:016x}", "name": "chat gpt-4o", "kind": 3,
-               "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 500_000),
-               "attributes": [_attr(a, v) for a, v in attrs.items()], "status": {}}  # fmt: skip
-        if answer.tool_calls:
-            yield {"traceId": f"{i:032x}", "spanId": f"{i * 64 + 32 + n:016x}", "name": "execute_tool get_order",
-                   "kind": 1, "startTimeUnixNano": str(start + 600_000), "endTimeUnixNano": str(start + 700_000),
-                   "attributes": [_attr("gen_ai.operation.name", "execute_tool")], "status": {}}  # fmt: skip
-
-
 Writer = Callable[[TextIO, int], None]
 
 
@@ -147,28 +99,20 @@ def _write_records(records_of: Callable[[Conversation], Iterator[dict[str, Any]]
 
 
 def _write_otlp(fh: TextIO, conversations: int) -> None:
-    """OTLP/JSON as the Collector's file exporter writes it: 100 spans to a line (an ``ExportTraceServiceRequest``),
-    the spans of concurrent conversations interleaved as a batch processor fed by several agents would have them."""
-    resource_ = {"attributes": [_attr("service.name", "support-agent")]}
-    live = 8  # conversations in flight at once
-    pending: list[Iterator[dict[str, Any]]] = []
-    batch: list[dict[str, Any]] = []
-    started = 0
-    while started < conversations or pending:
-        while len(pending) < live and started < conversations:
-            pending.append(_otel_spans(started, conversation(started)))
-            started += 1
-        for spans in list(pending):
-            span = next(spans, None)
-            if span is None:
-                pending.remove(spans)
-            else:
-                batch.append(span)
-        if len(batch) >= 100 or (not pending and batch):
-            doc = {"resourceSpans": [{"resource": resource_, "scopeSpans": [
-                {"scope": {"name": "opentelemetry.instrumentation.openai_v2"}, "spans": batch}]}]}  # fmt: skip
-            fh.write(json.dumps(doc, separators=(",", ":")) + "\n")
-            batch = []
+    """OTLP/JSON as the Collector's file exporter writes it: 100 spans to a line, the spans of concurrent
+    conversations interleaved, an ``execute_tool`` span after each tool call."""
+    for doc in otlp_documents(conversation(i) for i in range(conversations)):
+        fh.write(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+def _trace(fmt: str) -> Writer:
+    """One JSON line per model call of trace format ``fmt``."""
+
+    def write(fh: TextIO, conversations: int) -> None:
+        for record in trace_records(fmt, (conversation(i) for i in range(conversations))):
+            fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    return write
 
 
 #: Each format: its ``message_format``, how conversations are written to a file, the file suffix, and how many
@@ -179,6 +123,9 @@ FORMATS: dict[str, tuple[str, Writer, str, int]] = {
     "gemini contents": ("gemini", _write_records(_gemini), ".jsonl", 1),
     "openai responses": ("openai-responses", _write_records(_responses), ".jsonl", 1),
     "otel genai (OTLP JSON)": ("otel", _write_otlp, ".jsonl", 3),
+    "openinference spans": ("openinference", _trace("openinference"), ".jsonl", 3),
+    "langfuse generations": ("langfuse", _trace("langfuse"), ".jsonl", 3),
+    "langsmith runs": ("langsmith", _trace("langsmith"), ".jsonl", 3),
 }
 
 

@@ -132,25 +132,40 @@ def test_the_nested_export_example_of_the_readme_reads_a_tau2_file(
     assert good[0].metadata["domain"] == "airline"
 
 
-def test_the_native_format_examples_of_the_readme_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_format_examples_of_the_readme_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
     import delta_eval as de
+    from delta_eval.testing.exports import trace_records
     from tests.ingest.test_native_formats import records_of
 
     convs, _ = de.demo.demo_conversations().load()
+    convs = convs[:3]
     readme = (ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```python\n(.+?)\n```", readme, flags=re.S) if "message_format=" in b)
+    blocks = [b for b in re.findall(r"```python\n(.+?)\n```", readme, flags=re.S) if "message_format=" in b]
     monkeypatch.chdir(tmp_path)
-    files = {"claude": "anthropic", "gemini": "gemini", "responses": "openai-responses", "logs": "anthropic"}
-    for name, fmt in files.items():
-        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records_of(fmt, convs[:3])))
+    native = {"claude": "anthropic", "gemini": "gemini", "responses": "openai-responses", "logs": "anthropic"}
+    traces = {"otel": ("otel-traces", "otel"), "phoenix": ("spans", "openinference"),
+              "langfuse": ("observations", "langfuse"), "langsmith": ("runs", "langsmith")}  # fmt: skip
+    files: dict[str, list[dict[str, object]]] = {"chat": [{"id": c.id, "messages": c.model_dump()["messages"]}
+                                                          for c in convs]}  # fmt: skip
+    files |= {name: records_of(fmt, convs) for name, fmt in native.items()}
+    files |= {file: list(trace_records(fmt, convs)) for file, fmt in traces.values()}
+    for name, records in files.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
     scope: dict[str, object] = {"de": de}
-    exec(block, scope)
-    for name in files:
+    for block in blocks:
+        exec(block, scope)
+    for name in ["chat", *native, *traces, "traces"]:
         good, bad = scope[name].load()  # type: ignore[attr-defined]
-        assert bad == []
-        assert [c.id for c in good] == [c.id for c in convs[:3]]
+        assert bad == [], name
+        assert [len(c.messages) for c in good] == [
+            1 + max(i for i, m in enumerate(c.messages) if m.role == "assistant")
+            if name in traces or name == "traces"
+            else len(c.messages)
+            for c in convs
+        ], name  # a trace ends with the last model call; a message log may end with the user's last word
+    assert scope["traces"].load()[0][0].metadata == {"model": "gpt-4o", "name": "support-agent"}  # type: ignore[attr-defined]
 
 
 def test_the_analyze_json_documented_in_the_readme_is_what_it_prints(tmp_path: Path) -> None:
