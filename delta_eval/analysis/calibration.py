@@ -3,9 +3,10 @@
 Labels are a CSV or Parquet file (or a mapping, or rows) of ``pair_id`` and the side a person preferred, in a column
 named ``label``, ``preferred`` or ``winner``: ``candidate``, ``baseline`` or ``tie`` (``equivalent`` and ``same``
 count as a tie, case does not matter), or ``judge_wrong`` (the verdict is wrong, whichever side is better: always a
-disagreement). Without labels, those saved beside the run are read (``RUN_DIR/labels``, written by
-``delta-eval view``; see :mod:`delta_eval.store.labels`): each person's newest label of each pair. A verdict of ``equivalent`` (stage 1 or 2) is a tie too. Pairs whose verdict is an error, or
-that the run does not have, are left out and counted; a label that is none of these is reported with its row.
+disagreement). Without labels, those saved beside the run are read (``RUN_DIR/labels``, written by ``delta-eval
+view``; see :mod:`delta_eval.store.labels`): each person's newest label of each pair. A verdict of ``equivalent``
+(stage 1 or 2) is a tie too. Pairs whose verdict is an error, or that the run does not have, are left out and
+counted; a label that is none of these is reported with its row.
 
 What comes back: the agreement (share of pairs where the verdict matches the label) with its Wilson interval,
 Cohen's kappa (agreement beyond what the two marginal distributions give by chance), the confusion table (label by

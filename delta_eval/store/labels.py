@@ -30,7 +30,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.store import safe_paths
 
-__all__ = ["LABELS", "LABEL_SCHEMA", "LABELS_DIR", "Label", "LabelValue", "latest_labels", "read_labels", "write_labels"]
+__all__ = [
+    "LABELS",
+    "LABELS_DIR",
+    "LABEL_SCHEMA",
+    "Label",
+    "LabelValue",
+    "latest_labels",
+    "read_labels",
+    "write_labels",
+]
 
 LabelValue = Literal["candidate", "baseline", "same", "judge_wrong"]
 #: What a person can say of a pair, in the order a labelling form offers them.

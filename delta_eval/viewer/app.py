@@ -164,7 +164,7 @@ class _Viewer:
         form = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
         field = {k: v[-1] for k, v in form.items()}
         try:
-            label = Label(pair_id=field.get("pair_id", ""), label=field.get("label", ""), note=field.get("note", ""))  # type: ignore[arg-type]
+            label = Label(pair_id=field.get("pair_id", ""), label=field.get("label", ""), note=field.get("note", ""))
         except ValidationError:
             choices = ", ".join(LABELS)
             return PlainTextResponse(f"a label needs a pair_id and one of: {choices}", status_code=400)
@@ -218,4 +218,3 @@ def create_app(runs: Sequence[str | Path | RunView], *, user: str) -> Starlette:
     )
     app.state.viewer = viewer
     return app
-

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from delta_eval.metrics.frames import to_arrow
 from delta_eval.viewer.queries import PAGE_SIZE, RunView
 
 __all__ = ["Comparison", "Differences"]
@@ -48,7 +49,7 @@ class Comparison:
         self._lock = threading.Lock()
         for i, run in enumerate(self.runs):
             with run.cursor() as cur:
-                table = cur.execute("SELECT pair_id, outcome FROM pair_index").fetch_arrow_table()
+                table = to_arrow(cur.sql("SELECT pair_id, outcome FROM pair_index"))
             self._con.register(f"_run{i}", pa.table({"pair_id": table["pair_id"], f"o{i}": table["outcome"]}))
         if not self.runs:
             self._con.execute("CREATE TABLE outcomes (pair_id VARCHAR)")
@@ -63,15 +64,20 @@ class Comparison:
         outcomes = [f"o{i}" for i in range(len(self.runs))]
         # the same outcome in every run, a missing pair counting as its own value
         same = " AND ".join(f"{o} IS NOT DISTINCT FROM o0" for o in outcomes[1:]) or "TRUE"
-        self._con.execute(f"ALTER TABLE outcomes ADD COLUMN differs BOOLEAN; UPDATE outcomes SET differs = NOT ({same})")
+        self._con.execute(
+            f"ALTER TABLE outcomes ADD COLUMN differs BOOLEAN; UPDATE outcomes SET differs = NOT ({same})"
+        )
 
     def differences(self, page: int = 1, size: int = PAGE_SIZE) -> Differences:
         """The page ``page`` of the pairs whose outcome differs, by pair id."""
         with self._lock:
             cur = self._con.cursor()
         try:
-            row = cur.execute("SELECT count(*) FILTER (WHERE differs), count(*) FROM outcomes").fetchone()
-            total, pairs = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+            # fetchall, not fetchone: a result left half-read keeps the connection busy for the next statement
+            ((differ, every),) = cur.execute(
+                "SELECT count(*) FILTER (WHERE differs), count(*) FROM outcomes"
+            ).fetchall()
+            total, pairs = int(differ or 0), int(every or 0)
             pages = max(1, -(-total // size))
             page = min(max(page, 1), pages)
             rel = cur.execute(

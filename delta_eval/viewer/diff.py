@@ -11,7 +11,7 @@ Example:
     [('the flight is ', 'same'), ('not ', 'ins'), ('booked', 'same')]
     >>> a, b = json_diff('{"id": "M05", "n": 1}', '{"n": 1, "id": "M06"}')
     >>> [s.kind for s in a], [s.text for s in b if s.kind == "ins"]
-    (['same', 'del', 'same', 'same'], ['  "id": "M06",\\n'])
+    (['same', 'del', 'same'], ['  "id": "M06",\\n'])
 """
 
 from __future__ import annotations

@@ -59,8 +59,11 @@ def decision_view(d: Decision) -> dict[str, Any]:
         tests.insert(1, (said, [("sorted by preference", "stage=judge&sort=preference")]))
     if d.audit.get("audited"):
         a = d.audit
-        tests.append((f"stage-2 audit: {a['audited']} of {a['stage2']} pairs stage 2 found equivalent were judged "
-                      f"again; {a['different']} judged different", [("stage-2 pairs", "stage=equivalence")]))  # fmt: skip
+        said = (
+            f"stage-2 audit: {a['audited']} of {a['stage2']} pairs stage 2 found equivalent were judged again; "
+            f"{a['different']} judged different"
+        )
+        tests.append((said, [("stage-2 pairs", "stage=equivalence")]))
     gates = [
         {"text": str(g), "passed": g.passed, "query": gate_query(g.gate.metric), "metric": g.gate.metric}
         for g in d.gates

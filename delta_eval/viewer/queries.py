@@ -2,9 +2,10 @@
 
 At start the run's pairs are gathered once into an in-memory table, ``pair_index``: one row per pair with what the
 pair list shows, filters and sorts by (the verdict's columns, each side's text, latency, cost, tool names and
-check flags). The Parquet views join three replays to each verdict and unnest tool calls, which is fine for one
-query and too slow for every page of a list of a million pairs; the index makes a page one scan of a narrow table
-with ``LIMIT``/``OFFSET``. A pair's own page reads the Parquet views (a handful of rows by ``pair_id``).
+check flags, and one lower-cased text to search), stored in the list's default order. The Parquet views join
+three replays to each verdict and unnest tool calls, which is fine for one query and too slow for every page of a
+list of a million pairs; the index makes a page one scan of a narrow table with ``LIMIT``/``OFFSET``. A pair's
+own page reads the Parquet views (a handful of rows by ``pair_id``).
 
 Only column names chosen from the fixed tables below ever enter a statement's text; every value a person typed is
 bound as a parameter.
@@ -12,10 +13,10 @@ bound as a parameter.
 Example:
     >>> f = PairFilter.from_query({"outcome": ["baseline"], "q": ["refund"]})
     >>> where, params = f.where()
-    >>> where
-    'outcome IN (?) AND (baseline_text ILIKE ? ESCAPE \\'\\\\\\' OR candidate_text ILIKE ? ESCAPE ...)'
-    >>> params[:2]
-    ['baseline', '%refund%']
+    >>> print(where)
+    outcome IN (?) AND contains(search, lower(?))
+    >>> params
+    ['baseline', 'refund']
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ FLAGS: dict[str, str] = {
 }
 #: Sort keys: query value -> the ORDER BY expression (constants only).
 SORTS: dict[str, str] = {
-    "turn": "conversation_id {d}, turn_index {d}, epoch {d}",
+    "turn": "seq {d}",
     "pair": "pair_id {d}",
     "outcome": "outcome {d}, pair_id",
     "stage": "stage {d}, pair_id",
@@ -73,7 +74,6 @@ SORTS: dict[str, str] = {
     "candidate_cost": "candidate_cost_usd {d} NULLS LAST, pair_id",
     "baseline_cost": "baseline_cost_usd {d} NULLS LAST, pair_id",
 }
-_SEARCHED = ("baseline_text", "candidate_text", "summary", "pair_id")
 
 _INDEX = """
 CREATE TABLE pair_index AS
@@ -84,8 +84,8 @@ WITH sides AS (
     FROM replays WHERE side IN ('baseline', 'candidate')
 ), per_pair AS (
     SELECT pair_id,
-           any_value(final_text) FILTER (WHERE side = 'baseline') AS baseline_text,
-           any_value(final_text) FILTER (WHERE side = 'candidate') AS candidate_text,
+           any_value(final_text) FILTER (WHERE side = 'baseline') AS baseline_full,
+           any_value(final_text) FILTER (WHERE side = 'candidate') AS candidate_full,
            any_value(latency_ms) FILTER (WHERE side = 'baseline') AS baseline_latency_ms,
            any_value(latency_ms) FILTER (WHERE side = 'candidate') AS candidate_latency_ms,
            any_value(cost_usd) FILTER (WHERE side = 'baseline') AS baseline_cost_usd,
@@ -98,21 +98,20 @@ WITH sides AS (
            coalesce(bool_or(error IS NOT NULL), false) AS replay_error
     FROM sides GROUP BY pair_id
 )
-SELECT v.pair_id, v.conversation_id, v.turn_index, v.epoch, v.stage, v.outcome, v.stratum, v.severity,
-       v.error_side, v.preference, v.confidence, v.summary,
-       p.* EXCLUDE (pair_id)
+SELECT row_number() OVER (ORDER BY v.conversation_id, v.turn_index, v.epoch, v.pair_id) AS seq,
+       v.pair_id, v.conversation_id, v.turn_index, v.epoch, v.stage, v.outcome, v.stratum, v.severity,
+       v.error_side, v.preference, v.confidence, left(v.summary, 300) AS summary,
+       left(p.baseline_full, 160) AS baseline_text, left(p.candidate_full, 160) AS candidate_text,
+       p.* EXCLUDE (pair_id, baseline_full, candidate_full),
+       lower(concat_ws(chr(10), v.pair_id, v.summary, p.baseline_full, p.candidate_full)) AS search
 FROM verdicts v LEFT JOIN per_pair p USING (pair_id)
+ORDER BY seq
 """
 _LIST_COLUMNS = (
     "pair_id, conversation_id, turn_index, epoch, stage, outcome, stratum, severity, error_side, preference, "
-    "confidence, summary, left(baseline_text, 160) AS baseline_text, left(candidate_text, 160) AS candidate_text, "
-    "baseline_latency_ms, candidate_latency_ms, baseline_cost_usd, candidate_cost_usd, tools"
+    "confidence, summary, baseline_text, candidate_text, baseline_latency_ms, candidate_latency_ms, "
+    "baseline_cost_usd, candidate_cost_usd, tools"
 )
-
-
-def _like(text: str) -> str:
-    """``text`` as an ILIKE pattern matching it anywhere, its own ``%``, ``_`` and ``\\`` taken literally."""
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,9 @@ class PairFilter:
             wanted = [v for v in values if v != "none"]
             alternatives = [f"{column} IN ({', '.join('?' * len(wanted))})"] if wanted else []
             if len(wanted) < len(values):
-                alternatives.append(f"{column} IS NULL" if name != "severity" else "coalesce(severity, 'none') = 'none'")
+                alternatives.append(
+                    f"{column} IS NULL" if name != "severity" else "coalesce(severity, 'none') = 'none'"
+                )
             parts.append("(" + " OR ".join(alternatives) + ")" if len(alternatives) > 1 else alternatives[0])
             params += wanted
         parts += [FLAGS[f] for f in self.flags]
@@ -177,8 +178,10 @@ class PairFilter:
             parts.append(f"pair_id IN (SELECT pair_id FROM pair_themes WHERE theme IN ({marks}))")
             params += list(self.themes)
         if self.q:
-            parts.append("(" + " OR ".join(f"{c} ILIKE ? ESCAPE '\\'" for c in _SEARCHED) + ")")
-            params += [_like(self.q)] * len(_SEARCHED)
+            # one lower-cased column of the pair's id, summary and both full texts: a substring test on it is one
+            # fast scan, where ILIKE on four columns folds case row by row
+            parts.append("contains(search, lower(?))")
+            params.append(self.q)
         return (" AND ".join(parts) or "TRUE"), params
 
     def order_by(self) -> str:
@@ -198,7 +201,9 @@ class PairFilter:
             "page": self.page if self.page != 1 else "",
         }
         state.update(changes)
-        pairs = [(k, v) for k, vs in state.items() for v in (vs if isinstance(vs, list) else [vs]) if v not in ("", None)]
+        pairs = [
+            (k, v) for k, vs in state.items() for v in (vs if isinstance(vs, list) else [vs]) if v not in ("", None)
+        ]
         return urlencode(pairs)
 
 
@@ -225,6 +230,10 @@ class RunView:
         self._themes()
         self._lock = threading.Lock()
         self._decision: Decision | None = None
+        self._facets: dict[str, list[tuple[str, int]]] | None = None
+        # fetchall, never fetchone: a result left half-read keeps a DuckDB connection busy for the next statement
+        ((pairs,),) = self._con.execute("SELECT count(*) FROM pair_index").fetchall()
+        self.pairs = int(pairs)
 
     def _themes(self) -> None:
         """The themes the analysis saved (``delta-eval analyze``), as (pair, theme) rows: none until it ran."""
@@ -240,13 +249,10 @@ class RunView:
 
     @contextmanager
     def cursor(self) -> Iterator[Any]:
-        """A cursor of the run's database for one request (a DuckDB connection is not shared across threads)."""
+        """The run's database, for one request at a time: requests run in threads, and a DuckDB connection runs
+        one statement at a time (a cursor of it would not see the empty datasets the views register on it)."""
         with self._lock:
-            cur = self._con.cursor()
-        try:
-            yield cur
-        finally:
-            cur.close()
+            yield self._con
 
     def decision(self) -> Decision:
         """The run's decision under its own rule (computed once)."""
@@ -255,7 +261,13 @@ class RunView:
         return self._decision
 
     def facets(self) -> dict[str, list[tuple[str, int]]]:
-        """Every value each filter can take, with its number of pairs, for the filter form."""
+        """Every value each filter can take, with its number of pairs in the run, for the filter form (computed
+        once: the run does not change under the viewer)."""
+        if self._facets is None:
+            self._facets = self._count_facets()
+        return self._facets
+
+    def _count_facets(self) -> dict[str, list[tuple[str, int]]]:
         out: dict[str, list[tuple[str, int]]] = {}
         with self.cursor() as cur:
             for name, column in FILTERS.items():
@@ -271,9 +283,13 @@ class RunView:
             ]
             out["theme"] = [
                 (str(v), int(n))
-                for v, n in cur.execute("SELECT theme, count(*) FROM pair_themes GROUP BY theme ORDER BY theme").fetchall()
+                for v, n in cur.execute(
+                    "SELECT theme, count(*) FROM pair_themes GROUP BY theme ORDER BY theme"
+                ).fetchall()
             ]
-            flags = cur.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE {c})" for c in FLAGS.values()) + " FROM pair_index").fetchone()
+            (flags,) = cur.execute(
+                "SELECT " + ", ".join(f"count(*) FILTER (WHERE {c})" for c in FLAGS.values()) + " FROM pair_index"
+            ).fetchall()
             out["flag"] = [(name, int(n)) for name, n in zip(FLAGS, flags, strict=True)]
         return out
 
@@ -281,13 +297,16 @@ class RunView:
         """The page of the pair list ``f`` asks for (``LIMIT``/``OFFSET`` over the sorted, filtered index)."""
         where, params = f.where()
         with self.cursor() as cur:
-            row = cur.execute(f"SELECT count(*) FROM pair_index WHERE {where}", params).fetchone()
-            total = int(row[0]) if row else 0
+            if where == "TRUE":
+                total = self.pairs
+            else:
+                ((found,),) = cur.execute(f"SELECT count(*) FROM pair_index WHERE {where}", params).fetchall()
+                total = int(found)
             pages = max(1, -(-total // size))
             page = min(f.page, pages)
             offset = (page - 1) * size
             rel = cur.execute(
-                f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE {where} ORDER BY {f.order_by()} LIMIT ? OFFSET ?",
+                f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE {where}{_order(f)} LIMIT ? OFFSET ?",
                 [*params, size, offset],
             )
             rows = _dicts(rel)
@@ -301,7 +320,7 @@ class RunView:
             ids = [
                 r[0]
                 for r in cur.execute(
-                    f"SELECT pair_id FROM pair_index WHERE {where} ORDER BY {f.order_by()} LIMIT ? OFFSET ?",
+                    f"SELECT pair_id FROM pair_index WHERE {where}{_order(f)} LIMIT ? OFFSET ?",
                     [*params, 3 if position > 0 else 2, start],
                 ).fetchall()
             ]
@@ -346,6 +365,15 @@ class RunView:
     def close(self) -> None:
         """Close the run's database."""
         self._con.close()
+
+
+def _order(f: PairFilter) -> str:
+    """The ORDER BY clause of a list query: none in the default order, which is the index's own (DuckDB keeps a
+    table's insertion order in a scan, filter and LIMIT unless told otherwise): a deep page then costs a scan, not a
+    sort of every row before it. A theme filter joins, and a join may reorder: then the order is said."""
+    if f.sort == "turn" and not f.desc and not f.themes:
+        return ""
+    return f" ORDER BY {f.order_by()}"
 
 
 def _dicts(rel: Any) -> list[dict[str, Any]]:

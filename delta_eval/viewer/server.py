@@ -52,7 +52,7 @@ class Server:
         self.port = port or free_port()
         self.url = f"http://{HOST}:{self.port}"
         self._server = uvicorn.Server(_config(runs, user, self.port))
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
+        # uvicorn leaves signal handlers alone outside the main thread: Ctrl-C stays the caller's
         self._thread = threading.Thread(target=self._server.run, name="delta-eval-viewer", daemon=True)
 
     def start(self, timeout: float = 20.0) -> Server:
@@ -73,7 +73,5 @@ class Server:
     def __enter__(self) -> Server:
         return self.start()
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
