@@ -38,6 +38,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from delta_eval.analysis.analyze import DECISION_MAX_PAIRS
 from delta_eval.store.labels import LABELS, Label, write_labels
 from delta_eval.viewer.compare import Comparison
 from delta_eval.viewer.pages import decision_view, message_view, rounds
@@ -97,20 +98,23 @@ class _Viewer:
         table = []
         for i, run in enumerate(self.runs):
             d = run.decision()
-            ni = d.non_inferiority
-            table.append({"i": i, "run": run, "decision": d, "win_rate": getattr(ni, "estimate", None)})
+            win_rate = getattr(d.non_inferiority, "estimate", None) if d else None
+            table.append({"i": i, "run": run, "decision": d, "win_rate": win_rate})
         return self.render(request, "index.html", table=table)
 
     def run_page(self, request: Request) -> Response:
         i, run = self.run(request)
-        f = PairFilter.from_query(_query(request))
+        query = _query(request)
+        f = PairFilter.from_query(query)
         page = run.page(f)
+        decision = run.decision(compute=True if query.get("decide") else None)
         return self.render(
             request,
             "run.html",
             i=i,
             run=run,
-            decision=decision_view(run.decision()),
+            decision=decision_view(decision) if decision else None,
+            decision_max_pairs=DECISION_MAX_PAIRS,
             f=f,
             page=page,
             facets=run.facets(),

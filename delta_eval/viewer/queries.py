@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from delta_eval.analysis.analyze import saved_themes
+from delta_eval.analysis.analyze import DECISION_MAX_PAIRS, saved_themes
 from delta_eval.metrics import Decision
 from delta_eval.replay.points import replay_points
 from delta_eval.result import RunResult
@@ -254,9 +254,13 @@ class RunView:
         with self._lock:
             yield self._con
 
-    def decision(self) -> Decision:
-        """The run's decision under its own rule (computed once)."""
-        if self._decision is None:
+    def decision(self, *, compute: bool | None = None) -> Decision | None:
+        """The run's decision under its own rule, computed once. It reads every pair into memory, so by default
+        only up to :data:`~delta_eval.analysis.analyze.DECISION_MAX_PAIRS` pairs (``compute=True``: whatever the
+        size); ``None`` when not computed."""
+        if compute is None:
+            compute = self.pairs <= DECISION_MAX_PAIRS
+        if self._decision is None and compute:
             self._decision = self.result.decision()
         return self._decision
 

@@ -247,3 +247,15 @@ def test_several_runs_side_by_side_and_where_they_differ(synthetic_master: Path,
     assert f"{len(differ)} of {len(set(a) | set(b))} pairs differ" in page
     shown = re.findall(r"<tr>\s*<td>([^<]+)</td>", page)
     assert [html.unescape(s) for s in shown] == differ[:PAGE_SIZE]
+
+
+def test_a_large_run_computes_its_decision_only_when_asked(synthetic: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("delta_eval.viewer.queries.DECISION_MAX_PAIRS", 100)
+    client = client_of(synthetic)
+    page = client.get("/run/0").text
+    assert 'id="no-decision"' in page
+    assert 'id="outcome"' not in page
+    assert count(page) == 300  # the pairs are listed all the same
+    asked = client.get("/run/0?decide=1").text
+    assert 'id="outcome"' in asked
+    assert 'id="outcome"' in client.get("/run/0").text  # computed once, then kept
