@@ -3,11 +3,13 @@ port of 127.0.0.1. A person filters the list, opens a pair, walks with j/k, labe
 label; hostile output stays text in the rendered page.
 
 Never ``playwright install``: the browser is the system's (CI installs Debian's ``chromium`` package). Skipped, with
-the reason, only where /usr/bin/chromium is absent.
+the reason, only where /usr/bin/chromium is absent, and never in CI (``DELTA_EVAL_BROWSER_TESTS=required``: a
+missing browser fails there).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,8 @@ ARGS = [
     "--disable-sync",
 ]
 
+if os.environ.get("DELTA_EVAL_BROWSER_TESTS") == "required":
+    assert CHROMIUM.exists(), "the browser tests are required here and /usr/bin/chromium is missing"
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="no /usr/bin/chromium here (apt-get install chromium; .ci/run installs it)"
 )

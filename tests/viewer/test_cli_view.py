@@ -44,3 +44,21 @@ def test_calibrate_without_a_labels_file_reads_the_runs_labels(demo_run: Path,
     out = capsys.readouterr().out
     assert "1 labelled pairs compared" in out
     assert "agreement  100.0%" in out
+
+
+def test_the_readme_example_of_the_viewer_runs(demo_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from delta_eval.store.labels import LABELS
+
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "README.md").read_text().split("## Look at the pairs", 1)[1].split("\n## ", 1)[0]
+    [python] = re.findall(r"```python\n(.+?)\n```", section, flags=re.S)
+    [bash] = re.findall(r"```bash\n(.+?)\n```", section, flags=re.S)
+    assert all(line.startswith("delta-eval view ") for line in bash.splitlines())
+    for word in ("candidate better", "baseline better", "same", "judge wrong"):
+        assert word in section
+    assert len(LABELS) == 4
+    write_labels(demo_run, [Label(pair_id="x#0", label="same")], user="ana")
+    exec(python.replace('"runs/demo"', repr(str(demo_run))), {})
+    assert "calibration of" in capsys.readouterr().out
