@@ -8,7 +8,7 @@ import html
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 from starlette.testclient import TestClient
@@ -259,3 +259,14 @@ def test_a_large_run_computes_its_decision_only_when_asked(synthetic: Path, monk
     asked = client.get("/run/0?decide=1").text
     assert 'id="outcome"' in asked
     assert 'id="outcome"' in client.get("/run/0").text  # computed once, then kept
+
+
+def test_themes_the_analysis_saved_filter_the_list(demo_run: Path) -> None:
+    themes = de.analyze(demo_run).themes(outcome="baseline", names="terms")
+    assert themes, "the demo's candidate loses some pairs: their reasons make at least one theme"
+    client = client_of(demo_run)
+    page = client.get("/run/0").text
+    theme = themes[0]
+    label = f"baseline: {theme['name']}"
+    assert f'name="theme" value="{html.escape(label)}"' in page
+    assert sorted(all_pages(client, f"theme={quote(label)}")) == sorted(theme["members"])
