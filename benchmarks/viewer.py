@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--run", type=Path, help="keep the synthetic run folder here (reused when it exists)")
     args = parser.parse_args(argv)
     from starlette.testclient import TestClient
 
@@ -216,9 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="delta-eval-viewer-"))
     try:
         start = time.perf_counter()
-        run = synthetic_run(tmp / "run", args.pairs)
-        print(f"synthetic run: {args.pairs:,} pairs, {2 * args.pairs:,} replays written in "
-              f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+        if args.run is not None and args.run.exists():
+            run = args.run
+            print(f"synthetic run: reusing {run}")
+        else:
+            run = synthetic_run(args.run or tmp / "run", args.pairs)
+            print(f"synthetic run: {args.pairs:,} pairs, {2 * args.pairs:,} replays written in "
+                  f"{time.perf_counter() - start:.1f} s")  # fmt: skip
         start = time.perf_counter()
         view = RunView(run)
         print(f"open the run (builds the pair index): {time.perf_counter() - start:.1f} s")

@@ -38,10 +38,12 @@ from delta_eval.schema import Conversation, ReplayPoint
 from delta_eval.store.labels import latest_labels
 from delta_eval.store.tables import TABLES
 
-__all__ = ["FILTERS", "PAGE_SIZE", "SORTS", "Page", "PairFilter", "RunView"]
+__all__ = ["FILTERS", "PAGE_SIZE", "SEARCH_CAP", "SORTS", "Page", "PairFilter", "RunView"]
 
 #: Rows a page of the pair list shows.
 PAGE_SIZE = 50
+#: A text search counts its matches up to this many (then the list says "more than" and shows these).
+SEARCH_CAP = 10_000
 #: The list filters: query parameter -> the index column it matches (a parameter may be given several times: any of
 #: the values matches).
 FILTERS: dict[str, str] = {
@@ -209,13 +211,15 @@ class PairFilter:
 
 @dataclass(frozen=True)
 class Page:
-    """One page of the pair list: its rows, the number of pairs the filter matches, and where it is."""
+    """One page of the pair list: its rows, the number of pairs the filter matches, and where it is. ``capped``:
+    a text search matched more than :data:`SEARCH_CAP` pairs, ``total`` is the cap and the pages cover those."""
 
     rows: list[dict[str, Any]]
     total: int
     page: int
     pages: int
     offset: int
+    capped: bool = False
 
 
 class RunView:
@@ -301,20 +305,51 @@ class RunView:
         """The page of the pair list ``f`` asks for (``LIMIT``/``OFFSET`` over the sorted, filtered index)."""
         where, params = f.where()
         with self.cursor() as cur:
+            if f.q:
+                return self._search_page(cur, f, where, params, size)
             if where == "TRUE":
                 total = self.pairs
             else:
                 ((found,),) = cur.execute(f"SELECT count(*) FROM pair_index WHERE {where}", params).fetchall()
                 total = int(found)
-            pages = max(1, -(-total // size))
-            page = min(f.page, pages)
-            offset = (page - 1) * size
+            page, pages, offset = _place(f.page, total, size)
             rel = cur.execute(
                 f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE {where}{_order(f)} LIMIT ? OFFSET ?",
                 [*params, size, offset],
             )
-            rows = _dicts(rel)
-        return Page(rows=rows, total=total, page=page, pages=pages, offset=offset)
+            return Page(rows=_dicts(rel), total=total, page=page, pages=pages, offset=offset)
+
+    def _search_page(self, cur: Any, f: PairFilter, where: str, params: list[Any], size: int) -> Page:
+        """A page of a text search in one scan of the searched text: the matching pairs' places (``seq``, up to
+        :data:`SEARCH_CAP` of them, in the list's default order), then the page's rows fetched by place. A count
+        and a page as two statements would scan every pair's text twice where the text is rare."""
+        order = " ORDER BY seq" if f.themes else ""  # a join may reorder (see _order)
+        seqs = [
+            int(r[0])
+            for r in cur.execute(
+                f"SELECT seq FROM pair_index WHERE {where}{order} LIMIT ?", [*params, SEARCH_CAP + 1]
+            ).fetchall()
+        ]
+        capped = len(seqs) > SEARCH_CAP
+        seqs = seqs[:SEARCH_CAP]
+        page, pages, offset = _place(f.page, len(seqs), size)
+        if not seqs:
+            return Page(rows=[], total=0, page=1, pages=1, offset=0)
+        if f.sort == "turn" and not f.desc:
+            wanted = seqs[offset : offset + size]
+            # the BETWEEN lets DuckDB skip the row groups outside the page (the index is stored by seq)
+            rel = cur.execute(
+                f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE seq BETWEEN ? AND ? "
+                "AND seq IN (SELECT unnest(?::BIGINT[])) ORDER BY seq",
+                [min(wanted), max(wanted), wanted],
+            )
+        else:
+            rel = cur.execute(
+                f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE seq IN (SELECT unnest(?::BIGINT[])) "
+                f"ORDER BY {f.order_by()} LIMIT ? OFFSET ?",
+                [seqs, size, offset],
+            )
+        return Page(rows=_dicts(rel), total=len(seqs), page=page, pages=pages, offset=offset, capped=capped)
 
     def neighbours(self, f: PairFilter, position: int) -> tuple[str | None, str | None]:
         """The pairs before and after the one at ``position`` (0-based) of the filtered, sorted list."""
@@ -369,6 +404,13 @@ class RunView:
     def close(self) -> None:
         """Close the run's database."""
         self._con.close()
+
+
+def _place(asked: int, total: int, size: int) -> tuple[int, int, int]:
+    """The page shown (the one asked for, or the last), the number of pages, and the page's first row."""
+    pages = max(1, -(-total // size))
+    page = min(asked, pages)
+    return page, pages, (page - 1) * size
 
 
 def _order(f: PairFilter) -> str:

@@ -270,3 +270,25 @@ def test_themes_the_analysis_saved_filter_the_list(demo_run: Path) -> None:
     label = f"baseline: {theme['name']}"
     assert f'name="theme" value="{html.escape(label)}"' in page
     assert sorted(all_pages(client, f"theme={quote(label)}")) == sorted(theme["members"])
+
+
+def test_a_text_search_pages_sorts_and_says_when_it_stopped_counting(
+    synthetic_client: TestClient, synthetic: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found = dict(
+        sql(
+            synthetic,
+            "SELECT v.pair_id, v.preference FROM verdicts v JOIN pairs p USING (pair_id) "
+            "WHERE lower(concat_ws(' ', p.summary, p.baseline_text, p.candidate_text)) LIKE '%economy%'",
+        )
+    )
+    assert len(found) > PAGE_SIZE
+    ids = all_pages(synthetic_client, "q=economy&sort=preference&dir=desc")
+    assert sorted(ids) == sorted(found)
+    values = [found[p] for p in ids]
+    assert [v for v in values if v is not None] == sorted((v for v in values if v is not None), reverse=True)
+    monkeypatch.setattr("delta_eval.viewer.queries.SEARCH_CAP", 60)
+    page = synthetic_client.get("/run/0?q=economy").text
+    assert re.search(r'id="count">more than <b>60</b>', page)
+    assert "page 1 of 2" in page
+    assert len(listed(synthetic_client.get("/run/0?q=economy&page=2").text)) == 10
