@@ -42,7 +42,7 @@ from delta_eval.analysis.analyze import DECISION_MAX_PAIRS
 from delta_eval.store.labels import LABELS, Label, write_labels
 from delta_eval.viewer.compare import Comparison
 from delta_eval.viewer.pages import decision_view, message_view, rounds
-from delta_eval.viewer.queries import FLAGS, SORTS, PairFilter, RunView
+from delta_eval.viewer.queries import FLAGS, PAGE_SIZE, SORTS, PairFilter, RunView
 
 __all__ = ["ALLOWED_HOSTS", "create_app"]
 
@@ -134,7 +134,7 @@ class _Viewer:
             pos = max(0, int((query.get("pos") or ["0"])[-1]))
         except ValueError:
             pos = 0
-        before, after = run.neighbours(f, pos)
+        pos, before, after = run.neighbours(f, pair_id, pos)
         point = pair["point"]
         context = [message_view(m) for m in point.context] if point else []
         last_user = max((k for k, m in enumerate(context) if m["role"] == "user"), default=None)
@@ -147,6 +147,7 @@ class _Viewer:
             v=pair["verdict"],
             f=f,
             pos=pos,
+            page_size=PAGE_SIZE,
             before=before,
             after=after,
             history=context[:last_user] if last_user is not None else context,

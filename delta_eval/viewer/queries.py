@@ -351,21 +351,39 @@ class RunView:
             )
         return Page(rows=_dicts(rel), total=len(seqs), page=page, pages=pages, offset=offset, capped=capped)
 
-    def neighbours(self, f: PairFilter, position: int) -> tuple[str | None, str | None]:
-        """The pairs before and after the one at ``position`` (0-based) of the filtered, sorted list."""
+    def neighbours(self, f: PairFilter, pair_id: str, position: int) -> tuple[int, str | None, str | None]:
+        """Where the pair is in the filtered, sorted list, and the pairs before and after it. ``position`` (0-based)
+        is where the list said it was; when the pair is not there (a link from elsewhere, a list that changed), its
+        place is found in the default order, and in another order it has no neighbours."""
         where, params = f.where()
-        start = max(position - 1, 0)
         with self.cursor() as cur:
-            ids = [
-                r[0]
-                for r in cur.execute(
-                    f"SELECT pair_id FROM pair_index WHERE {where}{_order(f)} LIMIT ? OFFSET ?",
-                    [*params, 3 if position > 0 else 2, start],
+            around = self._around(cur, f, where, params, position)
+            if around[1] != pair_id and f.sort == "turn" and not f.desc:
+                found = cur.execute(
+                    f"SELECT count(*) FILTER (WHERE seq < (SELECT seq FROM pair_index WHERE pair_id = ?)), "
+                    f"count(*) FILTER (WHERE pair_id = ?) FROM pair_index WHERE {where}",
+                    [pair_id, pair_id, *params],
                 ).fetchall()
-            ]
+                ((before, here),) = found
+                if here:
+                    position = int(before)
+                    around = self._around(cur, f, where, params, position)
+        if around[1] != pair_id:
+            return position, None, None
+        return position, around[0], around[2]
+
+    @staticmethod
+    def _around(cur: Any, f: PairFilter, where: str, params: list[Any], position: int) -> list[str | None]:
+        """The pair ids at ``position - 1``, ``position`` and ``position + 1`` of the list (``None`` past an end)."""
+        start = max(position - 1, 0)
+        rows = cur.execute(
+            f"SELECT pair_id FROM pair_index WHERE {where}{_order(f)} LIMIT ? OFFSET ?",
+            [*params, 3 if position > 0 else 2, start],
+        ).fetchall()
+        ids: list[str | None] = [str(r[0]) for r in rows]
         if position == 0:
-            return None, (ids[1] if len(ids) > 1 else None)
-        return (ids[0] if ids else None), (ids[2] if len(ids) > 2 else None)
+            ids.insert(0, None)
+        return ids + [None] * (3 - len(ids))
 
     def pair(self, pair_id: str) -> dict[str, Any] | None:
         """Everything about one pair: the verdict, each side's replay, every judge answer, the conversation so far

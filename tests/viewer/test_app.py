@@ -292,3 +292,18 @@ def test_a_text_search_pages_sorts_and_says_when_it_stopped_counting(
     assert re.search(r'id="count">more than <b>60</b>', page)
     assert "page 1 of 2" in page
     assert len(listed(synthetic_client.get("/run/0?q=economy&page=2").text)) == 10
+
+
+def test_a_pair_opened_from_elsewhere_finds_its_place_in_the_list(synthetic_client: TestClient) -> None:
+    ids = listed(synthetic_client.get("/run/0?outcome=baseline").text)
+    page = synthetic_client.get("/run/0/pair", params={"id": ids[3], "outcome": "baseline"}).text  # no pos
+    nxt = re.search(r'id="next" rel="next" href="([^"]+)"', page)
+    assert nxt is not None
+    query = parse_qs(urlsplit(html.unescape(nxt.group(1))).query)
+    assert query["id"] == [ids[4]]
+    assert query["pos"] == ["4"]
+    # a pair the filter does not list has no neighbours in it
+    other = listed(synthetic_client.get("/run/0?outcome=candidate").text)[0]
+    page = synthetic_client.get("/run/0/pair", params={"id": other, "outcome": "baseline", "pos": "2"}).text
+    assert 'id="next"' not in page
+    assert 'id="prev"' not in page
