@@ -20,7 +20,7 @@ from delta_eval.metrics import Decision
 from delta_eval.schema import Message, Replay, Step, ToolCall, ToolResult
 from delta_eval.viewer.diff import Segment, json_diff, pretty_json, word_diff
 
-__all__ = ["CallView", "RoundView", "decision_view", "gate_query", "rounds"]
+__all__ = ["CallView", "RoundView", "decision_view", "gate_query", "message_view", "rounds"]
 
 #: The pairs behind each gate's metric, as a pair-list query (``None``: a gate no pair filter shows, e.g. a user's
 #: own check). Rates of failures list the pairs that show the failure; latency and cost sort by the candidate's.
