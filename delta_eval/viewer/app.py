@@ -98,7 +98,7 @@ class _Viewer:
         table = []
         for i, run in enumerate(self.runs):
             d = run.decision()
-            win_rate = getattr(d.non_inferiority, "estimate", None) if d else None
+            win_rate = d.non_inferiority.win_rate.estimate if d else None
             table.append({"i": i, "run": run, "decision": d, "win_rate": win_rate})
         return self.render(request, "index.html", table=table)
 

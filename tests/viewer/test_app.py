@@ -307,3 +307,12 @@ def test_a_pair_opened_from_elsewhere_finds_its_place_in_the_list(synthetic_clie
     page = synthetic_client.get("/run/0/pair", params={"id": other, "outcome": "baseline", "pos": "2"}).text
     assert 'id="next"' not in page
     assert 'id="prev"' not in page
+
+
+def test_the_index_of_several_runs_gives_each_decision_and_win_rate(demo_run: Path, synthetic: Path) -> None:
+    page = client_of(demo_run, synthetic).get("/").text
+    for run in (demo_run, synthetic):
+        d = de.open_result(run).decision()
+        estimate = d.non_inferiority.win_rate.estimate
+        assert d.outcome in page
+        assert f"{estimate:.1%}" in page
