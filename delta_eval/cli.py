@@ -19,7 +19,11 @@
                                            what changed and why: win rates, behaviour changes, themes of the
                                            judge's reasons (cached in RUN_DIR/analysis)
     delta-eval skills install DIR          copy the coding-agent skills (run, analyze) where an agent looks
-    delta-eval calibrate RUN_DIR LABELS    compare a run's verdicts with human labels (CSV/Parquet: pair_id, label)
+    delta-eval calibrate RUN_DIR [LABELS]  compare a run's verdicts with human labels (CSV/Parquet: pair_id, label;
+                                           default: the labels saved beside the run by `delta-eval view`)
+    delta-eval view RUN_DIR [RUN_DIR ...] [--port P] [--user NAME]
+                                           a local web app on 127.0.0.1: the decision, the pairs behind it, each
+                                           pair side by side, labels; several runs: where their outcomes differ
     delta-eval models [PATTERN] [--retired] [--json]
                                            the model catalogue: thinking controls, sampling, limits, prices and
                                            retirement dates of every model the adapters know, with its date
@@ -138,7 +142,17 @@ def _parser() -> argparse.ArgumentParser:
 
     cal = sub.add_parser("calibrate", parents=[common], help="compare a run's verdicts with human labels")
     cal.add_argument("run_dir", type=Path)
-    cal.add_argument("labels", type=Path, help="CSV or Parquet: pair_id and label (candidate / baseline / tie)")
+    cal.add_argument(
+        "labels",
+        type=Path,
+        nargs="?",
+        help="CSV or Parquet: pair_id and label (candidate / baseline / tie); default: the run's own labels",
+    )
+
+    view = sub.add_parser("view", parents=[common], help="browse runs' pairs and label them, on 127.0.0.1")
+    view.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    view.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765)")
+    view.add_argument("--user", help="who labels (default: $USER)")
 
     models = sub.add_parser("models", parents=[common], help="list the model catalogue: capabilities and prices")
     models.add_argument("pattern", nargs="?", help="a part of the model id, or a glob (anthropic:*opus*)")
@@ -216,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             _print(calibrate(open_result(args.run_dir), args.labels))
             return 0
+        if args.command == "view":
+            return _view(args.run_dirs, args.port, args.user)
         if args.command == "models":
             from delta_eval.catalog.listing import models_json, models_text
 
@@ -325,6 +341,30 @@ def _skills(action: str, target: Path | None) -> int:
         raise ConfigError("say where to install the skills: delta-eval skills install DIR (e.g. .claude/skills)")
     for path in install_skills(target):
         _print(f"installed {path}")
+    return 0
+
+
+def _view(run_dirs: list[Path], port: int, user: str | None) -> int:
+    import getpass
+    import importlib.util
+
+    missing = [m for m in ("starlette", "uvicorn", "jinja2") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"delta-eval view needs {', '.join(missing)}: pip install 'delta-eval[view]' (or '.[view]' in a checkout)"
+        )
+    from delta_eval.viewer import serve
+    from delta_eval.viewer.queries import RunView
+
+    try:
+        who = user or getpass.getuser()
+    except (OSError, KeyError):  # no $USER, no passwd entry (some containers)
+        raise ConfigError("say who labels: delta-eval view RUN_DIR --user NAME") from None
+    views = [RunView(path) for path in run_dirs]  # opened first: a bad folder is an error before anything listens
+    _print(
+        f"delta-eval view: http://127.0.0.1:{port}/ ({len(views)} run(s), labels as {who}; Ctrl-C stops)", flush=True
+    )
+    serve(views, user=who, port=port)
     return 0
 
 

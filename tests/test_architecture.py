@@ -56,6 +56,7 @@ LAYER_OF = {
     "result": "result",
     "analysis": "analysis",
     "testing": "testing",
+    "viewer": "viewer",
     **dict.fromkeys(("api", "display", "demo", "cli", "__init__", "__main__", "data", "skills"), "front"),
 }
 
@@ -80,6 +81,9 @@ ALLOWED: dict[str, set[str]] = {
     "runner": _STAGES | {"pipeline", "metrics"},
     "result": {"core", "store", "metrics"},
     "analysis": {"core", "store", "metrics", "result", "adapters"},  # adapters: theme names from the judge model
+    # the web viewer reads runs (store, result, metrics, saved themes) and rebuilds a turn's context with replay's
+    # own function, so that a pair page shows exactly what the sides were sent
+    "viewer": {"core", "store", "metrics", "result", "analysis", "replay"},
     "testing": {"core", "adapters"},  # test doubles and fake servers speak the canonical types, nothing later
     "front": set(LAYER_OF.values()),
 }

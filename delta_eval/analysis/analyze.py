@@ -37,7 +37,7 @@ from delta_eval.metrics.frames import to_arrow
 from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
 
-__all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze"]
+__all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze", "saved_themes"]
 
 #: Up to this many pairs, :meth:`Analysis.summary` includes the decision (which reads every pair into memory).
 DECISION_MAX_PAIRS = 200_000
@@ -107,7 +107,7 @@ class Analysis:
     # -- cache -------------------------------------------------------------------------------------------------
 
     def _stamp(self) -> str:
-        m = self.result.manifest
+        m = self.result.manifest  # saved_themes reads the same stamp
         return f"{m.batches}:{m.counts.pairs}:{m.ended_at}"
 
     def _fresh_cache(self) -> None:
@@ -394,6 +394,36 @@ class Analysis:
             }
         by_id = {v["pair_id"]: v for v in verdicts}
         return [{**by_id[p], **sides.get(p, {})} for p in wanted if p in by_id]
+
+
+def saved_themes(run: str | Path | RunResult) -> dict[str, list[dict[str, Any]]]:
+    """The themes an analysis of the run saved (:meth:`Analysis.themes`), by outcome, without computing or
+    writing anything: none when no analysis ran, or when the run changed since (its cache is stale). Where several
+    were saved for an outcome (other ``k`` or names), the newest."""
+    result = run if isinstance(run, RunResult) else open_result(run)
+    cache = result.path / "analysis"
+    try:
+        stamp = json.loads((cache / "stamp.json").read_text(encoding="utf-8")).get("stamp")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    m = result.manifest
+    if stamp != f"{m.batches}:{m.counts.pairs}:{m.ended_at}":  # as Analysis._stamp
+        return {}
+    newest: dict[str, tuple[float, Path]] = {}
+    for path in cache.glob("themes-*.json"):
+        outcome = path.name.removeprefix("themes-").split("-", 1)[0]
+        mtime = path.stat().st_mtime
+        if outcome not in newest or mtime > newest[outcome][0]:
+            newest[outcome] = (mtime, path)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for outcome, (_, path) in sorted(newest.items()):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, list):
+            out[outcome] = [t for t in data if isinstance(t, dict)]
+    return out
 
 
 def analyze(run: str | Path | RunResult) -> Analysis:

@@ -1,9 +1,12 @@
 """How well a run's verdicts agree with people: :func:`calibrate` compares them with human labels.
 
 Labels are a CSV or Parquet file (or a mapping, or rows) of ``pair_id`` and the side a person preferred, in a column
-named ``label``, ``preferred`` or ``winner``: ``candidate``, ``baseline`` or ``tie`` (``equivalent`` counts as a tie,
-case does not matter). A verdict of ``equivalent`` (stage 1 or 2) is a tie too. Pairs whose verdict is an error, or
-that the run does not have, are left out and counted; a label that is none of these is reported with its row.
+named ``label``, ``preferred`` or ``winner``: ``candidate``, ``baseline`` or ``tie`` (``equivalent`` and ``same``
+count as a tie, case does not matter), or ``judge_wrong`` (the verdict is wrong, whichever side is better: always a
+disagreement). Without labels, those saved beside the run are read (``RUN_DIR/labels``, written by ``delta-eval
+view``; see :mod:`delta_eval.store.labels`): each person's newest label of each pair. A verdict of ``equivalent``
+(stage 1 or 2) is a tie too. Pairs whose verdict is an error, or that the run does not have, are left out and
+counted; a label that is none of these is reported with its row.
 
 What comes back: the agreement (share of pairs where the verdict matches the label) with its Wilson interval,
 Cohen's kappa (agreement beyond what the two marginal distributions give by chance), the confusion table (label by
@@ -28,12 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from delta_eval.exceptions import ConfigError
 from delta_eval.metrics import wilson_interval
 from delta_eval.result import RunResult
+from delta_eval.store.labels import latest_labels
 
-__all__ = ["CLASSES", "Agreement", "Calibration", "calibrate", "cohen_kappa"]
+__all__ = ["CLASSES", "JUDGE_WRONG", "Agreement", "Calibration", "calibrate", "cohen_kappa"]
 
 #: The outcomes compared, in the order the confusion table lists them.
 CLASSES = ("candidate", "baseline", "tie")
-_ALIASES = {"equivalent": "tie"}
+_ALIASES = {"equivalent": "tie", "same": "tie"}
+#: A label that only says the verdict is wrong: a disagreement with any verdict, listed apart in the confusion table.
+JUDGE_WRONG = "judge_wrong"
 _LABEL_COLUMNS = ("label", "preferred", "winner")
 
 
@@ -69,7 +75,8 @@ class Agreement(BaseModel):
     def of(cls, labels: Sequence[str], verdicts: Sequence[str]) -> Agreement:
         """The agreement of ``verdicts`` with ``labels`` (same pairs, same order)."""
         n = len(labels)
-        confusion = {h: {v: 0 for v in CLASSES} for h in CLASSES}
+        rows = (*CLASSES, JUDGE_WRONG) if JUDGE_WRONG in labels else CLASSES
+        confusion = {h: {v: 0 for v in CLASSES} for h in rows}
         for h, v in zip(labels, verdicts, strict=True):
             confusion[h][v] += 1
         if n == 0:
@@ -102,7 +109,7 @@ class Calibration(BaseModel):
         out.append(f"  agreement  {_share(o)}")
         out.append(f"  kappa      {_kappa(o.kappa)}   (Cohen; 0 = chance, 1 = perfect)")
         out.append("  confusion  label \\ verdict   " + "".join(f"{c:>10s}" for c in CLASSES))
-        for h in CLASSES:
+        for h in o.confusion:
             out.append(f"             {h:18s}" + "".join(f"{o.confusion[h][v]:10d}" for v in CLASSES))
         if len(self.by_stratum) > 1:
             out.append("  by stratum")
@@ -168,14 +175,22 @@ def _normalise(label: Any) -> str | None:
     if not isinstance(label, str):
         return None
     v = label.strip().lower()
-    v = _ALIASES.get(v, v)
-    return v if v in CLASSES else None
+    v = _ALIASES.get(v, v).replace(" ", "_")
+    return v if v in CLASSES or v == JUDGE_WRONG else None
 
 
-def calibrate(run: RunResult | str | Path, labels: str | Path | Mapping[str, str] | Iterable[Any]) -> Calibration:
-    """Compare the verdicts of ``run`` with human ``labels`` (see the module docstring)."""
+def calibrate(
+    run: RunResult | str | Path, labels: str | Path | Mapping[str, str] | Iterable[Any] | None = None
+) -> Calibration:
+    """Compare the verdicts of ``run`` with human ``labels`` (see the module docstring); by default, the labels
+    saved beside the run."""
     result = run if isinstance(run, RunResult) else RunResult(run)
-    rows, source = _label_rows(labels)
+    if labels is None:
+        saved = latest_labels(result.path)
+        rows: list[tuple[str, Any]] = list(zip(saved["pair_id"].to_pylist(), saved["label"].to_pylist(), strict=True))
+        source = str(result.path / "labels")
+    else:
+        rows, source = _label_rows(labels)
     verdicts = {r["pair_id"]: r for r in result.table("verdicts").select(["pair_id", "outcome", "stratum"]).to_pylist()}
     human: list[str] = []
     judged: list[str] = []
@@ -184,7 +199,8 @@ def calibrate(run: RunResult | str | Path, labels: str | Path | Mapping[str, str
     for k, (pair_id, raw) in enumerate(rows, start=1):
         label = _normalise(raw)
         if label is None:
-            invalid.append(f"{source}, row {k}, field label: {raw!r} is not one of {', '.join(CLASSES)}")
+            said = ", ".join((*CLASSES, JUDGE_WRONG))
+            invalid.append(f"{source}, row {k}, field label: {raw!r} is not one of {said}")
             continue
         verdict = verdicts.get(pair_id)
         if verdict is None:

@@ -71,7 +71,7 @@ def test_calibrate_against_labels_from_csv_and_parquet(run: de.RunResult, tmp_pa
     assert cal.overall.agreement == pytest.approx(1 - disagree / len(rows))
     assert cal.not_in_run == ["no-such-pair#0"]
     assert cal.invalid == [f"{path}, row {len(rows) + 2}, field label: 'A is better' is not one of candidate, "
-                           "baseline, tie"]  # fmt: skip
+                           "baseline, tie, judge_wrong"]  # fmt: skip
     assert set(cal.by_stratum) == {v["stratum"] for v in decided}
     assert sum(a.pairs for a in cal.by_stratum.values()) == len(rows)
     text = str(cal)
