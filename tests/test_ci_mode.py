@@ -10,6 +10,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -168,7 +169,8 @@ def test_a_rejected_candidate_exits_3_with_its_summary_and_junit(
     for row, v in zip(table, lost, strict=False):
         assert f"| {md(v['stratum'])} | {v['severity']} |" in row
     assert f"**Most severe losing pairs** ({WORST_PAIRS} of {len(lost)} the baseline won)" in lines
-    assert f"Open a pair: `delta-eval view runs/rejected` serves it at `{PAIR_URL}`" in lines
+    first = PAIR_URL.format(pair_id=quote(lost[0]["pair_id"], safe=""))
+    assert f"Open a pair: `delta-eval view runs/rejected` serves each at `{first}` (its id after `id=`)" in lines
     assert len(text) < 6000  # a PR comment, not a report
 
     root = ET.parse(junit).getroot()

@@ -18,6 +18,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from delta_eval.metrics import Decision, ExitCode, FailOn
 from delta_eval.redact import scrub_known
@@ -28,8 +29,8 @@ __all__ = ["gate", "gate_error", "junit_xml", "sessions_of", "summary_markdown"]
 
 #: Losing pairs listed in the summary: enough to see a pattern, few enough for a PR comment.
 WORST_PAIRS = 5
-#: Where the viewer (``delta-eval view RUN``) serves one pair.
-PAIR_URL = "http://127.0.0.1:PORT/pair/<pair_id>"
+#: Where the viewer (``delta-eval view RUN``, on its default port) serves one pair of its first run.
+PAIR_URL = "http://127.0.0.1:8765/run/0/pair?id={pair_id}"
 
 _MARK = {"APPROVED": "✅", "PARTIAL": "⚠️", "REJECTED": "❌"}
 
@@ -166,7 +167,8 @@ def _worst_pairs(con: Any, run: str) -> list[str]:
     out += ["| pair | stratum | severity | judge |", "|---|---|---|---|"]
     for pair_id, stratum, severity, said in rows:
         out.append(f"| `{_code(pair_id)}` | {_md(stratum or '')} | {severity} | {_md(_one_line(said))} |")
-    out += ["", f"Open a pair: `delta-eval view {_code(run)}` serves it at `{PAIR_URL}`"]
+    example = PAIR_URL.format(pair_id=quote(str(rows[0][0]), safe=""))
+    out += ["", f"Open a pair: `delta-eval view {_code(run)}` serves each at `{example}` (its id after `id=`)"]
     return out
 
 
