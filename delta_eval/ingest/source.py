@@ -14,11 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -33,6 +34,8 @@ from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
 
 __all__ = ["ConversationSource", "open_source", "read_conversations", "read_conversations_sql"]
+
+_T = TypeVar("_T")
 
 
 class ConversationSource:
@@ -125,7 +128,7 @@ class ConversationSource:
         undetected: str | None = None  # why auto-detection failed on the first record: every record says so
         unfilled = set(self.mapping.metadata_paths())  # metadata no record has yet: a misspelt path, said at the end
         first: Any = None
-        for position, (label, raw, document) in enumerate(self._documents()):
+        for position, (label, raw, document) in enumerate(_collector_paused(self._documents())):
             if isinstance(raw, RecordError):
                 yield raw
                 continue
@@ -199,6 +202,27 @@ class ConversationSource:
 
     def __repr__(self) -> str:
         return f"ConversationSource({self.name!r})"
+
+
+_END = object()
+
+
+def _collector_paused(items: Iterable[_T]) -> Iterator[_T]:
+    """``items``, with the cyclic garbage collector paused while each is parsed (and running as usual while the
+    caller works on it). Parsing allocates many short-lived containers and no cycles, so the collector's passes free
+    nothing there and cost about a third of a trace's reading time; reference counting frees what parsing drops."""
+    it = iter(items)
+    while True:
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            item = next(it, _END)
+        finally:
+            if paused:
+                gc.enable()
+        if item is _END:
+            return
+        yield item  # type: ignore[misc]
 
 
 def _described(**fields: Any) -> SourceConfig:
