@@ -5,7 +5,7 @@
                                            openai-responses | anthropic | gemini, through that provider's real
                                            SDK against a fake server on 127.0.0.1
     delta-eval run CONFIG [--out DIR] [--overwrite] [--retry-errors] [--fail-on rejected|partial|never]
-                          [--summary PATH] [--junit PATH]
+                          [--summary PATH] [--junit PATH] [--no-progress] [--progress-every SECONDS]
                                            run (or resume) the evaluation a TOML/YAML file describes; its exit
                                            status gates a merge (below), with a Markdown summary and JUnit XML
     delta-eval estimate CONFIG [--pilot RUN_DIR] [--json]
@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", type=Path, help="a TOML or YAML run configuration")
     run.add_argument("--out", type=Path, help="run folder (overrides the config's 'out')")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                     help="without a terminal (CI logs), a progress line every SECONDS (default 10)")  # fmt: skip
     run.add_argument(
         "--overwrite",
         action="store_true",
@@ -271,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.config, out=args.out, overwrite=args.overwrite or None, retry_errors=args.retry_errors or None
             )
             run_dir, sessions = config.out, sessions_of(config.out)
-            result = run(config, progress=not args.no_progress)
+            result = run(config, progress=not args.no_progress, progress_every=args.progress_every)
         _print(render_report(result))
         if args.command == "run":
             return _gate(args, result)

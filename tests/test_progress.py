@@ -90,3 +90,21 @@ def test_a_progress_interval_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(de.ConfigError, match="progress_every"):
         de.run(_config(tmp_path / "run"), conversations=de.demo.demo_conversations(), progress_every=0)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_command_line_sets_the_interval_of_its_progress_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from delta_eval.cli import main
+
+    config = tmp_path / "eval.toml"
+    config.write_text(
+        f'out = "run"\n[source]\npath = "{de.demo.DEMO_CONVERSATIONS}"\nmessages = "traj"\n'
+        '[sample]\nn = 3\n[baseline]\nmodel = "simulated:a"\n[candidate]\nmodel = "simulated:b"\n'
+    )
+    assert main(["run", str(config), "--progress-every", "0.001", "--fail-on", "never"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("delta-eval ")]
+    assert len(lines) >= 2  # lines while it ran, then the closing one
+    assert lines[-1].startswith("delta-eval completed:")
+    with pytest.raises(SystemExit):
+        main(["run", str(config), "--progress-every", "x"])
