@@ -1,6 +1,7 @@
 """The report of a run as one self-contained HTML page (no script, no network: inline CSS and SVG), for
 ``delta-eval report RUN_DIR --html``: the decision, win rates overall and per stratum with their intervals drawn,
-the funnel, cost and latency per side, what changed, and the themes with their pairs side by side.
+the funnel, cost and latency per side, what changed, and the themes with every pair side by side (collapsed), under a
+table of contents; long outputs wrap inside the page rather than widen it.
 
 Example::
 
@@ -20,14 +21,15 @@ from delta_eval.store import safe_paths
 __all__ = ["render_html", "write_html"]
 
 _CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:.5em 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left}
-td.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#777}
+table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto}
+td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;overflow-wrap:anywhere}
+td.n{text-align:right;font-variant-numeric:tabular-nums;overflow-wrap:normal}.muted{color:#777}
 .APPROVED{color:#17803d}.REJECTED{color:#b42318}.PARTIAL{color:#b54708}
-pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;font-size:12px}
-.side{display:grid;grid-template-columns:1fr 1fr 1fr;gap:8px}.side pre{margin:0}
-details{margin:.3em 0}summary{cursor:pointer}
+pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px;max-width:100%}
+.side{display:grid;grid-template-columns:repeat(3,minmax(0,1fr));gap:8px}.side pre{margin:0}
+details{margin:.3em 0}summary{cursor:pointer;overflow-wrap:anywhere}nav ol{columns:2}
 """
 
 
@@ -64,12 +66,25 @@ def _output(side: dict[str, Any] | None) -> str:
     return escape("\n".join(lines) or "(no reply)")
 
 
-def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int = 3) -> str:
-    """The page (see the module docstring); ``outcome`` picks the themes (default: where the candidate lost)."""
+#: The sections of the page, in order: (anchor, title).
+_SECTIONS = (("decision", "Decision"), ("win-rate", "Win rate of the candidate"), ("funnel", "Funnel"),
+             ("cost", "Cost and latency"), ("changes", "What changed"), ("themes", "Themes"),
+             ("report", "The text report"))  # fmt: skip
+
+
+def _h2(anchor: str) -> str:
+    return f"<h2 id={anchor}>{escape(dict(_SECTIONS)[anchor])}</h2>"
+
+
+def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int = 200) -> str:
+    """The page (see the module docstring); ``outcome`` picks the themes (default: where the candidate lost);
+    each theme lists its pairs, collapsed, up to ``pairs_per_theme`` (the page names how many more there are)."""
     s = a.summary()
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>delta_eval: {escape(str(a.path))}</title>"
            f"<style>{_CSS}</style></head><body>"]  # fmt: skip
     out.append(f"<h1>{escape(s['candidate'])} <span class=muted>vs</span> {escape(s['baseline'])}</h1>")
+    out.append("<nav><ol>" + "".join(f"<li><a href=#{k}>{escape(t)}</a></li>" for k, t in _SECTIONS) + "</ol></nav>")
+    out.append(_h2("decision"))
     if s.get("description"):
         out.append(f"<p>{escape(s['description'])}</p>")
     d = s.get("decision") or {}
@@ -78,24 +93,24 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
     out.append(f"<p class=muted>run folder {escape(s['run'])} ({escape(s['status'])}), {s['pairs']:,} pairs</p>")
     if s["damage"]:
         out.append("<p class=REJECTED>DAMAGED: " + escape("; ".join(s["damage"])) + "</p>")
-    out.append("<h2>Win rate of the candidate</h2><table><tr><th></th><th>estimate</th><th>95% CI</th>"
+    out.append(_h2("win-rate") + "<table><tr><th></th><th>estimate</th><th>95% CI</th>"
                "<th>pairs</th><th>0 &larr; 0.5 &rarr; 1</th></tr>")  # fmt: skip
     out.append(_rate_row("all pairs", s["win_rate"]["all"]))
     out.append(_rate_row("judged pairs", s["win_rate"]["judged"]))
     for row in s["by_stratum"]:
         out.append(_rate_row(row["stratum"], row))
     out.append("</table>")
-    out.append("<h2>Funnel</h2><table>")
+    out.append(_h2("funnel") + "<table>")
     for stage, n in s["funnel"].items():
         out.append(f"<tr><td>{escape(stage)}</td><td class=n>{n:,}</td></tr>")
-    out.append("</table><h2>Cost and latency</h2><table><tr><th>side</th><th>cost (USD)</th><th>latency p50</th>"
+    out.append("</table>" + _h2("cost") + "<table><tr><th>side</th><th>cost (USD)</th><th>latency p50</th>"
                "<th>p90</th><th>tool cap</th><th>errors</th></tr>")  # fmt: skip
     for side, v in s["sides"].items():
         cost = f"{v['cost_usd']:.4f}" if v["cost_usd"] is not None else "unknown"
         out.append(f"<tr><td>{escape(side)}</td><td class=n>{cost}</td><td class=n>{v['latency_ms_p50']} ms</td>"
                    f"<td class=n>{v['latency_ms_p90']} ms</td><td class=n>{v['hit_tool_cap']:.3f}</td>"
                    f"<td class=n>{v['errors']}</td></tr>")  # fmt: skip
-    out.append("</table><h2>What changed</h2><table><tr><th></th><th>baseline</th><th>candidate (95% CI)</th></tr>")
+    out.append("</table>" + _h2("changes") + "<table><tr><th></th><th>baseline</th><th>candidate (95% CI)</th></tr>")
     for row in a.changes():
         if row["kind"] == "behaviour":
             b, c = row["baseline"], row["candidate"]
@@ -107,7 +122,7 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
                        f"{row['pairs']['count']} pairs</td><td>{escape(tools)}</td></tr>")  # fmt: skip
     out.append("</table>")
     who = {"baseline": "where the candidate lost", "candidate": "where the candidate won"}.get(outcome, outcome)
-    out.append(f"<h2>Themes {escape(who)}</h2>")
+    out.append(_h2("themes") + f"<p class=muted>{escape(who)}</p>")
     themes = a.themes(outcome=outcome)  # type: ignore[arg-type]
     if not themes:
         out.append("<p class=muted>no stage-3 verdict with this outcome</p>")
@@ -120,7 +135,10 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
                             for side in ("baseline", "candidate", "recorded"))  # fmt: skip
             head = f"{escape(p['pair_id'])}: {escape(p['summary'][:200])}"
             out.append(f"<details><summary>{head}</summary><div class=side>{cells}</div></details>")
-    out.append("<h2>The text report</h2><pre>" + escape(render_report(a.result)) + "</pre></body></html>")
+        if t["size"] > pairs_per_theme:
+            out.append(f"<p class=muted>{t['size'] - pairs_per_theme:,} more pairs: delta-eval view "
+                       f"{escape(str(a.path))}</p>")  # fmt: skip
+    out.append(_h2("report") + "<pre>" + escape(render_report(a.result)) + "</pre></body></html>")
     return "\n".join(out)
 
 

@@ -174,7 +174,11 @@ def test_the_html_report_is_one_self_contained_page(run: de.RunResult, tmp_path:
         assert row["stratum"] in page
     for theme in a.themes():
         assert f"#{theme['id']} " in page
-        assert theme["members"][0] in page
+        assert all(member in page for member in theme["members"])  # every pair of a theme, collapsed
+    anchors = re.findall(r"<a href=#([\w-]+)>", page)
+    assert len(anchors) == 7  # the table of contents
+    assert all(f"<h2 id={anchor}>" in page for anchor in anchors)
+    assert "minmax(0,1fr)" in page  # side-by-side columns shrink to the page, long outputs wrap
     assert "<script" not in page
     assert "http://" not in page
     assert "https://" not in page  # nothing fetched when the page opens
