@@ -371,6 +371,18 @@ class SampledConversation(_Frozen):
             calls=c.calls,
         )
 
+    def conversation(self) -> Conversation:
+        """The conversation as it was read from its source (what :meth:`of` kept of it)."""
+        return Conversation(
+            id=self.conversation_id,
+            messages=self.messages,
+            tools=self.tools,
+            metadata=self.metadata,
+            source=self.source,
+            record=self.record,
+            calls=self.calls,
+        )
+
 
 class Stratum(_Frozen):
     """One stratum of the sample: its key, population size, sample size and weight (``population / sampled``)."""

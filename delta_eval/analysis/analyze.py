@@ -21,12 +21,15 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qs
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from delta_eval.analysis.changes import changes, pair_behaviours
+from delta_eval.analysis.evidence import decision_view
 from delta_eval.analysis.naming import LLMNamer
+from delta_eval.analysis.pair_filter import PairFilter, create_index
 from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes, prompt_sections
 from delta_eval.exceptions import RunFolderLinkError
@@ -34,8 +37,10 @@ from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
+from delta_eval.replay.points import point_at
 from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
+from delta_eval.store.tables import TABLES
 
 __all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze", "saved_themes"]
 
@@ -102,6 +107,7 @@ class Analysis:
         self.path = self.result.path
         self.cache = self.path / "analysis"
         self._con: Any = None
+        self._indexed = False
         self._fresh_cache()
 
     # -- cache -------------------------------------------------------------------------------------------------
@@ -247,9 +253,28 @@ class Analysis:
         if cached is not None:
             return dict(cached)
         d = self.result.decision()
-        data = {"outcome": d.outcome, "decided_by": d.decided_by, "estimand": d.estimand, "lines": d.lines()}
+        view = decision_view(d)
+        evidence = {"tests": [{"text": text, "links": [list(x) for x in links]} for text, links in view["tests"]],
+                    "gates": view["gates"], "strata": view["strata"]}  # fmt: skip
+        data = {"outcome": d.outcome, "decided_by": d.decided_by, "estimand": d.estimand, "lines": d.lines(),
+                "evidence": evidence}  # fmt: skip
         self._save("decision.json", data)
         return data
+
+    def filtered(self, query: str, *, limit: int = 50) -> dict[str, Any]:
+        """The pairs a pair-list query selects (the viewer's URL form, e.g. ``"outcome=baseline&severity=critical"``
+        or a gate's query in :meth:`decision`'s ``evidence``), in its order: how many (``total``) and the first
+        ``limit`` pair ids. The viewer's list filters (:class:`~delta_eval.analysis.pair_filter.PairFilter`) over
+        the same index, built once per analysis."""
+        f = PairFilter.from_query(parse_qs(query))
+        if not self._indexed:
+            create_index(self.con, saved_themes(self.result))
+            self._indexed = True
+        where, params = f.where()
+        order = f" ORDER BY {f.order_by()}"
+        ((total,),) = self.con.execute(f"SELECT count(*) FROM pair_index WHERE {where}", params).fetchall()
+        rows = self.con.execute(f"SELECT pair_id FROM pair_index WHERE {where}{order} LIMIT ?", [*params, limit])
+        return {"query": query, "total": int(total), "pair_ids": [str(r[0]) for r in rows.fetchall()]}
 
     # -- changes -----------------------------------------------------------------------------------------------
 
@@ -393,7 +418,26 @@ class Analysis:
                 "error": r["error"],
             }
         by_id = {v["pair_id"]: v for v in verdicts}
-        return [{**by_id[p], **sides.get(p, {})} for p in wanted if p in by_id]
+        asked = self._user_messages(verdicts)
+        return [{**by_id[p], "user": asked.get(p), **sides.get(p, {})} for p in wanted if p in by_id]
+
+    def _user_messages(self, verdicts: list[dict[str, Any]]) -> dict[str, str | None]:
+        """Each pair's last user message before its turn (as text, media as placeholders), from the stored
+        conversations: what the two sides were answering."""
+        ids = sorted({v["conversation_id"] for v in verdicts})
+        if not ids:
+            return {}
+        marks = ", ".join("?" * len(ids))
+        rows = to_arrow(self.con.sql(f"SELECT * FROM conversations WHERE conversation_id IN ({marks})", params=ids))
+        rows = rows.to_pylist()
+        conversations = {r["conversation_id"]: TABLES["conversations"].parse(r).conversation() for r in rows}
+        out: dict[str, str | None] = {}
+        for v in verdicts:
+            conversation = conversations.get(v["conversation_id"])
+            point = point_at(conversation, int(v["turn_index"])) if conversation is not None else None
+            users = [m for m in (point.context if point is not None else ()) if m.role == "user"]
+            out[v["pair_id"]] = users[-1].text_with_media() if users else None
+        return out
 
 
 def saved_themes(run: str | Path | RunResult) -> dict[str, list[dict[str, Any]]]:

@@ -1,7 +1,9 @@
 """The report of a run as one self-contained HTML page (no script, no network: inline CSS and SVG), for
-``delta-eval report RUN_DIR --html``: the decision, win rates overall and per stratum with their intervals drawn,
-the funnel, cost and latency per side, what changed, and the themes with every pair side by side (collapsed), under a
-table of contents; long outputs wrap inside the page rather than widen it.
+``delta-eval report RUN_DIR --html``: the decision and the pairs behind each of its gates, win rates overall and per
+stratum with their intervals drawn, the funnel, cost and latency per side, what changed, and the themes with every
+pair (collapsed: the user message, both sides with what only one of them said marked, the recorded turn), under a
+table of contents; long outputs wrap inside the page rather than widen it. The pairs behind a gate are those the
+viewer's link from that gate lists (the same filter, :mod:`delta_eval.analysis.evidence`).
 
 Example::
 
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from delta_eval.analysis.analyze import Analysis
+from delta_eval.analysis.diff import Segment, word_diff
+from delta_eval.analysis.evidence import decision_view
 from delta_eval.analysis.report import render_report
 from delta_eval.store import safe_paths
 
@@ -30,6 +34,8 @@ td.n{text-align:right;font-variant-numeric:tabular-nums;overflow-wrap:normal}.mu
 pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px;max-width:100%}
 .side{display:grid;grid-template-columns:repeat(3,minmax(0,1fr));gap:8px}.side pre{margin:0}
 details{margin:.3em 0}summary{cursor:pointer;overflow-wrap:anywhere}nav ol{columns:2}
+ins{background:#d9f2df;text-decoration:none}del{background:#fbe0dd;text-decoration:none}
+.pass{color:#17803d}.fail{color:#b42318}.user{background:#eef3fb}
 """
 
 
@@ -55,7 +61,8 @@ def _rate_row(label: str, r: dict[str, Any] | None) -> str:
     )
 
 
-def _output(side: dict[str, Any] | None) -> str:
+def _side_text(side: dict[str, Any] | None) -> str:
+    """A side's turn as plain text: its calls, its reply, its error."""
     if not side:
         return "(none)"
     lines = [f"[calls] {c}" for c in side.get("calls") or []]
@@ -63,11 +70,71 @@ def _output(side: dict[str, Any] | None) -> str:
         lines.append(str(side["text"]))
     if side.get("error"):
         lines.append(f"[error] {side['error']}")
-    return escape("\n".join(lines) or "(no reply)")
+    return "\n".join(lines) or "(no reply)"
+
+
+def _marked(segments: list[Segment]) -> str:
+    """Diff segments as escaped HTML, what only this side has marked."""
+    tag = {"ins": "ins", "del": "del"}
+    return "".join(
+        f"<{tag[s.kind]}>{escape(s.text)}</{tag[s.kind]}>" if s.kind in tag else escape(s.text) for s in segments
+    )
+
+
+def _pair(p: dict[str, Any]) -> str:
+    """One pair, collapsed: the judge's summary as its title; open, the user message, then the baseline and the
+    candidate with the words only one of them has marked, and the recorded turn."""
+    base, cand = word_diff(_side_text(p.get("baseline")), _side_text(p.get("candidate")))
+    cells = [_marked(base), _marked(cand), escape(_side_text(p.get("recorded")))]
+    boxes = "".join(f"<div><b>{side}</b><pre>{cell}</pre></div>"
+                    for side, cell in zip(("baseline", "candidate", "recorded"), cells, strict=True))  # fmt: skip
+    user = f"<pre class=user>{escape(p['user'])}</pre>" if p.get("user") else ""
+    said = f"{p.get('outcome')}" + (f", {p['severity']}" if p.get("severity") else "")
+    head = f"{escape(p['pair_id'])} <span class=muted>({escape(said)})</span>: {escape((p.get('summary') or '')[:200])}"
+    return f"<details><summary>{head}</summary>{user}<div class=side>{boxes}</div></details>"
+
+
+def _pairs_of(a: Analysis, query: str, limit: int) -> list[str]:
+    """The pairs a pair-list query selects, collapsed, and a line naming how many more the viewer shows."""
+    found = a.filtered(query, limit=limit)
+    out = [_pair(p) for p in a.pairs(pair_ids=found["pair_ids"], limit=limit)]
+    if not found["total"]:
+        out.append("<p class=muted>no pair</p>")
+    elif found["total"] > limit:
+        out.append(f"<p class=muted>{found['total'] - limit:,} more pairs: delta-eval view {escape(str(a.path))}"
+                   f" (filter {escape(query)})</p>")  # fmt: skip
+    return out
+
+
+def _evidence(a: Analysis, decision: dict[str, Any], limit: int) -> list[str]:
+    """The pairs behind each gate, each flagged stratum and the non-inferiority test (see
+    :mod:`delta_eval.analysis.evidence`), failed gates first."""
+    evidence = decision.get("evidence")
+    if evidence is None:  # a decision cached by an older version
+        view = decision_view(a.result.decision())
+        evidence = {"gates": view["gates"], "strata": view["strata"],
+                    "tests": [{"text": t, "links": links} for t, links in view["tests"]]}  # fmt: skip
+    out: list[str] = []
+    for g in sorted(evidence["gates"], key=lambda g: bool(g["passed"])):
+        mark = "<b class=pass>passed</b>" if g["passed"] else "<b class=fail>FAILED</b>"
+        out.append(f"<h3>{mark} {escape(g['text'])}</h3>")
+        if g.get("query"):
+            out += _pairs_of(a, g["query"], limit if not g["passed"] else min(limit, 10))
+        else:
+            out.append("<p class=muted>no pair filter shows this gate (see the text report)</p>")
+    for st in evidence["strata"]:
+        if st.get("worse"):
+            out.append(f"<h3><b class=fail>stratum worse</b> {escape(st['verdict'])}</h3>")
+            out += _pairs_of(a, f"{st['query']}&outcome=baseline&sort=severity&dir=desc", limit)
+    for test in evidence["tests"][:1]:  # the non-inferiority test: the pairs the candidate lost
+        out.append(f"<h3>{escape(test['text'])}</h3>")
+        out += _pairs_of(a, "outcome=baseline&sort=severity&dir=desc", limit)
+    return out
 
 
 #: The sections of the page, in order: (anchor, title).
-_SECTIONS = (("decision", "Decision"), ("win-rate", "Win rate of the candidate"), ("funnel", "Funnel"),
+_SECTIONS = (("decision", "Decision"), ("evidence", "The pairs behind each gate"),
+             ("win-rate", "Win rate of the candidate"), ("funnel", "Funnel"),
              ("cost", "Cost and latency"), ("changes", "What changed"), ("themes", "Themes"),
              ("report", "The text report"))  # fmt: skip
 
@@ -76,9 +143,11 @@ def _h2(anchor: str) -> str:
     return f"<h2 id={anchor}>{escape(dict(_SECTIONS)[anchor])}</h2>"
 
 
-def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int = 200) -> str:
+def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int = 200, pairs_per_gate: int = 50) -> str:
     """The page (see the module docstring); ``outcome`` picks the themes (default: where the candidate lost);
-    each theme lists its pairs, collapsed, up to ``pairs_per_theme`` (the page names how many more there are)."""
+    each theme lists its pairs, collapsed, up to ``pairs_per_theme``, and each gate, flagged stratum and the
+    non-inferiority test up to ``pairs_per_gate`` (a gate that passed: up to 10; the page names how many more
+    there are)."""
     s = a.summary()
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>delta_eval: {escape(str(a.path))}</title>"
            f"<style>{_CSS}</style></head><body>"]  # fmt: skip
@@ -93,6 +162,11 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
     out.append(f"<p class=muted>run folder {escape(s['run'])} ({escape(s['status'])}), {s['pairs']:,} pairs</p>")
     if s["damage"]:
         out.append("<p class=REJECTED>DAMAGED: " + escape("; ".join(s["damage"])) + "</p>")
+    out.append(_h2("evidence"))
+    if d.get("outcome"):
+        out += _evidence(a, d, pairs_per_gate)
+    else:
+        out.append(f"<p class=muted>{escape(d.get('decided_by') or 'no decision')}</p>")
     out.append(_h2("win-rate") + "<table><tr><th></th><th>estimate</th><th>95% CI</th>"
                "<th>pairs</th><th>0 &larr; 0.5 &rarr; 1</th></tr>")  # fmt: skip
     out.append(_rate_row("all pairs", s["win_rate"]["all"]))
@@ -130,11 +204,7 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
         section = f" &middot; prompt section: <i>{escape(t['section'])}</i>" if t["section"] else ""
         out.append(f"<h3>#{t['id']} {escape(t['name'])} <span class=muted>{t['size']} pairs "
                    f"({100 * t['share']:.0f}%)</span>{section}</h3>")  # fmt: skip
-        for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme):  # type: ignore[arg-type]
-            cells = "".join(f"<div><b>{side}</b><pre>{_output(p.get(side))}</pre></div>"
-                            for side in ("baseline", "candidate", "recorded"))  # fmt: skip
-            head = f"{escape(p['pair_id'])}: {escape(p['summary'][:200])}"
-            out.append(f"<details><summary>{head}</summary><div class=side>{cells}</div></details>")
+        out += [_pair(p) for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme)]  # type: ignore[arg-type]
         if t["size"] > pairs_per_theme:
             out.append(f"<p class=muted>{t['size'] - pairs_per_theme:,} more pairs: delta-eval view "
                        f"{escape(str(a.path))}</p>")  # fmt: skip

@@ -40,7 +40,7 @@ from delta_eval.schema import (
     TurnOutput,
 )
 
-__all__ = ["count_turns", "epochs", "pair_id", "pair_weight", "replay_points", "select_turns"]
+__all__ = ["count_turns", "epochs", "pair_id", "pair_weight", "point_at", "replay_points", "select_turns"]
 
 
 def pair_id(conversation_id: str, turn_index: int) -> str:
@@ -97,6 +97,15 @@ def replay_points(conversation: Conversation, *, greetings: bool = False) -> Ite
             tools=tools,
             metadata=conversation.metadata,
         )
+
+
+def point_at(conversation: Conversation, turn_index: int) -> ReplayPoint | None:
+    """The replay point of the turn ``turn_index`` of ``conversation`` (greetings counted, as a run counts them), as
+    the run built it: the context the sides were sent, the tools offered, the recorded turn; ``None`` if none."""
+    for point in replay_points(conversation, greetings=True):
+        if point.turn_index == turn_index:
+            return point
+    return None
 
 
 def _switches(conversation: Conversation) -> frozenset[int]:

@@ -39,9 +39,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from delta_eval.analysis.analyze import DECISION_MAX_PAIRS
+from delta_eval.analysis.evidence import decision_view
 from delta_eval.store.labels import LABELS, Label, write_labels
 from delta_eval.viewer.compare import Comparison
-from delta_eval.viewer.pages import decision_view, message_view, rounds
+from delta_eval.viewer.pages import message_view, rounds
 from delta_eval.viewer.queries import FLAGS, PAGE_SIZE, SORTS, PairFilter, RunView
 
 __all__ = ["ALLOWED_HOSTS", "create_app"]

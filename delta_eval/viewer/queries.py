@@ -1,212 +1,35 @@
 """The viewer's reads of one run folder, all through DuckDB with bound parameters.
 
-At start the run's pairs are gathered once into an in-memory table, ``pair_index``: one row per pair with what the
-pair list shows, filters and sorts by (the verdict's columns, each side's text, latency, cost, tool names and
-check flags, and one lower-cased text to search), stored in the list's default order. The Parquet views join
-three replays to each verdict and unnest tool calls, which is fine for one query and too slow for every page of a
-list of a million pairs; the index makes a page one scan of a narrow table with ``LIMIT``/``OFFSET``. A pair's
-own page reads the Parquet views (a handful of rows by ``pair_id``).
-
-Only column names chosen from the fixed tables below ever enter a statement's text; every value a person typed is
-bound as a parameter.
-
-Example:
-    >>> f = PairFilter.from_query({"outcome": ["baseline"], "q": ["refund"]})
-    >>> where, params = f.where()
-    >>> print(where)
-    outcome IN (?) AND contains(search, lower(?))
-    >>> params
-    ['baseline', 'refund']
+At start the run's pairs are gathered once into an in-memory table, ``pair_index`` (see
+:mod:`delta_eval.analysis.pair_filter`: one row per pair with what the pair list shows, filters and sorts by, stored
+in the list's default order); a page of the list is one scan of it. A pair's own page reads the Parquet views (a
+handful of rows by ``pair_id``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from delta_eval.analysis.analyze import DECISION_MAX_PAIRS, saved_themes
+from delta_eval.analysis.pair_filter import FILTERS, FLAGS, LIST_COLUMNS, SORTS, PairFilter, create_index
 from delta_eval.metrics import Decision
-from delta_eval.replay.points import replay_points
+from delta_eval.replay.points import point_at
 from delta_eval.result import RunResult
-from delta_eval.schema import Conversation, ReplayPoint
 from delta_eval.store.labels import latest_labels
 from delta_eval.store.tables import TABLES
 
-__all__ = ["FILTERS", "PAGE_SIZE", "SEARCH_CAP", "SORTS", "Page", "PairFilter", "RunView"]
+__all__ = ["FILTERS", "FLAGS", "PAGE_SIZE", "SEARCH_CAP", "SORTS", "Page", "PairFilter", "RunView"]
 
 #: Rows a page of the pair list shows.
 PAGE_SIZE = 50
 #: A text search counts its matches up to this many (then the list says "more than" and shows these).
 SEARCH_CAP = 10_000
-#: The list filters: query parameter -> the index column it matches (a parameter may be given several times: any of
-#: the values matches).
-FILTERS: dict[str, str] = {
-    "outcome": "outcome",
-    "stage": "stage",
-    "stratum": "stratum",
-    "severity": "severity",
-    "failed": "error_side",
-}
-#: Flags a pair can be filtered on (either side showed it): query value -> the index column.
-FLAGS: dict[str, str] = {
-    "invalid_tool_calls": "invalid_tool_calls",
-    "text_instead_of_action": "text_instead_of_action",
-    "no_decision": "no_decision",
-    "hit_tool_cap": "hit_tool_cap",
-    "replay_error": "replay_error",
-}
-#: Sort keys: query value -> the ORDER BY expression (constants only).
-SORTS: dict[str, str] = {
-    "turn": "seq {d}",
-    "pair": "pair_id {d}",
-    "outcome": "outcome {d}, pair_id",
-    "stage": "stage {d}, pair_id",
-    "stratum": "stratum {d}, pair_id",
-    "severity": "severity {d} NULLS LAST, pair_id",
-    "preference": "preference {d} NULLS LAST, pair_id",
-    "confidence": "confidence {d} NULLS LAST, pair_id",
-    "candidate_latency": "candidate_latency_ms {d} NULLS LAST, pair_id",
-    "baseline_latency": "baseline_latency_ms {d} NULLS LAST, pair_id",
-    "candidate_cost": "candidate_cost_usd {d} NULLS LAST, pair_id",
-    "baseline_cost": "baseline_cost_usd {d} NULLS LAST, pair_id",
-}
-
-_INDEX = """
-CREATE TABLE pair_index AS
-WITH sides AS (
-    SELECT pair_id, side, final_text, latency_ms, cost_usd, invalid_tool_calls, text_instead_of_action,
-           no_decision, hit_tool_cap, error,
-           flatten(list_transform(steps, lambda s: list_transform(s.tool_calls, lambda c: c.name))) AS tools
-    FROM replays WHERE side IN ('baseline', 'candidate')
-), per_pair AS (
-    SELECT pair_id,
-           any_value(final_text) FILTER (WHERE side = 'baseline') AS baseline_full,
-           any_value(final_text) FILTER (WHERE side = 'candidate') AS candidate_full,
-           any_value(latency_ms) FILTER (WHERE side = 'baseline') AS baseline_latency_ms,
-           any_value(latency_ms) FILTER (WHERE side = 'candidate') AS candidate_latency_ms,
-           any_value(cost_usd) FILTER (WHERE side = 'baseline') AS baseline_cost_usd,
-           any_value(cost_usd) FILTER (WHERE side = 'candidate') AS candidate_cost_usd,
-           list_distinct(flatten(list(tools))) AS tools,
-           coalesce(bool_or(invalid_tool_calls > 0), false) AS invalid_tool_calls,
-           coalesce(bool_or(text_instead_of_action), false) AS text_instead_of_action,
-           coalesce(bool_or(no_decision), false) AS no_decision,
-           coalesce(bool_or(hit_tool_cap), false) AS hit_tool_cap,
-           coalesce(bool_or(error IS NOT NULL), false) AS replay_error
-    FROM sides GROUP BY pair_id
-)
-SELECT row_number() OVER (ORDER BY v.conversation_id, v.turn_index, v.epoch, v.pair_id) AS seq,
-       v.pair_id, v.conversation_id, v.turn_index, v.epoch, v.stage, v.outcome, v.stratum, v.severity,
-       v.error_side, v.preference, v.confidence, left(v.summary, 300) AS summary,
-       left(p.baseline_full, 160) AS baseline_text, left(p.candidate_full, 160) AS candidate_text,
-       p.* EXCLUDE (pair_id, baseline_full, candidate_full),
-       lower(concat_ws(chr(10), v.pair_id, v.summary, p.baseline_full, p.candidate_full)) AS search
-FROM verdicts v LEFT JOIN per_pair p USING (pair_id)
-ORDER BY seq
-"""
-_LIST_COLUMNS = (
-    "pair_id, conversation_id, turn_index, epoch, stage, outcome, stratum, severity, error_side, preference, "
-    "confidence, summary, baseline_text, candidate_text, baseline_latency_ms, candidate_latency_ms, "
-    "baseline_cost_usd, candidate_cost_usd, tools"
-)
-
-
-@dataclass(frozen=True)
-class PairFilter:
-    """What the pair list shows: the filters a person chose, the text searched, the sort and the page."""
-
-    values: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    flags: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()
-    themes: tuple[str, ...] = ()
-    q: str = ""
-    sort: str = "turn"
-    desc: bool = False
-    page: int = 1
-
-    @classmethod
-    def from_query(cls, query: Mapping[str, Sequence[str]]) -> PairFilter:
-        """The filter of a URL's query (parameter -> its values); unknown parameters and sort keys are ignored."""
-
-        def many(name: str) -> tuple[str, ...]:
-            return tuple(dict.fromkeys(v for v in query.get(name, ()) if v != ""))
-
-        def one(name: str, default: str = "") -> str:
-            got = [v for v in query.get(name, ()) if v != ""]
-            return got[-1] if got else default
-
-        try:
-            page = max(1, int(one("page", "1")))
-        except ValueError:
-            page = 1
-        sort = one("sort", "turn")
-        return cls(
-            values={k: many(k) for k in FILTERS if many(k)},
-            flags=tuple(f for f in many("flag") if f in FLAGS),
-            tools=many("tool"),
-            themes=many("theme"),
-            q=one("q").strip(),
-            sort=sort if sort in SORTS else "turn",
-            desc=one("dir") == "desc",
-            page=page,
-        )
-
-    def where(self) -> tuple[str, list[Any]]:
-        """The SQL condition on ``pair_index`` (``TRUE`` for no filter) and its bound parameters."""
-        parts: list[str] = []
-        params: list[Any] = []
-        for name, values in self.values.items():
-            column = FILTERS[name]
-            # "none" stands for a missing value (no severity, no failed side), which IN never matches
-            wanted = [v for v in values if v != "none"]
-            alternatives = [f"{column} IN ({', '.join('?' * len(wanted))})"] if wanted else []
-            if len(wanted) < len(values):
-                alternatives.append(
-                    f"{column} IS NULL" if name != "severity" else "coalesce(severity, 'none') = 'none'"
-                )
-            parts.append("(" + " OR ".join(alternatives) + ")" if len(alternatives) > 1 else alternatives[0])
-            params += wanted
-        parts += [FLAGS[f] for f in self.flags]
-        if self.tools:
-            parts.append(f"list_has_any(tools, [{', '.join('?' * len(self.tools))}]::VARCHAR[])")
-            params += list(self.tools)
-        if self.themes:
-            marks = ", ".join("?" * len(self.themes))
-            parts.append(f"pair_id IN (SELECT pair_id FROM pair_themes WHERE theme IN ({marks}))")
-            params += list(self.themes)
-        if self.q:
-            # one lower-cased column of the pair's id, summary and both full texts: a substring test on it is one
-            # fast scan, where ILIKE on four columns folds case row by row
-            parts.append("contains(search, lower(?))")
-            params.append(self.q)
-        return (" AND ".join(parts) or "TRUE"), params
-
-    def order_by(self) -> str:
-        """The ORDER BY clause of the sort (built from :data:`SORTS` only)."""
-        return SORTS[self.sort].format(d="DESC" if self.desc else "ASC")
-
-    def query(self, **changes: Any) -> str:
-        """This filter as a URL query string, with ``changes`` (``page=2``, ``sort="preference"``) applied."""
-        state: dict[str, Any] = {
-            **{k: list(v) for k, v in self.values.items()},
-            "flag": list(self.flags),
-            "tool": list(self.tools),
-            "theme": list(self.themes),
-            "q": self.q,
-            "sort": self.sort if self.sort != "turn" else "",
-            "dir": "desc" if self.desc else "",
-            "page": self.page if self.page != 1 else "",
-        }
-        state.update(changes)
-        pairs = [
-            (k, v) for k, vs in state.items() for v in (vs if isinstance(vs, list) else [vs]) if v not in ("", None)
-        ]
-        return urlencode(pairs)
 
 
 @dataclass(frozen=True)
@@ -230,26 +53,10 @@ class RunView:
         self.path = self.result.path
         self.name = self.path.name
         self._con = self.result.connect()
-        self._con.execute(_INDEX)
-        self._themes()
+        self.pairs = create_index(self._con, saved_themes(self.path))
         self._lock = threading.Lock()
         self._decision: Decision | None = None
         self._facets: dict[str, list[tuple[str, int]]] | None = None
-        # fetchall, never fetchone: a result left half-read keeps a DuckDB connection busy for the next statement
-        ((pairs,),) = self._con.execute("SELECT count(*) FROM pair_index").fetchall()
-        self.pairs = int(pairs)
-
-    def _themes(self) -> None:
-        """The themes the analysis saved (``delta-eval analyze``), as (pair, theme) rows: none until it ran."""
-        rows = [
-            (pair_id, f"{outcome}: {theme.get('name') or theme.get('id')}")
-            for outcome, themes in saved_themes(self.path).items()
-            for theme in themes
-            for pair_id in theme.get("members") or ()
-        ]
-        self._con.execute("CREATE TABLE pair_themes (pair_id VARCHAR, theme VARCHAR)")
-        if rows:
-            self._con.executemany("INSERT INTO pair_themes VALUES (?, ?)", rows)
 
     @contextmanager
     def cursor(self) -> Iterator[Any]:
@@ -314,7 +121,7 @@ class RunView:
                 total = int(found)
             page, pages, offset = _place(f.page, total, size)
             rel = cur.execute(
-                f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE {where}{_order(f)} LIMIT ? OFFSET ?",
+                f"SELECT {LIST_COLUMNS} FROM pair_index WHERE {where}{_order(f)} LIMIT ? OFFSET ?",
                 [*params, size, offset],
             )
             return Page(rows=_dicts(rel), total=total, page=page, pages=pages, offset=offset)
@@ -339,13 +146,13 @@ class RunView:
             wanted = seqs[offset : offset + size]
             # the BETWEEN lets DuckDB skip the row groups outside the page (the index is stored by seq)
             rel = cur.execute(
-                f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE seq BETWEEN ? AND ? "
+                f"SELECT {LIST_COLUMNS} FROM pair_index WHERE seq BETWEEN ? AND ? "
                 "AND seq IN (SELECT unnest(?::BIGINT[])) ORDER BY seq",
                 [min(wanted), max(wanted), wanted],
             )
         else:
             rel = cur.execute(
-                f"SELECT {_LIST_COLUMNS} FROM pair_index WHERE seq IN (SELECT unnest(?::BIGINT[])) "
+                f"SELECT {LIST_COLUMNS} FROM pair_index WHERE seq IN (SELECT unnest(?::BIGINT[])) "
                 f"ORDER BY {f.order_by()} LIMIT ? OFFSET ?",
                 [seqs, size, offset],
             )
@@ -401,7 +208,8 @@ class RunView:
                 "SELECT * FROM conversations WHERE conversation_id = ? LIMIT 1", [verdict["conversation_id"]]
             )
             conversation = _dicts(conversations)
-        point = _point(conversation[0], int(verdict["turn_index"])) if conversation else None
+        stored = TABLES["conversations"].parse(conversation[0]) if conversation else None
+        point = point_at(stored.conversation(), int(verdict["turn_index"])) if stored is not None else None
         for j in judgements:
             j["raw"] = _json(j.get("raw"))
         return {
@@ -452,22 +260,3 @@ def _json(text: Any) -> Any:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def _point(row: dict[str, Any], turn_index: int) -> ReplayPoint | None:
-    """The replay point of the turn, rebuilt from the stored conversation the way the run built it: the context
-    the sides were sent, the tools offered, the recorded turn."""
-    sampled = TABLES["conversations"].parse(row)
-    conversation = Conversation(
-        id=sampled.conversation_id,
-        messages=sampled.messages,
-        tools=sampled.tools,
-        metadata=sampled.metadata,
-        source=sampled.source,
-        record=sampled.record,
-        calls=sampled.calls,
-    )
-    for point in replay_points(conversation, greetings=True):
-        if point.turn_index == turn_index:
-            return point
-    return None

@@ -3,6 +3,7 @@ themes are seeded and cached, the pairs come with both outputs, and the CLI and 
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -176,7 +177,7 @@ def test_the_html_report_is_one_self_contained_page(run: de.RunResult, tmp_path:
         assert f"#{theme['id']} " in page
         assert all(member in page for member in theme["members"])  # every pair of a theme, collapsed
     anchors = re.findall(r"<a href=#([\w-]+)>", page)
-    assert len(anchors) == 7  # the table of contents
+    assert len(anchors) == 8  # the table of contents
     assert all(f"<h2 id={anchor}>" in page for anchor in anchors)
     assert "minmax(0,1fr)" in page  # side-by-side columns shrink to the page, long outputs wrap
     assert "<script" not in page
@@ -265,3 +266,42 @@ def test_themes_from_a_providers_embeddings_through_the_real_sdk(run: de.RunResu
     assert len(themes) >= 2
     cached = [p.name for p in (run.path / "analysis").glob("themes-*Embedder*")]
     assert len(cached) == 1
+
+
+def test_the_html_report_lists_the_pairs_behind_each_gate(run: de.RunResult, tmp_path: Path) -> None:
+    a = de.analyze(run.path)
+    target = tmp_path / "r.html"
+    assert main(["report", str(run.path), "--html", str(target)]) == 0
+    page = target.read_text()
+    evidence = page[page.index("<h2 id=evidence>") : page.index("<h2 id=win-rate>")]
+    gates = a.decision()["evidence"]["gates"]
+    failed = [g for g in gates if not g["passed"]]
+    assert failed, "the demo's candidate fails a gate: the test needs one"
+    blocks = re.split(r"<h3>", evidence)[1:]
+    for g in gates:
+        block = next(b for b in blocks if html.escape(g["text"]) in b)
+        found = a.filtered(g["query"], limit=50 if not g["passed"] else 10)
+        shown = re.findall(r"<details><summary>([^ <]+) ", block)
+        assert shown == found["pair_ids"]  # the viewer's filter behind the gate, in its order
+        assert ("FAILED" in block) == (not g["passed"])
+    assert evidence.index("FAILED") < evidence.index("passed")  # failed gates first
+    # a pair opened: what the user said, and the words only one side has marked
+    one = a.pairs(pair_ids=a.filtered(failed[0]["query"])["pair_ids"], limit=1)[0]
+    assert one["user"]
+    assert html.escape(one["user"]) in page
+    assert "<ins>" in evidence
+    assert "<del>" in evidence
+
+
+def test_filtered_pairs_are_what_the_query_says(run: de.RunResult) -> None:
+    a = de.analyze(run.path)
+    con = run.connect()
+    for query, where in [("severity=critical", "severity = 'critical'"), ("outcome=baseline", "outcome = 'baseline'"),
+                         ("stage=judge&outcome=candidate", "stage = 'judge' AND outcome = 'candidate'")]:  # fmt: skip
+        expected = {r[0] for r in con.execute(f"SELECT pair_id FROM verdicts WHERE {where}").fetchall()}
+        got = a.filtered(query, limit=10_000)
+        assert got["total"] == len(expected) > 0
+        assert set(got["pair_ids"]) == expected
+    ordered = a.filtered("sort=candidate_latency&dir=desc", limit=5)["pair_ids"]
+    latency = dict(con.execute("SELECT pair_id, latency_ms FROM replays WHERE side = 'candidate'").fetchall())
+    assert [latency[p] for p in ordered] == sorted((latency[p] for p in ordered), reverse=True)

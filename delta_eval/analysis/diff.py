@@ -1,9 +1,9 @@
-"""Differences between the two sides' outputs, as segments a template marks up (never HTML: escaping stays with
+"""Differences between the two sides' outputs, as segments a page marks up (never HTML: escaping stays with
 the template engine, since both outputs are untrusted model text).
 
 :func:`word_diff` compares texts word by word; :func:`json_diff` compares JSON (tool-call arguments, tool results)
 line by line after a canonical layout (sorted keys, indented), so that key order and spacing never show as changes.
-Both use :class:`difflib.SequenceMatcher`.
+Both use :class:`difflib.SequenceMatcher`. The viewer and the static report mark them.
 
 Example:
     >>> a, b = word_diff("the flight is booked", "the flight is not booked")
