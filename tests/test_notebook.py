@@ -23,8 +23,13 @@ def test_the_notebook_executes_and_draws_from_the_run_folder(tmp_path: Path, mon
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 2  # the win rates with their intervals, the funnel
-    text = "".join(o.get("text", "") for o in outputs)
-    assert "decision:" in text
-    assert "#0 " in text  # the themes
+    # win rates with their intervals, the funnel, cost and latency per side, behaviours, themes
+    assert len(images) == 5
+    markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+    assert "decision: **" in markdown
+    assert "| gate |" in markdown  # each gate, passed or not, and the pairs behind it
+    assert "| #0 " in markdown  # the themes with their prompt sections
+    pairs = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert pairs
+    assert all("<details open>" in html and "<div class=side>" in html for html in pairs)
     assert (tmp_path / "runs" / "notebook-demo" / "analysis").is_dir()  # read through de.analyze, cached

@@ -22,7 +22,7 @@ from delta_eval.analysis.evidence import decision_view
 from delta_eval.analysis.report import render_report
 from delta_eval.store import safe_paths
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["pair_html", "render_html", "write_html"]
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
@@ -81,9 +81,27 @@ def _marked(segments: list[Segment]) -> str:
     )
 
 
-def _pair(p: dict[str, Any]) -> str:
-    """One pair, collapsed: the judge's summary as its title; open, the user message, then the baseline and the
-    candidate with the words only one of them has marked, and the recorded turn."""
+#: What a pair needs of the page's style, for a pair shown alone (a notebook cell).
+_PAIR_CSS = (
+    ".side{display:grid;grid-template-columns:repeat(3,minmax(0,1fr));gap:8px}.side pre{margin:0;white-space:pre-wrap;"
+    "overflow-wrap:anywhere;font-size:12px}ins{background:#d9f2df;text-decoration:none}"
+    "del{background:#fbe0dd;text-decoration:none}.user{background:#eef3fb;white-space:pre-wrap}.muted{color:#777}"
+)
+
+
+def pair_html(p: dict[str, Any], *, open: bool = False, styled: bool = False) -> str:
+    """One pair of :meth:`Analysis.pairs <delta_eval.analysis.analyze.Analysis.pairs>` as HTML, collapsed (``open``:
+    expanded): the judge's summary as its title; inside, the user message, then the baseline and the candidate with
+    the words only one of them has marked, and the recorded turn. ``styled`` adds the style it needs, to show it
+    alone (e.g. ``IPython.display.HTML(pair_html(p, open=True, styled=True))`` in a notebook).
+
+    Example:
+        >>> page = pair_html({"pair_id": "c1#2", "outcome": "baseline", "summary": "skipped the lookup",
+        ...                   "user": "where is my order?", "baseline": {"calls": ["get_order({})"]},
+        ...                   "candidate": {"text": "Let me check."}, "recorded": None})
+        >>> "<del>get_order({})</del>" in page, "<ins>me check.</ins>" in page
+        (True, True)
+    """
     base, cand = word_diff(_side_text(p.get("baseline")), _side_text(p.get("candidate")))
     cells = [_marked(base), _marked(cand), escape(_side_text(p.get("recorded")))]
     boxes = "".join(f"<div><b>{side}</b><pre>{cell}</pre></div>"
@@ -91,13 +109,15 @@ def _pair(p: dict[str, Any]) -> str:
     user = f"<pre class=user>{escape(p['user'])}</pre>" if p.get("user") else ""
     said = f"{p.get('outcome')}" + (f", {p['severity']}" if p.get("severity") else "")
     head = f"{escape(p['pair_id'])} <span class=muted>({escape(said)})</span>: {escape((p.get('summary') or '')[:200])}"
-    return f"<details><summary>{head}</summary>{user}<div class=side>{boxes}</div></details>"
+    style = f"<style>{_PAIR_CSS}</style>" if styled else ""
+    details = "<details open>" if open else "<details>"
+    return f"{style}{details}<summary>{head}</summary>{user}<div class=side>{boxes}</div></details>"
 
 
 def _pairs_of(a: Analysis, query: str, limit: int) -> list[str]:
     """The pairs a pair-list query selects, collapsed, and a line naming how many more the viewer shows."""
     found = a.filtered(query, limit=limit)
-    out = [_pair(p) for p in a.pairs(pair_ids=found["pair_ids"], limit=limit)]
+    out = [pair_html(p) for p in a.pairs(pair_ids=found["pair_ids"], limit=limit)]
     if not found["total"]:
         out.append("<p class=muted>no pair</p>")
     elif found["total"] > limit:
@@ -204,7 +224,7 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
         section = f" &middot; prompt section: <i>{escape(t['section'])}</i>" if t["section"] else ""
         out.append(f"<h3>#{t['id']} {escape(t['name'])} <span class=muted>{t['size']} pairs "
                    f"({100 * t['share']:.0f}%)</span>{section}</h3>")  # fmt: skip
-        out += [_pair(p) for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme)]  # type: ignore[arg-type]
+        out += [pair_html(p) for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme)]  # type: ignore[arg-type]
         if t["size"] > pairs_per_theme:
             out.append(f"<p class=muted>{t['size'] - pairs_per_theme:,} more pairs: delta-eval view "
                        f"{escape(str(a.path))}</p>")  # fmt: skip
