@@ -36,6 +36,7 @@ from delta_eval.testing.servers.provider import FakeProviderServer
 from delta_eval.variant import Variant
 
 __all__ = [
+    "DATA",
     "DEMO_CONVERSATIONS",
     "DEMO_TOOLS",
     "WIRES",
@@ -51,11 +52,12 @@ __all__ = [
     "wire_models",
 ]
 
-_DATA = Path(str(files("delta_eval") / "data" / "tau_bench_airline"))
+#: The bundled tau-bench airline export (MIT): conversations and the tools they were offered.
+DATA = Path(str(files("delta_eval") / "data" / "tau_bench_airline"))
 #: The 200 recorded gpt-4o airline conversations (tau-bench, MIT).
-DEMO_CONVERSATIONS = _DATA / "gpt-4o-airline.json"
+DEMO_CONVERSATIONS = DATA / "gpt-4o-airline.json"
 #: The airline domain's 14 tool specs, OpenAI function format.
-DEMO_TOOLS = _DATA / "airline_tools.json"
+DEMO_TOOLS = DATA / "airline_tools.json"
 
 #: Tools that change the booking database, in the order that names a task's type.
 WRITE_ACTIONS = (

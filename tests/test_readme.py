@@ -132,7 +132,14 @@ def test_the_nested_export_example_of_the_readme_reads_a_tau2_file(
     assert good[0].metadata["domain"] == "airline"
 
 
-def test_the_format_examples_of_the_readme_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+_NATIVE = {"claude": "anthropic", "gemini": "gemini", "responses": "openai-responses", "logs": "anthropic"}
+_TRACES = {"otel": ("otel-traces", "otel"), "phoenix": ("spans", "openinference"),
+           "langfuse": ("observations", "langfuse"), "langsmith": ("runs", "langsmith")}  # fmt: skip
+
+
+def _write_format_files(folder: Path) -> list[Any]:
+    """The files the README's one-line reads name (chat.jsonl, claude.jsonl, otel-traces.jsonl, ...), holding
+    three demo conversations each in that format; the conversations."""
     import json
 
     import delta_eval as de
@@ -141,21 +148,26 @@ def test_the_format_examples_of_the_readme_read(tmp_path: Path, monkeypatch: pyt
 
     convs, _ = de.demo.demo_conversations().load()
     convs = convs[:3]
+    files: dict[str, list[dict[str, object]]] = {"chat": [{"id": c.id, "messages": c.model_dump()["messages"]}
+                                                          for c in convs]}  # fmt: skip
+    files |= {name: records_of(fmt, convs) for name, fmt in _NATIVE.items()}
+    files |= {file: list(trace_records(fmt, convs)) for file, fmt in _TRACES.values()}
+    for name, records in files.items():
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
+    return convs
+
+
+def test_the_format_examples_of_the_readme_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import delta_eval as de
+
+    convs = _write_format_files(tmp_path)
     readme = (ROOT / "README.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.+?)\n```", readme, flags=re.S) if "message_format=" in b]
     monkeypatch.chdir(tmp_path)
-    native = {"claude": "anthropic", "gemini": "gemini", "responses": "openai-responses", "logs": "anthropic"}
-    traces = {"otel": ("otel-traces", "otel"), "phoenix": ("spans", "openinference"),
-              "langfuse": ("observations", "langfuse"), "langsmith": ("runs", "langsmith")}  # fmt: skip
-    files: dict[str, list[dict[str, object]]] = {"chat": [{"id": c.id, "messages": c.model_dump()["messages"]}
-                                                          for c in convs]}  # fmt: skip
-    files |= {name: records_of(fmt, convs) for name, fmt in native.items()}
-    files |= {file: list(trace_records(fmt, convs)) for file, fmt in traces.values()}
-    for name, records in files.items():
-        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
     scope: dict[str, object] = {"de": de}
     for block in blocks:
         exec(block, scope)
+    native, traces = _NATIVE, _TRACES
     for name in ["chat", *native, *traces, "traces"]:
         good, bad = scope[name].load()  # type: ignore[attr-defined]
         assert bad == [], name
@@ -262,3 +274,38 @@ def test_every_readme_example_is_accepted_by_a_fake_that_refuses_what_its_model_
             except de.DeltaEvalError as exc:
                 refused.append(f"{model} {params}: {exc}")
     assert refused == []
+
+
+@pytest.mark.slow
+def test_every_python_example_of_the_readme_runs_in_order_from_a_fresh_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tau_raw: list, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new user's session: every Python block of the README, top to bottom in one namespace, in an empty folder
+    holding only the files the examples say are the user's own (their exports). Nothing is defined for them: each
+    block stands on what it and the blocks before it define. The judges' block calls real providers and is run by
+    test_every_judge_example_of_the_readme_builds_its_judges instead."""
+    import json
+
+    from tests.ingest.test_nested_exports import tau2_document
+
+    readme = (ROOT / "README.md").read_text()
+    judges = readme.split("## Judges", 1)[1].split("\n## ", 1)[0]
+    blocks = [b for b in re.findall(r"```python\n(.+?)\n```", readme, flags=re.S) if b not in judges]
+    assert len(blocks) >= 10
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DELTA_EVAL_RUN", raising=False)
+    _write_format_files(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps(tau2_document(tau_raw[:3])))
+    (tmp_path / "export.jsonl").write_text(
+        json.dumps({"messages": [{"role": "user", "content": "I am Ana Lima"}], "user": {"name": "Ana Lima"}}) + "\n"
+    )
+    scope: dict[str, Any] = {"__name__": "readme"}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), scope)
+    assert (tmp_path / "runs" / "demo" / "manifest.json").exists()  # the run folder the later examples open
+    assert scope["a"].summary()["pairs"] == scope["result"].counts.pairs > 0
+    assert scope["actual"].manifest.estimate is not None  # the estimated run keeps its estimate
+    assert scope["d"].outcome in ("APPROVED", "PARTIAL", "REJECTED")
+    assert (tmp_path / "runs" / "demo-stream" / "manifest.json").exists()
+    printed = capsys.readouterr().out
+    assert re.search(r"^\S+#\d+ (deterministic|equivalence|judge) ", printed, flags=re.M)  # the stream's verdicts

@@ -131,7 +131,7 @@ def find_themes(
         return []
     terms = np.array(vectorizer.get_feature_names_out())
     n = tfidf.shape[0]
-    if n < 4 or tfidf.shape[1] < 2:
+    if n < 4 or tfidf.shape[1] < 2 or _all_alike(tfidf):
         labels = np.zeros(n, dtype=int)
         space = tfidf.toarray()
     else:
@@ -178,6 +178,15 @@ def find_themes(
                             pair_ids=[pair_ids[i] for i in order[:5]], examples=examples,
                             members=[pair_ids[i] for i in order]))  # fmt: skip
     return themes
+
+
+def _all_alike(tfidf: Any) -> bool:
+    """Whether every reason has the same vector (no column varies): one theme, with nothing to reduce or cluster
+    (the SVD would divide by their zero variance)."""
+    from sklearn.utils.sparsefuncs import mean_variance_axis
+
+    _, variance = mean_variance_axis(tfidf.tocsr(), axis=0)
+    return bool(np.all(variance <= 1e-12))
 
 
 def attribute(themes: list[Theme], texts_of: dict[int, list[str]], sections: list[Section]) -> None:

@@ -305,3 +305,13 @@ def test_filtered_pairs_are_what_the_query_says(run: de.RunResult) -> None:
     ordered = a.filtered("sort=candidate_latency&dir=desc", limit=5)["pair_ids"]
     latency = dict(con.execute("SELECT pair_id, latency_ms FROM replays WHERE side = 'candidate'").fetchall())
     assert [latency[p] for p in ordered] == sorted((latency[p] for p in ordered), reverse=True)
+
+
+def test_reasons_all_alike_make_one_theme_without_a_warning() -> None:
+    import warnings
+
+    reasons = ["Reply A called get_user_details with a different 'user_id' argument"] * 12
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the SVD divided by their zero variance
+        themes = find_themes(reasons, [f"p{i}" for i in range(12)], seed=0)
+    assert [t.size for t in themes] == [12]

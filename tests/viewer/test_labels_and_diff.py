@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from delta_eval.store.labels import Label, latest_labels, read_labels, write_labels
 from delta_eval.analysis.diff import json_diff, word_diff
+from delta_eval.store.labels import Label, latest_labels, read_labels, write_labels
 
 
 def test_each_batch_is_a_new_file_and_the_newest_label_of_a_person_wins(tmp_path: Path) -> None:
