@@ -119,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
+    report.add_argument("--candidate", help="in a run of several candidates, the one to report (default: the first)")
     report.add_argument(
         "--html",
         nargs="?",
@@ -130,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
 
     an = sub.add_parser("analyze", parents=[common], help="what changed and why: summary, behaviours, themes")
     an.add_argument("run_dir", type=Path)
+    an.add_argument("--candidate", help="in a run of several candidates, the one to analyse (default: the first)")
     an.add_argument("--json", action="store_true", help="one JSON document (for agents and scripts)")
     an.add_argument(
         "--outcome",
@@ -211,17 +213,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             from delta_eval.analysis.analyze import analyze
             from delta_eval.analysis.html import write_html
 
-            _print(write_html(analyze(args.run_dir), None if args.html is True else args.html))
-            return _gate(args, open_result(args.run_dir)) if _gating(args) else 0
+            chosen = open_result(args.run_dir, args.candidate)
+            _print(write_html(analyze(chosen), None if args.html is True else args.html))
+            return _gate(args, chosen) if _gating(args) else 0
         if args.command == "report":
-            result = open_result(args.run_dir)
+            result = open_result(args.run_dir, args.candidate)
             _print(render_report(result, noise_floor=args.noise_floor))
             return _gate(args, result) if _gating(args) else 0
         if args.command == "analyze":
             from delta_eval.analysis.analyze import analyze
             from delta_eval.analysis.text import analysis_text
 
-            a = analyze(args.run_dir)
+            a = analyze(open_result(args.run_dir, args.candidate))
             data = {"summary": a.summary(), "changes": a.changes(), "themes": a.themes(outcome=args.outcome)}
             _print(json.dumps(data, indent=1, default=str) if args.json else analysis_text(data, args.outcome))
             return 0

@@ -25,6 +25,7 @@ Relative paths in a config file are relative to the file.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,12 +40,16 @@ from delta_eval.fingerprint import comparable
 from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
 from delta_eval.metrics.decision import DecisionRule
+from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid, redact_secrets
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.variant import Variant
 
 __all__ = ["RunConfig", "load_config"]
+
+#: A candidate's name in a run of several: it ends each of its pair ids (``conversation#turn~name``).
+_CANDIDATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class RunConfig(BaseModel):
@@ -83,12 +88,20 @@ class RunConfig(BaseModel):
     - ``decision``: how the report and :meth:`~delta_eval.result.RunResult.decision` turn the numbers into
       APPROVED / PARTIAL / REJECTED (the estimate that decides, its margin, gates, your own checks, ...; see
       :class:`~delta_eval.metrics.decision.DecisionRule`); ``de.plan`` and ``stop_early`` read the same rule.
+    - ``candidates``: several candidates instead of one ``candidate`` (each with its own ``name``: ``candidate-1``,
+      ... where none is given). Each turn is replayed once on the baseline and once per candidate, and each
+      candidate is judged against the baseline: a pair is (turn, candidate), its id ``conversation#turn~name``.
+      :class:`~delta_eval.result.RunResult` reads one candidate at a time; the report and
+      :func:`~delta_eval.analysis.leaderboard.leaderboard` rank them.
+    - ``score``: the weights of a composite score shown on the leaderboard beside each candidate's decision
+      (:class:`~delta_eval.metrics.score.ScoreWeights`; never instead of the decision).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     baseline: Variant
-    candidate: Variant
+    candidate: Variant | None = None
+    candidates: tuple[Variant, ...] = ()
     out: Path
     source: SourceConfig | None = None
     sample: Stratified | None = None
@@ -111,6 +124,7 @@ class RunConfig(BaseModel):
     description: str | None = None
     noise_floor: Path | None = None
     decision: DecisionRule = DecisionRule()
+    score: ScoreWeights | None = None
 
     @property
     def all_prices(self) -> dict[str, Price]:
@@ -121,13 +135,60 @@ class RunConfig(BaseModel):
         # Name the sides so that rows say which is which even when both run the same model.
         if not self.baseline.name:
             object.__setattr__(self, "baseline", self.baseline.model_copy(update={"name": "baseline"}))
-        if not self.candidate.name:
-            object.__setattr__(self, "candidate", self.candidate.model_copy(update={"name": "candidate"}))
-        if self.candidate == self.baseline:
+        if self.candidate is not None and self.candidates and self.candidate != self.candidates[0]:
+            # (a config validated again keeps ``candidate`` as the first of its ``candidates``)
+            raise ConfigError("give one candidate (candidate=) or several (candidates=), not both")
+        if self.candidate is None and not self.candidates:
+            raise ConfigError("a run needs a candidate: candidate= (or candidates=[...] to compare several)")
+        if len(self.candidates) == 1:  # one candidate however it is given: the same run, pairs and fingerprint
+            object.__setattr__(self, "candidate", self.candidates[0])
+            object.__setattr__(self, "candidates", ())
+        if self.candidates:
+            self._name_candidates()
+            return
+        candidate = self.candidate
+        assert candidate is not None
+        if not candidate.name or candidate == self.baseline:
             # An A/A run (the same variant on both sides, to measure the judges' noise floor): still two sides.
-            object.__setattr__(self, "candidate", self.candidate.model_copy(update={"name": "candidate"}))
-        if self.baseline.name == self.candidate.name:
+            object.__setattr__(self, "candidate", candidate.model_copy(update={"name": "candidate"}))
+        if self.baseline.name == self.the_candidate.name:
             raise ConfigError(f"baseline and candidate must have different names, both are {self.baseline.name!r}")
+
+    def _name_candidates(self) -> None:
+        """Several candidates: each named (``candidate-1``, ... where not), names unique and fit for a pair id."""
+        named = tuple(
+            v if v.name else v.model_copy(update={"name": f"candidate-{i}"}) for i, v in enumerate(self.candidates, 1)
+        )
+        names = [v.name for v in named]
+        for name in names:
+            if not _CANDIDATE_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"candidates: name {name!r} must be letters, digits, '.', '_' or '-' (it names pairs)"
+                )
+            if name in ("baseline", "candidate", "recorded", self.baseline.name):
+                raise ConfigError(f"candidates: name {name!r} is taken (baseline, candidate and recorded are sides)")
+        if len(set(names)) < len(names):
+            raise ConfigError(f"candidates: names must differ, got {names}")
+        object.__setattr__(self, "candidates", named)
+        object.__setattr__(self, "candidate", named[0])
+
+    @property
+    def the_candidate(self) -> Variant:
+        """The candidate of a one-candidate run, or the first of several."""
+        assert self.candidate is not None  # set by model_post_init
+        return self.candidate
+
+    @property
+    def fleet(self) -> bool:
+        """Whether the run compares several candidates with the baseline (pairs are then per candidate)."""
+        return len(self.candidates) > 1
+
+    def sides(self) -> dict[str, Variant]:
+        """What is replayed, by key: ``baseline``, then ``candidate`` in a one-candidate run, or each candidate's
+        name when there are several."""
+        if self.fleet:
+            return {"baseline": self.baseline, **{v.name: v for v in self.candidates}}
+        return {"baseline": self.baseline, "candidate": self.the_candidate}
 
     @property
     def cache_path(self) -> Path:
@@ -142,10 +203,12 @@ class RunConfig(BaseModel):
         the settings of a model's connection (see :mod:`delta_eval.fingerprint`).
         """
         operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
-                       "noise_floor", "decision", "stop_early", "overwrite", "retry_errors"}  # fmt: skip
+                       "noise_floor", "decision", "stop_early", "overwrite", "retry_errors", "score"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)
+        for variant in data.get("candidates", ()):
+            variant.pop("limits", None)
         # How a model is reached (its URL's port, timeouts, headers, key variables) is not what it is asked.
         redacted: dict[str, Any] = redact_secrets(comparable(data))
         return redacted
@@ -155,6 +218,19 @@ class RunConfig(BaseModel):
         :func:`~delta_eval.redact.redact_secrets`): what a run folder keeps of it."""
         data: dict[str, Any] = redact_secrets(self.model_dump(mode="json"))
         return data
+
+
+def _resolve_variant(side: str, given: Mapping[str, Any], rel: Any) -> dict[str, Any]:
+    """A variant's table with its file paths made relative to the config file, ``system_prompt_file`` read."""
+    variant = dict(given)
+    if isinstance(variant.get("tools"), str):
+        variant["tools"] = rel(variant["tools"])
+    if "system_prompt_file" in variant:
+        path = Path(rel(variant.pop("system_prompt_file")))
+        if not path.exists():
+            raise ConfigError(f"{side}.system_prompt_file not found: {path}")
+        variant["system_prompt"] = path.read_text(encoding="utf-8")
+    return variant
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -185,17 +261,16 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             for m in (judge if isinstance(judge, list) else [judge])
         ]
         data["judges"] = {**data["judges"], "judge": members if isinstance(judge, list) else members[0]}
+    sides = [(side, data[side]) for side in ("baseline", "candidate") if isinstance(data.get(side), Mapping)]
+    listed = data.get("candidates")
+    if isinstance(listed, list):
+        sides += [(f"candidates[{i}]", v) for i, v in enumerate(listed) if isinstance(v, Mapping)]
+    resolved = {side: _resolve_variant(side, variant, rel) for side, variant in sides}
     for side in ("baseline", "candidate"):
-        if isinstance(data.get(side), Mapping):
-            variant = dict(data[side])
-            if isinstance(variant.get("tools"), str):
-                variant["tools"] = rel(variant["tools"])
-            if "system_prompt_file" in variant:
-                path = Path(rel(variant.pop("system_prompt_file")))
-                if not path.exists():
-                    raise ConfigError(f"{side}.system_prompt_file not found: {path}")
-                variant["system_prompt"] = path.read_text(encoding="utf-8")
-            data[side] = variant
+        if side in resolved:
+            data[side] = resolved[side]
+    if isinstance(listed, list):
+        data["candidates"] = [resolved.get(f"candidates[{i}]", v) for i, v in enumerate(listed)]
     return data
 
 

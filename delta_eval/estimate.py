@@ -543,10 +543,11 @@ def estimate_sample(
     c = config
     conversations, points = _points(c, source, sample)
     notes: list[str] = []
-    requests: dict[str, list[tuple[ReplayPoint, Any]]] = {"baseline": [], "candidate": []}
+    sides = c.sides()  # baseline, then the candidate (or each candidate by name)
+    requests: dict[str, list[tuple[ReplayPoint, Any]]] = {side: [] for side in sides}
     skipped = 0
     for point in points:
-        for side, variant in (("baseline", c.baseline), ("candidate", c.candidate)):
+        for side, variant in sides.items():
             try:
                 requests[side].append((point, build_request(point, variant, source.name)))
             except RecordError:
@@ -557,15 +558,16 @@ def estimate_sample(
     prices = c.all_prices
     parts = [
         _side(side, variant.model, variant.params, requests[side], c, tokenizer, prices)
-        for side, variant in (("baseline", c.baseline), ("candidate", c.candidate))
+        for side, variant in sides.items()
     ]
-    views = [
+    views = [  # each candidate's pairs are judged against the baseline
         PairView(
             point=point,
             a=SideView(output=point.recorded, request=base),
             b=SideView(output=point.recorded, request=cand),
         )
-        for (point, base), (_, cand) in zip(requests["baseline"], requests["candidate"], strict=True)
+        for side in list(sides)[1:]
+        for (point, base), (_, cand) in zip(requests["baseline"], requests[side], strict=True)
     ]
     funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL
     parts += _judge_parts(c.judges, views, funnel, tokenizer, prices, c.models, notes)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
@@ -39,20 +39,47 @@ from delta_eval.stopping import EarlyStop, random_order
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.session import Resume
 
-__all__ = ["Stages", "VerdictCallback", "run_stages"]
+__all__ = ["Stages", "VerdictCallback", "candidate_pair_id", "run_stages"]
 
 VerdictCallback = Callable[[Verdict], Awaitable[None] | None]
 
 
 @dataclass
 class _Pair:
-    """A replay point on its way through the stages: replayed on both sides, then decided."""
+    """A replay point on its way through the stages: replayed on the baseline and on each candidate still to
+    decide (``candidates``: the keys of :meth:`RunConfig.sides`), then decided per candidate."""
 
     point: ReplayPoint
     stratum: str
     weight: float
-    replays: dict[Side, SideReplay] = field(default_factory=dict)
-    decision: Decision | None = None
+    candidates: tuple[str, ...] = ("candidate",)
+    replays: dict[str, SideReplay] = field(default_factory=dict)
+    decisions: dict[str, Decision] = field(default_factory=dict)
+
+    def of(self, candidate: str) -> ReplayPoint:
+        """The point as the pair of ``candidate`` names it: its own pair id in a run of several candidates."""
+        if candidate == "candidate":
+            return self.point
+        return self.point.model_copy(update={"pair_id": candidate_pair_id(self.point.pair_id, candidate)})
+
+
+def candidate_pair_id(point_pair_id: str, candidate: str) -> str:
+    """The pair id of a point and one candidate of several: ``conversation#turn~name`` (a one-candidate run keeps
+    ``conversation#turn``).
+
+    Example:
+        >>> candidate_pair_id("t1#3", "gpt-5-mini")
+        't1#3~gpt-5-mini'
+    """
+    return point_pair_id if candidate == "candidate" else f"{point_pair_id}~{candidate}"
+
+
+def _as_pair(side: SideReplay, point: ReplayPoint) -> SideReplay:
+    """The baseline's replay of a point, named for one candidate's pair (replayed once, stored with each pair)."""
+    if side.replay.pair_id == point.pair_id:
+        return side
+    error = side.error.model_copy(update={"pair_id": point.pair_id}) if side.error is not None else None
+    return replace(side, replay=side.replay.model_copy(update={"pair_id": point.pair_id}), error=error)
 
 
 @dataclass
@@ -73,6 +100,11 @@ class Stages:
     stop: EarlyStop | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The candidates' keys: ``("candidate",)``, or each candidate's name in a run of several."""
+        return tuple(self.config.sides())[1:]
 
     def _early_stop(
         self, items: list[tuple[int, Conversation]], sample: SampleResult
@@ -100,7 +132,7 @@ class Stages:
     async def load(
         self,
         sample: SampleResult,
-        send: ObjectSendStream[tuple[_Pair, Side]],
+        send: ObjectSendStream[tuple[_Pair, str]],
         write: ObjectSendStream[_Pair | SampledConversation],
     ) -> None:
         async with send, write:
@@ -132,26 +164,32 @@ class Stages:
                     await write.send(record)
                 each = pair_weight(weight, len(all_points), len(points))
                 for point in epochs(points, self.config.epochs):
-                    if point.pair_id not in self.state.done_pairs:
-                        pair = _Pair(point, stratum, each)
-                        await send.send((pair, "baseline"))
-                        await send.send((pair, "candidate"))
+                    todo = tuple(
+                        k for k in self.candidates if candidate_pair_id(point.pair_id, k) not in self.state.done_pairs
+                    )
+                    if todo:
+                        pair = _Pair(point, stratum, each, todo)
+                        await send.send((pair, "baseline"))  # once, whatever the number of candidates
+                        for key in todo:
+                            await send.send((pair, key))
 
     async def replay(
         self,
-        recv: ObjectReceiveStream[tuple[_Pair, Side]],
+        recv: ObjectReceiveStream[tuple[_Pair, str]],
         send: ObjectSendStream[_Pair],
-        sides: dict[Side, Replayer],
+        sides: dict[str, Replayer],
     ) -> None:
         # Each side of a pair is replayed on its own: a side that finishes early frees its worker for other work
         # instead of holding it while the other side takes more tool rounds. The second side to finish sends the
         # pair on (workers share one event loop, so the check and the send cannot interleave).
         async with recv, send:
-            async for pair, side in recv:
-                done = pair.replays[side] = await sides[side].replay(pair.point, side)
+            async for pair, key in recv:
+                side: Side = "baseline" if key == "baseline" else "candidate"
+                done = pair.replays[key] = await sides[key].replay(pair.of(key) if side == "candidate" else pair.point,
+                                                                   side)  # fmt: skip
                 self.progress.add_spend(done.replay.usage, done.replay.cost_usd)
-                if len(pair.replays) == len(sides):
-                    self.progress.replayed += 1
+                if len(pair.replays) == 1 + len(pair.candidates):
+                    self.progress.replayed += len(pair.candidates)
                     await send.send(pair)
 
     async def judge(
@@ -162,21 +200,26 @@ class Stages:
     ) -> None:
         async with recv, write:
             async for pair in recv:
-                base, cand = pair.replays["baseline"], pair.replays["candidate"]
-                pair.decision = await cascade.decide(
-                    pair.point,
-                    base.replay,
-                    cand.replay,
-                    baseline_request=base.request,
-                    candidate_request=cand.request,
-                    stratum=pair.stratum,
-                    weight=pair.weight,
-                )
-                for judgement in pair.decision.judgements:
-                    # A rule-based judge calls no model: no tokens, and no price to have (its cost is None).
-                    free = judgement.cost_usd is None and judgement.usage == Usage()
-                    self.progress.add_spend(judgement.usage, 0.0 if free else judgement.cost_usd)
-                self.progress.count_verdict(pair.decision.verdict.stage)
+                for key in pair.candidates:  # each candidate against the baseline
+                    point = pair.of(key)
+                    base, cand = _as_pair(pair.replays["baseline"], point), pair.replays[key]
+                    decision = await cascade.decide(
+                        point,
+                        base.replay,
+                        cand.replay,
+                        baseline_request=base.request,
+                        candidate_request=cand.request,
+                        stratum=pair.stratum,
+                        weight=pair.weight,
+                    )
+                    if key != "candidate":
+                        decision = replace(decision, verdict=decision.verdict.model_copy(update={"candidate": key}))
+                    pair.decisions[key] = decision
+                    for judgement in decision.judgements:
+                        # A rule-based judge calls no model: no tokens, and no price to have (its cost is None).
+                        free = judgement.cost_usd is None and judgement.usage == Usage()
+                        self.progress.add_spend(judgement.usage, 0.0 if free else judgement.cost_usd)
+                    self.progress.count_verdict(decision.verdict.stage)
                 await write.send(pair)
 
     def sample(self) -> SampleResult:
@@ -192,7 +235,8 @@ class Stages:
 
         counters = {"n_pairs": n_pairs, "greetings": greetings}
         plan = sample_source(self.source, c.sample or Stratified(), counters=counters)
-        p.read, p.read_errors, p.pairs_total = plan.read, plan.read_errors, plan.totals["n_pairs"]
+        p.read, p.read_errors = plan.read, plan.read_errors
+        p.pairs_total = plan.totals["n_pairs"] * len(self.candidates)  # a pair per point and candidate
         p.greetings_skipped = plan.totals["greetings"]
         p.strata_without_pairs = plan.strata_without_turns()
         self.notes += plan.sample.notes
@@ -223,21 +267,23 @@ class Stages:
                     if isinstance(item, SampledConversation):
                         folder.add("conversations", [item])
                         continue
-                    base, cand, decision = item.replays["baseline"], item.replays["candidate"], item.decision
-                    assert decision is not None
-                    folder.add("replays", [base.replay, cand.replay, recorded_replay(item.point)])
-                    folder.add("verdicts", [decision.verdict])
-                    verdict = decision.verdict
-                    if self.stop is not None and self.stop.add(verdict.conversation_id, verdict.model_dump()):
-                        self.progress.phase = "stopped early"
-                        self.wake.set()
-                    folder.add("judgements", decision.judgements)
-                    errors = [e for e in (base.error, cand.error) if e is not None] + decision.errors
-                    folder.add("errors", errors)
-                    self.progress.error_rows += len(errors)
-                    self.since_commit += 1
-                    if self.on_verdict is not None and (out := self.on_verdict(decision.verdict)) is not None:
-                        await out
+                    for key, decision in item.decisions.items():
+                        # a pair's rows, one pair per candidate: the baseline's replay is stored with each
+                        point = item.of(key)
+                        base, cand = _as_pair(item.replays["baseline"], point), item.replays[key]
+                        folder.add("replays", [base.replay, cand.replay, recorded_replay(point)])
+                        folder.add("verdicts", [decision.verdict])
+                        verdict = decision.verdict
+                        if self.stop is not None and self.stop.add(verdict.conversation_id, verdict.model_dump()):
+                            self.progress.phase = "stopped early"
+                            self.wake.set()
+                        folder.add("judgements", decision.judgements)
+                        errors = [e for e in (base.error, cand.error) if e is not None] + decision.errors
+                        folder.add("errors", errors)
+                        self.progress.error_rows += len(errors)
+                        self.since_commit += 1
+                        if self.on_verdict is not None and (out := self.on_verdict(decision.verdict)) is not None:
+                            await out
                     if self.since_commit >= self.config.flush_every or time.monotonic() - self.last_commit > 5.0:
                         # Parquet encoding releases the GIL: on a thread, replays go on while a batch is written.
                         # Only this task adds rows, and it waits here, so the batch cannot change under the write.
@@ -248,17 +294,17 @@ class Stages:
             self.wake.set()
 
 
-async def run_stages(stages: Stages, sample: SampleResult, sides: dict[Side, Replayer], cascade: JudgeCascade) -> None:
+async def run_stages(stages: Stages, sample: SampleResult, sides: dict[str, Replayer], cascade: JudgeCascade) -> None:
     """Run the stages on ``sample`` until every pair is written (or the run is cancelled)."""
     c = stages.config
-    points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, Side]](2 * c.concurrency)
+    points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, str]](2 * c.concurrency)
     pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judge_concurrency)
     write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](c.flush_every)
     stages.progress.phase = "replaying"
     stages.progress.replay_started = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(stages.load, sample, points_send, write_send.clone())
-        for _ in range(2 * c.concurrency):  # a worker per side of ``concurrency`` pairs
+        for _ in range(len(sides) * c.concurrency):  # a worker per side of ``concurrency`` pairs
             tg.start_soon(stages.replay, points_recv.clone(), pairs_send.clone(), sides)
         for _ in range(c.judge_concurrency):
             tg.start_soon(stages.judge, pairs_recv.clone(), write_send.clone(), cascade)

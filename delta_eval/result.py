@@ -12,28 +12,86 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, WinRate, decide, win_rate, win_rates_by
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.views import open_run
+from delta_eval.variant import Variant
 
 __all__ = ["RunResult", "open_result"]
 
+#: The datasets that hold rows of pairs (filtered to one candidate's pairs in a run of several).
+_PER_PAIR = ("verdicts", "replays", "judgements", "errors")
+#: The counts of what was read and sampled: the same for every candidate of a run.
+_SAMPLE_COUNTS = ("read", "read_errors", "population", "excluded_by_where", "sampled", "greetings_skipped",
+                  "strata_without_pairs")  # fmt: skip
+
 
 class RunResult:
-    """The outputs of one run folder."""
+    """The outputs of one run folder.
 
-    def __init__(self, path: str | Path) -> None:
+    A run of several candidates (``candidates=``) is read one candidate at a time: ``candidate`` names it (default:
+    the first), and every table, view, count, win rate and decision is then that candidate's against the baseline,
+    as if it had been a run of its own; :attr:`candidates` lists them, :meth:`of` opens another.
+    """
+
+    def __init__(self, path: str | Path, candidate: str | None = None) -> None:
         self.path = Path(path)
         self._folder = RunFolder(self.path)
         manifest = self._folder.manifest()
         if manifest is None:
             raise RunFolderError(f"{self.path} is not a delta_eval run folder (no manifest.json)")
-        self.manifest: RunManifest = manifest
+        #: The names of the run's candidates (one: ``[]``, the run has a single candidate side).
+        self.candidates: list[str] = [str(v.get("name")) for v in manifest.config.get("candidates") or ()]
+        #: The candidate this result reads (``None`` in a run of one candidate).
+        self.candidate: str | None = None
+        if self.candidates:
+            self.candidate = candidate or self.candidates[0]
+            if self.candidate not in self.candidates:
+                raise RunFolderError(f"{self.path} has no candidate {candidate!r}; it has {', '.join(self.candidates)}")
+        elif candidate not in (None, "candidate", (manifest.config.get("candidate") or {}).get("name")):
+            raise RunFolderError(f"{self.path} is a run of one candidate, not of several: no candidate {candidate!r}")
         #: The damaged batches of the folder, left out of every table and view (a rerun repairs them).
         self.damage: list[Damage] = self._folder.damage()
+        self.manifest: RunManifest = manifest if self.candidate is None else self._candidate_manifest(manifest)
+
+    def of(self, candidate: str) -> RunResult:
+        """The same run folder read for another of its candidates."""
+        return RunResult(self.path, candidate)
+
+    @property
+    def analysis_dir(self) -> Path:
+        """Where analyses of this result are kept: ``RUN/analysis``, or ``RUN/analysis/<candidate>`` for one
+        candidate of several."""
+        return self.path / "analysis" if self.candidate is None else self.path / "analysis" / self.candidate
+
+    def _candidate_manifest(self, manifest: RunManifest) -> RunManifest:
+        """The manifest as this candidate's own run would have it: its side, its model, its counts."""
+        variant = next(v for v in manifest.config["candidates"] if v.get("name") == self.candidate)
+        counts = RunCounts.tally(
+            self.table("verdicts"),
+            self.table("errors"),
+            self.table("judgements"),
+            **{k: getattr(manifest.counts, k) for k in _SAMPLE_COUNTS},
+            pairs_planned=manifest.counts.pairs_planned // len(self.candidates),
+            calls=manifest.counts.calls,
+        )
+        config = {**manifest.config, "candidate": variant}
+        try:
+            described = Variant.model_validate(variant).describe()
+        except ValueError:  # a redacted setting that no longer validates: its name and model say enough
+            described = f"{variant.get('name')}: {variant.get('model')}"
+        return manifest.model_copy(
+            update={
+                "candidate": described,
+                "candidate_model": variant.get("model", ""),
+                "config": config,
+                "counts": counts,
+            }
+        )
 
     @property
     def status(self) -> RunStatus:
@@ -50,8 +108,19 @@ class RunResult:
     ) -> pa.Table:
         """One dataset of the run as an Arrow table (``.to_pandas()`` for a DataFrame). The messages of
         ``conversations`` name their media by hash; ``media`` holds the bytes, once each
-        (:meth:`delta_eval.store.folder.RunFolder.read_conversations` joins them back)."""
-        return self._folder.read(name)
+        (:meth:`delta_eval.store.folder.RunFolder.read_conversations` joins them back). For one candidate of several,
+        ``verdicts``, ``replays``, ``judgements`` and ``errors`` hold only its pairs (and the errors of no pair)."""
+        table = self._folder.read(name)
+        if self.candidate is None or name not in _PER_PAIR:
+            return table
+        verdicts = self._folder.read("verdicts")
+        mine = verdicts.filter(pc.equal(verdicts["candidate"], self.candidate))
+        if name == "verdicts":
+            return mine
+        keep = pc.is_in(table["pair_id"], value_set=mine["pair_id"])
+        if name == "errors":
+            keep = pc.or_kleene(keep, pc.is_null(table["pair_id"]))
+        return table.filter(pc.fill_null(keep, False))
 
     def win_rate(
         self,
@@ -130,12 +199,13 @@ class RunResult:
     def connect(self) -> Any:
         """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,
         ``strata``, ``media``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`)."""
-        return open_run(self.path)
+        return open_run(self.path, candidate=self.candidate)
 
     def __repr__(self) -> str:
-        return f"RunResult({str(self.path)!r}, status={self.status!r}, pairs={self.counts.pairs})"
+        which = f", candidate={self.candidate!r}" if self.candidate is not None else ""
+        return f"RunResult({str(self.path)!r}{which}, status={self.status!r}, pairs={self.counts.pairs})"
 
 
-def open_result(path: str | Path) -> RunResult:
-    """The :class:`RunResult` of an existing run folder."""
-    return RunResult(path)
+def open_result(path: str | Path, candidate: str | None = None) -> RunResult:
+    """The :class:`RunResult` of an existing run folder (of one of its candidates, in a run of several)."""
+    return RunResult(path, candidate)

@@ -34,12 +34,11 @@ from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer
 from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
 from delta_eval.sampling.stratified import SampleResult
-from delta_eval.schema import Conversation, Side
+from delta_eval.schema import Conversation
 from delta_eval.store import safe_paths
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest, RunStatus
 from delta_eval.store.session import FolderSession
-from delta_eval.variant import Variant
 
 __all__ = ["execute"]
 
@@ -109,10 +108,6 @@ def _record_estimate(
     session.folder.write_manifest(session.manifest)
 
 
-def _sides(config: RunConfig) -> tuple[tuple[Side, Variant], ...]:
-    return ("baseline", config.baseline), ("candidate", config.candidate)
-
-
 async def execute(
     config: RunConfig,
     conversations: ConversationSource | Iterable[Conversation] | None = None,
@@ -137,10 +132,10 @@ async def execute(
         config=c.public_dump(),
         source=source.name,
         baseline=c.baseline.describe(),
-        candidate=c.candidate.describe(),
+        candidate=c.the_candidate.describe(),
         description=c.description,
         baseline_model=c.baseline.model,
-        candidate_model=c.candidate.model,
+        candidate_model=c.the_candidate.model,
         equivalence_judge=c.judges.names()[0],
         judge=c.judges.names()[1],
         judge_models=c.judges.models(),
@@ -149,12 +144,12 @@ async def execute(
     )
     # Models and judges are built before anything is written: an unknown model, a missing SDK or key, or bad
     # provider options stop the run here, with the folder untouched.
-    simulated = any(split_model_id(v.model)[0] == "simulated" for _, v in _sides(c))
+    simulated = any(split_model_id(v.model)[0] == "simulated" for v in c.sides().values())
     recordings = RecordingIndex() if simulated else None
     pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings, models=c.models))
     try:
         simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
-        sides: dict[Side, Replayer] = {
+        sides: dict[str, Replayer] = {
             side: Replayer(
                 pool.client(v.model, v.provider_options, v.limits, label=v.name),
                 v,
@@ -164,7 +159,7 @@ async def execute(
                 source.name,
                 c.judges.match,
             )
-            for side, v in _sides(c)
+            for side, v in c.sides().items()
         }
         cascade = build_cascade(
             c.judges, JudgeContext(pool=pool, prices=c.all_prices, seed=c.seed, match=c.judges.match)

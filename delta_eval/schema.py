@@ -573,7 +573,8 @@ class Verdict(_Frozen):
     ``orders_agree`` says, for a pair judged in both orders (by stage 3, or by its audit), whether every judge's
     two answers agreed. ``severity`` belongs to the side that lost the pair. For an ``error`` verdict,
     ``error_side`` says what failed: ``baseline``, ``candidate`` or ``both`` replays (the side that failed loses the
-    pair in the win rate), or ``judge`` (no judge could decide).
+    pair in the win rate), or ``judge`` (no judge could decide). ``candidate`` names the candidate of the pair in a
+    run of several candidates (``None`` in a run of one).
     """
 
     pair_id: str
@@ -602,6 +603,7 @@ class Verdict(_Frozen):
     error: str | None = None
     error_side: Literal["baseline", "candidate", "both", "judge"] | None = None
     details: dict[str, Any] = Field(default_factory=dict)
+    candidate: str | None = None
 
 
 class Judgement(_Frozen):

@@ -105,7 +105,7 @@ class Analysis:
     def __init__(self, run: str | Path | RunResult) -> None:
         self.result = run if isinstance(run, RunResult) else open_result(run)
         self.path = self.result.path
-        self.cache = self.path / "analysis"
+        self.cache = self.result.analysis_dir
         self._con: Any = None
         self._indexed = False
         self._fresh_cache()
@@ -445,7 +445,7 @@ def saved_themes(run: str | Path | RunResult) -> dict[str, list[dict[str, Any]]]
     writing anything: none when no analysis ran, or when the run changed since (its cache is stale). Where several
     were saved for an outcome (other ``k`` or names), the newest."""
     result = run if isinstance(run, RunResult) else open_result(run)
-    cache = result.path / "analysis"
+    cache = result.analysis_dir
     try:
         stamp = json.loads((cache / "stamp.json").read_text(encoding="utf-8")).get("stamp")
     except (OSError, ValueError, AttributeError):

@@ -27,6 +27,9 @@ from delta_eval.store.tables import DATASETS, SCHEMAS
 
 __all__ = ["open_run"]
 
+#: The datasets of pairs' rows, filtered to one candidate's pairs in a run of several.
+_PER_PAIR = ("verdicts", "replays", "judgements", "errors")
+
 _PAIRS = """
 CREATE VIEW pairs AS
 SELECT v.*,
@@ -73,8 +76,12 @@ def _held_paths(snapshot: Snapshot) -> dict[str, list[Path]] | None:
     return {name: [held / str(fd) for _, fd in files] for name, files in snapshot.files.items()}
 
 
-def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
+def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str | None = None) -> Any:
     """A DuckDB connection with views over the run folder's datasets (see the module docstring).
+
+    In a run of several candidates, ``candidate`` names one: ``verdicts``, ``replays``, ``judgements``, ``errors``
+    (and so ``pairs`` and ``tool_calls``) then hold only its pairs against the baseline, as in a run of its own;
+    ``all_verdicts`` (and ``all_replays``, ...) keep every candidate's, with the verdicts' ``candidate`` column.
 
     The views cover the batches committed when it is called, as a snapshot: a rerun dropping or recomputing
     batches meanwhile changes nothing the connection reads (the files are held open for as long as the connection
@@ -105,13 +112,22 @@ def open_run(run_dir: str | Path, database: str = ":memory:") -> Any:
         weakref.finalize(con, snapshot.close)  # the files stay readable while the connection does
     for name in DATASETS:
         files = committed[name]
+        view = quote_ident(f"all_{name}" if candidate is not None and name in _PER_PAIR else name)
         if files:
             paths = ", ".join(quote_literal(str(f)) for f in files)  # a view keeps its text: no bound values
-            view = quote_ident(name)
             con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{paths}], union_by_name = true)")
         else:
             con.register(f"_{name}_empty", SCHEMAS[name].empty_table())
-            con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT * FROM {quote_ident('_' + name + '_empty')}")
+            con.execute(f"CREATE VIEW {view} AS SELECT * FROM {quote_ident('_' + name + '_empty')}")
+    if candidate is not None:
+        mine = quote_literal(candidate)
+        con.execute(f"CREATE VIEW verdicts AS SELECT * FROM all_verdicts WHERE candidate = {mine}")
+        for name in ("replays", "judgements"):
+            con.execute(
+                f"CREATE VIEW {name} AS SELECT * FROM all_{name} WHERE pair_id IN (SELECT pair_id FROM verdicts)"
+            )
+        con.execute("CREATE VIEW errors AS SELECT * FROM all_errors "
+                    "WHERE pair_id IS NULL OR pair_id IN (SELECT pair_id FROM verdicts)")  # fmt: skip
     con.execute(_PAIRS)
     con.execute(_TOOL_CALLS)
     return con
