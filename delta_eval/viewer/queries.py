@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from delta_eval.analysis.analyze import DECISION_MAX_PAIRS, saved_themes
+from delta_eval.analysis.themes import section_label
 from delta_eval.metrics import Decision
 from delta_eval.replay.points import replay_points
 from delta_eval.result import RunResult
@@ -240,10 +241,19 @@ class RunView:
         self.pairs = int(pairs)
 
     def _themes(self) -> None:
-        """The themes the analysis saved (``delta-eval analyze``), as (pair, theme) rows: none until it ran."""
+        """The themes the analysis saved (``delta-eval analyze``), as (pair, theme) rows: none until it ran; and
+        each theme's prompt section in words (:func:`~delta_eval.analysis.themes.section_label`), by theme."""
+        saved = saved_themes(self.path)
+        #: A theme's prompt section, how the candidate changed it and how sure the attribution is, by filter value.
+        self.theme_sections = {
+            f"{outcome}: {theme.get('name') or theme.get('id')}": section_label(theme)
+            for outcome, themes in saved.items()
+            for theme in themes
+            if theme.get("section")
+        }
         rows = [
             (pair_id, f"{outcome}: {theme.get('name') or theme.get('id')}")
-            for outcome, themes in saved_themes(self.path).items()
+            for outcome, themes in saved.items()
             for theme in themes
             for pair_id in theme.get("members") or ()
         ]
