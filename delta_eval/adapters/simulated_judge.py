@@ -56,19 +56,33 @@ def is_judge_schema(schema: dict[str, Any] | None) -> bool:
 _SAID = re.compile(r"\breply [AB] ([^;.]+)")
 
 
+_NAMED = re.compile(r"\b(required|extra|called) (\w+)")
+_SLOT = {"required": "required tool", "extra": "extra tool", "called": "called a tool"}
+
+
 def theme_name(text: str) -> str:
     """The simulated namer's name for a theme: the behaviour its example reasons state most often, with the tool
-    and argument names kept.
+    and argument names kept; where the examples state it of several tools, the tools are listed after it.
 
     Example:
         >>> examples = "- reply B skipped the required book call; B 0.\\n- reply A skipped the required book call"
         >>> theme_name(f"<examples>\\n{examples}\\n</examples>")
         'Skipped the required book call'
+        >>> theme_name("reply B skipped the required book call; reply A skipped the required cancel call")
+        'Skipped the required tool call (book, cancel)'
     """
     said: list[str] = _SAID.findall(_section(text, "examples") or text)
     if not said:
         return "Other differences"
-    common = max(set(said), key=lambda phrase: (said.count(phrase), phrase))
+    # One behaviour whatever tool it concerned, as a person naming the theme would read it
+    shapes = [_NAMED.sub(lambda m: _SLOT[m.group(1)], phrase) for phrase in said]
+    shape = max(set(shapes), key=lambda s: (shapes.count(s), s))
+    phrases = sorted({p for p, s in zip(said, shapes, strict=True) if s == shape})
+    if len(phrases) == 1:
+        common = phrases[0]
+    else:
+        tools = sorted({m.group(2) for p in phrases for m in _NAMED.finditer(p)})
+        common = f"{shape} ({', '.join(tools)})"
     return common[:1].upper() + common[1:]
 
 

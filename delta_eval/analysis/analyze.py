@@ -30,8 +30,9 @@ from delta_eval.analysis.changes import changes, pair_behaviours
 from delta_eval.analysis.evidence import decision_view
 from delta_eval.analysis.naming import LLMNamer
 from delta_eval.analysis.pair_filter import PairFilter, create_index
+from delta_eval.analysis.sections import diff_sections, prompt_sections
 from delta_eval.analysis.spend import SideSpend, side_spend
-from delta_eval.analysis.themes import attribute, find_themes, prompt_sections
+from delta_eval.analysis.themes import attribute, find_themes
 from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.difference import PairedSums
@@ -303,18 +304,38 @@ class Analysis:
         ).fetchall()
         return [(p, t) for p, t in rows if t]
 
-    def system_prompt(self) -> str:
-        """The candidate's system prompt as one conversation of the run saw it (its template filled with that
-        conversation's recorded prompt), for attributing themes to its sections."""
+    def system_prompt(self, side: Literal["baseline", "candidate"] = "candidate") -> str:
+        """A side's system prompt as one conversation of the run saw it (the side's template filled with that
+        conversation's recorded prompt; the recorded prompt itself when the side keeps it), for attributing themes
+        to its sections and comparing the two sides' sections."""
         recorded = ""
         rows = self.con.execute("SELECT messages FROM conversations WHERE messages IS NOT NULL LIMIT 1").fetchall()
         if rows:
             messages = json.loads(rows[0][0])
             recorded = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
-        template = (self.result.manifest.config.get("candidate") or {}).get("system_prompt")
+        template = (self.result.manifest.config.get(side) or {}).get("system_prompt")
         if not template:
             return recorded
         return str(template).replace("{{recorded_system_prompt}}", recorded)
+
+    def tool_names(self) -> list[str]:
+        """Every tool name the run knows: the conversations' tool specs and the calls any side made (a side may
+        call a tool no spec lists), sorted."""
+        names = {
+            str(row[0])
+            for row in self.con.execute(
+                "SELECT DISTINCT c.name FROM (SELECT unnest(steps) AS s FROM replays), unnest(s.tool_calls) AS t(c)"
+            ).fetchall()
+            if row[0]
+        }
+        for (specs,) in self.con.execute("SELECT DISTINCT tools FROM conversations WHERE tools IS NOT NULL").fetchall():
+            try:
+                parsed = json.loads(specs)
+            except ValueError:
+                continue
+            if isinstance(parsed, list):
+                names.update(str(t["name"]) for t in parsed if isinstance(t, dict) and t.get("name"))
+        return sorted(names)
 
     def namer(self, names: str = "auto") -> LLMNamer | None:
         """What names the themes: ``"auto"``, the run's stage-3 judge model when it is an LLM; ``"terms"``, nobody
@@ -343,7 +364,11 @@ class Analysis:
     ) -> list[dict[str, Any]]:
         """Clusters of the stage-3 judge's reasons for pairs with this ``outcome`` (``baseline``: where the
         candidate lost), largest first: id, name, size, share, terms, example pair ids and reasons, and the system
-        prompt section closest to them. Names come from an LLM (:meth:`namer`: by default the run's judge model,
+        prompt section they are attributed to, sections the candidate's prompt changed first (how it changed:
+        ``section_change``, added / removed / reworded / unchanged; how sure: ``confidence``, high / medium / low;
+        see :func:`~delta_eval.analysis.themes.attribute`). Reasons are clustered with the run's tool names masked,
+        so that one behaviour is one theme whatever tool it concerned.
+        Names come from an LLM (:meth:`namer`: by default the run's judge model,
         one cached call per theme) or, with ``names="terms"`` or no LLM judge, from the theme's top terms. Cached
         per outcome, ``k``, ``seed`` (default: the run's seed), ``names`` and ``embed``: an embedding model id
         (``"openai:text-embedding-3-small"``, key from the environment) or a function giving each reason a vector,
@@ -354,19 +379,23 @@ class Analysis:
 
             embed = Embedder(embed)
         space = "tfidf" if embed is None else getattr(embed, "__qualname__", type(embed).__name__)
-        key = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{outcome}-{k}-{seed}-{names}-{space}")
+        # "v2": themes cached before the tool masking and the section diff are not read as current ones
+        key = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{outcome}-{k}-{seed}-{names}-{space}-v2")
         name = f"themes-{key}.json"
         cached = self._load(name)
         if cached is not None:
             return list(cached)
         reasons = self._reasons(outcome)
-        themes = find_themes([t for _, t in reasons], [p for p, _ in reasons], seed=seed, k=k, embed=embed)
+        tools = self.tool_names()
+        themes = find_themes([t for _, t in reasons], [p for p, _ in reasons], seed=seed, k=k, embed=embed,
+                             tools=tools)  # fmt: skip
         namer = self.namer(names)
         if namer is not None and themes:
             for theme, label in zip(themes, namer.name_all([(t.terms, t.examples) for t in themes]), strict=True):
                 theme.name = label
         text = dict(reasons)
-        attribute(themes, {t.id: [text[p] for p in t.members] for t in themes}, prompt_sections(self.system_prompt()))
+        sections = diff_sections(prompt_sections(self.system_prompt("baseline")), prompt_sections(self.system_prompt()))
+        attribute(themes, {t.id: [text[p] for p in t.members] for t in themes}, sections, tools=tools)
         data = [t.to_dict(members=True) for t in themes]
         self._save(name, data)
         return data

@@ -20,6 +20,7 @@ from delta_eval.analysis.analyze import Analysis
 from delta_eval.analysis.diff import Segment, word_diff
 from delta_eval.analysis.evidence import decision_view
 from delta_eval.analysis.report import render_report
+from delta_eval.analysis.themes import section_label
 from delta_eval.store import safe_paths
 
 __all__ = ["pair_html", "render_html", "write_html"]
@@ -221,7 +222,7 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
     if not themes:
         out.append("<p class=muted>no stage-3 verdict with this outcome</p>")
     for t in themes:
-        section = f" &middot; prompt section: <i>{escape(t['section'])}</i>" if t["section"] else ""
+        section = f" &middot; prompt section: <i>{escape(section_label(t))}</i>" if t.get("section") else ""
         out.append(f"<h3>#{t['id']} {escape(t['name'])} <span class=muted>{t['size']} pairs "
                    f"({100 * t['share']:.0f}%)</span>{section}</h3>")  # fmt: skip
         out += [pair_html(p) for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme)]  # type: ignore[arg-type]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from delta_eval.analysis.themes import section_label
+
 __all__ = ["analysis_text"]
 
 
@@ -56,7 +58,7 @@ def analysis_text(data: dict[str, Any], outcome: str = "baseline") -> str:
     lines += ["", f"themes where {who}"]
     for t in data["themes"]:
         lines.append(f"  #{t['id']} {t['name']}: {t['size']} pairs ({100 * t['share']:.0f}%)"
-                     + (f"; prompt section: {t['section']}" if t["section"] else ""))  # fmt: skip
+                     + (f"; prompt section: {section_label(t)}" if t.get("section") else ""))  # fmt: skip
         if t["examples"]:
             lines.append(f"      e.g. {t['pair_ids'][0]}: {t['examples'][0][:150]}")
     if not data["themes"]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from delta_eval.analysis.analyze import DECISION_MAX_PAIRS, saved_themes
 from delta_eval.analysis.pair_filter import FILTERS, FLAGS, LIST_COLUMNS, SORTS, PairFilter, create_index
+from delta_eval.analysis.themes import section_label
 from delta_eval.metrics import Decision
 from delta_eval.replay.points import point_at
 from delta_eval.result import RunResult
@@ -53,7 +54,16 @@ class RunView:
         self.path = self.result.path
         self.name = self.path.name
         self._con = self.result.connect()
-        self.pairs = create_index(self._con, saved_themes(self.path))
+        saved = saved_themes(self.result)
+        self.pairs = create_index(self._con, saved)
+        #: A theme's prompt section, how the candidate changed it and how sure the attribution is, by filter value
+        #: (:func:`~delta_eval.analysis.themes.section_label`).
+        self.theme_sections = {
+            f"{outcome}: {theme.get('name') or theme.get('id')}": section_label(theme)
+            for outcome, themes in saved.items()
+            for theme in themes
+            if theme.get("section")
+        }
         self._lock = threading.Lock()
         self._decision: Decision | None = None
         self._facets: dict[str, list[tuple[str, int]]] | None = None

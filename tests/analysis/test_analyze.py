@@ -315,3 +315,26 @@ def test_reasons_all_alike_make_one_theme_without_a_warning() -> None:
         warnings.simplefilter("error")  # the SVD divided by their zero variance
         themes = find_themes(reasons, [f"p{i}" for i in range(12)], seed=0)
     assert [t.size for t in themes] == [12]
+
+
+def test_the_demos_confirm_instead_of_acting_losses_are_one_theme_pointing_at_the_added_rule(
+    run: de.RunResult,
+) -> None:
+    # The demo's candidate adds a "# Style" rule asking for a yes before any write action, and its model asks the
+    # user to confirm instead of calling a tool: whatever the tool, those losses are one theme, attributed to that
+    # added rule, where the analysis used to split them by tool and point at an old policy line.
+    a = de.analyze(run.path)
+    assert a.system_prompt("baseline") in a.system_prompt("candidate")  # the candidate's template wraps it
+    themes = a.themes(outcome="baseline", names="terms")
+    reasons = dict(a._reasons("baseline"))
+    confirm = {p for p, text in reasons.items() if "asked the user to confirm instead of" in text}
+    tools = {re.search(r"the required (\w+) call", reasons[p]).group(1) for p in confirm}  # type: ignore[union-attr]
+    assert len(tools) >= 2  # the behaviour is seen with several tools
+    holding = [t for t in themes if confirm & set(t["members"])]
+    assert len(holding) == 1
+    assert confirm <= set(holding[0]["members"])
+    top = themes[0]
+    assert top is holding[0]
+    assert top["section"].startswith("Style: Before any write action")
+    assert top["section_change"] == "added"
+    assert top["confidence"] in ("high", "medium", "low")

@@ -270,6 +270,12 @@ def test_themes_the_analysis_saved_filter_the_list(demo_run: Path) -> None:
     label = f"baseline: {theme['name']}"
     assert f'name="theme" value="{html.escape(label)}"' in page
     assert sorted(all_pages(client, f"theme={quote(label)}")) == sorted(theme["members"])
+    # beside it, the prompt section it is attributed to, how the candidate changed it and how sure that is
+    assert theme["section"]
+    assert theme["section_change"]
+    assert theme["confidence"]
+    said = f"prompt section: {theme['section']} ({theme['section_change']}, {theme['confidence']} confidence"
+    assert html.escape(said) in page
 
 
 def test_a_text_search_pages_sorts_and_says_when_it_stopped_counting(
