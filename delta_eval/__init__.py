@@ -25,6 +25,7 @@ from delta_eval.adapters.registry import AdapterContext, AdapterFactory, registe
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.analysis.analyze import Analysis, analyze
 from delta_eval.analysis.calibration import Calibration, calibrate
+from delta_eval.analysis.leaderboard import Leaderboard, leaderboard
 from delta_eval.analysis.planning import plan
 from delta_eval.api import VerdictStream, arun, run, stream
 from delta_eval.calls import (
@@ -70,6 +71,7 @@ from delta_eval.mapping import FieldMapping, Pseudonymize, SourceConfig
 from delta_eval.matching import MatchOptions
 from delta_eval.metrics import Check, Decision, DecisionRule, Estimand, ExitCode, Gate, WinRate, decide
 from delta_eval.metrics.planning import SamplePlan
+from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import Price, Spend
 from delta_eval.progress import RunProgress
 from delta_eval.replay.render import RenderInput
@@ -133,6 +135,7 @@ __all__ = [
     "JudgeError",
     "Judgement",
     "Judges",
+    "Leaderboard",
     "MatchOptions",
     "MediaPart",
     "Message",
@@ -169,6 +172,7 @@ __all__ = [
     "RunProgress",
     "RunResult",
     "SamplePlan",
+    "ScoreWeights",
     "ScriptedAdapter",
     "SideView",
     "SimulatedAdapter",
@@ -199,6 +203,7 @@ __all__ = [
     "decide",
     "demo",
     "estimate",
+    "leaderboard",
     "load_config",
     "model_info",
     "open_result",

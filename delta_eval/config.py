@@ -145,6 +145,8 @@ class RunConfig(BaseModel):
             object.__setattr__(self, "candidates", ())
         if self.candidates:
             self._name_candidates()
+            if self.stop_early:  # its sequential test watches one estimate: one candidate's against the baseline
+                raise ConfigError("stop_early works with one candidate; with several, run without it")
             return
         candidate = self.candidate
         assert candidate is not None

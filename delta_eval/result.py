@@ -19,7 +19,6 @@ from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, WinRate
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.views import open_run
-from delta_eval.variant import Variant
 
 __all__ = ["RunResult", "open_result"]
 
@@ -80,13 +79,9 @@ class RunResult:
             calls=manifest.counts.calls,
         )
         config = {**manifest.config, "candidate": variant}
-        try:
-            described = Variant.model_validate(variant).describe()
-        except ValueError:  # a redacted setting that no longer validates: its name and model say enough
-            described = f"{variant.get('name')}: {variant.get('model')}"
         return manifest.model_copy(
             update={
-                "candidate": described,
+                "candidate": manifest.candidates.get(str(self.candidate)) or str(variant.get("model")),
                 "candidate_model": variant.get("model", ""),
                 "config": config,
                 "counts": counts,

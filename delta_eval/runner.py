@@ -136,6 +136,7 @@ async def execute(
         description=c.description,
         baseline_model=c.baseline.model,
         candidate_model=c.the_candidate.model,
+        candidates={v.name: v.describe() for v in c.candidates},
         equivalence_judge=c.judges.names()[0],
         judge=c.judges.names()[1],
         judge_models=c.judges.models(),

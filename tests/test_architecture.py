@@ -80,7 +80,9 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": _STAGES | {"metrics"},
     "runner": _STAGES | {"pipeline", "metrics"},
     "result": {"core", "store", "metrics"},
-    "analysis": {"core", "store", "metrics", "result", "adapters"},  # adapters: theme names from the judge model
+    # adapters: theme names from the judge model; replay: a pair's user message from the turn's context, rebuilt
+    # with replay's own function
+    "analysis": {"core", "store", "metrics", "result", "adapters", "replay"},
     # the web viewer reads runs (store, result, metrics, saved themes) and rebuilds a turn's context with replay's
     # own function, so that a pair page shows exactly what the sides were sent
     "viewer": {"core", "store", "metrics", "result", "analysis", "replay"},

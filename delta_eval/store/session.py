@@ -36,7 +36,7 @@ from delta_eval.store.sent import SentJournal, sent_by
 #: The space :meth:`FolderSession._reserve` sets aside: many times a manifest's size.
 _RESERVE_BYTES = 1 << 20
 
-__all__ = ["FolderSession", "Resume", "differences", "errors_to_retry", "resume"]
+__all__ = ["FolderSession", "Resume", "differences", "errors_to_retry", "grows_candidates", "resume"]
 
 
 @dataclass
@@ -70,6 +70,25 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
             out += differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
         return out
     return [] if old == new else [path or "(configuration)"]
+
+
+def grows_candidates(before: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether fingerprint ``now`` is ``before`` with candidates added after its own (a run of several candidates
+    that gains one): the pairs already decided stay what they were, so the run resumes and replays only the new
+    candidates (the baseline's answers come from the response cache).
+
+    Example:
+        >>> a, b, c = {"model": "m:a", "name": "a"}, {"model": "m:b", "name": "b"}, {"model": "m:c", "name": "c"}
+        >>> grows_candidates({"candidate": a, "candidates": [a, b]}, {"candidate": a, "candidates": [a, b, c]})
+        True
+        >>> grows_candidates({"candidate": a, "candidates": [a, b]}, {"candidate": a, "candidates": [a, c]})
+        False
+    """
+    old, new = before.get("candidates"), now.get("candidates")
+    if not isinstance(old, list) or not isinstance(new, list) or len(old) < 2 or len(new) <= len(old):
+        return False
+    rest = {k: v for k, v in before.items() if k != "candidates"}
+    return rest == {k: v for k, v in now.items() if k != "candidates"} and new[: len(old)] == old
 
 
 def _check_writable(folder: RunFolder) -> None:
@@ -123,7 +142,8 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False, re
         return Resume(fresh)
     # Compared without connection settings: folders written before they were left out still resume.
     before, now = comparable(previous.fingerprint), comparable(fresh.fingerprint)
-    if before != now:
+    grown = grows_candidates(before, now)
+    if before != now and not grown:
         if not overwrite:
             changed = ", ".join(differences(before, now)[:8])
             compared = ", ".join(sorted(set(before) | set(now), key=str))
@@ -150,7 +170,8 @@ def resume(folder: RunFolder, fresh: RunManifest, *, overwrite: bool = False, re
                 "sessions": previous.sessions,
                 "started_at": previous.started_at,
                 "notes": [*fresh.notes, *rebuilt],
-                "estimate": previous.estimate,  # made when the run began, on the whole sample
+                # made when the run began, on the whole sample; made again for candidates added since
+                "estimate": None if grown else previous.estimate,
             }
         ),
         done_pairs=decided,
