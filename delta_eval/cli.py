@@ -365,7 +365,8 @@ def _view(run_dirs: list[Path], port: int, user: str | None) -> int:
         who = user or getpass.getuser()
     except (OSError, KeyError):  # no $USER, no passwd entry (some containers)
         raise ConfigError("say who labels: delta-eval view RUN_DIR --user NAME") from None
-    views = [RunView(path) for path in run_dirs]  # opened first: a bad folder is an error before anything listens
+    # opened first: a bad folder is an error before anything listens; a run of several candidates is one view each
+    views = [view for path in run_dirs for view in RunView.all_of(path)]
     _print(
         f"delta-eval view: http://127.0.0.1:{port}/ ({len(views)} run(s), labels as {who}; Ctrl-C stops)", flush=True
     )

@@ -181,3 +181,18 @@ def test_the_readme_config_of_several_candidates_loads(tmp_path: Path) -> None:
     assert config.candidates[1].system_prompt == "You are the airline agent, v2."  # relative to the config file
     assert config.score == de.ScoreWeights(quality=0.5, latency=0.2, cost=0.3)
     assert config.fleet
+
+
+def test_the_html_report_of_several_candidates_draws_the_leaderboard(
+    runs: tuple[de.RunResult, de.RunResult], tmp_path: Path
+) -> None:
+    _, fleet = runs
+    page = tmp_path / "r.html"
+    assert main(["report", str(fleet.path), "--html", str(page), "--candidate", "warm"]) == 0
+    text = page.read_text()
+    board = text[text.index("<h2 id=leaderboard>") : text.index("<h2 id=decision>")]
+    for name in fleet.candidates:
+        assert f"<td>{name}</td>" in board
+        assert f'font-size="11">{name}</text>' in board  # a point on each plot
+    assert board.count("<svg") == 2  # win rate against cost, and against latency
+    assert "of the candidate <b>warm</b>" in text

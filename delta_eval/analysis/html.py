@@ -154,7 +154,8 @@ def _evidence(a: Analysis, decision: dict[str, Any], limit: int) -> list[str]:
 
 
 #: The sections of the page, in order: (anchor, title).
-_SECTIONS = (("decision", "Decision"), ("evidence", "The pairs behind each gate"),
+_SECTIONS = (("leaderboard", "Leaderboard of the candidates"), ("decision", "Decision"),
+             ("evidence", "The pairs behind each gate"),
              ("win-rate", "Win rate of the candidate"), ("funnel", "Funnel"),
              ("cost", "Cost and latency"), ("changes", "What changed"), ("themes", "Themes"),
              ("report", "The text report"))  # fmt: skip
@@ -162,6 +163,76 @@ _SECTIONS = (("decision", "Decision"), ("evidence", "The pairs behind each gate"
 
 def _h2(anchor: str) -> str:
     return f"<h2 id={anchor}>{escape(dict(_SECTIONS)[anchor])}</h2>"
+
+
+def _scatter(entries: list[Any], attr: str, flag: str, label: str, width: int = 420, height: int = 220) -> str:
+    """Win rate (with its interval) against ``attr`` as inline SVG, the candidates on the front in blue and joined."""
+    known = [e for e in entries if getattr(e, attr) is not None and e.win_rate is not None]
+    if not known:
+        return f"<p class=muted>{escape(label)}: unknown</p>"
+    xs = [float(getattr(e, attr)) for e in known]
+    lo, hi = min(xs), max(xs)
+    span = (hi - lo) or 1.0
+    pad = 40
+
+    def x(v: float) -> float:
+        return round(pad + (width - 2 * pad - 80) * ((v - lo) / span if hi > lo else 0.5), 1)  # 80: names
+
+    # the win-rate axis spans the intervals and 0.5 (no difference), not all of [0, 1]: candidates differ by points
+    bottom = min([0.5, *(e.ci_low for e in known if e.ci_low is not None)])
+    top = max([0.5, *(e.ci_high for e in known if e.ci_high is not None)])
+    rise = (top - bottom) or 1.0
+
+    def y(v: float) -> float:
+        return round(height - pad - (height - 2 * pad) * (v - bottom) / rise, 1)
+
+    axis = f"{escape(label)}: {lo:.4g} to {hi:.4g}"
+    parts = [f'<svg width="{width}" height="{height}" role="img" aria-label="win rate against {escape(label)}">',
+             f'<line x1="{pad}" y1="{y(0.5)}" x2="{width - pad}" y2="{y(0.5)}" stroke="#ccc"/>',
+             f'<text x="{pad}" y="{height - 8}" font-size="11">{axis}</text>',
+             f'<text x="2" y="{y(top) + 4}" font-size="10">{top:.2f}</text>',
+             f'<text x="2" y="{y(bottom) + 4}" font-size="10">{bottom:.2f}</text>',
+             f'<text x="2" y="{y(0.5) + 4}" font-size="10">0.50</text>']  # fmt: skip
+    front = sorted((e for e in known if getattr(e, flag)), key=lambda e: getattr(e, attr))
+    if len(front) > 1:
+        points = " ".join(f"{x(getattr(e, attr))},{y(e.win_rate)}" for e in front)
+        parts.append(f'<polyline points="{points}" fill="none" stroke="#3b6fb6" stroke-dasharray="4"/>')
+    for e in known:
+        cx, colour = x(getattr(e, attr)), "#1d3f72" if getattr(e, flag) else "#999"
+        parts.append(f'<line x1="{cx}" y1="{y(e.ci_low)}" x2="{cx}" y2="{y(e.ci_high)}" stroke="{colour}"/>')
+        parts.append(f'<circle cx="{cx}" cy="{y(e.win_rate)}" r="4" fill="{colour}"/>')
+        parts.append(f'<text x="{cx + 6}" y="{y(e.win_rate) - 6}" font-size="11">{escape(e.candidate)}</text>')
+    return "".join(parts) + "</svg>"
+
+
+def _leaderboard(a: Analysis) -> list[str]:
+    """The candidates of a run of several: the leaderboard's table and both Pareto fronts drawn."""
+    from delta_eval.analysis.leaderboard import leaderboard
+
+    weights = a.result.manifest.config.get("score")
+    board = leaderboard(a.path, weights=weights)
+    out = ["<table><tr><th>candidate</th><th>model</th><th>decision</th><th>win rate [95% CI]</th><th>$/conv</th>"
+           "<th>latency p50</th><th>p95</th><th>errors</th><th>Pareto front</th>"
+           + ("<th>score</th>" if board.weights else "") + "</tr>"]  # fmt: skip
+    for e in board.entries:
+        rate = f"{e.win_rate:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.win_rate is not None else "n/a"
+        cost = f"{e.cost_per_conversation:.4f}" if e.cost_per_conversation is not None else "unknown"
+        p50 = f"{e.latency_p50_ms:.0f} ms" if e.latency_p50_ms is not None else "n/a"
+        p95 = f"{e.latency_p95_ms:.0f} ms" if e.latency_p95_ms is not None else "n/a"
+        errors = f"{100 * e.error_rate:.1f}%" if e.error_rate is not None else "n/a"
+        front = ", ".join(k for k, on in (("cost", e.front_cost), ("latency", e.front_latency)) if on) or "-"
+        score = f"<td class=n>{e.score:.3f}</td>" if board.weights and e.score is not None else ""
+        out.append(f"<tr><td>{escape(e.candidate)}</td><td>{escape(e.model)}</td><td class={escape(e.outcome)}>"
+                   f"{escape(e.outcome)}</td><td class=n>{rate}</td><td class=n>{cost}</td><td class=n>{p50}</td>"
+                   f"<td class=n>{p95}</td><td class=n>{errors}</td><td>{front}</td>{score}</tr>")  # fmt: skip
+    out.append("</table>")
+    out.append(_scatter(board.entries, "cost_per_conversation", "front_cost", "cost per conversation (USD)")
+               + _scatter(board.entries, "latency_p50_ms", "front_latency", "latency p50 (ms)"))  # fmt: skip
+    out += [f"<p class=muted>{escape(n)}</p>" for n in board.notes]
+    if board.weights:
+        out.append("<p class=muted>the score weighs quality, latency and cost scaled across the candidates; the "
+                   "decision, not the score, gates a merge</p>")  # fmt: skip
+    return out
 
 
 def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int = 200, pairs_per_gate: int = 50) -> str:
@@ -173,8 +244,15 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>delta_eval: {escape(str(a.path))}</title>"
            f"<style>{_CSS}</style></head><body>"]  # fmt: skip
     out.append(f"<h1>{escape(s['candidate'])} <span class=muted>vs</span> {escape(s['baseline'])}</h1>")
-    out.append("<nav><ol>" + "".join(f"<li><a href=#{k}>{escape(t)}</a></li>" for k, t in _SECTIONS) + "</ol></nav>")
+    shown = [(k, t) for k, t in _SECTIONS if k != "leaderboard" or a.result.candidates]
+    out.append("<nav><ol>" + "".join(f"<li><a href=#{k}>{escape(t)}</a></li>" for k, t in shown) + "</ol></nav>")
+    if a.result.candidates:
+        out.append(_h2("leaderboard"))
+        out += _leaderboard(a)
     out.append(_h2("decision"))
+    if a.result.candidates:
+        out.append(f"<p class=muted>of the candidate <b>{escape(str(a.result.candidate))}</b> against the baseline "
+                   f"(the others: delta-eval report {escape(str(a.path))} --html --candidate NAME)</p>")  # fmt: skip
     if s.get("description"):
         out.append(f"<p>{escape(s['description'])}</p>")
     d = s.get("decision") or {}

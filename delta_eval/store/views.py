@@ -81,7 +81,8 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
 
     In a run of several candidates, ``candidate`` names one: ``verdicts``, ``replays``, ``judgements``, ``errors``
     (and so ``pairs`` and ``tool_calls``) then hold only its pairs against the baseline, as in a run of its own;
-    ``all_verdicts`` (and ``all_replays``, ...) keep every candidate's, with the verdicts' ``candidate`` column.
+    ``all_verdicts`` (and ``all_replays``, ...) keep every candidate's. Without ``candidate`` the views hold every
+    candidate's rows, the verdicts' ``candidate`` column saying whose (a pair id ends with ``~`` and its name).
 
     The views cover the batches committed when it is called, as a snapshot: a rerun dropping or recomputing
     batches meanwhile changes nothing the connection reads (the files are held open for as long as the connection

@@ -201,7 +201,7 @@ def _query(request: Request) -> dict[str, list[str]]:
 
 def create_app(runs: Sequence[str | Path | RunView], *, user: str) -> Starlette:
     """The viewer of ``runs`` (run folders, or :class:`RunView` already opened), labelling as ``user``."""
-    views = [r if isinstance(r, RunView) else RunView(r) for r in runs]
+    views = [v for r in runs for v in ([r] if isinstance(r, RunView) else RunView.all_of(r))]
     if not views:
         raise ValueError("the viewer needs at least one run folder")
     viewer = _Viewer(views, user)

@@ -49,10 +49,11 @@ class Page:
 class RunView:
     """One run folder as the viewer reads it: the pair index, the decision, a pair's detail, the labels."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.result = RunResult(path)
+    def __init__(self, path: str | Path, candidate: str | None = None) -> None:
+        self.result = RunResult(path, candidate)
         self.path = self.result.path
-        self.name = self.path.name
+        #: What the viewer calls it: the folder's name, and the candidate's in a run of several.
+        self.name = self.path.name if self.result.candidate is None else f"{self.path.name} · {self.result.candidate}"
         self._con = self.result.connect()
         saved = saved_themes(self.result)
         self.pairs = create_index(self._con, saved)
@@ -67,6 +68,13 @@ class RunView:
         self._lock = threading.Lock()
         self._decision: Decision | None = None
         self._facets: dict[str, list[tuple[str, int]]] | None = None
+
+    @classmethod
+    def all_of(cls, path: str | Path) -> list[RunView]:
+        """A view of the run folder, or one view per candidate in a run of several (each its pairs against the
+        baseline, listed side by side like runs)."""
+        candidates = RunResult(path).candidates
+        return [cls(path, c) for c in candidates] if candidates else [cls(path)]
 
     @contextmanager
     def cursor(self) -> Iterator[Any]:

@@ -14,6 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 
 import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.viewer import create_app
 from delta_eval.viewer.queries import PAGE_SIZE
 from tests.viewer.conftest import HOSTILE, client_of
 
@@ -322,3 +324,25 @@ def test_the_index_of_several_runs_gives_each_decision_and_win_rate(demo_run: Pa
         estimate = d.non_inferiority.win_rate.estimate
         assert d.outcome in page
         assert f"{estimate:.1%}" in page
+
+
+def test_a_run_of_several_candidates_shows_each_candidate_as_a_run(tmp_path: Path) -> None:
+    config = demo_config(tmp_path / "fleet", n=6, latency_ms=0.0)
+    variant = config.the_candidate.model_dump()
+    candidates = (de.Variant.model_validate({**variant, "name": "warm"}),
+                  de.Variant.model_validate({**config.baseline.model_dump(), "name": "same"}))  # fmt: skip
+    fleet = config.model_copy(update={"candidate": None, "candidates": candidates})
+    run = de.run(fleet, conversations=demo_conversations(), progress=False)
+    client = TestClient(create_app([run.path], user="ana"), base_url="http://127.0.0.1")
+    index = client.get("/").text
+    for name in ("warm", "same"):
+        decision = run.of(name).decision()
+        assert f"fleet · {name}" in index
+        assert decision.outcome in index
+    # each candidate's own pairs, and its label lands beside the run for that candidate's calibration
+    (same,) = sql(run.path, "SELECT pair_id FROM verdicts WHERE candidate = 'same' LIMIT 1")[0]
+    page = client.get("/run/1/pair", params={"id": same})
+    assert page.status_code == 200
+    assert client.get("/run/0/pair", params={"id": same}).status_code == 404  # not warm's pair
+    client.post("/run/1/label", data={"pair_id": same, "label": "same"})
+    assert de.calibrate(run.of("same")).overall.pairs == 1
