@@ -179,8 +179,8 @@ def _scatter(entries: list[Any], attr: str, flag: str, label: str, width: int = 
         return round(pad + (width - 2 * pad - 80) * ((v - lo) / span if hi > lo else 0.5), 1)  # 80: names
 
     # the win-rate axis spans the intervals and 0.5 (no difference), not all of [0, 1]: candidates differ by points
-    bottom = min([0.5, *(e.ci_low for e in known if e.ci_low is not None)])
-    top = max([0.5, *(e.ci_high for e in known if e.ci_high is not None)])
+    bottom = min([0.5, *(float(e.ci_low) for e in known if e.ci_low is not None)])
+    top = max([0.5, *(float(e.ci_high) for e in known if e.ci_high is not None)])
     rise = (top - bottom) or 1.0
 
     def y(v: float) -> float:
