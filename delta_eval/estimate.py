@@ -577,7 +577,8 @@ def estimate_sample(
     if c.stop_early:
         notes.append("stop_early: the run may stop before the whole sample; this is the cost of all of it")
     name = getattr(tokenizer, "__qualname__", "the given tokenizer") if tokenizer is not None else "approximation"
-    return CostEstimate(conversations, len(points), parts, funnel, name, notes)
+    pairs = len(points) * (len(sides) - 1)  # a pair per point and candidate
+    return CostEstimate(conversations, pairs, parts, funnel, name, notes)
 
 
 def estimate(

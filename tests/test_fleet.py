@@ -196,3 +196,12 @@ def test_the_html_report_of_several_candidates_draws_the_leaderboard(
         assert f'font-size="11">{name}</text>' in board  # a point on each plot
     assert board.count("<svg") == 2  # win rate against cost, and against latency
     assert "of the candidate <b>warm</b>" in text
+
+
+def test_the_estimate_of_several_candidates_counts_each_one_and_the_baseline_once(tmp_path: Path) -> None:
+    one = de.estimate(demo_config(tmp_path / "one", n=N), conversations=demo_conversations())
+    several = de.estimate(_fleet(tmp_path / "fleet", ("warm", "cold")), conversations=demo_conversations())
+    assert several.pairs == 2 * one.pairs
+    assert several.part("baseline").calls == one.part("baseline").calls  # replayed once
+    assert several.part("warm").calls == several.part("cold").calls == one.part("candidate").calls
+    assert several.part("stage 3 judge").pairs == 2 * one.part("stage 3 judge").pairs  # each candidate judged
