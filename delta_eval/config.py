@@ -40,16 +40,34 @@ from delta_eval.fingerprint import comparable
 from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
 from delta_eval.metrics.decision import DecisionRule
+from delta_eval.metrics.gates import Gate
 from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid, redact_secrets
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.variant import Variant
 
-__all__ = ["RunConfig", "load_config"]
+__all__ = ["RunConfig", "Screen", "load_config"]
 
 #: A candidate's name in a run of several: it ends each of its pair ids (``conversation#turn~name``).
 _CANDIDATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class Screen(BaseModel):
+    """A cheap first pass: the first ``conversations`` of the sample are replayed and judged for every candidate,
+    ``gates`` are checked on those pairs, and only the candidates that pass them go on to the rest of the sample.
+    Gates on what replays alone measure (``latency_p95_s``, ``cost_ratio``, ``error_rate``,
+    ``invalid_tool_call_rate``, ``no_decision_rate``, ...) make a candidate that fails them cost little.
+
+    Example:
+        >>> Screen(conversations=10, gates=[{"metric": "latency_p95_s", "max": 8, "test": "point"}]).conversations
+        10
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    conversations: int = Field(default=20, ge=1)
+    gates: tuple[Gate, ...] = Field(min_length=1)
 
 
 class RunConfig(BaseModel):
@@ -95,6 +113,8 @@ class RunConfig(BaseModel):
       :func:`~delta_eval.analysis.leaderboard.leaderboard` rank them.
     - ``score``: the weights of a composite score shown on the leaderboard beside each candidate's decision
       (:class:`~delta_eval.metrics.score.ScoreWeights`; never instead of the decision).
+    - ``screen``: check cheap gates on the first conversations of the sample before replaying the rest (see
+      :class:`Screen`); a candidate that fails them is not replayed further, and the manifest says why.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -125,6 +145,7 @@ class RunConfig(BaseModel):
     noise_floor: Path | None = None
     decision: DecisionRule = DecisionRule()
     score: ScoreWeights | None = None
+    screen: Screen | None = None
 
     @property
     def all_prices(self) -> dict[str, Price]:

@@ -101,10 +101,17 @@ class Stages:
     wake: anyio.Event = field(default_factory=anyio.Event)
     notes: list[str] = field(default_factory=list)
 
+    #: The candidates still replayed (``None``: all of them); screening (:class:`~delta_eval.config.Screen`)
+    #: leaves out those that failed its gates.
+    active: tuple[str, ...] | None = None
+    #: Pairs per candidate in the whole sample (set by :meth:`sample`).
+    points_total: int = 0
+
     @property
     def candidates(self) -> tuple[str, ...]:
-        """The candidates' keys: ``("candidate",)``, or each candidate's name in a run of several."""
-        return tuple(self.config.sides())[1:]
+        """The candidates' keys still replayed: ``("candidate",)``, or each candidate's name in a run of several."""
+        every = tuple(self.config.sides())[1:]
+        return every if self.active is None else tuple(k for k in every if k in self.active)
 
     def _early_stop(
         self, items: list[tuple[int, Conversation]], sample: SampleResult
@@ -236,7 +243,8 @@ class Stages:
         counters = {"n_pairs": n_pairs, "greetings": greetings}
         plan = sample_source(self.source, c.sample or Stratified(), counters=counters)
         p.read, p.read_errors = plan.read, plan.read_errors
-        p.pairs_total = plan.totals["n_pairs"] * len(self.candidates)  # a pair per point and candidate
+        self.points_total = plan.totals["n_pairs"]
+        p.pairs_total = self.points_total * len(self.candidates)  # a pair per point and candidate
         p.greetings_skipped = plan.totals["greetings"]
         p.strata_without_pairs = plan.strata_without_turns()
         self.notes += plan.sample.notes

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 
 import anyio
+import pyarrow.compute as pc
 
 from delta_eval.adapters.pool import ModelPool
 from delta_eval.adapters.recordings import RecordingIndex
@@ -27,8 +28,10 @@ from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
+from delta_eval.judges.cascade import JudgeCascade
 from delta_eval.judges.config import build_cascade
 from delta_eval.judges.context import JudgeContext
+from delta_eval.metrics import decide
 from delta_eval.pipeline import Stages, VerdictCallback, run_stages
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer
@@ -108,6 +111,48 @@ def _record_estimate(
     session.folder.write_manifest(session.manifest)
 
 
+def _first(sample: SampleResult, n: int) -> SampleResult:
+    """The first ``n`` conversations of the sample (in source order): the screening's share of it."""
+    kept = dict(sorted(sample.selected.items())[:n])
+    return sample.model_copy(update={"selected": kept})
+
+
+def _screen_failures(config: RunConfig, folder: RunFolder, key: str) -> list[str]:
+    """The screening gates candidate ``key`` failed on its pairs so far (none: it goes on)."""
+    assert config.screen is not None
+    verdicts = folder.read("verdicts")
+    if key != "candidate":
+        verdicts = verdicts.filter(pc.equal(verdicts["candidate"], key))
+    replays = folder.read("replays")
+    replays = replays.filter(pc.is_in(replays["pair_id"], value_set=verdicts["pair_id"]))
+    rule = config.decision.model_copy(update={"gates": config.screen.gates})
+    return [str(g) for g in decide(verdicts, replays, rule).gates if g.passed is False]
+
+
+async def _screen(
+    stages: Stages, sample: SampleResult, sides: dict[str, Replayer], cascade: JudgeCascade, session: FolderSession
+) -> None:
+    """Screening (:class:`~delta_eval.config.Screen`): every candidate on the first conversations, its gates checked
+    there, and the candidates that failed them left out of the rest of the run (the manifest says why)."""
+    c, p = stages.config, stages.progress
+    assert c.screen is not None
+    p.phase = "screening"
+    await run_stages(stages, _first(sample, c.screen.conversations), sides, cascade)
+    failed = {}
+    for key in stages.candidates:
+        said = await anyio.to_thread.run_sync(_screen_failures, c, stages.folder, key)
+        if said:
+            failed[key] = f"failed on the first {c.screen.conversations} conversations: {'; '.join(said)}"
+    stages.active = tuple(k for k in stages.candidates if k not in failed)
+    # the screened pairs are done: the rest of the run replays the sample's other turns
+    decided = stages.folder.read("verdicts", ["pair_id", "candidate"]).to_pylist()
+    stages.state.done_pairs |= {row["pair_id"] for row in decided}
+    left_out = sum((row["candidate"] or "candidate") in failed for row in decided)
+    p.pairs_total = stages.points_total * len(stages.active) + left_out
+    session.manifest.screened_out = {**session.manifest.screened_out, **failed}
+    stages.notes += [f"screening: {'candidate' if k == 'candidate' else k} {why}" for k, why in failed.items()]
+
+
 async def execute(
     config: RunConfig,
     conversations: ConversationSource | Iterable[Conversation] | None = None,
@@ -183,7 +228,10 @@ async def execute(
         if session.manifest.estimate is None:
             await anyio.to_thread.run_sync(_record_estimate, c, source, sample, session, stages.notes)
         _write_pseudonyms(c, source)
-        await run_stages(stages, sample, sides, cascade)
+        if c.screen is not None:
+            await _screen(stages, sample, sides, cascade, session)
+        if stages.candidates:
+            await run_stages(stages, sample, sides, cascade)
         status = "completed"
     except BaseException as exc:
         if interrupted(exc):

@@ -181,6 +181,8 @@ def test_the_readme_config_of_several_candidates_loads(tmp_path: Path) -> None:
     assert config.candidates[1].system_prompt == "You are the airline agent, v2."  # relative to the config file
     assert config.score == de.ScoreWeights(quality=0.5, latency=0.2, cost=0.3)
     assert config.fleet
+    assert config.screen is not None
+    assert [g.metric for g in config.screen.gates] == ["latency_p95_s", "error_rate"]
 
 
 def test_the_html_report_of_several_candidates_draws_the_leaderboard(
@@ -205,3 +207,27 @@ def test_the_estimate_of_several_candidates_counts_each_one_and_the_baseline_onc
     assert several.part("baseline").calls == one.part("baseline").calls  # replayed once
     assert several.part("warm").calls == several.part("cold").calls == one.part("candidate").calls
     assert several.part("stage 3 judge").pairs == 2 * one.part("stage 3 judge").pairs  # each candidate judged
+
+
+def test_screening_leaves_out_a_candidate_that_fails_a_cheap_gate_on_the_first_conversations(tmp_path: Path) -> None:
+    config = _fleet(tmp_path / "run", ("warm", "cold"))
+    slow = _variant(config.candidates[1], provider_options={**config.candidates[1].provider_options,
+                                                             "latency_ms": 60.0, "latency_sigma": 0.1})  # fmt: skip
+    screen = {"conversations": 3, "gates": [{"metric": "latency_p95_s", "max": 0.03, "test": "point"}]}
+    screened = config.model_copy(update={"candidates": (config.candidates[0], slow)})
+    screened = de.RunConfig.model_validate({**dict(screened), "screen": screen})
+    result = de.run(screened, conversations=demo_conversations(), progress=False)
+    reason = result.manifest.screened_out["cold"]
+    assert "failed on the first 3 conversations: latency_p95_s" in reason
+    assert "warm" not in result.manifest.screened_out
+    full = de.run(_fleet(tmp_path / "full", ("warm",)), conversations=demo_conversations(), progress=False)
+    # warm went on to the whole sample; cold stopped at the turns of the first 3 conversations
+    assert result.of("warm").counts.pairs == full.counts.pairs
+    cold = result.of("cold")
+    assert len(set(cold.table("verdicts")["conversation_id"].to_pylist())) == 3
+    assert cold.counts.pairs < full.counts.pairs
+    assert any(note.startswith("screening: cold failed") for note in result.manifest.notes)
+    board = leaderboard(result.path)
+    assert [e.candidate for e in board.entries][-1] == "cold"  # screened out: last, said so
+    assert board.entries[-1].outcome == "SCREENED"
+    assert "screened out: failed on the first 3" in str(board)

@@ -54,6 +54,7 @@ class Entry:
     ttft_p50_ms: float | None
     error_rate: float | None
     no_decision_rate: float | None
+    screened_out: str | None = None
     front_cost: bool = False
     front_latency: bool = False
     score: float | None = None
@@ -61,7 +62,8 @@ class Entry:
 
 @dataclass
 class Leaderboard:
-    """Every candidate's :class:`Entry`, best decision first (APPROVED, PARTIAL, REJECTED), then by win rate."""
+    """Every candidate's :class:`Entry`, best decision first (APPROVED, PARTIAL, REJECTED, then those screening
+    left out), then by win rate."""
 
     baseline: str
     entries: list[Entry]
@@ -90,7 +92,9 @@ class Leaderboard:
                 f"{_num(e.latency_p50_ms, 0):>8} {_num(e.latency_p95_ms, 0):>8} {_num(e.ttft_p50_ms, 0):>7} "
                 f"{_pct(e.error_rate):>7} {front:<13}" + (f" {_num(e.score, 3)}" if self.weights else "")
             )
-            if e.gates_failed:
+            if e.screened_out:
+                lines.append(f"{'':<20}   screened out: {e.screened_out}")
+            elif e.gates_failed:
                 lines.append(f"{'':<20}   gates failed: {'; '.join(e.gates_failed)}")
         if self.weights is not None:
             w = self.weights
@@ -166,6 +170,7 @@ def _scaled(values: list[float], higher_is_better: bool) -> list[float]:
 def _entry(result: RunResult, rule: Any) -> Entry:
     d = result.decision(rule)
     m = result.manifest
+    screened = m.screened_out.get(result.candidate or "candidate")
     cand, base = d.sides.get("candidate"), d.sides.get("baseline")
     ni = d.non_inferiority
     ttft = [row[0] for row in result.connect().execute(
@@ -174,8 +179,9 @@ def _entry(result: RunResult, rule: Any) -> Entry:
         run=str(result.path),
         candidate=result.candidate or (m.config.get("candidate") or {}).get("name") or "candidate",
         model=m.candidate_model,
-        outcome=d.outcome,
-        decided_by=d.decided_by,
+        outcome="SCREENED" if screened else d.outcome,  # its decision rests on the screening's few pairs only
+        decided_by=f"screened out: {screened}" if screened else d.decided_by,
+        screened_out=screened,
         win_rate=ni.win_rate.estimate,
         ci_low=ni.win_rate.ci_low,
         ci_high=ni.win_rate.ci_high,
@@ -217,7 +223,7 @@ def leaderboard(
     if w is not None:
         entries, said = _scores(entries, w)
         notes += said
-    order = {"APPROVED": 0, "PARTIAL": 1, "REJECTED": 2}
+    order = {"APPROVED": 0, "PARTIAL": 1, "REJECTED": 2, "SCREENED": 3}
     entries.sort(key=lambda e: (order.get(e.outcome, 3), -(e.win_rate if e.win_rate is not None else -math.inf)))
     return Leaderboard(baseline=baselines[0], entries=entries, weights=w, notes=notes)
 

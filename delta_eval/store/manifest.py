@@ -226,10 +226,11 @@ class RunManifest(_Model):
     ``fingerprint`` is the part of the configuration that decides which pairs exist and what they contain: a folder
     resumes only a run with the same fingerprint. ``config`` is the whole configuration (secrets redacted), kept
     for people and tools to read; the fields readers of a run need are typed: ``baseline`` and ``candidate``
-    describe each side in a line (``candidates``: each candidate's, by name, in a run of several), ``*_model`` name
-    their models, ``equivalence_judge`` and ``judge`` the judges
-    of stages 2 and 3 as configured (``rule`` for the rule-based ones), ``judge_models`` the models of the LLM
-    judges by stage; ``noise_floor`` is the folder of the A/A run the report compares the win rate with;
+    describe each side in a line (``candidates``: each candidate's, by name, in a run of several; ``screened_out``:
+    the candidates screening left out, and why), ``*_model`` name their models, ``equivalence_judge`` and
+    ``judge`` the judges of stages 2 and 3 as configured (``rule`` for the rule-based ones), ``judge_models`` the
+    models of the LLM judges by stage; ``noise_floor`` is the folder of the A/A run the report compares the win
+    rate with;
     ``stopped_early`` says why the last session stopped before the sample was done (``stop_early``);
     ``failure`` says why the last session failed; ``estimate`` is the cost estimate made when the run began
     (:meth:`delta_eval.estimate.CostEstimate.to_dict`), for the report to set beside what the run cost;
@@ -249,6 +250,7 @@ class RunManifest(_Model):
     baseline_model: str = ""
     candidate_model: str = ""
     candidates: dict[str, str] = Field(default_factory=dict)
+    screened_out: dict[str, str] = Field(default_factory=dict)
     equivalence_judge: str | None = None
     judge: str = ""
     judge_models: dict[str, list[str]] = Field(default_factory=dict)
