@@ -38,7 +38,7 @@ from delta_eval.calls import (
     ToolChoice,
 )
 from delta_eval.catalog import ModelInfo, ModelOverride, model_info
-from delta_eval.config import RunConfig, load_config
+from delta_eval.config import RunConfig, Screen, load_config
 from delta_eval.estimate import CostEstimate, estimate
 from delta_eval.exceptions import (
     AuthenticationError,
@@ -173,6 +173,7 @@ __all__ = [
     "RunResult",
     "SamplePlan",
     "ScoreWeights",
+    "Screen",
     "ScriptedAdapter",
     "SideView",
     "SimulatedAdapter",
