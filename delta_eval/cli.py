@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(json.dumps(estimated.to_dict(), indent=1) if args.json else estimated)
             return 0
         if args.command == "report" and args.html:
-            from delta_eval.analysis.analyze import analyze
+            from delta_eval.analysis.comparison import analyze
             from delta_eval.analysis.html import write_html
 
             _print(write_html(analyze(args.run_dir), None if args.html is True else args.html))
@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(render_report(result, noise_floor=args.noise_floor))
             return _gate(args, result) if _gating(args) else 0
         if args.command == "analyze":
-            from delta_eval.analysis.analyze import analyze
+            from delta_eval.analysis.comparison import analyze
             from delta_eval.analysis.text import analysis_text
 
             a = analyze(args.run_dir)
