@@ -23,8 +23,9 @@ from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.pool import ModelPool
 from delta_eval.adapters.registry import AdapterContext, AdapterFactory, register_adapter
 from delta_eval.adapters.retry import RetryPolicy
-from delta_eval.analysis.analyze import Analysis, analyze
+from delta_eval.analysis.analyze import Analysis
 from delta_eval.analysis.calibration import Calibration, calibrate
+from delta_eval.analysis.comparison import Comparison, analyze
 from delta_eval.analysis.leaderboard import Leaderboard, leaderboard
 from delta_eval.analysis.planning import plan
 from delta_eval.api import VerdictStream, arun, run, stream
@@ -115,6 +116,7 @@ __all__ = [
     "Calibration",
     "CallContext",
     "Check",
+    "Comparison",
     "ConfigError",
     "Conversation",
     "ConversationSource",

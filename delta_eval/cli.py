@@ -18,6 +18,10 @@
     delta-eval analyze RUN_DIR [--json] [--outcome baseline|candidate|tie]
                                            what changed and why: win rates, behaviour changes, themes of the
                                            judge's reasons (cached in RUN_DIR/analysis)
+    delta-eval compare RUN_DIR RUN_DIR [...] [--json] [--limit N]
+                                           runs side by side: each run's decision, win rate, cost and latency,
+                                           the pairs whose outcome differs (matched by pair id), and how
+                                           consistent runs of the same candidate are
     delta-eval skills install DIR          copy the coding-agent skills (run, analyze) where an agent looks
     delta-eval calibrate RUN_DIR [LABELS]  compare a run's verdicts with human labels (CSV/Parquet: pair_id, label;
                                            default: the labels saved beside the run by `delta-eval view`)
@@ -140,6 +144,11 @@ def _parser() -> argparse.ArgumentParser:
         help="themes of the pairs with this outcome (default baseline: where the candidate lost)",
     )
 
+    cmp = sub.add_parser("compare", parents=[common], help="runs side by side: decisions and the pairs that differ")
+    cmp.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="two or more run folders")
+    cmp.add_argument("--json", action="store_true", help="one JSON document {summary, differences}")
+    cmp.add_argument("--limit", type=int, default=20, metavar="N", help="list up to N differing pairs (default 20)")
+
     skills = sub.add_parser("skills", parents=[common], help="the coding-agent skills shipped with delta_eval")
     skills.add_argument("action", choices=["install", "list"])
     skills.add_argument("dir", type=Path, nargs="?", help="where to install them (e.g. .claude/skills)")
@@ -185,8 +194,13 @@ def _ci_options(parser: argparse.ArgumentParser, fail_on: str | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``delta-eval`` command; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     args.debug = getattr(args, "debug", False)
+    if args.command == "compare" and len(args.run_dirs) < 2:
+        parser.error("compare: give two or more run folders")
+    if args.command == "compare" and args.limit < 0:
+        parser.error("compare: --limit must be 0 or more")
     # Imported here so that `delta-eval --help` stays instant.
     from delta_eval.analysis.report import render_report
     from delta_eval.api import run
@@ -210,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(json.dumps(estimated.to_dict(), indent=1) if args.json else estimated)
             return 0
         if args.command == "report" and args.html:
-            from delta_eval.analysis.analyze import analyze
+            from delta_eval.analysis.comparison import analyze
             from delta_eval.analysis.html import write_html
 
             chosen = open_result(args.run_dir, args.candidate)
@@ -221,12 +235,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(render_report(result, noise_floor=args.noise_floor))
             return _gate(args, result) if _gating(args) else 0
         if args.command == "analyze":
-            from delta_eval.analysis.analyze import analyze
+            from delta_eval.analysis.comparison import analyze
             from delta_eval.analysis.text import analysis_text
 
             a = analyze(open_result(args.run_dir, args.candidate))
             data = {"summary": a.summary(), "changes": a.changes(), "themes": a.themes(outcome=args.outcome)}
             _print(json.dumps(data, indent=1, default=str) if args.json else analysis_text(data, args.outcome))
+            return 0
+        if args.command == "compare":
+            from delta_eval.analysis.comparison import analyze
+            from delta_eval.analysis.text import comparison_text
+
+            c = analyze(args.run_dirs)
+            summary, differences = c.summary(), c.differences(limit=args.limit)
+            data = {"summary": summary, "differences": differences}
+            _print(json.dumps(data, indent=1, default=str) if args.json else comparison_text(summary, differences))
             return 0
         if args.command == "skills":
             return _skills(args.action, args.dir)

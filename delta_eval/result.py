@@ -79,11 +79,16 @@ class RunResult:
             calls=manifest.counts.calls,
         )
         config = {**manifest.config, "candidate": variant}
+        # the candidate's own part of the fingerprint: what makes two runs' candidates the same candidate
+        parts = [v for v in manifest.fingerprint.get("candidates") or () if isinstance(v, dict)]
+        own = next((v for v in parts if v.get("name") == self.candidate), None)
+        fingerprint = {**manifest.fingerprint, "candidate": own} if own is not None else manifest.fingerprint
         return manifest.model_copy(
             update={
                 "candidate": manifest.candidates.get(str(self.candidate)) or str(variant.get("model")),
                 "candidate_model": variant.get("model", ""),
                 "config": config,
+                "fingerprint": fingerprint,
                 "counts": counts,
             }
         )

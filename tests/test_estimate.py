@@ -176,6 +176,6 @@ def test_the_readme_example_runs(
     out = capsys.readouterr()
     assert "cost estimate:" in out.out
     assert out.err.splitlines()[-1].startswith("delta-eval completed:")  # the closing progress line
-    result = scope["result"]
+    result = scope["actual"]
     assert isinstance(result, de.RunResult)
     assert result.manifest.estimate is not None

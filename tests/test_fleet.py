@@ -231,3 +231,19 @@ def test_screening_leaves_out_a_candidate_that_fails_a_cheap_gate_on_the_first_c
     assert [e.candidate for e in board.entries][-1] == "cold"  # screened out: last, said so
     assert board.entries[-1].outcome == "SCREENED"
     assert "screened out: failed on the first 3" in str(board)
+
+
+def test_candidates_of_one_run_compare_on_their_turns(runs: tuple[de.RunResult, de.RunResult]) -> None:
+    single, fleet = runs
+    comparison = de.analyze([fleet.path, single.path])  # the folder of several: one run per candidate
+    names = [r["name"] for r in comparison.runs()]
+    assert names == ["fleet · warm", "fleet · cold", "fleet · same", "single"]
+    # warm is the demo's candidate as the single run had it, on the same sample: the same candidate
+    assert [c["runs"] for c in comparison.consistency()] == [["fleet · warm", "single"]]
+    con = fleet.connect()
+    differ = con.sql(
+        "SELECT count(*) FROM (SELECT regexp_replace(pair_id, '~.*$', '') AS point, count(DISTINCT outcome) AS n "
+        "FROM all_verdicts GROUP BY point) WHERE n > 1"
+    ).fetchall()[0][0]
+    # every turn is in all four runs; those where the three candidates disagree differ in the comparison too
+    assert comparison.differences(limit=1000)["total"] >= differ > 0

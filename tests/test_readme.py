@@ -307,5 +307,8 @@ def test_every_python_example_of_the_readme_runs_in_order_from_a_fresh_folder(
     assert scope["actual"].manifest.estimate is not None  # the estimated run keeps its estimate
     assert scope["d"].outcome in ("APPROVED", "PARTIAL", "REJECTED")
     assert (tmp_path / "runs" / "demo-stream" / "manifest.json").exists()
+    compared = scope["c"].summary()  # the runs side by side: the stream's and the estimate's share their candidate
+    assert [r["name"] for r in compared["runs"]] == ["demo", "demo-stream", "demo-estimate"]
+    assert [g["runs"] for g in compared["consistency"]] == [["demo-stream", "demo-estimate"]]
     printed = capsys.readouterr().out
     assert re.search(r"^\S+#\d+ (deterministic|equivalence|judge) ", printed, flags=re.M)  # the stream's verdicts

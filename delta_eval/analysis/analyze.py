@@ -9,6 +9,9 @@ Example::
     a.themes(outcome="baseline")       # clusters of the judge's reasons where the candidate lost
     a.pairs(theme=0, limit=5)          # the pairs behind a theme, both outputs side by side
 
+``de.analyze`` (:func:`~delta_eval.analysis.comparison.analyze`) gives an :class:`Analysis` for one run folder and a
+:class:`~delta_eval.analysis.comparison.Comparison` for several.
+
 Every method returns JSON-ready data (dicts and lists of plain values); ``delta-eval analyze RUN_DIR --json``
 prints the same. Cached analyses are dropped when the run gains pairs.
 """
@@ -43,7 +46,7 @@ from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import TABLES
 
-__all__ = ["DECISION_MAX_PAIRS", "Analysis", "analyze", "saved_themes"]
+__all__ = ["DECISION_MAX_PAIRS", "Analysis", "saved_themes"]
 
 #: Up to this many pairs, :meth:`Analysis.summary` includes the decision (which reads every pair into memory).
 DECISION_MAX_PAIRS = 200_000
@@ -497,8 +500,3 @@ def saved_themes(run: str | Path | RunResult) -> dict[str, list[dict[str, Any]]]
         if isinstance(data, list):
             out[outcome] = [t for t in data if isinstance(t, dict)]
     return out
-
-
-def analyze(run: str | Path | RunResult) -> Analysis:
-    """The :class:`Analysis` of a run folder."""
-    return Analysis(run)

@@ -1,9 +1,12 @@
-"""The analysis of a run as compact text, for ``delta-eval analyze`` (``--json`` prints the data itself).
+"""The analysis of a run, or the comparison of several, as compact text, for ``delta-eval analyze`` and
+``delta-eval compare`` (``--json`` prints the data itself).
 
 Example::
 
     a = de.analyze("runs/demo")
     print(analysis_text({"summary": a.summary(), "changes": a.changes(), "themes": a.themes()}, "baseline"))
+    c = de.analyze(["runs/monday", "runs/tuesday"])
+    print(comparison_text(c.summary(), c.differences(limit=20)))
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 from delta_eval.analysis.themes import section_label
 
-__all__ = ["analysis_text"]
+__all__ = ["analysis_text", "comparison_text"]
 
 
 def _rate(r: dict[str, Any] | None) -> str:
@@ -63,4 +66,65 @@ def analysis_text(data: dict[str, Any], outcome: str = "baseline") -> str:
             lines.append(f"      e.g. {t['pair_ids'][0]}: {t['examples'][0][:150]}")
     if not data["themes"]:
         lines.append("  none (no stage-3 verdict with this outcome)")
+    return "\n".join(lines)
+
+
+def _money(v: float | None) -> str:
+    return "cost unknown" if v is None else f"${v:.4f}"
+
+
+def comparison_text(summary: dict[str, Any], differences: dict[str, Any]) -> str:
+    """A comparison's ``summary`` and a page of its ``differences`` (as
+    :class:`~delta_eval.analysis.comparison.Comparison` returns them): per run its decision line, win rate, cost
+    and latency per side; the pairs whose outcome differs, one line each with every run's outcome; consistency.
+
+    Example:
+        >>> run = {"name": "a", "baseline": "m:b", "candidate": "m:c", "pairs": 4,
+        ...        "decision": {"outcome": "APPROVED", "decided_by": "non-inferiority"}, "win_rate": None,
+        ...        "sides": {"candidate": {"cost_usd": 0.5, "latency_ms_p50": 9.0, "latency_ms_p90": 12.0}}}
+        >>> print(comparison_text({"runs": [run, {**run, "name": "b"}], "pairs": 4, "differing": 1, "consistency": []},
+        ...                       {"total": 1, "pairs": 4, "rows": [{"pair_id": "c#1", "outcomes": ["tie", None]}]}))
+        2 runs, pairs matched by id (4 in any run)
+        [1] a: m:b -> m:c
+            DECISION: APPROVED - decided by non-inferiority
+            win rate n/a
+            candidate $0.5000, latency p50 9.0 ms, p90 12.0 ms
+        [2] b: m:b -> m:c
+            DECISION: APPROVED - decided by non-inferiority
+            win rate n/a
+            candidate $0.5000, latency p50 9.0 ms, p90 12.0 ms
+        <BLANKLINE>
+        pairs whose outcome differs: 1 of 4
+          pair  [1]  [2]
+          c#1   tie  (absent)
+        <BLANKLINE>
+        consistency: no two runs share a candidate
+    """
+    runs = summary["runs"]
+    lines = [f"{len(runs)} runs, pairs matched by id ({summary['pairs']} in any run)"]
+    for i, r in enumerate(runs, start=1):
+        d = r["decision"]
+        decision = f"DECISION: {d['outcome']} - decided by {d['decided_by']}" if d["outcome"] else d["decided_by"]
+        sides = "; ".join(f"{side} {_money(v['cost_usd'])}, latency p50 {v['latency_ms_p50']} ms, "
+                          f"p90 {v['latency_ms_p90']} ms" for side, v in r["sides"].items())  # fmt: skip
+        lines += [f"[{i}] {r['name']}: {r['baseline']} -> {r['candidate']}", f"    {decision}",
+                  f"    win rate {_rate(r['win_rate'])}", f"    {sides}"]  # fmt: skip
+    lines += ["", f"pairs whose outcome differs: {differences['total']} of {differences['pairs']}"]
+    rows = [[str(row["pair_id"]), *(o or "(absent)" for o in row["outcomes"])] for row in differences["rows"]]
+    if rows:
+        table = [["pair", *(f"[{i}]" for i in range(1, len(runs) + 1))], *rows]
+        widths = [max(len(row[k]) for row in table) for k in range(len(table[0]))]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+        if differences["total"] > len(rows):
+            lines.append(f"  ... {differences['total'] - len(rows)} more (--limit N shows more)")
+    lines.append("")
+    if not summary["consistency"]:
+        lines.append("consistency: no two runs share a candidate")
+    for c in summary["consistency"]:
+        a, g = c["approved"], c["agreement"]
+        agree = (f"outcomes agree on {g['agree']} of {g['shared_pairs']} shared pairs ({g['share']:.1%})"
+                 if g["shared_pairs"] else "no pair shared by all of them")  # fmt: skip
+        approved = f"approved in {a['count']} of {a['of']} ({a['share']:.0%}, 95% CI [{a['lo']:.0%}, {a['hi']:.0%}])"
+        lines.append(f"consistency of {c['candidate']} over {len(c['runs'])} runs ({', '.join(c['runs'])}): "
+                     f"{approved}; {agree}")  # fmt: skip
     return "\n".join(lines)

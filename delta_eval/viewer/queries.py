@@ -76,6 +76,10 @@ class RunView:
         candidates = RunResult(path).candidates
         return [cls(path, c) for c in candidates] if candidates else [cls(path)]
 
+    def own_pair_id(self, point_id: str) -> str:
+        """This view's pair id of a turn (``conversation#turn``): itself, or ``...~name`` for a candidate of several."""
+        return point_id if self.result.candidate is None else f"{point_id}~{self.result.candidate}"
+
     @contextmanager
     def cursor(self) -> Iterator[Any]:
         """The run's database, for one request at a time: requests run in threads, and a DuckDB connection runs

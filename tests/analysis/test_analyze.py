@@ -160,6 +160,8 @@ def test_the_skills_install_and_name_only_functions_that_exist(tmp_path: Path, r
             assert callable(getattr(de, name)), name
         for name in re.findall(r"\ba\.(\w+)\(", text):
             assert callable(getattr(a, name)), name
+        for name in re.findall(r"\bc\.(\w+)\(", text):  # the comparison of several runs
+            assert callable(getattr(de.analyze([run.path, run.path]), name)), name
 
 
 def test_the_html_report_is_one_self_contained_page(run: de.RunResult, tmp_path: Path) -> None:
