@@ -136,3 +136,13 @@ def test_ingest_benchmark_reads_every_format_back_whole(tmp_path: Path) -> None:
         assert (convs, errors) == (30 // ingest.FORMATS[name][3], 0), name
         assert seconds > 0
         assert peak_mb > 0
+
+
+@pytest.mark.slow
+def test_fleet_benchmark_counts_the_baseline_once_in_a_run_of_several(tmp_path: Path) -> None:
+    fleet = load("fleet")
+    got = fleet.measure(4, 0.0, tmp_path)
+    base = got["models"]["baseline"]
+    # separate runs: the baseline three times and the candidate 'same' once; one run: each once
+    assert got["one run"]["calls"][base] * 2 == got["separate"]["calls"][base]
+    assert got["pairs"] > 0
