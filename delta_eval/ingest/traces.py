@@ -155,7 +155,8 @@ class _Spill:
         self._db.executemany("INSERT INTO calls VALUES (?, ?)", self._batch)
         self._batch.clear()
 
-    def groups(self) -> Iterator[list[TracedCall]]:
+    def groups(self) -> Iterator[tuple[int, list[TracedCall]]]:
+        """Each conversation's calls with its position, in the order of positions."""
         self._flush()
         self._db.execute("CREATE INDEX by_conversation ON calls (conversation)")
         group: list[TracedCall] = []
@@ -163,12 +164,12 @@ class _Spill:
         # The file holds only what this reading wrote: unpickling it is reading back our own objects.
         for position, data in self._db.execute("SELECT conversation, data FROM calls ORDER BY conversation, rowid"):
             if position != current and group:
-                yield group
+                yield current, group
                 group = []
             current = position
             group.extend(pickle.loads(data))
         if group:
-            yield group
+            yield current, group
 
     def close(self) -> None:
         self._db.close()
@@ -181,7 +182,8 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
     Up to ``max_held`` calls are held in memory; past that, the conversations least recently added to go to a
     temporary file (:class:`_Spill`) until half that is held. A trace's spans mostly come close together, so a
     conversation sent there is usually complete: its calls are written once, together; a call that comes later
-    is written after them and joins them when read back. Only the conversation keys stay in memory."""
+    is written after them and joins them when read back. Only the conversation keys, and the calls held when the
+    source ends (joined to the file's as they are read back), stay in memory."""
     groups: dict[str, list[TracedCall]] = {}  # least recently added to first
     positions: dict[str, int] = {}
     held = 0
@@ -204,13 +206,21 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
                     spilled = groups.pop(old)
                     spill.add(positions[old], spilled)
                     held -= len(spilled)
+        held_keys = sorted(groups, key=positions.__getitem__)
         if spill is not None:
-            for key, group in groups.items():
-                spill.add(positions[key], group)
-            groups.clear()
-            yield from spill.groups()
-            return
-        for key in sorted(groups, key=positions.__getitem__):
+            # The calls still held need not make the round trip through the file: they are merged in by position,
+            # after the calls of their conversation the file holds (those came first).
+            i = 0
+            for position, spilled in spill.groups():
+                while i < len(held_keys) and positions[held_keys[i]] < position:
+                    yield groups.pop(held_keys[i])
+                    i += 1
+                if i < len(held_keys) and positions[held_keys[i]] == position:
+                    spilled.extend(groups.pop(held_keys[i]))
+                    i += 1
+                yield spilled
+            held_keys = held_keys[i:]
+        for key in held_keys:
             yield groups.pop(key)  # each conversation let go of once assembled
     finally:
         if spill is not None:
