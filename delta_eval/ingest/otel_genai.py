@@ -372,16 +372,20 @@ class _Fields(Mapping[str, Any]):
 
     __slots__ = ("_built", "_span")
 
-    def __init__(self, span: _Span) -> None:
-        self._span = span
+    def __init__(self, trace_id: str, span_id: str, name: str, attributes: dict[str, Any],
+                 resource: dict[str, Any]) -> None:  # fmt: skip
+        self._span = (trace_id, span_id, name, attributes, resource)
         self._built: dict[str, Any] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A call past the memory bound is pickled (traces._Spill): the span's values, not the span.
+        return _Fields, self._span
 
     def _fields(self) -> dict[str, Any]:
         if self._built is None:
-            span = self._span
-            self._built = _nested(span.attributes)
-            self._built.update(trace_id=span.trace_id, span_id=span.span_id, span_name=span.name,
-                               resource=_nested(span.resource))  # fmt: skip
+            trace_id, span_id, name, attributes, resource = self._span
+            self._built = _nested(attributes)
+            self._built.update(trace_id=trace_id, span_id=span_id, span_name=name, resource=_nested(resource))
         return self._built
 
     def __getitem__(self, key: str) -> Any:
@@ -810,7 +814,8 @@ class _Calls:
         for name in _MESSAGE_ATTRIBUTES:
             span.attributes.pop(name, None)
         span.events = []
-        return TracedCall(_conversation_key(span), (span.start, self.seq), label, call, _Fields(span))
+        fields = _Fields(span.trace_id, span.span_id, span.name, span.attributes, span.resource)
+        return TracedCall(_conversation_key(span), (span.start, self.seq), label, call, fields)
 
     def span(self, make: Callable[[], _Span], label: str) -> Iterator[TracedCall | RecordError]:
         """The call of one span (``make()`` builds it), an error naming its field, or nothing for another span."""
