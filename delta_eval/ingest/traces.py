@@ -23,8 +23,10 @@ Example:
 from __future__ import annotations
 
 import copyreg
+import dataclasses
 import importlib
 import io
+import operator
 import pickle
 import sqlite3
 import tempfile
@@ -103,12 +105,25 @@ def detect_trace_format(record: Any) -> str | None:
 
 
 _set = object.__setattr__
+#: The schema's models a call holds, numbered for the spill.
+_MODELS: tuple[type[BaseModel], ...] = (Message, ToolCall, ToolSpec, ReasoningState, MediaPart, CallContext)
+_TRACED, _RECORDED = len(_MODELS), len(_MODELS) + 1
+_TRACED_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(TracedCall)))
+_RECORDED_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(RecordedCall)))
 
 
-def _model(cls: type[BaseModel], values: dict[str, Any], fields_set: set[str], extra: Any, private: Any) -> BaseModel:
-    """A model as :func:`_reduce_model` saved it: what pydantic's own ``__setstate__`` does, without building and
-    reading back a state dict for each model."""
-    model = cls.__new__(cls)
+def _spilled(kind: int, *args: Any) -> Any:
+    """An object of a spilled call, rebuilt from what :data:`_DISPATCH` saved of it.
+
+    One function rebuilds them all, from the kind's number: each function or class a pickle names costs an import
+    lookup where it is written and again where it is read (about 3 us together), and a conversation's calls named
+    eight of them. A model is rebuilt as pydantic's own ``__setstate__`` does, without the state dict in between."""
+    if kind == _TRACED:
+        return TracedCall(*args)
+    if kind == _RECORDED:
+        return RecordedCall(*args)
+    values, fields_set, extra, private = args
+    model = _MODELS[kind].__new__(_MODELS[kind])
     _set(model, "__dict__", values)
     _set(model, "__pydantic_fields_set__", fields_set)
     _set(model, "__pydantic_extra__", extra)
@@ -116,15 +131,20 @@ def _model(cls: type[BaseModel], values: dict[str, Any], fields_set: set[str], e
     return model
 
 
-def _reduce_model(model: BaseModel) -> tuple[Any, ...]:
-    return _model, (type(model), model.__dict__, model.__pydantic_fields_set__, model.__pydantic_extra__,
-                    model.__pydantic_private__)  # fmt: skip
+def _model_reducer(kind: int) -> Callable[[BaseModel], tuple[Any, ...]]:
+    def reduce(model: BaseModel) -> tuple[Any, ...]:
+        return _spilled, (kind, model.__dict__, model.__pydantic_fields_set__, model.__pydantic_extra__,
+                          model.__pydantic_private__)  # fmt: skip
+
+    return reduce
 
 
-#: How the spill pickles the schema's models a call holds: pydantic's default goes through ``__getstate__`` and
-#: ``__setstate__`` in Python for each message, and was most of the time spent spilling (5x slower than this).
+#: How the spill pickles a call: pydantic's default goes through ``__getstate__`` and ``__setstate__`` in Python
+#: for each message, and was most of the time spent spilling (5x slower than this).
 _DISPATCH = copyreg.dispatch_table.copy()
-_DISPATCH.update(dict.fromkeys((Message, ToolCall, ToolSpec, ReasoningState, MediaPart, CallContext), _reduce_model))
+_DISPATCH.update({cls: _model_reducer(kind) for kind, cls in enumerate(_MODELS)})
+_DISPATCH[TracedCall] = lambda call: (_spilled, (_TRACED, *_TRACED_FIELDS(call)))
+_DISPATCH[RecordedCall] = lambda call: (_spilled, (_RECORDED, *_RECORDED_FIELDS(call)))
 
 
 def _dumps(obj: Any) -> bytes:
