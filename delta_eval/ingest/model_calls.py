@@ -73,8 +73,11 @@ def _system_of(call: RecordedCall) -> str | None:
 
 def _new_messages(sent: list[Message], history: list[Message]) -> tuple[list[Message], bool]:
     """The messages of ``sent`` this conversation does not have yet, and whether ``sent`` is the history as is."""
-    # A reader that shares the messages a call re-sends makes most of them the same object: no key to compute.
-    if len(sent) >= len(history) and all(a is b or _key(a) == _key(b) for a, b in zip(sent, history, strict=False)):
+    # A reader that shares the messages a call re-sends makes most of them the same object, and the answer a call
+    # re-sends is mostly equal to the one recorded: no key to compute.
+    if len(sent) >= len(history) and all(
+        a is b or a == b or _key(a) == _key(b) for a, b in zip(sent, history, strict=False)
+    ):
         return sent[len(history) :], True
     # The history was filtered or rewritten: what is new comes after the last message already had (or after the
     # agent's last answer in what was sent, when none is).

@@ -63,10 +63,14 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+import msgspec
+
 from delta_eval.chat_format import parse_tools
 from delta_eval.exceptions import RecordError
 from delta_eval.ingest.model_calls import RecordedCall
 from delta_eval.ingest.native_base import Err, arguments_json, placeholder
+from delta_eval.ingest.otlp_json import ExportRecord, KeyValue, ResourceSpans, decode_line
+from delta_eval.ingest.otlp_json import Span as SpanStruct
 from delta_eval.ingest.traces import TracedCall, TraceFormat
 from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec
 
@@ -192,6 +196,22 @@ def _attributes(raw: Any, field: str) -> dict[str, Any]:
             out[str(kv[0])] = kv[1]
         else:
             raise _Bad(f"{field}[{i}]", "an attribute must be {key, value}")
+    return out
+
+
+def _typed_attributes(raw: list[KeyValue] | None, field: str) -> dict[str, Any]:
+    """:func:`_attributes` of key-values decoded as :class:`~delta_eval.ingest.otlp_json.KeyValue` structs (their
+    keys known to be strings)."""
+    out: dict[str, Any] = {}
+    for kv in raw or ():
+        value = kv.value
+        if type(value) is dict and len(value) == 1 and type(text := value.get("stringValue")) is str:
+            out[kv.key] = text
+            continue
+        try:
+            out[kv.key] = any_value(value) if value is not None else None
+        except ValueError as exc:
+            raise _Bad(f"{field}[{kv.key}]", str(exc)) from None
     return out
 
 
@@ -362,6 +382,19 @@ def _otlp_span(raw: Any, resource: dict[str, Any]) -> _Span:
     )
 
 
+def _typed_span(raw: SpanStruct, resource: dict[str, Any]) -> _Span:
+    """:func:`_otlp_span` of a span decoded as a :class:`~delta_eval.ingest.otlp_json.Span` struct."""
+    return _Span(
+        trace_id=_hex_id(raw.traceId, "traceId"),
+        span_id=_hex_id(raw.spanId, "spanId"),
+        name=str(raw.name or ""),
+        start=_nanos(raw.startTimeUnixNano, "startTimeUnixNano"),
+        attributes=_typed_attributes(raw.attributes, "attributes"),
+        resource=resource,
+        events=_span_events(raw.events, "events"),
+    )
+
+
 def _conversation_key(span: _Span) -> str:
     return str(span.attributes.get(_CONVERSATION) or span.trace_id)
 
@@ -372,16 +405,20 @@ class _Fields(Mapping[str, Any]):
 
     __slots__ = ("_built", "_span")
 
-    def __init__(self, span: _Span) -> None:
-        self._span = span
+    def __init__(self, trace_id: str, span_id: str, name: str, attributes: dict[str, Any],
+                 resource: dict[str, Any]) -> None:  # fmt: skip
+        self._span = (trace_id, span_id, name, attributes, resource)
         self._built: dict[str, Any] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A call past the memory bound is pickled (traces._Spill): the span's values, not the span.
+        return _Fields, self._span
 
     def _fields(self) -> dict[str, Any]:
         if self._built is None:
-            span = self._span
-            self._built = _nested(span.attributes)
-            self._built.update(trace_id=span.trace_id, span_id=span.span_id, span_name=span.name,
-                               resource=_nested(span.resource))  # fmt: skip
+            trace_id, span_id, name, attributes, resource = self._span
+            self._built = _nested(attributes)
+            self._built.update(trace_id=trace_id, span_id=span_id, span_name=name, resource=_nested(resource))
         return self._built
 
     def __getitem__(self, key: str) -> Any:
@@ -407,10 +444,17 @@ def _is_model_call(span: _Span) -> bool:
 # -- messages ------------------------------------------------------------------------------------------------------
 
 
+_decode_json = msgspec.json.Decoder().decode
+
+
 def _json(value: Any, field: str) -> Any:
     """An attribute that the spec writes as JSON text on a span, parsed (an export may hold it parsed already)."""
     if isinstance(value, str):
         try:
+            return _decode_json(value)  # twice as fast as json.loads on the messages' text
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        try:  # what msgspec refuses, json may take (NaN, lone surrogates), else its error is the one reported
             return json.loads(value)
         except ValueError as exc:
             raise _Bad(field, f"not valid JSON: {exc}") from None
@@ -810,7 +854,8 @@ class _Calls:
         for name in _MESSAGE_ATTRIBUTES:
             span.attributes.pop(name, None)
         span.events = []
-        return TracedCall(_conversation_key(span), (span.start, self.seq), label, call, _Fields(span))
+        fields = _Fields(span.trace_id, span.span_id, span.name, span.attributes, span.resource)
+        return TracedCall(_conversation_key(span), (span.start, self.seq), label, call, fields)
 
     def span(self, make: Callable[[], _Span], label: str) -> Iterator[TracedCall | RecordError]:
         """The call of one span (``make()`` builds it), an error naming its field, or nothing for another span."""
@@ -892,7 +937,8 @@ def calls(records: Iterable[tuple[str, Any]], source: str) -> Iterator[TracedCal
         if not isinstance(record, Mapping):
             yield RecordError(source, label, "", f"expected a span or an OTLP export, not {type(record).__name__}")
             continue
-        if "resourceSpans" in record or "resourceLogs" in record:
+        # An export line decoded into structs is an export (asking it for a key would parse its JSON again).
+        if type(record) is ExportRecord or "resourceSpans" in record or "resourceLogs" in record:
             yield from _otlp_calls(state, record, label)
         else:
             yield from state.span(partial(_flat_span, record), label)
@@ -908,6 +954,11 @@ def _otlp_calls(state: _Calls, doc: Mapping[str, Any], label: str) -> Iterator[T
 
 
 def _otlp_items(state: _Calls, doc: Mapping[str, Any], label: str) -> Iterator[TracedCall | RecordError]:
+    if type(doc) is ExportRecord:
+        yield from _typed_spans(state, doc.export.resourceSpans or (), label)
+        logs = doc.export.resourceLogs
+        yield from _log_records(state, None if logs is msgspec.UNSET else logs, label)
+        return
     n = 0
     for i, rs in enumerate(doc.get("resourceSpans") or ()):
         try:
@@ -919,8 +970,30 @@ def _otlp_items(state: _Calls, doc: Mapping[str, Any], label: str) -> Iterator[T
             for raw in ss.get("spans") or ():
                 yield from state.span(partial(_otlp_span, raw, resource), f"{label}, span {n}")
                 n += 1
+    yield from _log_records(state, doc.get("resourceLogs"), label)
+
+
+def _typed_spans(
+    state: _Calls, resource_spans: Iterable[ResourceSpans], label: str
+) -> Iterator[TracedCall | RecordError]:
+    """:func:`_otlp_items`' spans of an export decoded into structs."""
     n = 0
-    for rl in doc.get("resourceLogs") or ():
+    for i, rs in enumerate(resource_spans):
+        try:
+            attributes = rs.resource.attributes if rs.resource is not None else None
+            resource = _typed_attributes(attributes, f"resourceSpans[{i}].resource")
+        except _Bad as exc:
+            yield RecordError(state.source, label, exc.field, exc.reason)
+            continue
+        for ss in rs.scopeSpans or ():
+            for raw in ss.spans or ():
+                yield from state.span(partial(_typed_span, raw, resource), f"{label}, span {n}")
+                n += 1
+
+
+def _log_records(state: _Calls, resource_logs: Any, label: str) -> Iterator[RecordError]:
+    n = 0
+    for rl in resource_logs or ():
         for sl in rl.get("scopeLogs") or ():
             for raw in sl.get("logRecords") or ():
                 error = state.log(raw, f"{label}, log record {n}")
@@ -951,4 +1024,4 @@ def looks_like(record: Any) -> bool:
 
 
 #: The OpenTelemetry GenAI trace format (``message_format="otel"``).
-FORMAT = TraceFormat(calls=calls, looks_like=looks_like)
+FORMAT = TraceFormat(calls=calls, looks_like=looks_like, decode_line=decode_line)

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import warnings
@@ -27,8 +28,8 @@ from delta_eval.exceptions import ConfigError, RecordError, SourceWarning
 from delta_eval.ingest.describe import describe_records, nearest_paths
 from delta_eval.ingest.native import detect_format, native_conversation
 from delta_eval.ingest.pseudonymize import Pseudonymizer
-from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_sql
-from delta_eval.ingest.traces import TRACE_FORMATS, detect_trace_format, read_traces
+from delta_eval.ingest.readers import READERS, RawRecord, infer_format, iter_jsonl, iter_sql
+from delta_eval.ingest.traces import TRACE_FORMATS, detect_trace_format, read_traces, trace_format
 from delta_eval.mapping import FieldMapping, MessageFormat, Pseudonymize, SourceConfig
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Conversation
@@ -307,6 +308,10 @@ def _file_source(
     if fmt not in READERS:
         raise ConfigError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
     reader = READERS[fmt]
+    if fmt == "jsonl" and mapping.message_format in TRACE_FORMATS:
+        decode = trace_format(mapping.message_format).decode_line
+        if decode is not None:  # the trace format reads its own lines (OTLP/JSON into typed structs)
+            reader = functools.partial(iter_jsonl, decode=decode)
     return ConversationSource(str(path), lambda: reader(path), mapping, pseudonymize)
 
 

@@ -22,7 +22,11 @@ Example:
 
 from __future__ import annotations
 
+import copyreg
+import dataclasses
 import importlib
+import io
+import operator
 import pickle
 import sqlite3
 import tempfile
@@ -31,13 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from delta_eval.exceptions import RecordError
 from delta_eval.ingest.model_calls import RecordedCall, assemble
 from delta_eval.mapping import FieldMapping
 from delta_eval.redact import describe_invalid
-from delta_eval.schema import Conversation
+from delta_eval.schema import CallContext, Conversation, MediaPart, Message, ReasoningState, ToolCall, ToolSpec
 
 __all__ = ["MAX_HELD_CALLS", "TRACE_FORMATS", "TraceFormat", "TracedCall", "conversations_of", "detect_trace_format",
            "read_traces", "trace_format"]  # fmt: skip
@@ -62,10 +66,13 @@ class TracedCall:
 
 @dataclass(frozen=True)
 class TraceFormat:
-    """A trace format: how to find the model calls in its raw records, and how to recognise its first record."""
+    """A trace format: how to find the model calls in its raw records, and how to recognise its first record;
+    ``decode_line``, where the format has one, reads a line of a JSON Lines file of its records faster than generic
+    JSON parsing does (raising ``ValueError`` on a bad line as :func:`~delta_eval.ingest.readers.parse_json`)."""
 
     calls: Callable[[Iterable[tuple[str, Any]], str], Iterator[TracedCall | RecordError]]
     looks_like: Callable[[Any], bool]
+    decode_line: Callable[[bytes], Any] | None = None
 
 
 #: How many calls :func:`conversations_of` holds in memory; past that, the calls go to a temporary file and are read
@@ -97,6 +104,57 @@ def detect_trace_format(record: Any) -> str | None:
     return next((name for name in TRACE_FORMATS if trace_format(name).looks_like(record)), None)
 
 
+_set = object.__setattr__
+#: The schema's models a call holds, numbered for the spill.
+_MODELS: tuple[type[BaseModel], ...] = (Message, ToolCall, ToolSpec, ReasoningState, MediaPart, CallContext)
+_TRACED, _RECORDED = len(_MODELS), len(_MODELS) + 1
+_TRACED_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(TracedCall)))
+_RECORDED_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(RecordedCall)))
+
+
+def _spilled(kind: int, *args: Any) -> Any:
+    """An object of a spilled call, rebuilt from what :data:`_DISPATCH` saved of it.
+
+    One function rebuilds them all, from the kind's number: each function or class a pickle names costs an import
+    lookup where it is written and again where it is read (about 3 us together), and a conversation's calls named
+    eight of them. A model is rebuilt as pydantic's own ``__setstate__`` does, without the state dict in between."""
+    if kind == _TRACED:
+        return TracedCall(*args)
+    if kind == _RECORDED:
+        return RecordedCall(*args)
+    values, fields_set, extra, private = args
+    model = _MODELS[kind].__new__(_MODELS[kind])
+    _set(model, "__dict__", values)
+    _set(model, "__pydantic_fields_set__", fields_set)
+    _set(model, "__pydantic_extra__", extra)
+    _set(model, "__pydantic_private__", private)
+    return model
+
+
+def _model_reducer(kind: int) -> Callable[[BaseModel], tuple[Any, ...]]:
+    def reduce(model: BaseModel) -> tuple[Any, ...]:
+        return _spilled, (kind, model.__dict__, model.__pydantic_fields_set__, model.__pydantic_extra__,
+                          model.__pydantic_private__)  # fmt: skip
+
+    return reduce
+
+
+#: How the spill pickles a call: pydantic's default goes through ``__getstate__`` and ``__setstate__`` in Python
+#: for each message, and was most of the time spent spilling (5x slower than this).
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH.update({cls: _model_reducer(kind) for kind, cls in enumerate(_MODELS)})
+_DISPATCH[TracedCall] = lambda call: (_spilled, (_TRACED, *_TRACED_FIELDS(call)))
+_DISPATCH[RecordedCall] = lambda call: (_spilled, (_RECORDED, *_RECORDED_FIELDS(call)))
+
+
+def _dumps(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(obj)
+    return buffer.getvalue()
+
+
 class _Spill:
     """Calls kept in a temporary SQLite file, a conversation's calls pickled together (the messages its calls re-send
     are then written once) under the position it first appeared at; read back one conversation at a time, in that
@@ -112,7 +170,7 @@ class _Spill:
         self._batch: list[tuple[int, bytes]] = []
 
     def add(self, position: int, calls: list[TracedCall]) -> None:
-        self._batch.append((position, pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL)))
+        self._batch.append((position, _dumps(calls)))
         if len(self._batch) >= 256:
             self._flush()
 
@@ -120,7 +178,8 @@ class _Spill:
         self._db.executemany("INSERT INTO calls VALUES (?, ?)", self._batch)
         self._batch.clear()
 
-    def groups(self) -> Iterator[list[TracedCall]]:
+    def groups(self) -> Iterator[tuple[int, list[TracedCall]]]:
+        """Each conversation's calls with its position, in the order of positions."""
         self._flush()
         self._db.execute("CREATE INDEX by_conversation ON calls (conversation)")
         group: list[TracedCall] = []
@@ -128,12 +187,12 @@ class _Spill:
         # The file holds only what this reading wrote: unpickling it is reading back our own objects.
         for position, data in self._db.execute("SELECT conversation, data FROM calls ORDER BY conversation, rowid"):
             if position != current and group:
-                yield group
+                yield current, group
                 group = []
             current = position
             group.extend(pickle.loads(data))
         if group:
-            yield group
+            yield current, group
 
     def close(self) -> None:
         self._db.close()
@@ -146,7 +205,8 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
     Up to ``max_held`` calls are held in memory; past that, the conversations least recently added to go to a
     temporary file (:class:`_Spill`) until half that is held. A trace's spans mostly come close together, so a
     conversation sent there is usually complete: its calls are written once, together; a call that comes later
-    is written after them and joins them when read back. Only the conversation keys stay in memory."""
+    is written after them and joins them when read back. Only the conversation keys, and the calls held when the
+    source ends (joined to the file's as they are read back), stay in memory."""
     groups: dict[str, list[TracedCall]] = {}  # least recently added to first
     positions: dict[str, int] = {}
     held = 0
@@ -169,13 +229,21 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
                     spilled = groups.pop(old)
                     spill.add(positions[old], spilled)
                     held -= len(spilled)
+        held_keys = sorted(groups, key=positions.__getitem__)
         if spill is not None:
-            for key, group in groups.items():
-                spill.add(positions[key], group)
-            groups.clear()
-            yield from spill.groups()
-            return
-        for key in sorted(groups, key=positions.__getitem__):
+            # The calls still held need not make the round trip through the file: they are merged in by position,
+            # after the calls of their conversation the file holds (those came first).
+            i = 0
+            for position, spilled in spill.groups():
+                while i < len(held_keys) and positions[held_keys[i]] < position:
+                    yield groups.pop(held_keys[i])
+                    i += 1
+                if i < len(held_keys) and positions[held_keys[i]] == position:
+                    spilled.extend(groups.pop(held_keys[i]))
+                    i += 1
+                yield spilled
+            held_keys = held_keys[i:]
+        for key in held_keys:
             yield groups.pop(key)  # each conversation let go of once assembled
     finally:
         if spill is not None:
