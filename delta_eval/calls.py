@@ -180,6 +180,7 @@ class ModelResponse(_Frozen):
     snapshot); ``request_id`` is the provider's id of the call, for support tickets and logs; ``provider_finish_reason``
     is the provider's own word for why it stopped (``end_turn``, ``MAX_TOKENS``, ...), mapped to ``finish_reason``.
     ``usage`` is ``None`` when the provider reported none (a proxy may strip it): unknown, never counted as 0.
+    ``batch`` says it came through the provider's batch API, billed at its batch rate.
     """
 
     message: Message
@@ -190,6 +191,7 @@ class ModelResponse(_Frozen):
     ttft_ms: float | None = None
     served_model: str = ""
     request_id: str | None = None
+    batch: bool = False
 
 
 class CallStats(BaseModel):

@@ -31,8 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from delta_eval.adapters.batch import BatchSettings
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.catalog import ModelOverride
 from delta_eval.exceptions import ConfigError
@@ -90,6 +91,11 @@ class RunConfig(BaseModel):
       :mod:`delta_eval.stopping`); the manifest says when and why.
     - ``concurrency``: pairs being replayed at once, each side on its own (so up to twice as many model calls in
       flight); ``judge_concurrency``: pairs being judged at once. Each model is further held to its own ``limits``.
+    - ``batch``: ``True`` (or :class:`~delta_eval.adapters.batch.BatchSettings`) sends the judges' calls (stages 2
+      and 3) through their provider's batch API, at about half the price, when nobody needs each answer at once:
+      they are queued into batches, polled every ``poll_s``, and a run killed meanwhile polls the same batches when
+      resumed (see :mod:`delta_eval.adapters.batch`). Pairs judged at once rise to the batch ``size``. Providers
+      wired in: OpenAI (``openai:``); a judge of another provider is called at once, with a note.
     - ``prices``: per-model prices overriding the model catalogue's list prices.
     - ``models``: per-model corrections of the model catalogue (what a model takes: reasoning efforts, a thinking
       budget's range, sampling parameters, ...; its price), keyed by model id; see
@@ -135,6 +141,7 @@ class RunConfig(BaseModel):
     retry_errors: bool = False
     concurrency: int = Field(default=16, ge=1)
     judge_concurrency: int = Field(default=8, ge=1)
+    batch: BatchSettings | None = None
     seed: int = 0
     retry: RetryPolicy = RetryPolicy()
     prices: dict[str, Price] = Field(default_factory=dict)
@@ -146,6 +153,19 @@ class RunConfig(BaseModel):
     decision: DecisionRule = DecisionRule()
     score: ScoreWeights | None = None
     screen: Screen | None = None
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch_switch(cls, value: Any) -> Any:
+        # ``batch = true`` in a file, ``batch=True`` in Python: the default settings.
+        if value is True:
+            return BatchSettings()
+        return None if value is False else value
+
+    @property
+    def judges_in_flight(self) -> int:
+        """Pairs being judged at once: ``judge_concurrency``, or enough to fill a batch when the run batches."""
+        return max(self.judge_concurrency, self.batch.size) if self.batch is not None else self.judge_concurrency
 
     @property
     def all_prices(self) -> dict[str, Price]:
@@ -226,7 +246,8 @@ class RunConfig(BaseModel):
         the settings of a model's connection (see :mod:`delta_eval.fingerprint`).
         """
         operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
-                       "noise_floor", "decision", "stop_early", "overwrite", "retry_errors", "score"}  # fmt: skip
+                       "noise_floor", "decision", "stop_early", "overwrite", "retry_errors", "score",
+                       "batch"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
             data[side].pop("limits", None)

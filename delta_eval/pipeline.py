@@ -306,7 +306,7 @@ async def run_stages(stages: Stages, sample: SampleResult, sides: dict[str, Repl
     """Run the stages on ``sample`` until every pair is written (or the run is cancelled)."""
     c = stages.config
     points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, str]](2 * c.concurrency)
-    pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judge_concurrency)
+    pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judges_in_flight)
     write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](c.flush_every)
     stages.progress.phase = "replaying"
     stages.progress.replay_started = time.monotonic()
@@ -314,7 +314,7 @@ async def run_stages(stages: Stages, sample: SampleResult, sides: dict[str, Repl
         tg.start_soon(stages.load, sample, points_send, write_send.clone())
         for _ in range(len(sides) * c.concurrency):  # a worker per side of ``concurrency`` pairs
             tg.start_soon(stages.replay, points_recv.clone(), pairs_send.clone(), sides)
-        for _ in range(c.judge_concurrency):
+        for _ in range(c.judges_in_flight):  # a batching run holds a batch's worth of pairs waiting
             tg.start_soon(stages.judge, pairs_recv.clone(), write_send.clone(), cascade)
         tg.start_soon(stages.write, write_recv)
         if c.stop_early:

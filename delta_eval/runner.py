@@ -39,6 +39,7 @@ from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
 from delta_eval.sampling.stratified import SampleResult
 from delta_eval.schema import Conversation
 from delta_eval.store import safe_paths
+from delta_eval.store.batches import BatchJournal
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest, RunStatus
 from delta_eval.store.session import FolderSession
@@ -192,7 +193,7 @@ async def execute(
     # provider options stop the run here, with the folder untouched.
     simulated = any(split_model_id(v.model)[0] == "simulated" for v in c.sides().values())
     recordings = RecordingIndex() if simulated else None
-    pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings, models=c.models))
+    pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings, models=c.models), batch=c.batch)
     try:
         simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
         sides: dict[str, Replayer] = {
@@ -216,6 +217,9 @@ async def execute(
         raise
     pool.use_cache(session.cache)
     pool.use_journal(session.journal.record)
+    batches = BatchJournal(folder.path) if c.batch is not None else None
+    if batches is not None:
+        pool.use_batches(batches)
     p.call_stats = pool.stats  # live counters: a progress display reads calls, retries and 429s from them
     # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
     folder.on_commit = lambda batch: session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
@@ -244,6 +248,8 @@ async def execute(
     finally:
         with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
             await pool.aclose()
+            if batches is not None:
+                batches.close()
             p.phase = status
             try:
                 manifest = session.close(

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 import pydantic_core
 
+from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, ModelOverride, catalog_key, model_info
@@ -148,6 +149,11 @@ class ModelAdapter(ABC):
     @abstractmethod
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Make one call. Raise a :class:`~delta_eval.exceptions.ProviderError` subclass on failure."""
+
+    def batch_backend(self) -> BatchBackend | None:
+        """The provider's batch API for this model (see :mod:`delta_eval.adapters.batch`); ``None``: it has none,
+        and its calls are made one by one."""
+        return None
 
     def cache_identity(self) -> dict[str, Any]:
         """What, besides the request, decides this adapter's answers (an endpoint, a deployment, ...).

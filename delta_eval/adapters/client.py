@@ -4,6 +4,10 @@ Order of a call: the response cache first (a hit costs nothing and skips the rat
 model's limiter, then the adapter, retried by the policy; the provider's rate-limit headers and 429s go back to
 the limiter. Successful responses are cached as soon as they arrive,
 so a run killed a moment later has already kept what it paid for. Content-filtered answers are not cached.
+
+A client given a :class:`~delta_eval.adapters.batch.BatchQueue` (``batch``) sends what the cache misses through the
+provider's batch API instead: no limiter slot (the provider paces a batch itself) and no retry of a failed request
+(it is the caller's error, as a failure after the last retry is).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.batch import BatchQueue
 from delta_eval.adapters.limits import ModelLimiter
 from delta_eval.adapters.ratelimit_headers import RateLimitSignal, collect_headers
 from delta_eval.adapters.retry import RetryPolicy, call_with_retry
@@ -61,6 +66,8 @@ class ModelClient:
     rng: random.Random = field(default_factory=random.Random)
     #: Called as each attempt is sent, before any answer (the run folder's journal of calls sent).
     on_send: Callable[[], None] | None = None
+    #: Where cache misses go when the run batches this client's calls (``None``: each is made at once).
+    batch: BatchQueue | None = None
 
     @property
     def model(self) -> str:
@@ -75,6 +82,13 @@ class ModelClient:
             if hit is not None:
                 self.stats.cached += 1
                 return CallResult(hit, cached=True)
+        if self.batch is not None:
+            try:
+                batched = await self.batch.generate(key, request)
+            except ProviderError:
+                self.stats.failed += 1
+                raise
+            return CallResult(batched, cached=False, attempts=1)
 
         async def attempt() -> ModelResponse:
             async with self.limiter.slot() as ticket:
@@ -106,10 +120,21 @@ class ModelClient:
         except ProviderError:
             self.stats.failed += 1
             raise
+        self.keep(key, response)
+        return CallResult(response, cached=False, attempts=attempts)
+
+    def keep(self, key: str, response: ModelResponse) -> None:
+        """Cache an answer the provider gave for request ``key`` and count it."""
         if self.cache is not None and response.finish_reason != "content_filter":
             self.cache.put(key, self.model, response)
         # Counted once cached: a session killed after this has its answer in the cache, where the next session
         # finds the answers the killed one had not recorded (see RunManifest.begin_session).
         self.stats.answered += 1
         self.stats.no_usage += response.usage is None
-        return CallResult(response, cached=False, attempts=attempts)
+
+    def sent(self, count: int) -> None:
+        """Count ``count`` requests sent at once (a batch)."""
+        self.stats.made += count
+        if self.on_send is not None:
+            for _ in range(count):
+                self.on_send()

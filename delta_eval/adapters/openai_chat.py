@@ -27,8 +27,10 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from delta_eval.adapters import harmony
 from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
+from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.errors import connection_error, is_transport_error
 from delta_eval.adapters.media import NO_BYTES, Note, placeholder, subtype, with_text
+from delta_eval.adapters.openai_batch import OpenAIBatches
 from delta_eval.adapters.openai_common import (
     REQUEST_OPTIONS,
     OpenAIOptions,
@@ -235,6 +237,10 @@ class ChatCompletionsAdapter(ModelAdapter):
             if not is_transport_error(exc):
                 raise
             raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
+        return self.decode(completion, request_id=completion._request_id)
+
+    def decode(self, completion: ChatCompletion, *, request_id: str | None) -> ModelResponse:
+        """The canonical response of a Chat Completion (also what a batch's output line holds)."""
         if not completion.choices:
             raise TransientError("the response holds no choices", model=self.model)
         choice = completion.choices[0]
@@ -251,7 +257,7 @@ class ChatCompletionsAdapter(ModelAdapter):
             finish=choice.finish_reason,
             usage=completion.usage,
             served=completion.model,
-            request_id=completion._request_id,
+            request_id=request_id,
         )
 
     async def _stream(self, kwargs: dict[str, Any]) -> ModelResponse:
@@ -343,6 +349,10 @@ class ChatCompletionsAdapter(ModelAdapter):
             served_model=served,
             request_id=request_id,
         )
+
+    def batch_backend(self) -> BatchBackend | None:
+        """OpenAI's Batch API (:mod:`.openai_batch`); an Azure deployment's batches are not wired in."""
+        return OpenAIBatches(self) if type(self.options) is OpenAIOptions else None
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""

@@ -4,6 +4,11 @@ Both sides of the comparison and the judges take their clients from the same poo
 cache, one limiter per model id (a provider's limits apply to the model, whichever caller uses it) and one retry
 policy; the pool closes every adapter when the run ends.
 
+In a run that batches (``batch``), the clients asked for with ``batch=True`` (the judges') send their calls through
+the provider's batch API once :meth:`ModelPool.use_batches` gives the run's journal of batches; they are kept apart
+from the interactive clients of the same model (a side replaying on the judge's model still calls it at once). A
+model whose provider has no batch API is called at once, and the run's notes say so.
+
 Example::
 
     async with ModelPool(cache, RetryPolicy()) as pool:
@@ -20,6 +25,7 @@ from typing import Any
 import anyio
 
 from delta_eval.adapters.base import ModelAdapter
+from delta_eval.adapters.batch import BatchJournal, BatchQueue, BatchSettings
 from delta_eval.adapters.client import ModelClient, ResponseCache
 from delta_eval.adapters.limits import ModelLimiter, ModelLimits
 from delta_eval.adapters.registry import AdapterContext, create_adapter
@@ -41,11 +47,14 @@ class ModelPool:
         cache: ResponseCache | None = None,
         retry: RetryPolicy | None = None,
         context: AdapterContext | None = None,
+        batch: BatchSettings | None = None,
     ) -> None:
         self.cache = cache
         self.retry = retry or RetryPolicy()
         self.context = context or AdapterContext()
+        self.batch = batch
         self._clients: list[tuple[str, dict[str, Any], ModelClient]] = []
+        self._batched: list[ModelClient] = []
         self._names: dict[str, ModelClient] = {}
         self._limiters: dict[str, ModelLimiter] = {}
         self.on_send: Callable[[], None] | None = None
@@ -57,15 +66,18 @@ class ModelPool:
         limits: ModelLimits | None = None,
         *,
         label: str = "",
+        batch: bool = False,
     ) -> ModelClient:
         """The client of ``model`` built with provider ``options``; the same one for the same model and options.
 
         ``limits`` apply to the model id from its first client on. ``label`` (e.g. the side or judge using it)
-        names the client in :meth:`stats` when one model id is used with different options.
+        names the client in :meth:`stats` when one model id is used with different options. ``batch``: its calls
+        need no answer at once, and go through the provider's batch API when the pool batches.
         """
         opts = dict(options or {})
+        batched = batch and self.batch is not None
         for existing_model, existing_options, existing in self._clients:
-            if existing_model == model and existing_options == opts:
+            if existing_model == model and existing_options == opts and (existing in self._batched) == batched:
                 return existing
         adapter = create_adapter(model, opts, self.context)
         if model not in self._limiters:
@@ -79,7 +91,22 @@ class ModelPool:
         name = model if model not in self._names else f"{model} ({label or len(self._clients)})"
         self._names[name] = client
         self._clients.append((model, opts, client))
+        if batched:
+            self._batched.append(client)
         return client
+
+    def use_batches(self, journal: BatchJournal) -> None:
+        """Send the calls of every batching client through its provider's batch API from now on, its batches kept
+        in ``journal`` (the pool must have been built with ``batch`` settings)."""
+        assert self.batch is not None, "a pool built without batch settings"
+        for client in self._batched:
+            backend = client.adapter.batch_backend()
+            if backend is None:
+                client.adapter.note("its provider has no batch API wired in: its calls are made one by one")
+                continue
+            client.batch = BatchQueue(
+                backend, self.batch, journal, client.model, keep=client.keep, on_send=client.sent, retry=self.retry
+            )
 
     def use_cache(self, cache: ResponseCache | None) -> None:
         """Answer every client's calls from ``cache`` from now on (clients may be built before the cache opens)."""
@@ -100,7 +127,20 @@ class ModelPool:
 
     def notes(self) -> list[str]:
         """What the adapters said once about their calls, each prefixed with its model."""
-        return [f"{client.model}: {text}" for _, _, client in self._clients for text in client.adapter.notes]
+        said = [f"{client.model}: {text}" for _, _, client in self._clients for text in client.adapter.notes]
+        for model, batches in self.batches().items():
+            if batches["created"] or batches["resumed"]:
+                said.append(f"{model}: {len(batches['created'])} batch(es) sent through the provider's batch API, "
+                            f"{len(batches['resumed'])} of an earlier session polled again")  # fmt: skip
+        return said
+
+    def batches(self) -> dict[str, dict[str, list[str]]]:
+        """The provider batches of each batching client: ``created`` this session, ``resumed`` from an earlier one."""
+        return {
+            client.model: {"created": list(client.batch.created), "resumed": list(client.batch.resumed)}
+            for client in self._batched
+            if client.batch is not None
+        }
 
     def stats(self) -> dict[str, CallStats]:
         """Call counters per client, by model id (with a label where one model has several clients)."""

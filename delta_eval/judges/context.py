@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from delta_eval.adapters.batch import BATCH_DISCOUNT
 from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.pool import ModelPool
@@ -47,10 +48,15 @@ class JudgeContext:
     def client(
         self, model: str, options: Mapping[str, Any] | None = None, limits: ModelLimits | None = None
     ) -> ModelClient:
-        """The run's client of ``model`` (shared with any side that uses the same model and options)."""
-        return self.pool.client(model, options, limits, label="judge")
+        """The run's client of ``model`` (shared with any side that uses the same model and options). A judge's
+        calls need no answer at once: in a run that batches, they go through the provider's batch API."""
+        return self.pool.client(model, options, limits, label="judge", batch=True)
 
-    def cost_of(self, model: str, usage: Usage | None, *, info: ModelInfo | None = None) -> float | None:
+    def cost_of(
+        self, model: str, usage: Usage | None, *, info: ModelInfo | None = None, batch: bool = False
+    ) -> float | None:
         """Dollars for ``usage`` of ``model`` at the run's prices (``None`` when the model has no price or the call
-        reported no usage); ``info`` is what the judge's adapter looked up (an Azure deployment's ``base_model``)."""
-        return cost(usage, price_for(model, self.prices, info=info))
+        reported no usage); ``info`` is what the judge's adapter looked up (an Azure deployment's ``base_model``);
+        ``batch``: the call went through the provider's batch API, at its discount."""
+        dollars = cost(usage, price_for(model, self.prices, info=info))
+        return dollars * BATCH_DISCOUNT if dollars is not None and batch else dollars

@@ -172,7 +172,7 @@ class _Asker:
             # Keyed by judge and pair: each pair's call is its own draw, and stays cached for a resumed run.
             result = await self.client.generate(request, namespace=f"judge:{self.name}:{pair_id}")
             r = result.response
-            dollars = self.context.cost_of(self.client.model, r.usage, info=self.client.adapter.info)
+            dollars = self.context.cost_of(self.client.model, r.usage, info=self.client.adapter.info, batch=r.batch)
             spend.add(r.usage, cost_usd=dollars, latency_ms=r.latency_ms, cached=result.cached)
             text = r.message.content or ""
             texts.append(text)

@@ -1,7 +1,7 @@
 """A fake OpenAI server: Chat Completions and Responses, at OpenAI's paths and Azure's.
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/embeddings`` (also under
-``/openai/v1/``, Azure's v1 API),
+``/openai/v1/``, Azure's v1 API), the Files and Batch APIs (:mod:`.openai_batch`, :attr:`FakeOpenAIServer.batch`),
 and ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` (Azure's classic API, where the
 deployment names the model). Like the real service it rejects, with a 400 in OpenAI's error shape: an assistant tool
 call left unanswered; a malformed image, file or audio part (:mod:`.media`); what the model's family refuses
@@ -38,6 +38,7 @@ from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers.http import JSONReply, Request
 from delta_eval.testing.servers.media import check_chat_part, check_responses_part
 from delta_eval.testing.servers.model_rules import azure_undeclared, check_openai
+from delta_eval.testing.servers.openai_batch import BatchAPI
 from delta_eval.testing.servers.prompt_cache import request_blocks
 from delta_eval.testing.servers.provider import (
     Answer,
@@ -86,6 +87,8 @@ class FakeOpenAIServer(FakeProviderServer):
         self.verified_organization = verified_organization
         # call_id -> the reasoning items issued with it (the seeded model may give two answers the same call id)
         self._reasoning_items: dict[str, set[str]] = {}
+        #: The Files and Batch endpoints; each batch line is answered by this server's own flow.
+        self.batch = BatchAPI(lambda line: FakeProviderServer.handle(self, line), self.error)
 
     @property
     def base_url(self) -> str:
@@ -118,6 +121,8 @@ class FakeOpenAIServer(FakeProviderServer):
             request.presented("authorization", f"Bearer {self.api_key}") or request.presented("api-key", self.api_key)
         ):
             return self.error(401, "auth", "Incorrect API key provided.")
+        if self.batch.matches(request.path):
+            return await self.batch.handle(request)
         if _EMBEDDINGS.match(request.path):
             return self.embeddings(request)
         return await super().handle(request)

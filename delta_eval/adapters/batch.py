@@ -1,0 +1,286 @@
+"""Calls that need no answer right away, sent through a provider's batch API at about half the price.
+
+A :class:`BatchQueue` stands in front of one model's adapter: a request missing from the response cache is queued;
+the queue is sent as one batch when it holds ``size`` requests, or ``wait_s`` after its first one came (so a run
+whose stage cannot fill a batch never waits for one that never fills); the batch is polled every ``poll_s`` until
+the provider has finished it, and each result goes into the response cache and to the caller waiting for it. A
+request the provider failed (a line of the batch's error file) raises its :class:`ProviderError` for its caller
+alone: the others of the batch succeed (partial results).
+
+Each step of a batch is written to the run's journal (:mod:`delta_eval.store.batches`) before the next is taken,
+keyed by the requests' cache keys: a run killed while a batch is processed finds it when it resumes, polls it, and
+sends none of its requests again. Nothing is paid twice: a request answered before the kill is in the cache, one
+in a batch still running is answered by that batch.
+
+What a provider does is a :class:`BatchBackend` (``openai:``: :mod:`.openai_batch`): upload the requests, create
+the batch from them, find a batch created from an upload (after a kill between the two), and poll it. Requests of
+one queue go to one model, as OpenAI requires of a batch.
+
+Example::
+
+    queue = BatchQueue(backend, BatchSettings(size=100), journal, "openai:gpt-4.1", keep=cache_and_count)
+    response = await queue.generate(key, request)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from delta_eval.adapters.retry import RetryPolicy, call_with_retry
+from delta_eval.calls import ModelRequest, ModelResponse
+from delta_eval.exceptions import ProviderError, TransientError
+
+__all__ = [
+    "BATCH_DISCOUNT",
+    "BatchBackend",
+    "BatchJournal",
+    "BatchQueue",
+    "BatchSettings",
+    "Ended",
+    "Outcome",
+    "PendingBatch",
+]
+
+#: What a batch call costs relative to the same call made interactively. Each provider documents half the price:
+#: OpenAI ("a 50% cost discount compared to synchronous APIs", platform.openai.com/docs/guides/batch), Anthropic
+#: ("all usage is charged at 50% of the standard API prices", docs.anthropic.com, Message Batches) and Gemini
+#: ("at 50% of the standard cost", ai.google.dev/gemini-api/docs/batch-mode). The model catalogue has no batch
+#: price of its own, so the run's price is scaled by this.
+BATCH_DISCOUNT = 0.5
+
+T = TypeVar("T")
+
+#: One request's outcome in a finished batch.
+Outcome = ModelResponse | ProviderError
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What an ended batch returned: each request's outcome by custom id, and ``rest``, the error of the requests
+    it returned nothing for (a batch that expired, was cancelled or failed validation; ``None``: none expected)."""
+
+    outcomes: Mapping[str, Outcome]
+    rest: ProviderError | None = None
+
+
+class BatchSettings(BaseModel):
+    """How judge calls are batched (``RunConfig.batch``).
+
+    - ``size``: requests per batch at most (OpenAI takes up to 50,000 in one);
+    - ``wait_s``: a batch not yet full is sent this long after its first request came;
+    - ``poll_s``: how often a submitted batch is asked whether it is done (providers finish within 24 hours, most
+      batches much sooner).
+
+    Example:
+        >>> BatchSettings(size=200).poll_s
+        30.0
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    size: int = Field(default=1000, ge=1, le=50_000)
+    wait_s: float = Field(default=10.0, ge=0)
+    poll_s: float = Field(default=30.0, gt=0)
+
+
+class PendingBatch(Protocol):
+    """A batch the journal knows and has not seen finish."""
+
+    @property
+    def file(self) -> str: ...
+    @property
+    def keys(self) -> tuple[str, ...]: ...
+    @property
+    def batch(self) -> str | None: ...
+
+
+class BatchJournal(Protocol):
+    """Where a run keeps the steps of its batches (see :class:`delta_eval.store.batches.BatchJournal`)."""
+
+    def pending(self, model: str, key: str) -> PendingBatch | None:
+        """The batch not yet done that holds request ``key`` of ``model``."""
+
+    def uploaded(self, model: str, file: str, keys: Sequence[str]) -> None:
+        """The provider holds the input ``file`` of a batch of ``keys``."""
+
+    def created(self, file: str, batch: str) -> None:
+        """The provider created ``batch`` from ``file``."""
+
+    def done(self, batch: str) -> None:
+        """The results of ``batch`` are kept."""
+
+
+class BatchBackend(Protocol):
+    """One provider's batch API, as a :class:`BatchQueue` uses it. Each method raises :class:`ProviderError`."""
+
+    async def upload(self, items: Sequence[tuple[str, ModelRequest]]) -> str:
+        """Hand the provider the requests (custom id: their cache key); what names the upload."""
+
+    async def create(self, file: str) -> str:
+        """Create a batch from an upload; its id."""
+
+    async def find(self, file: str) -> str | None:
+        """The batch already created from ``file``, if the provider has one."""
+
+    async def poll(self, batch: str) -> Ended | None:
+        """``None`` while ``batch`` runs; once it has ended, what it returned."""
+
+
+@dataclass
+class _Waiter:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: Outcome | None = None
+    since: float = field(default_factory=time.perf_counter)
+
+    def settle(self, outcome: Outcome) -> None:
+        if not self.done.is_set():
+            if isinstance(outcome, ModelResponse):  # what the caller waited, queueing and the provider's turn
+                outcome = outcome.model_copy(update={"latency_ms": (time.perf_counter() - self.since) * 1000})
+            self.outcome = outcome
+            self.done.set()
+
+
+@dataclass
+class _Open:
+    """The batch being filled."""
+
+    items: list[tuple[str, ModelRequest]] = field(default_factory=list)
+    taken: anyio.Event = field(default_factory=anyio.Event)
+
+
+class BatchQueue:
+    """Queues one model's requests into provider batches (see the module's docstring).
+
+    ``keep(key, response)`` is called with every result of a batch, waited for or not (it caches and counts it);
+    ``on_send(n)`` as ``n`` requests are submitted. The task whose request opens a batch, or fills it, sends it and
+    polls it for everyone waiting on it.
+    """
+
+    def __init__(
+        self,
+        backend: BatchBackend,
+        settings: BatchSettings,
+        journal: BatchJournal,
+        model: str,
+        *,
+        keep: Callable[[str, ModelResponse], None],
+        on_send: Callable[[int], None] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.journal = journal
+        self.model = model
+        self._keep = keep
+        self._on_send = on_send
+        self._retry = retry or RetryPolicy()
+        self._rng = random.Random()
+        self._open = _Open()
+        self._waiters: dict[str, _Waiter] = {}
+        self._followed: set[str] = set()  # uploads some task of this session is following
+        #: Batches this queue created (their ids), and batches of an earlier session it followed.
+        self.created: list[str] = []
+        self.resumed: list[str] = []
+
+    async def generate(self, key: str, request: ModelRequest) -> ModelResponse:
+        """The response to ``request`` (cache key ``key``) once its batch is done; raises its
+        :class:`ProviderError` when the provider failed it."""
+        waiter = self._waiters.get(key)
+        if waiter is None:
+            waiter = self._waiters[key] = _Waiter()
+            try:
+                await self._enter(key, request)
+            except BaseException:
+                if self._waiters.get(key) is waiter and not waiter.done.is_set():
+                    del self._waiters[key]
+                raise
+        await waiter.done.wait()
+        if self._waiters.get(key) is waiter:
+            del self._waiters[key]
+        assert waiter.outcome is not None
+        if isinstance(waiter.outcome, ProviderError):
+            raise waiter.outcome
+        return waiter.outcome
+
+    async def _enter(self, key: str, request: ModelRequest) -> None:
+        pending = self.journal.pending(self.model, key)
+        if pending is not None:
+            # Sent by an earlier session (or earlier in this one) and not yet done: answered by that batch.
+            if pending.file not in self._followed:
+                self._followed.add(pending.file)
+                if pending.batch is not None:
+                    self.resumed.append(pending.batch)
+                await self._follow(pending.file, pending.keys, pending.batch)
+            return
+        batch = self._open
+        batch.items.append((key, request))
+        if len(batch.items) >= self.settings.size:
+            await self._take(batch)
+        elif len(batch.items) == 1:
+            with anyio.move_on_after(self.settings.wait_s):
+                await batch.taken.wait()
+            if not batch.taken.is_set():
+                await self._take(batch)
+
+    async def _take(self, batch: _Open) -> None:
+        """Close ``batch`` to new requests, send it, and follow it to its end."""
+        self._open = _Open()
+        batch.taken.set()
+        keys = [k for k, _ in batch.items]
+        try:
+            file = await self._call(lambda: self.backend.upload(batch.items))
+        except ProviderError as exc:
+            self._settle(keys, exc)
+            return
+        self.journal.uploaded(self.model, file, keys)
+        self._followed.add(file)
+        await self._follow(file, tuple(keys), None)
+
+    async def _follow(self, file: str, keys: Sequence[str], batch_id: str | None) -> None:
+        """Create the batch of ``file`` if it is not yet, poll it to its end, and hand out its results."""
+        try:
+            if batch_id is None:
+                found = await self._call(lambda: self.backend.find(file))
+                if found is None:
+                    found = await self._call(lambda: self.backend.create(file))
+                    self.created.append(found)
+                    if self._on_send is not None:
+                        self._on_send(len(keys))
+                self.journal.created(file, found)
+                batch_id = found
+            ended = batch_id
+            # Polled on a clock, not woken by an event: the provider tells nobody when a batch is done.
+            while (results := await self._call(lambda: self.backend.poll(ended))) is None:  # noqa: ASYNC110
+                await anyio.sleep(self.settings.poll_s)
+        except ProviderError as exc:
+            # The batch may still finish: it stays in the journal, and a later request of it polls it again.
+            self._followed.discard(file)
+            self._settle(keys, exc)
+            return
+        missing = results.rest or TransientError(
+            f"the batch {batch_id} ended without a result for this request", model=self.model
+        )
+        for key in keys:
+            outcome = results.outcomes.get(key, missing)
+            if isinstance(outcome, ModelResponse):
+                self._keep(key, outcome)
+            self._settle([key], outcome)
+        self.journal.done(batch_id)
+        self._followed.discard(file)
+
+    def _settle(self, keys: Sequence[str], outcome: Outcome) -> None:
+        for key in keys:
+            waiter = self._waiters.get(key)
+            if waiter is not None:
+                waiter.settle(outcome)
+
+    async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        result, _ = await call_with_retry(fn, self._retry, rng=self._rng)
+        return result
