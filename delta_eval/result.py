@@ -67,15 +67,26 @@ class RunResult:
         candidate of several."""
         return self.path / "analysis" if self.candidate is None else self.path / "analysis" / self.candidate
 
+    def _planned(self, manifest: RunManifest, pairs: int) -> int:
+        """This candidate's share of the run's planned pairs: the sample's turns, or, for a candidate screening left
+        out, the pairs it had when it was (the run planned those of the others in full)."""
+        if self.candidate in manifest.screened_out:
+            return pairs
+        all_verdicts = self._folder.read("verdicts", ["candidate"])["candidate"].to_pylist()
+        screened = sum(c in manifest.screened_out for c in all_verdicts)
+        going_on = len(self.candidates) - sum(c in manifest.screened_out for c in self.candidates)
+        return (manifest.counts.pairs_planned - screened) // max(going_on, 1)
+
     def _candidate_manifest(self, manifest: RunManifest) -> RunManifest:
         """The manifest as this candidate's own run would have it: its side, its model, its counts."""
         variant = next(v for v in manifest.config["candidates"] if v.get("name") == self.candidate)
+        verdicts = self.table("verdicts")
         counts = RunCounts.tally(
-            self.table("verdicts"),
+            verdicts,
             self.table("errors"),
             self.table("judgements"),
             **{k: getattr(manifest.counts, k) for k in _SAMPLE_COUNTS},
-            pairs_planned=manifest.counts.pairs_planned // len(self.candidates),
+            pairs_planned=self._planned(manifest, verdicts.num_rows),
             calls=manifest.counts.calls,
         )
         config = {**manifest.config, "candidate": variant}

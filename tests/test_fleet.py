@@ -76,6 +76,7 @@ def test_each_candidate_reads_back_as_a_run_of_its_own(runs: tuple[de.RunResult,
         mine = fleet.of(name)
         verdicts = mine.table("verdicts")
         assert verdicts.num_rows == single.counts.pairs == mine.counts.pairs
+        assert mine.counts.pairs_planned == single.counts.pairs_planned
         assert set(verdicts["candidate"].to_pylist()) == {name}
         assert all(p.endswith(f"~{name}") for p in verdicts["pair_id"].to_pylist())
         replays = mine.table("replays")
@@ -226,6 +227,8 @@ def test_screening_leaves_out_a_candidate_that_fails_a_cheap_gate_on_the_first_c
     cold = result.of("cold")
     assert len(set(cold.table("verdicts")["conversation_id"].to_pylist())) == 3
     assert cold.counts.pairs < full.counts.pairs
+    assert cold.counts.pairs_planned == cold.counts.pairs  # what it had when screening left it out
+    assert result.of("warm").counts.pairs_planned == full.counts.pairs_planned  # the whole sample
     assert any(note.startswith("screening: cold failed") for note in result.manifest.notes)
     board = leaderboard(result.path)
     assert [e.candidate for e in board.entries][-1] == "cold"  # screened out: last, said so
