@@ -47,7 +47,7 @@ Example:
     ...     {"key": "gen_ai.output.messages", "value": {"stringValue":
     ...         '[{"role": "assistant", "parts": [{"type": "text", "content": "hello"}], "finish_reason": "stop"}]'}}]}
     >>> [c] = calls([("line 1", {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})], "x.jsonl")
-    >>> c.conversation, c.label, [m.content for m in c.call.output], c.fields["gen_ai"]["request"]["model"]
+    >>> c.conversation, c.label, [m[1] for m in c.call.output], c.fields["gen_ai"]["request"]["model"]  # content
     ('5b8efff798038103d269b633813fc60c', 'line 1, span 0 (span id eee19b7ec3c1b174)', ['hello'], 'gpt-4o')
 """
 
@@ -67,12 +67,12 @@ import msgspec
 
 from delta_eval.chat_format import parse_tools
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.model_calls import RecordedCall
+from delta_eval.ingest.model_calls import DraftMessage, DraftToolCall, RecordedCall, draft
 from delta_eval.ingest.native_base import Err, arguments_json, placeholder
 from delta_eval.ingest.otlp_json import ExportRecord, KeyValue, ResourceSpans, decode_line
 from delta_eval.ingest.otlp_json import Span as SpanStruct
 from delta_eval.ingest.traces import TracedCall, TraceFormat
-from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec
+from delta_eval.schema import ReasoningState, ToolSpec
 
 __all__ = ["FORMAT", "MODEL_OPERATIONS", "any_value", "calls", "looks_like"]
 
@@ -479,7 +479,7 @@ class _Sent:
     tool-call names known at its end."""
 
     text: str
-    messages: list[Message]
+    messages: list[DraftMessage]
     count: int
     names: dict[str, str]
 
@@ -512,20 +512,20 @@ class _Reader:
 
     # -- parts-based messages (current conventions) --------------------------------------------------------------
 
-    def parts_messages(self, raw: Any, field: str, offset: int = 0) -> list[Message]:
+    def parts_messages(self, raw: Any, field: str, offset: int = 0) -> list[DraftMessage]:
         raw = _json(raw, field)
         if raw is None:
             return []
         if not isinstance(raw, Sequence) or isinstance(raw, str):
             raise _Bad(field, f"expected a list of messages, not {type(raw).__name__}")
-        out: list[Message] = []
+        out: list[DraftMessage] = []
         for i, m in enumerate(raw, offset):
             if type(m) is not dict and not isinstance(m, Mapping):
                 raise _Bad(f"{field}[{i}]", f"a message must be an object, not {type(m).__name__}")
             out.extend(self.parts_message(m, f"{field}[{i}]"))
         return out
 
-    def input_messages(self, raw: Any, sent: _Sent | None) -> tuple[list[Message], _Sent | None]:
+    def input_messages(self, raw: Any, sent: _Sent | None) -> tuple[list[DraftMessage], _Sent | None]:
         """The messages a call was sent, and what to remember of them for the conversation's next call.
 
         An agent sends the whole history each time, so a call's input is usually the one before's with messages
@@ -547,7 +547,7 @@ class _Reader:
         count = len(parsed) if isinstance(parsed, list) else 0
         return messages, _Sent(raw, messages, count, dict(self.names))
 
-    def parts_message(self, m: Mapping[str, Any], field: str) -> list[Message]:
+    def parts_message(self, m: Mapping[str, Any], field: str) -> list[DraftMessage]:
         role = m.get("role") or "assistant"  # an output message may leave its role out
         parts = m.get("parts")
         if parts is None and "content" in m:  # a message some instrumentations write chat-style
@@ -555,8 +555,8 @@ class _Reader:
         if type(parts) is not list and (not isinstance(parts, Sequence) or isinstance(parts, str)):
             raise _Bad(f"{field}.parts", "a message needs a list of parts")
         texts: list[str] = []
-        calls: list[ToolCall] = []
-        results: list[Message] = []
+        calls: list[DraftToolCall] = []
+        results: list[DraftMessage] = []
         thoughts: list[str] = []
         for j, p in enumerate(parts):
             kind = p.get("type") if type(p) is dict or isinstance(p, Mapping) else None
@@ -574,7 +574,7 @@ class _Reader:
                 if type(call_id) is not str or not call_id:
                     raise _Bad(f"{field}.parts[{j}].id", "a tool call response needs the id of the call it answers")
                 content = _text(p.get("response"))
-                results.append(Message(role="tool", content=content, tool_call_id=call_id,
+                results.append(draft("tool", content=content, tool_call_id=call_id,
                                        name=self.names.get(call_id)))  # fmt: skip
             elif kind == "reasoning" and role == "assistant":
                 if isinstance(p.get("content"), str):
@@ -585,25 +585,25 @@ class _Reader:
                 raise _Bad(f"{field}.parts[{j}].type", f"unsupported part {kind!r} in a {role} message")
         return self.message(role, texts, calls, results, thoughts, field)
 
-    def message(self, role: Any, texts: list[str], calls: list[ToolCall], results: list[Message],
-                thoughts: list[str], field: str) -> list[Message]:  # fmt: skip
+    def message(self, role: Any, texts: list[str], calls: list[DraftToolCall], results: list[DraftMessage],
+                thoughts: list[str], field: str) -> list[DraftMessage]:  # fmt: skip
         content = "".join(texts) if texts else None
         if role in ("system", "developer"):
-            return [Message(role="system", content=content or "")]
+            return [draft("system", content=content or "")]
         if role == "assistant":
             if content is None and not calls:
                 raise _Bad(field, "an assistant message needs text or tool calls")
             state = None
             if thoughts:
                 state = ReasoningState(provider=PROVIDER, model=self.model, summary="\n".join(thoughts))
-            return [Message(role="assistant", content=content, tool_calls=tuple(calls), reasoning=state)]
+            return [draft("assistant", content=content, tool_calls=tuple(calls), reasoning=state)]
         if role == "tool" or results:
             if not results:
                 raise _Bad(field, "a tool message needs a tool_call_response part")
             # Text beside results is the user's, after them (results come first in a turn).
-            return results + ([Message(role="user", content=content)] if content is not None else [])
+            return results + ([draft("user", content=content)] if content is not None else [])
         if role == "user":
-            return [Message(role="user", content=content or "")]
+            return [draft("user", content=content or "")]
         raise _Bad(f"{field}.role", f"unknown role {role!r}")
 
     @property
@@ -625,7 +625,7 @@ class _Reader:
                 del inputs.texts[next(iter(inputs.texts))]
         return inputs.texts[key]
 
-    def tool_call(self, call_id: Any, name: Any, arguments: Any, field: str) -> ToolCall:
+    def tool_call(self, call_id: Any, name: Any, arguments: Any, field: str) -> DraftToolCall:
         if not isinstance(name, str) or not name:
             raise _Bad(f"{field}.name", "a tool call needs the tool's name")
         call_id = call_id if isinstance(call_id, str) and call_id else f"{self.span.span_id}-{len(self.names)}"
@@ -634,7 +634,7 @@ class _Reader:
         except RecordError as exc:
             raise _Bad(exc.field, exc.reason) from None
         self.names[call_id] = name
-        return ToolCall(id=call_id, name=name, arguments=args)
+        return (call_id, name, args)
 
     def system_instructions(self, raw: Any) -> str | None:
         raw = _json(raw, _SYSTEM) if isinstance(raw, str) and raw[:1] in "[{" else raw
@@ -662,7 +662,7 @@ class _Reader:
 
     # -- the older event form --------------------------------------------------------------------------------------
 
-    def event_message(self, ev: _Event, field: str) -> list[Message]:
+    def event_message(self, ev: _Event, field: str) -> list[DraftMessage]:
         role = _MESSAGE_EVENTS[ev.name]
         body = ev.body if isinstance(ev.body, Mapping) else {"content": ev.body}
         if role == "choice":
@@ -684,19 +684,19 @@ class _Reader:
                                             f"{field}.tool_calls[{j}].function"))  # fmt: skip
             if content is None and not calls:
                 raise _Bad(f"{field}.content", "no content recorded (is content capture on?)")
-            return [Message(role="assistant", content=content, tool_calls=tuple(calls))]
+            return [draft("assistant", content=content, tool_calls=tuple(calls))]
         if content is None:
             raise _Bad(f"{field}.content", "no content recorded (is content capture on?)")
         if role == "tool":
             call_id = body.get("id") or body.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _Bad(f"{field}.id", "a tool message needs the id of the call it answers")
-            return [Message(role="tool", content=content, tool_call_id=call_id, name=self.names.get(call_id))]
-        return [Message(role="system" if role == "system" else "user", content=content)]
+            return [draft("tool", content=content, tool_call_id=call_id, name=self.names.get(call_id))]
+        return [draft("system" if role == "system" else "user", content=content)]
 
     def from_events(self, events: list[_Event], where: str) -> RecordedCall:
-        sent: list[Message] = []
-        answers: list[Message] = []
+        sent: list[DraftMessage] = []
+        answers: list[DraftMessage] = []
         for k, ev in enumerate(events):
             if ev.name == "gen_ai.choice":
                 index = ev.body.get("index", 0) if isinstance(ev.body, Mapping) else 0
@@ -726,7 +726,7 @@ class _Reader:
                 raise _Bad(exc.field, exc.reason) from None
         return RecordedCall(input=tuple(sent), output=tuple(answers), tools=tools)
 
-    def indexed_message(self, m: Mapping[str, Any], field: str) -> list[Message]:
+    def indexed_message(self, m: Mapping[str, Any], field: str) -> list[DraftMessage]:
         role = m.get("role") or "assistant"
         content = m.get("content")
         blocks = _json(content, f"{field}.content") if isinstance(content, str) and content[:1] == "[" else None
@@ -739,13 +739,13 @@ class _Reader:
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _Bad(f"{field}.tool_call_id", "a tool message needs the id of the call it answers")
-            return [Message(role="tool", content=text or "", tool_call_id=call_id, name=self.names.get(call_id))]
+            return [draft("tool", content=text or "", tool_call_id=call_id, name=self.names.get(call_id))]
         return self.message(role, [text] if text is not None else [], calls, [], [], field)
 
-    def block_message(self, role: Any, blocks: list[Any], m: Mapping[str, Any], field: str) -> list[Message]:
+    def block_message(self, role: Any, blocks: list[Any], m: Mapping[str, Any], field: str) -> list[DraftMessage]:
         texts: list[str] = []
-        calls: list[ToolCall] = []
-        results: list[Message] = []
+        calls: list[DraftToolCall] = []
+        results: list[DraftMessage] = []
         thoughts: list[str] = []
         for j, b in enumerate(blocks):
             kind, where = b["type"], f"{field}.content[{j}]"
@@ -760,7 +760,7 @@ class _Reader:
                 inner = b.get("content")
                 if isinstance(inner, list):
                     inner = "".join(str(x.get("text", "")) for x in inner if isinstance(x, Mapping))
-                results.append(Message(role="tool", content=_text(inner if inner is not None else ""),
+                results.append(draft("tool", content=_text(inner if inner is not None else ""),
                                        tool_call_id=call_id, name=self.names.get(call_id)))  # fmt: skip
             elif kind == "thinking":
                 thoughts.append(str(b.get("thinking", "")))
@@ -780,7 +780,7 @@ class _Reader:
             sent, remembered = self.input_messages(attrs.get(_INPUT), inputs.get(key) if inputs is not None else None)
             if inputs is not None and remembered is not None:
                 inputs.put(key, remembered)
-            answers = [m for m in self.parts_messages(attrs.get(_OUTPUT), _OUTPUT) if m.role == "assistant"][:1]
+            answers = [m for m in self.parts_messages(attrs.get(_OUTPUT), _OUTPUT) if m[0] == "assistant"][:1]
             tools = self.once(_TOOLS, attrs.get(_TOOLS), self.tools, inputs)
             system = self.once(_SYSTEM, attrs.get(_SYSTEM), self.system_instructions, inputs)
             return RecordedCall(input=tuple(sent), output=tuple(answers), system=system, tools=tools)
