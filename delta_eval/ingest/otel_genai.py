@@ -476,12 +476,33 @@ def _text(value: Any) -> str:
 @dataclass(slots=True)
 class _Sent:
     """What a call was sent: the JSON text, the messages read from it, how many messages the text holds, and the
-    tool-call names known at its end."""
+    tool-call names known at its end; ``answer``, the JSON text the call's answer has when the next call re-sends
+    it, with the message read from it (see :func:`_resent`)."""
 
     text: str
     messages: list[DraftMessage]
     count: int
     names: dict[str, str]
+    answer: tuple[str, DraftMessage] | None = None
+
+
+# The last member of an output message, which the next call's input leaves out when it re-sends the message.
+_FINISH = re.compile(r',\s*"finish_reason"\s*:\s*"[^"\\]*"\s*\}\s*\]\s*$')
+
+
+def _resent(output: str) -> str | None:
+    """The JSON text of the one message of ``output`` (an output messages attribute) as the next call re-sends it:
+    the same text, its ``finish_reason`` left out; ``None`` when it is not so simple to say.
+
+    The text ends ``, "finish_reason": "stop"}]`` and is a valid array of one message (its messages were read):
+    that closing brace is the message's own, and the member before it a key and a string of the message."""
+    text = output.strip()
+    if text[:1] != "[":
+        return None
+    found = _FINISH.search(text, max(0, len(text) - 200))
+    body = text[1 : found.start()] + "}" if found is not None else text[1:].rstrip()[:-1]
+    body = body.strip()
+    return body if body[:1] == "{" and body[-1:] == "}" else None
 
 
 class _Inputs:
@@ -509,6 +530,7 @@ class _Reader:
     def __init__(self, span: _Span, err: Err) -> None:
         self.span, self.err = span, err
         self.names: dict[str, str] = {}
+        self.made_ids = 0  # tool-call ids made up for calls recorded without one
 
     # -- parts-based messages (current conventions) --------------------------------------------------------------
 
@@ -538,6 +560,12 @@ class _Reader:
             n = len(sent.text) - 1
             if len(raw) > n and raw[n] == "," and raw.startswith(sent.text[:n]):
                 self.names.update(sent.names)
+                resent = self.resent_answer(raw[n + 1 :], sent)
+                if resent is not None:
+                    rest, answer = resent
+                    count = sent.count + 1
+                    messages = [*sent.messages, answer, *self.parts_messages(rest, _INPUT, count)]
+                    return messages, _Sent(raw, messages, count + len(rest), dict(self.names))
                 rest = _json("[" + raw[n + 1 :], _INPUT)
                 if isinstance(rest, list):
                     messages = sent.messages + self.parts_messages(rest, _INPUT, sent.count)
@@ -546,6 +574,34 @@ class _Reader:
         messages = self.parts_messages(parsed, _INPUT)
         count = len(parsed) if isinstance(parsed, list) else 0
         return messages, _Sent(raw, messages, count, dict(self.names))
+
+    def resent_answer(self, tail: str, sent: _Sent) -> tuple[list[Any], DraftMessage] | None:
+        """When ``tail`` (the input's text after the messages ``sent`` holds) starts with the previous call's answer
+        as it was recorded, the messages after it (parsed) and the answer as read then: the answer is not read
+        twice. ``None`` when it does not, or when what follows is not valid JSON (read in full, its error is then
+        the same as ever)."""
+        if sent.answer is None:
+            return None
+        text, answer = sent.answer
+        body = tail.lstrip()
+        if not body.startswith(text):
+            return None
+        after = body[len(text) :].lstrip()
+        if after[:1] == ",":
+            after = after[1:]
+            if after.lstrip()[:1] == "]":
+                return None  # a trailing comma: not JSON, as a full read says
+        elif after[:1] != "]":
+            return None
+        try:
+            rest = _decode_json("[" + after)  # the messages after the answer, or none: "[]"
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        if not isinstance(rest, list):
+            return None
+        for call_id, name, _ in answer[2]:  # as reading it again would name its calls
+            self.names[call_id] = name
+        return rest, answer
 
     def parts_message(self, m: Mapping[str, Any], field: str) -> list[DraftMessage]:
         role = m.get("role") or "assistant"  # an output message may leave its role out
@@ -628,7 +684,9 @@ class _Reader:
     def tool_call(self, call_id: Any, name: Any, arguments: Any, field: str) -> DraftToolCall:
         if not isinstance(name, str) or not name:
             raise _Bad(f"{field}.name", "a tool call needs the tool's name")
-        call_id = call_id if isinstance(call_id, str) and call_id else f"{self.span.span_id}-{len(self.names)}"
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"{self.span.span_id}-{len(self.names)}"
+            self.made_ids += 1
         try:
             args = arguments_json(arguments, self.err, f"{field}.arguments")
         except RecordError as exc:
@@ -780,7 +838,15 @@ class _Reader:
             sent, remembered = self.input_messages(attrs.get(_INPUT), inputs.get(key) if inputs is not None else None)
             if inputs is not None and remembered is not None:
                 inputs.put(key, remembered)
-            answers = [m for m in self.parts_messages(attrs.get(_OUTPUT), _OUTPUT) if m[0] == "assistant"][:1]
+            output, made = attrs.get(_OUTPUT), self.made_ids
+            drafted = self.parts_messages(output, _OUTPUT)
+            answers = [m for m in drafted if m[0] == "assistant"][:1]
+            # The next call re-sends this answer: it can take it as read here unless reading it depends on this span
+            # (a call id made from the span's id, reasoning naming the span's model).
+            if (remembered is not None and isinstance(output, str) and len(drafted) == 1 and answers
+                    and answers[0][5] is None and self.made_ids == made):  # fmt: skip
+                text = _resent(output)
+                remembered.answer = (text, answers[0]) if text is not None else None
             tools = self.once(_TOOLS, attrs.get(_TOOLS), self.tools, inputs)
             system = self.once(_SYSTEM, attrs.get(_SYSTEM), self.system_instructions, inputs)
             return RecordedCall(input=tuple(sent), output=tuple(answers), system=system, tools=tools)
