@@ -26,9 +26,38 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from delta_eval.schema import CallContext, Message, ToolSpec
+from delta_eval.schema import CallContext, Message, ReasoningState, Role, ToolCall, ToolSpec
 
-__all__ = ["RecordedCall", "assemble"]
+__all__ = ["DraftMessage", "DraftToolCall", "RecordedCall", "assemble", "draft", "message_of"]
+
+#: A tool call as a reader drafts it: ``(id, name, arguments)``, the fields of :class:`~delta_eval.schema.ToolCall`.
+DraftToolCall = tuple[str, str, str]
+#: A message as a reader drafts it, before it is a :class:`~delta_eval.schema.Message`: ``(role, content,
+#: tool_calls, tool_call_id, name, reasoning)``, fields the reader has already checked. A reader of many calls
+#: (OpenTelemetry GenAI) keeps its messages so until a conversation is assembled: plain tuples are built, compared
+#: and pickled (:mod:`delta_eval.ingest.traces` spills calls to a file past a bound) by the interpreter's own C code,
+#: five to ten times faster than pydantic models, and each message becomes a model once, however many calls sent it.
+DraftMessage = tuple[Role, str | None, tuple[DraftToolCall, ...], str | None, str | None, ReasoningState | None]
+
+
+def draft(
+    role: Role,
+    content: str | None = None,
+    tool_calls: tuple[DraftToolCall, ...] = (),
+    tool_call_id: str | None = None,
+    name: str | None = None,
+    reasoning: ReasoningState | None = None,
+) -> DraftMessage:
+    """A :data:`DraftMessage`, its fields named as :class:`~delta_eval.schema.Message` names them."""
+    return (role, content, tool_calls, tool_call_id, name, reasoning)
+
+
+def message_of(m: DraftMessage) -> Message:
+    """The message a draft stands for (validated as any message is)."""
+    role, content, calls, call_id, name, reasoning = m
+    tool_calls = tuple(ToolCall(id=c[0], name=c[1], arguments=c[2]) for c in calls)
+    return Message(role=role, content=content, tool_calls=tool_calls, tool_call_id=call_id, name=name,
+                   reasoning=reasoning)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -38,11 +67,12 @@ class RecordedCall:
     ``input`` is the messages sent (system messages among them are the system prompt), ``system`` a system prompt
     sent apart from the messages (Anthropic's ``system``, OTel's ``gen_ai.system_instructions``), ``tools`` the
     tools offered (``None`` when the trace does not record them), ``output`` the assistant message it answered with
-    (empty when the call failed or its output was not recorded).
+    (empty when the call failed or its output was not recorded). Messages may be :data:`DraftMessage` tuples, made
+    models by :func:`assemble`.
     """
 
-    input: tuple[Message, ...]
-    output: tuple[Message, ...] = ()
+    input: tuple[Message | DraftMessage, ...]
+    output: tuple[Message | DraftMessage, ...] = ()
     system: str | None = None
     tools: tuple[ToolSpec, ...] | None = None
 
@@ -65,9 +95,9 @@ def _key(m: Message) -> tuple[object, ...]:
     return (m.role, (m.content or "").strip(), tuple(calls), m.tool_call_id if m.role == "tool" else None)
 
 
-def _system_of(call: RecordedCall) -> str | None:
-    parts = [call.system] if call.system else []
-    parts += [m.content for m in call.input if m.role == "system" and m.content]
+def _system_of(inputs: list[Message], system: str | None) -> str | None:
+    parts = [system] if system else []
+    parts += [m.content for m in inputs if m.role == "system" and m.content]
     return "\n\n".join(parts) if parts else None
 
 
@@ -87,6 +117,22 @@ def _new_messages(sent: list[Message], history: list[Message]) -> tuple[list[Mes
     return sent[max(last_known, last_answer) + 1 :], False
 
 
+def _models(messages: tuple[Message | DraftMessage, ...], built: dict[int, Message]) -> list[Message]:
+    """``messages`` as models, each draft built once: the drafts a conversation's calls share (the history each
+    call re-sends) are the same objects, so ``built`` (by object id) makes them the same model, as a reader of
+    models would have shared them."""
+    out = []
+    for m in messages:
+        if type(m) is tuple:
+            model = built.get(id(m))
+            if model is None:
+                model = built[id(m)] = message_of(m)
+            out.append(model)
+        else:
+            out.append(m)  # type: ignore[arg-type]  # a Message (mypy cannot narrow a tuple alias by type())
+    return out
+
+
 def assemble(calls: Sequence[RecordedCall]) -> tuple[tuple[Message, ...], tuple[CallContext, ...]]:
     """The messages of a conversation made of ``calls`` (in the order they were made) and the context of each call
     that answered: the first call's system prompt opens the messages; a call whose system prompt, tools or history
@@ -94,14 +140,16 @@ def assemble(calls: Sequence[RecordedCall]) -> tuple[tuple[Message, ...], tuple[
     history: list[Message] = []
     opening: str | None = None
     contexts: list[CallContext] = []
+    built: dict[int, Message] = {}  # the calls hold their drafts until the end: ids stay theirs
     for n, call in enumerate(calls):
-        system = _system_of(call)
+        inputs = _models(call.input, built)
+        system = _system_of(inputs, call.system)
         if n == 0:
             opening = system
-        sent = [m for m in call.input if m.role != "system"]
+        sent = [m for m in inputs if m.role != "system"]
         new, as_is = _new_messages(sent, history)
         history.extend(new)
-        answer = [m for m in call.output if m.role == "assistant"][:1]
+        answer = [m for m in _models(call.output, built) if m.role == "assistant"][:1]
         if not answer:
             continue  # nothing to replay against; what it sent is kept for the calls after it
         index = len(history) + (1 if opening is not None else 0)

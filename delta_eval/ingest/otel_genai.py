@@ -47,7 +47,7 @@ Example:
     ...     {"key": "gen_ai.output.messages", "value": {"stringValue":
     ...         '[{"role": "assistant", "parts": [{"type": "text", "content": "hello"}], "finish_reason": "stop"}]'}}]}
     >>> [c] = calls([("line 1", {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})], "x.jsonl")
-    >>> c.conversation, c.label, [m.content for m in c.call.output], c.fields["gen_ai"]["request"]["model"]
+    >>> c.conversation, c.label, [m[1] for m in c.call.output], c.fields["gen_ai"]["request"]["model"]  # content
     ('5b8efff798038103d269b633813fc60c', 'line 1, span 0 (span id eee19b7ec3c1b174)', ['hello'], 'gpt-4o')
 """
 
@@ -67,12 +67,12 @@ import msgspec
 
 from delta_eval.chat_format import parse_tools
 from delta_eval.exceptions import RecordError
-from delta_eval.ingest.model_calls import RecordedCall
+from delta_eval.ingest.model_calls import DraftMessage, DraftToolCall, RecordedCall, draft
 from delta_eval.ingest.native_base import Err, arguments_json, placeholder
 from delta_eval.ingest.otlp_json import ExportRecord, KeyValue, ResourceSpans, decode_line
 from delta_eval.ingest.otlp_json import Span as SpanStruct
 from delta_eval.ingest.traces import TracedCall, TraceFormat
-from delta_eval.schema import Message, ReasoningState, ToolCall, ToolSpec
+from delta_eval.schema import ReasoningState, ToolSpec
 
 __all__ = ["FORMAT", "MODEL_OPERATIONS", "any_value", "calls", "looks_like"]
 
@@ -476,12 +476,33 @@ def _text(value: Any) -> str:
 @dataclass(slots=True)
 class _Sent:
     """What a call was sent: the JSON text, the messages read from it, how many messages the text holds, and the
-    tool-call names known at its end."""
+    tool-call names known at its end; ``answer``, the JSON text the call's answer has when the next call re-sends
+    it, with the message read from it (see :func:`_resent`)."""
 
     text: str
-    messages: list[Message]
+    messages: list[DraftMessage]
     count: int
     names: dict[str, str]
+    answer: tuple[str, DraftMessage] | None = None
+
+
+# The last member of an output message, which the next call's input leaves out when it re-sends the message.
+_FINISH = re.compile(r',\s*"finish_reason"\s*:\s*"[^"\\]*"\s*\}\s*\]\s*$')
+
+
+def _resent(output: str) -> str | None:
+    """The JSON text of the one message of ``output`` (an output messages attribute) as the next call re-sends it:
+    the same text, its ``finish_reason`` left out; ``None`` when it is not so simple to say.
+
+    The text ends ``, "finish_reason": "stop"}]`` and is a valid array of one message (its messages were read):
+    that closing brace is the message's own, and the member before it a key and a string of the message."""
+    text = output.strip()
+    if text[:1] != "[":
+        return None
+    found = _FINISH.search(text, max(0, len(text) - 200))
+    body = text[1 : found.start()] + "}" if found is not None else text[1:].rstrip()[:-1]
+    body = body.strip()
+    return body if body[:1] == "{" and body[-1:] == "}" else None
 
 
 class _Inputs:
@@ -509,23 +530,24 @@ class _Reader:
     def __init__(self, span: _Span, err: Err) -> None:
         self.span, self.err = span, err
         self.names: dict[str, str] = {}
+        self.made_ids = 0  # tool-call ids made up for calls recorded without one
 
     # -- parts-based messages (current conventions) --------------------------------------------------------------
 
-    def parts_messages(self, raw: Any, field: str, offset: int = 0) -> list[Message]:
+    def parts_messages(self, raw: Any, field: str, offset: int = 0) -> list[DraftMessage]:
         raw = _json(raw, field)
         if raw is None:
             return []
         if not isinstance(raw, Sequence) or isinstance(raw, str):
             raise _Bad(field, f"expected a list of messages, not {type(raw).__name__}")
-        out: list[Message] = []
+        out: list[DraftMessage] = []
         for i, m in enumerate(raw, offset):
             if type(m) is not dict and not isinstance(m, Mapping):
                 raise _Bad(f"{field}[{i}]", f"a message must be an object, not {type(m).__name__}")
             out.extend(self.parts_message(m, f"{field}[{i}]"))
         return out
 
-    def input_messages(self, raw: Any, sent: _Sent | None) -> tuple[list[Message], _Sent | None]:
+    def input_messages(self, raw: Any, sent: _Sent | None) -> tuple[list[DraftMessage], _Sent | None]:
         """The messages a call was sent, and what to remember of them for the conversation's next call.
 
         An agent sends the whole history each time, so a call's input is usually the one before's with messages
@@ -538,6 +560,12 @@ class _Reader:
             n = len(sent.text) - 1
             if len(raw) > n and raw[n] == "," and raw.startswith(sent.text[:n]):
                 self.names.update(sent.names)
+                resent = self.resent_answer(raw[n + 1 :], sent)
+                if resent is not None:
+                    rest, answer = resent
+                    count = sent.count + 1
+                    messages = [*sent.messages, answer, *self.parts_messages(rest, _INPUT, count)]
+                    return messages, _Sent(raw, messages, count + len(rest), dict(self.names))
                 rest = _json("[" + raw[n + 1 :], _INPUT)
                 if isinstance(rest, list):
                     messages = sent.messages + self.parts_messages(rest, _INPUT, sent.count)
@@ -547,7 +575,35 @@ class _Reader:
         count = len(parsed) if isinstance(parsed, list) else 0
         return messages, _Sent(raw, messages, count, dict(self.names))
 
-    def parts_message(self, m: Mapping[str, Any], field: str) -> list[Message]:
+    def resent_answer(self, tail: str, sent: _Sent) -> tuple[list[Any], DraftMessage] | None:
+        """When ``tail`` (the input's text after the messages ``sent`` holds) starts with the previous call's answer
+        as it was recorded, the messages after it (parsed) and the answer as read then: the answer is not read
+        twice. ``None`` when it does not, or when what follows is not valid JSON (read in full, its error is then
+        the same as ever)."""
+        if sent.answer is None:
+            return None
+        text, answer = sent.answer
+        body = tail.lstrip()
+        if not body.startswith(text):
+            return None
+        after = body[len(text) :].lstrip()
+        if after[:1] == ",":
+            after = after[1:]
+            if after.lstrip()[:1] == "]":
+                return None  # a trailing comma: not JSON, as a full read says
+        elif after[:1] != "]":
+            return None
+        try:
+            rest = _decode_json("[" + after)  # the messages after the answer, or none: "[]"
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        if not isinstance(rest, list):
+            return None
+        for call_id, name, _ in answer[2]:  # as reading it again would name its calls
+            self.names[call_id] = name
+        return rest, answer
+
+    def parts_message(self, m: Mapping[str, Any], field: str) -> list[DraftMessage]:
         role = m.get("role") or "assistant"  # an output message may leave its role out
         parts = m.get("parts")
         if parts is None and "content" in m:  # a message some instrumentations write chat-style
@@ -555,8 +611,8 @@ class _Reader:
         if type(parts) is not list and (not isinstance(parts, Sequence) or isinstance(parts, str)):
             raise _Bad(f"{field}.parts", "a message needs a list of parts")
         texts: list[str] = []
-        calls: list[ToolCall] = []
-        results: list[Message] = []
+        calls: list[DraftToolCall] = []
+        results: list[DraftMessage] = []
         thoughts: list[str] = []
         for j, p in enumerate(parts):
             kind = p.get("type") if type(p) is dict or isinstance(p, Mapping) else None
@@ -574,7 +630,7 @@ class _Reader:
                 if type(call_id) is not str or not call_id:
                     raise _Bad(f"{field}.parts[{j}].id", "a tool call response needs the id of the call it answers")
                 content = _text(p.get("response"))
-                results.append(Message(role="tool", content=content, tool_call_id=call_id,
+                results.append(draft("tool", content=content, tool_call_id=call_id,
                                        name=self.names.get(call_id)))  # fmt: skip
             elif kind == "reasoning" and role == "assistant":
                 if isinstance(p.get("content"), str):
@@ -585,25 +641,25 @@ class _Reader:
                 raise _Bad(f"{field}.parts[{j}].type", f"unsupported part {kind!r} in a {role} message")
         return self.message(role, texts, calls, results, thoughts, field)
 
-    def message(self, role: Any, texts: list[str], calls: list[ToolCall], results: list[Message],
-                thoughts: list[str], field: str) -> list[Message]:  # fmt: skip
+    def message(self, role: Any, texts: list[str], calls: list[DraftToolCall], results: list[DraftMessage],
+                thoughts: list[str], field: str) -> list[DraftMessage]:  # fmt: skip
         content = "".join(texts) if texts else None
         if role in ("system", "developer"):
-            return [Message(role="system", content=content or "")]
+            return [draft("system", content=content or "")]
         if role == "assistant":
             if content is None and not calls:
                 raise _Bad(field, "an assistant message needs text or tool calls")
             state = None
             if thoughts:
                 state = ReasoningState(provider=PROVIDER, model=self.model, summary="\n".join(thoughts))
-            return [Message(role="assistant", content=content, tool_calls=tuple(calls), reasoning=state)]
+            return [draft("assistant", content=content, tool_calls=tuple(calls), reasoning=state)]
         if role == "tool" or results:
             if not results:
                 raise _Bad(field, "a tool message needs a tool_call_response part")
             # Text beside results is the user's, after them (results come first in a turn).
-            return results + ([Message(role="user", content=content)] if content is not None else [])
+            return results + ([draft("user", content=content)] if content is not None else [])
         if role == "user":
-            return [Message(role="user", content=content or "")]
+            return [draft("user", content=content or "")]
         raise _Bad(f"{field}.role", f"unknown role {role!r}")
 
     @property
@@ -625,16 +681,18 @@ class _Reader:
                 del inputs.texts[next(iter(inputs.texts))]
         return inputs.texts[key]
 
-    def tool_call(self, call_id: Any, name: Any, arguments: Any, field: str) -> ToolCall:
+    def tool_call(self, call_id: Any, name: Any, arguments: Any, field: str) -> DraftToolCall:
         if not isinstance(name, str) or not name:
             raise _Bad(f"{field}.name", "a tool call needs the tool's name")
-        call_id = call_id if isinstance(call_id, str) and call_id else f"{self.span.span_id}-{len(self.names)}"
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"{self.span.span_id}-{len(self.names)}"
+            self.made_ids += 1
         try:
             args = arguments_json(arguments, self.err, f"{field}.arguments")
         except RecordError as exc:
             raise _Bad(exc.field, exc.reason) from None
         self.names[call_id] = name
-        return ToolCall(id=call_id, name=name, arguments=args)
+        return (call_id, name, args)
 
     def system_instructions(self, raw: Any) -> str | None:
         raw = _json(raw, _SYSTEM) if isinstance(raw, str) and raw[:1] in "[{" else raw
@@ -662,7 +720,7 @@ class _Reader:
 
     # -- the older event form --------------------------------------------------------------------------------------
 
-    def event_message(self, ev: _Event, field: str) -> list[Message]:
+    def event_message(self, ev: _Event, field: str) -> list[DraftMessage]:
         role = _MESSAGE_EVENTS[ev.name]
         body = ev.body if isinstance(ev.body, Mapping) else {"content": ev.body}
         if role == "choice":
@@ -684,19 +742,19 @@ class _Reader:
                                             f"{field}.tool_calls[{j}].function"))  # fmt: skip
             if content is None and not calls:
                 raise _Bad(f"{field}.content", "no content recorded (is content capture on?)")
-            return [Message(role="assistant", content=content, tool_calls=tuple(calls))]
+            return [draft("assistant", content=content, tool_calls=tuple(calls))]
         if content is None:
             raise _Bad(f"{field}.content", "no content recorded (is content capture on?)")
         if role == "tool":
             call_id = body.get("id") or body.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _Bad(f"{field}.id", "a tool message needs the id of the call it answers")
-            return [Message(role="tool", content=content, tool_call_id=call_id, name=self.names.get(call_id))]
-        return [Message(role="system" if role == "system" else "user", content=content)]
+            return [draft("tool", content=content, tool_call_id=call_id, name=self.names.get(call_id))]
+        return [draft("system" if role == "system" else "user", content=content)]
 
     def from_events(self, events: list[_Event], where: str) -> RecordedCall:
-        sent: list[Message] = []
-        answers: list[Message] = []
+        sent: list[DraftMessage] = []
+        answers: list[DraftMessage] = []
         for k, ev in enumerate(events):
             if ev.name == "gen_ai.choice":
                 index = ev.body.get("index", 0) if isinstance(ev.body, Mapping) else 0
@@ -726,7 +784,7 @@ class _Reader:
                 raise _Bad(exc.field, exc.reason) from None
         return RecordedCall(input=tuple(sent), output=tuple(answers), tools=tools)
 
-    def indexed_message(self, m: Mapping[str, Any], field: str) -> list[Message]:
+    def indexed_message(self, m: Mapping[str, Any], field: str) -> list[DraftMessage]:
         role = m.get("role") or "assistant"
         content = m.get("content")
         blocks = _json(content, f"{field}.content") if isinstance(content, str) and content[:1] == "[" else None
@@ -739,13 +797,13 @@ class _Reader:
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _Bad(f"{field}.tool_call_id", "a tool message needs the id of the call it answers")
-            return [Message(role="tool", content=text or "", tool_call_id=call_id, name=self.names.get(call_id))]
+            return [draft("tool", content=text or "", tool_call_id=call_id, name=self.names.get(call_id))]
         return self.message(role, [text] if text is not None else [], calls, [], [], field)
 
-    def block_message(self, role: Any, blocks: list[Any], m: Mapping[str, Any], field: str) -> list[Message]:
+    def block_message(self, role: Any, blocks: list[Any], m: Mapping[str, Any], field: str) -> list[DraftMessage]:
         texts: list[str] = []
-        calls: list[ToolCall] = []
-        results: list[Message] = []
+        calls: list[DraftToolCall] = []
+        results: list[DraftMessage] = []
         thoughts: list[str] = []
         for j, b in enumerate(blocks):
             kind, where = b["type"], f"{field}.content[{j}]"
@@ -760,7 +818,7 @@ class _Reader:
                 inner = b.get("content")
                 if isinstance(inner, list):
                     inner = "".join(str(x.get("text", "")) for x in inner if isinstance(x, Mapping))
-                results.append(Message(role="tool", content=_text(inner if inner is not None else ""),
+                results.append(draft("tool", content=_text(inner if inner is not None else ""),
                                        tool_call_id=call_id, name=self.names.get(call_id)))  # fmt: skip
             elif kind == "thinking":
                 thoughts.append(str(b.get("thinking", "")))
@@ -780,7 +838,15 @@ class _Reader:
             sent, remembered = self.input_messages(attrs.get(_INPUT), inputs.get(key) if inputs is not None else None)
             if inputs is not None and remembered is not None:
                 inputs.put(key, remembered)
-            answers = [m for m in self.parts_messages(attrs.get(_OUTPUT), _OUTPUT) if m.role == "assistant"][:1]
+            output, made = attrs.get(_OUTPUT), self.made_ids
+            drafted = self.parts_messages(output, _OUTPUT)
+            answers = [m for m in drafted if m[0] == "assistant"][:1]
+            # The next call re-sends this answer: it can take it as read here unless reading it depends on this span
+            # (a call id made from the span's id, reasoning naming the span's model).
+            if (remembered is not None and isinstance(output, str) and len(drafted) == 1 and answers
+                    and answers[0][5] is None and self.made_ids == made):  # fmt: skip
+                text = _resent(output)
+                remembered.answer = (text, answers[0]) if text is not None else None
             tools = self.once(_TOOLS, attrs.get(_TOOLS), self.tools, inputs)
             system = self.once(_SYSTEM, attrs.get(_SYSTEM), self.system_instructions, inputs)
             return RecordedCall(input=tuple(sent), output=tuple(answers), system=system, tools=tools)

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import delta_eval as de
 from delta_eval.exceptions import RecordError
 from delta_eval.ingest.otel_genai import any_value, looks_like
+from delta_eval.ingest.traces import TracedCall
 from delta_eval.replay.points import replay_points
 from delta_eval.schema import Conversation, Message, ToolCall, ToolSpec
 from delta_eval.testing import FakeAnthropicServer, FakeOpenAIServer
@@ -776,3 +777,69 @@ def test_the_older_message_events_on_the_span(tmp_path: Path) -> None:
     read = _weather_calls_read({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}, tmp_path)
     assert read.messages == conv.messages
     assert [c.message_index for c in read.calls] == [last]
+
+
+def _resending_export(compact_outputs: bool, trailing_comma: bool = False) -> dict[str, Any]:
+    """Three calls, each re-sending the answers before it: the first answer calls a tool by id, the second calls one
+    without an id (the reader makes one up, from the span's id); outputs written either as the inputs are (a re-sent
+    answer's text is then found again) or compactly (it never is)."""
+    u1, u2 = _text("user", "Weather in Paris?"), _text("user", "And Rome?")
+    a1 = {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "get_weather",
+                                          "arguments": {"city": "Paris"}}]}  # fmt: skip
+    t1 = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "sunny"}]}
+    a2 = {
+        "role": "assistant",
+        "parts": [
+            {"type": "text", "content": "Sunny. Checking Rome."},
+            {"type": "tool_call", "name": "get_weather", "arguments": {"city": "Rome"}},
+        ],
+    }
+    t2 = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "x", "response": "rain"}]}
+    a3 = _text("assistant", "Rome is rainy.")
+    inputs = [[u1], [u1, a1, t1, u2], [u1, a1, t1, u2, a2, t2]]
+    spans = []
+    for n, (sent, answer) in enumerate(zip(inputs, (a1, a2, a3), strict=True)):
+        span = _chat(f"00000000000000c{n}", n * 10, SYSTEM, [], sent, answer)
+        text = json.dumps(sent)
+        if trailing_comma and n == 1:
+            text = json.dumps(inputs[0])[:-1] + ", " + json.dumps(a1) + ",]"
+        output = [{**answer, "finish_reason": "stop"}]
+        for kv in span["attributes"]:
+            if kv["key"] == "gen_ai.input.messages":
+                kv["value"] = {"stringValue": text}
+            if kv["key"] == "gen_ai.output.messages" and compact_outputs:
+                kv["value"] = {"stringValue": json.dumps(output, separators=(",", ":"))}
+        spans.append(span)
+    return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+
+
+def test_a_resent_answer_is_taken_as_read_and_reads_the_same(tmp_path: Path) -> None:
+    from delta_eval.ingest.otel_genai import calls
+
+    read: dict[bool, list[Any]] = {}
+    for compact in (False, True):
+        path = tmp_path / f"export-{compact}.json"
+        path.write_text(json.dumps(_resending_export(compact)))
+        convs = de.read_conversations(path, message_format="otel")
+        read[compact] = [c.model_dump(exclude={"source", "record"}) for c in convs]
+    assert read[False] == read[True]
+    assert len(read[False]) == 1
+    messages = read[False][0]["messages"]
+    assert [m["tool_calls"][0]["id"] for m in messages if m["tool_calls"]] == ["c1", "00000000000000c1-1"]
+    first, second, third = calls([("line 1", _resending_export(False))], "x")
+    assert isinstance(first, TracedCall)
+    assert isinstance(second, TracedCall)
+    assert isinstance(third, TracedCall)
+    assert second.call.input[1] is first.call.output[0]  # taken as read: its call has an id
+    assert third.call.input[4] is not second.call.output[0]  # read again: its call's id is made from the span's
+    assert third.call.input[4][2][0][0] == "00000000000000c2-1"
+
+
+def test_a_resent_answer_before_a_trailing_comma_is_the_same_error() -> None:
+    from delta_eval.ingest.otel_genai import calls
+
+    errors = [[(e.record, e.field, e.reason) for e in calls([("line 1", _resending_export(compact, True))], "x")
+               if isinstance(e, RecordError)] for compact in (False, True)]  # fmt: skip
+    assert len(errors[0]) == 1
+    assert errors[0] == errors[1]
+    assert (errors[0][0][1], errors[0][0][2][:14]) == ("gen_ai.input.messages", "not valid JSON")
