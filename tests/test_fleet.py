@@ -250,3 +250,9 @@ def test_candidates_of_one_run_compare_on_their_turns(runs: tuple[de.RunResult, 
     ).fetchall()[0][0]
     # every turn is in all four runs; those where the three candidates disagree differ in the comparison too
     assert comparison.differences(limit=1000)["total"] >= differ > 0
+
+
+def test_score_weights_not_given_weigh_nothing() -> None:
+    assert de.ScoreWeights(quality=1) == de.ScoreWeights(quality=1, latency=0, cost=0)
+    with pytest.raises(ValueError, match="a score needs a weight above 0"):
+        de.ScoreWeights()
