@@ -199,6 +199,10 @@ class _Spill:
         self._dir.cleanup()
 
 
+#: The fields of a call that is not its conversation's first (nothing reads them).
+_NO_FIELDS: Mapping[str, Any] = {}
+
+
 def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterator[RecordError | list[TracedCall]]:
     """Record errors as they come, then the calls of each conversation, in the order each first appeared.
 
@@ -209,6 +213,7 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
     source ends (joined to the file's as they are read back), stay in memory."""
     groups: dict[str, list[TracedCall]] = {}  # least recently added to first
     positions: dict[str, int] = {}
+    earliest: dict[str, Any] = {}  # each conversation's first call so far (its order)
     held = 0
     spill: _Spill | None = None
     try:
@@ -218,6 +223,14 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
                 continue
             key = item.conversation
             positions.setdefault(key, len(positions))
+            first = earliest.get(key)
+            if first is None or item.order < first:
+                earliest[key] = item.order
+            else:
+                # Only a conversation's first call is read for id and metadata paths (conversations_of): a later
+                # one need not carry its span's attributes, in memory or through the spill's file. (Not tested
+                # for emptiness: a lazy mapping would build itself to say.)
+                item = TracedCall(item.conversation, item.order, item.label, item.call, _NO_FIELDS)
             group = groups.pop(key, None) or []
             group.append(item)
             groups[key] = group

@@ -24,7 +24,8 @@ def _calls(conversation: str, turns: int) -> list[TracedCall]:
         history.append(Message(role="user", content=f"{conversation} question {t}"))
         answer = Message(role="assistant", content=f"{conversation} answer {t}")
         call = RecordedCall(input=tuple(history), output=(answer,), system=f"agent of {conversation}")
-        out.append(TracedCall(conversation, (t,), f"line {t} of {conversation}", call, {"user": conversation}))
+        fields = {"user": conversation, "turn": t}  # only the first call's are read
+        out.append(TracedCall(conversation, (t,), f"line {t} of {conversation}", call, fields))
         history.append(answer)
     return out
 
@@ -46,7 +47,7 @@ def test_interleaved_calls_make_each_conversation_whole(sizes: list[int], seed: 
     stream = _interleave(groups, seed)
     if shuffled:  # spans end out of order within a batch: the order key sorts them
         random.Random(seed).shuffle(stream)
-    got = {c.id: c for _, c in conversations_of(stream, FieldMapping(metadata=["user"]), "x")}
+    got = {c.id: c for _, c in conversations_of(stream, FieldMapping(metadata=["user", "turn"]), "x")}
     assert sorted(got) == sorted(f"c{i}" for i in range(len(sizes)))
     for i, n in enumerate(sizes):
         conv = got[f"c{i}"]
@@ -54,7 +55,7 @@ def test_interleaved_calls_make_each_conversation_whole(sizes: list[int], seed: 
         assert [m.content for m in conv.messages[1:]] == [
             text for t in range(n) for text in (f"c{i} question {t}", f"c{i} answer {t}")
         ]
-        assert conv.metadata == {"user": f"c{i}"}
+        assert conv.metadata == {"user": f"c{i}", "turn": 0}  # the first call's, in whatever order calls came
         assert conv.record.startswith(f"line 0 of c{i} ({n} call")
 
 
@@ -63,7 +64,7 @@ def test_interleaved_calls_make_each_conversation_whole(sizes: list[int], seed: 
 def test_calls_past_the_memory_bound_make_the_same_conversations(sizes: list[int], seed: int, held: int) -> None:
     stream = _interleave([_calls(f"c{i}", n) for i, n in enumerate(sizes)], seed)
     random.Random(seed).shuffle(stream)  # a late call of a conversation already sent to the file joins it
-    mapping = FieldMapping(metadata=["user"])
+    mapping = FieldMapping(metadata=["user", "turn"])
     in_memory = list(conversations_of(stream, mapping, "x"))
     bounded = list(conversations_of(stream, mapping, "x", max_held=held))
     assert bounded == in_memory
