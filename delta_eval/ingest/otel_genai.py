@@ -69,7 +69,7 @@ from delta_eval.chat_format import parse_tools
 from delta_eval.exceptions import RecordError
 from delta_eval.ingest.model_calls import DraftMessage, DraftToolCall, RecordedCall, draft
 from delta_eval.ingest.native_base import Err, arguments_json, placeholder
-from delta_eval.ingest.otlp_json import ExportRecord, KeyValue, ResourceSpans, decode_line
+from delta_eval.ingest.otlp_json import ExportRecord, KeyValue, LazyMapping, ResourceSpans, decode_line
 from delta_eval.ingest.otlp_json import Span as SpanStruct
 from delta_eval.ingest.traces import TracedCall, TraceFormat
 from delta_eval.schema import ReasoningState, ToolSpec
@@ -399,36 +399,26 @@ def _conversation_key(span: _Span) -> str:
     return str(span.attributes.get(_CONVERSATION) or span.trace_id)
 
 
-class _Fields(Mapping[str, Any]):
+class _Fields(LazyMapping):
     """The values ``id`` and ``metadata`` paths read, nested on first use: only the first call of a conversation
     is read, so the others never pay for it."""
 
-    __slots__ = ("_built", "_span")
+    __slots__ = ("_span",)
 
     def __init__(self, trace_id: str, span_id: str, name: str, attributes: dict[str, Any],
                  resource: dict[str, Any]) -> None:  # fmt: skip
         self._span = (trace_id, span_id, name, attributes, resource)
-        self._built: dict[str, Any] | None = None
+        self._built = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A call past the memory bound is pickled (traces._Spill): the span's values, not the span.
         return _Fields, self._span
 
-    def _fields(self) -> dict[str, Any]:
-        if self._built is None:
-            trace_id, span_id, name, attributes, resource = self._span
-            self._built = _nested(attributes)
-            self._built.update(trace_id=trace_id, span_id=span_id, span_name=name, resource=_nested(resource))
-        return self._built
-
-    def __getitem__(self, key: str) -> Any:
-        return self._fields()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._fields())
-
-    def __len__(self) -> int:
-        return len(self._fields())
+    def _build(self) -> dict[str, Any]:
+        trace_id, span_id, name, attributes, resource = self._span
+        built = _nested(attributes)
+        built.update(trace_id=trace_id, span_id=span_id, span_name=name, resource=_nested(resource))
+        return built
 
 
 def _is_model_call(span: _Span) -> bool:

@@ -68,29 +68,43 @@ class Export(msgspec.Struct):
     resourceLogs: Any = msgspec.UNSET
 
 
-class ExportRecord(Mapping[str, Any]):
+class LazyMapping(Mapping[str, Any]):
+    """A read-only mapping whose values are built on first use (:meth:`_build`), for what most records never have
+    read: a subclass sets ``_built = None`` and builds the dict."""
+
+    __slots__ = ("_built",)
+    _built: dict[str, Any] | None
+
+    def _build(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _values(self) -> dict[str, Any]:
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values())
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+
+class ExportRecord(LazyMapping):
     """A decoded export line: ``export`` for the reader, and the line as a parsed JSON object (parsed on first use)
     for everything else that looks at a source's records (format detection, a source's description)."""
 
-    __slots__ = ("_line", "_parsed", "export")
+    __slots__ = ("_line", "export")
 
     def __init__(self, export: Export, line: bytes) -> None:
         self.export, self._line = export, line
-        self._parsed: dict[str, Any] | None = None
+        self._built = None
 
-    def _json(self) -> dict[str, Any]:
-        if self._parsed is None:
-            self._parsed = parse_json(self._line.decode("utf-8"))
-        return self._parsed
-
-    def __getitem__(self, key: str) -> Any:
-        return self._json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._json())
-
-    def __len__(self) -> int:
-        return len(self._json())
+    def _build(self) -> dict[str, Any]:
+        return parse_json(self._line.decode("utf-8"))  # type: ignore[no-any-return]
 
 
 _DECODER = msgspec.json.Decoder(Export)
