@@ -54,7 +54,8 @@ class _Pair:
     weight: float
     candidates: tuple[str, ...] = ("candidate",)
     replays: dict[str, SideReplay] = field(default_factory=dict)
-    decisions: dict[str, Decision] = field(default_factory=dict)
+    #: Per candidate: the baseline's replay named for its pair, and the decision on it.
+    decisions: dict[str, tuple[SideReplay, Decision]] = field(default_factory=dict)
 
     def of(self, candidate: str) -> ReplayPoint:
         """The point as the pair of ``candidate`` names it: its own pair id in a run of several candidates."""
@@ -221,7 +222,7 @@ class Stages:
                     )
                     if key != "candidate":
                         decision = replace(decision, verdict=decision.verdict.model_copy(update={"candidate": key}))
-                    pair.decisions[key] = decision
+                    pair.decisions[key] = (base, decision)
                     for judgement in decision.judgements:
                         # A rule-based judge calls no model: no tokens, and no price to have (its cost is None).
                         free = judgement.cost_usd is None and judgement.usage == Usage()
@@ -275,11 +276,10 @@ class Stages:
                     if isinstance(item, SampledConversation):
                         folder.add("conversations", [item])
                         continue
-                    for key, decision in item.decisions.items():
+                    for key, (base, decision) in item.decisions.items():
                         # a pair's rows, one pair per candidate: the baseline's replay is stored with each
-                        point = item.of(key)
-                        base, cand = _as_pair(item.replays["baseline"], point), item.replays[key]
-                        folder.add("replays", [base.replay, cand.replay, recorded_replay(point)])
+                        cand = item.replays[key]
+                        folder.add("replays", [base.replay, cand.replay, recorded_replay(item.of(key))])
                         folder.add("verdicts", [decision.verdict])
                         verdict = decision.verdict
                         if self.stop is not None and self.stop.add(verdict.conversation_id, verdict.model_dump()):

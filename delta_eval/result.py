@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, WinRate, decide, win_rate, win_rates_by
@@ -22,8 +21,6 @@ from delta_eval.store.views import open_run
 
 __all__ = ["RunResult", "open_result"]
 
-#: The datasets that hold rows of pairs (filtered to one candidate's pairs in a run of several).
-_PER_PAIR = ("verdicts", "replays", "judgements", "errors")
 #: The counts of what was read and sampled: the same for every candidate of a run.
 _SAMPLE_COUNTS = ("read", "read_errors", "population", "excluded_by_where", "sampled", "greetings_skipped",
                   "strata_without_pairs")  # fmt: skip
@@ -121,17 +118,9 @@ class RunResult:
         ``conversations`` name their media by hash; ``media`` holds the bytes, once each
         (:meth:`delta_eval.store.folder.RunFolder.read_conversations` joins them back). For one candidate of several,
         ``verdicts``, ``replays``, ``judgements`` and ``errors`` hold only its pairs (and the errors of no pair)."""
-        table = self._folder.read(name)
-        if self.candidate is None or name not in _PER_PAIR:
-            return table
-        verdicts = self._folder.read("verdicts")
-        mine = verdicts.filter(pc.equal(verdicts["candidate"], self.candidate))
-        if name == "verdicts":
-            return mine
-        keep = pc.is_in(table["pair_id"], value_set=mine["pair_id"])
-        if name == "errors":
-            keep = pc.or_kleene(keep, pc.is_null(table["pair_id"]))
-        return table.filter(pc.fill_null(keep, False))
+        if self.candidate is None:
+            return self._folder.read(name)
+        return self._folder.read_candidate(name, self.candidate)
 
     def win_rate(
         self,

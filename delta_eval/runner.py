@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterable
 
 import anyio
-import pyarrow.compute as pc
 
 from delta_eval.adapters.pool import ModelPool
 from delta_eval.adapters.recordings import RecordingIndex
@@ -121,11 +120,10 @@ def _first(sample: SampleResult, n: int) -> SampleResult:
 def _screen_failures(config: RunConfig, folder: RunFolder, key: str) -> list[str]:
     """The screening gates candidate ``key`` failed on its pairs so far (none: it goes on)."""
     assert config.screen is not None
-    verdicts = folder.read("verdicts")
-    if key != "candidate":
-        verdicts = verdicts.filter(pc.equal(verdicts["candidate"], key))
-    replays = folder.read("replays")
-    replays = replays.filter(pc.is_in(replays["pair_id"], value_set=verdicts["pair_id"]))
+    if key == "candidate":  # the run's one candidate: every row is its
+        verdicts, replays = folder.read("verdicts"), folder.read("replays")
+    else:
+        verdicts, replays = folder.read_candidate("verdicts", key), folder.read_candidate("replays", key)
     rule = config.decision.model_copy(update={"gates": config.screen.gates})
     return [str(g) for g in decide(verdicts, replays, rule).gates if g.passed is False]
 

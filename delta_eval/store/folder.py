@@ -62,6 +62,7 @@ __all__ = [
     "HEADER_FIELDS",
     "MANIFEST",
     "MARKER",
+    "PER_PAIR",
     "REBUILT_NOTE",
     "RESERVE",
     "WRITTEN",
@@ -72,6 +73,9 @@ __all__ = [
     "damage_message",
     "write_json_atomic",
 ]
+
+#: The datasets that hold rows of pairs: one candidate's are its pairs' (:meth:`RunFolder.read_candidate`).
+PER_PAIR = ("verdicts", "replays", "judgements", "errors")
 
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
@@ -373,6 +377,21 @@ class RunFolder:
         raise RunFolderChangedError(
             f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
         )
+
+    def read_candidate(self, dataset: str, candidate: str) -> pa.Table:
+        """The rows of ``dataset`` that are one candidate's in a run of several: its verdicts, and the replays,
+        judgements and errors of its pairs (with the errors of no pair); any other dataset whole."""
+        table = self.read(dataset)
+        if dataset not in PER_PAIR:
+            return table
+        verdicts = self.read("verdicts")
+        mine = verdicts.filter(pc.equal(verdicts["candidate"], candidate))
+        if dataset == "verdicts":
+            return mine
+        keep = pc.is_in(table["pair_id"], value_set=mine["pair_id"])
+        if dataset == "errors":
+            keep = pc.or_kleene(keep, pc.is_null(table["pair_id"]))
+        return table.filter(pc.fill_null(keep, False))
 
     def read_conversations(self) -> list[SampledConversation]:
         """The sampled conversations of the run, their media bytes restored from the ``media`` dataset (the

@@ -22,13 +22,11 @@ from typing import Any
 
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.sql import quote_ident, quote_literal
-from delta_eval.store.folder import MANIFEST, RunFolder, Snapshot, damage_message
+from delta_eval.store.folder import MANIFEST, PER_PAIR, RunFolder, Snapshot, damage_message
 from delta_eval.store.tables import DATASETS, SCHEMAS
 
 __all__ = ["open_run"]
 
-#: The datasets of pairs' rows, filtered to one candidate's pairs in a run of several.
-_PER_PAIR = ("verdicts", "replays", "judgements", "errors")
 
 _PAIRS = """
 CREATE VIEW pairs AS
@@ -113,7 +111,7 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         weakref.finalize(con, snapshot.close)  # the files stay readable while the connection does
     for name in DATASETS:
         files = committed[name]
-        view = quote_ident(f"all_{name}" if candidate is not None and name in _PER_PAIR else name)
+        view = quote_ident(f"all_{name}" if candidate is not None and name in PER_PAIR else name)
         if files:
             paths = ", ".join(quote_literal(str(f)) for f in files)  # a view keeps its text: no bound values
             con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{paths}], union_by_name = true)")
