@@ -209,21 +209,19 @@ def _leaderboard(a: Analysis) -> list[str]:
     """The candidates of a run of several: the leaderboard's table and both Pareto fronts drawn."""
     from delta_eval.analysis.leaderboard import leaderboard
 
-    weights = a.result.manifest.config.get("score")
-    board = leaderboard(a.path, weights=weights)
+    board = leaderboard(a.path)  # with the score the run was configured with
     out = ["<table><tr><th>candidate</th><th>model</th><th>decision</th><th>win rate [95% CI]</th><th>$/conv</th>"
            "<th>latency p50</th><th>p95</th><th>errors</th><th>Pareto front</th>"
            + ("<th>score</th>" if board.weights else "") + "</tr>"]  # fmt: skip
     for e in board.entries:
-        rate = f"{e.win_rate:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.win_rate is not None else "n/a"
         cost = f"{e.cost_per_conversation:.4f}" if e.cost_per_conversation is not None else "unknown"
         p50 = f"{e.latency_p50_ms:.0f} ms" if e.latency_p50_ms is not None else "n/a"
         p95 = f"{e.latency_p95_ms:.0f} ms" if e.latency_p95_ms is not None else "n/a"
         errors = f"{100 * e.error_rate:.1f}%" if e.error_rate is not None else "n/a"
-        front = ", ".join(k for k, on in (("cost", e.front_cost), ("latency", e.front_latency)) if on) or "-"
+        front = ", ".join(e.fronts) or "-"
         score = f"<td class=n>{e.score:.3f}</td>" if board.weights and e.score is not None else ""
         out.append(f"<tr><td>{escape(e.candidate)}</td><td>{escape(e.model)}</td><td class={escape(e.outcome)}>"
-                   f"{escape(e.outcome)}</td><td class=n>{rate}</td><td class=n>{cost}</td><td class=n>{p50}</td>"
+                   f"{escape(e.outcome)}</td><td class=n>{e.rate}</td><td class=n>{cost}</td><td class=n>{p50}</td>"
                    f"<td class=n>{p95}</td><td class=n>{errors}</td><td>{front}</td>{score}</tr>")  # fmt: skip
     out.append("</table>")
     out.append(_scatter(board.entries, "cost_per_conversation", "front_cost", "cost per conversation (USD)")

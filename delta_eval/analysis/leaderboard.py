@@ -59,6 +59,18 @@ class Entry:
     front_latency: bool = False
     score: float | None = None
 
+    @property
+    def fronts(self) -> list[str]:
+        """The Pareto fronts the candidate is on: ``cost``, ``latency``, both or none."""
+        return [k for k, on in (("cost", self.front_cost), ("latency", self.front_latency)) if on]
+
+    @property
+    def rate(self) -> str:
+        """The win rate with its interval, as the leaderboard prints it (``n/a`` when unknown)."""
+        if self.win_rate is None or self.ci_low is None or self.ci_high is None:
+            return "n/a"
+        return f"{self.win_rate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+
 
 @dataclass
 class Leaderboard:
@@ -84,8 +96,7 @@ class Leaderboard:
                 + (" score" if self.weights else ""))  # fmt: skip
         lines = [f"leaderboard: {len(self.entries)} candidates against {self.baseline}", head]
         for e in self.entries:
-            rate = f"{e.win_rate:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.win_rate is not None else "n/a"
-            front = ",".join(k for k, on in (("cost", e.front_cost), ("latency", e.front_latency)) if on) or "-"
+            rate, front = e.rate, ",".join(e.fronts) or "-"
             cost = _num(e.cost_per_conversation, 4)
             lines.append(
                 f"{e.candidate[:20]:<20} {e.model[:24]:<24} {e.outcome:<9} {rate:<22} {cost:>9} "
@@ -205,7 +216,8 @@ def leaderboard(
 ) -> Leaderboard:
     """The leaderboard of every candidate of ``runs`` (one run folder of several candidates, or several folders;
     see the module docstring). ``rule`` (a :class:`~delta_eval.metrics.decision.DecisionRule`) decides each
-    candidate; default: each run's own. ``weights`` adds a composite score (:class:`ScoreWeights`)."""
+    candidate; default: each run's own. ``weights`` adds a composite score (:class:`ScoreWeights`); default: the
+    ``score`` the (first) run was configured with, if any."""
     given = [runs] if isinstance(runs, str | Path | RunResult) else list(runs)
     results: list[RunResult] = []
     for run in given:
@@ -219,6 +231,8 @@ def leaderboard(
     for attr, flag in (("cost_per_conversation", "front_cost"), ("latency_p50_ms", "front_latency")):
         on = pareto_front([(e.win_rate, getattr(e, attr)) for e in entries])
         entries = [_with(e, **{flag: f}) for e, f in zip(entries, on, strict=True)]
+    if weights is None:  # the score the (first) run was configured with, if any
+        weights = results[0].manifest.config.get("score")
     w = ScoreWeights.model_validate(weights) if isinstance(weights, dict) else weights
     if w is not None:
         entries, said = _scores(entries, w)

@@ -16,7 +16,6 @@ from typing import Any
 from delta_eval.analysis.spend import side_spend, spend_lines
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.metrics import WinRate, wilson_interval
-from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import total_cost
 from delta_eval.result import RunResult
 from delta_eval.store.folder import damage_message
@@ -282,8 +281,7 @@ def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: st
         # A run of several candidates: how they rank, then this candidate's report as if it ran alone.
         from delta_eval.analysis.leaderboard import leaderboard
 
-        weights = result.manifest.config.get("score")
-        board = leaderboard(result.path, weights=ScoreWeights.model_validate(weights) if weights else None)
+        board = leaderboard(result.path)  # with the score the run was configured with
         others = [c for c in result.candidates if c != result.candidate]
         head = f"== candidate {result.candidate} against the baseline (the others: --candidate {', '.join(others)}) =="
         return f"{board}\n\n{head}\n{text}"
