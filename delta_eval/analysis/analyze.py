@@ -41,7 +41,7 @@ from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
-from delta_eval.replay.points import point_at
+from delta_eval.replay.points import replay_points
 from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import TABLES
@@ -460,16 +460,15 @@ class Analysis:
         if not ids:
             return {}
         marks = ", ".join("?" * len(ids))
-        rows = to_arrow(self.con.sql(f"SELECT * FROM conversations WHERE conversation_id IN ({marks})", params=ids))
-        rows = rows.to_pylist()
-        conversations = {r["conversation_id"]: TABLES["conversations"].parse(r).conversation() for r in rows}
-        out: dict[str, str | None] = {}
-        for v in verdicts:
-            conversation = conversations.get(v["conversation_id"])
-            point = point_at(conversation, int(v["turn_index"])) if conversation is not None else None
-            users = [m for m in (point.context if point is not None else ()) if m.role == "user"]
-            out[v["pair_id"]] = users[-1].text_with_media() if users else None
-        return out
+        table = to_arrow(self.con.sql(f"SELECT * FROM conversations WHERE conversation_id IN ({marks})", params=ids))
+        asked: dict[tuple[str, int], str | None] = {}  # (conversation, turn) -> its last user message
+        for row in table.to_pylist():
+            conversation = TABLES["conversations"].parse(row).conversation()
+            for point in replay_points(conversation, greetings=True):  # every turn once, however many pairs
+                # from the end: the user message a turn answers is close before it (a long context is not read)
+                user = next((m for m in reversed(point.context) if m.role == "user"), None)
+                asked[(conversation.id, point.turn_index)] = user.text_with_media() if user is not None else None
+        return {v["pair_id"]: asked.get((v["conversation_id"], int(v["turn_index"]))) for v in verdicts}
 
 
 def saved_themes(run: str | Path | RunResult) -> dict[str, list[dict[str, Any]]]:
