@@ -1043,8 +1043,20 @@ def _typed_spans(
             continue
         for ss in rs.scopeSpans or ():
             for raw in ss.spans or ():
-                yield from state.span(partial(_typed_span, raw, resource), f"{label}, span {n}")
+                if not _other_operation(raw):
+                    yield from state.span(partial(_typed_span, raw, resource), f"{label}, span {n}")
                 n += 1
+
+
+def _other_operation(raw: SpanStruct) -> bool:
+    """Whether a span names an operation that is not a model call (a tool's, an agent's): nothing of it is read, so
+    it is not built (an agent's trace holds about as many such spans as model calls)."""
+    for kv in raw.attributes or ():
+        if kv.key == _OPERATION:
+            value = kv.value
+            op = value.get("stringValue") if type(value) is dict else None
+            return type(op) is str and op not in MODEL_OPERATIONS
+    return False
 
 
 def _log_records(state: _Calls, resource_logs: Any, label: str) -> Iterator[RecordError]:
