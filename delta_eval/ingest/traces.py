@@ -80,8 +80,9 @@ class TraceFormat:
 
 #: How many calls :func:`conversations_of` holds in memory; past that, the calls go to a temporary file and are read
 #: back one conversation at a time, so a large trace is read in bounded memory (a source's calls must all be seen
-#: before any conversation is known complete: a trace's spans may come in any order).
-MAX_HELD_CALLS = 20_000
+#: before any conversation is known complete: a trace's spans may come in any order). Past the bound, memory grows only
+#: by a conversation's key and position (and the reader's note of each span read).
+MAX_HELD_CALLS = 10_000
 
 #: The module of :mod:`delta_eval.ingest` reading each trace format, by ``message_format`` name.
 #: ``message_format="auto"`` asks them in this order: the formats whose spans say what they are first, OpenTelemetry
@@ -275,8 +276,7 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
     is written after them and joins them when read back. Only the conversation keys, and the calls held when the
     source ends (joined to the file's as they are read back), stay in memory."""
     groups: dict[str, list[TracedCall]] = {}  # least recently added to first
-    positions: dict[str, int] = {}
-    earliest: dict[str, Any] = {}  # each conversation's first call so far (its order)
+    positions: dict[str, int] = {}  # the one thing kept of every conversation
     held = 0
     spill: _Spill | None = None
     try:
@@ -286,16 +286,18 @@ def _grouped(calls: Iterable[TracedCall | RecordError], max_held: int) -> Iterat
                 continue
             key = item.conversation
             positions.setdefault(key, len(positions))
-            first = earliest.get(key)
-            if first is None or item.order < first:
-                earliest[key] = item.order
-            else:
+            group = groups.pop(key, None)
+            if group is None:
+                group = [item]
+            elif group[0].order < item.order:
                 # Only a conversation's first call is read for id and metadata paths (conversations_of): a later
                 # one need not carry its span's attributes, in memory or through the spill's file. (Not tested
-                # for emptiness: a lazy mapping would build itself to say.)
+                # for emptiness: a lazy mapping would build itself to say.) The first call keeps them: when it
+                # came, no call before it was held.
                 item.fields = _NO_FIELDS
-            group = groups.pop(key, None) or []
-            group.append(item)
+                group.append(item)
+            else:
+                group.insert(0, item)  # the earliest held call goes first
             groups[key] = group
             held += 1
             if held > max_held:
