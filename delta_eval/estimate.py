@@ -70,8 +70,9 @@ from delta_eval.judges.prompts import (
     render_equivalence_pair,
     render_pairwise_pair,
 )
+from delta_eval.memo import PrefixFold
 from delta_eval.pricing import Price, price_for
-from delta_eval.replay.points import count_turns, epochs, replay_points, select_turns
+from delta_eval.replay.points import count_turns, epochs, recorded_calls, replay_points, select_turns
 from delta_eval.replay.render import build_request
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
@@ -394,6 +395,15 @@ def _side(
     minimum = info.prompt_cache_min_tokens or _CACHE_MIN
     reasoning = _reasons(info, params)
     t = _Tally()
+
+    def add(counted: tuple[int, int, tuple[str, ...]], m: Message) -> tuple[int, int, tuple[str, ...]]:
+        if m.role == "system":
+            return counted[0], counted[1] + count.message(m), (*counted[2], m.content or "")
+        return counted[0] + count.message(m), counted[1], counted[2]
+
+    # The tokens of each request's history (others, system) and its system prompts: the turns of a conversation share
+    # their history, so each counts only what it adds to the one before (counting each whole made this quadratic).
+    histories = PrefixFold[tuple[int, int, tuple[str, ...]]](lambda _: (0, 0, ()), add)
     seen_prefixes: set[tuple[str, ...]] = set()
     # The first call's prompt of each conversation's latest pair: the next turn's context starts with it.
     last_turn: dict[tuple[str, int], tuple[tuple[str, ...], int]] = {}
@@ -401,16 +411,13 @@ def _side(
         if request is None:
             continue
         t.pairs += 1
-        system = [m for m in request.messages if m.role == "system"]
-        shared = count.tools(request.tools) + sum(count.message(m) for m in system)
-        prompt = _PER_REQUEST + shared + sum(count.message(m) for m in request.messages if m.role != "system")
+        others, system, system_texts = histories.fold(request.messages)
+        shared = count.tools(request.tools) + system
+        prompt = _PER_REQUEST + shared + others
         out: TurnOutput = point.recorded
         steps = list(out.steps)
-        n_calls = min(len(steps) + (1 if out.final_text or not steps else 0), c.max_tool_rounds + 1)
-        prefix_key = (
-            json.dumps([spec.model_dump(mode="json") for spec in request.tools]),
-            *(m.content or "" for m in system),
-        )
+        n_calls = recorded_calls(out, c.max_tool_rounds)
+        prefix_key = (json.dumps([spec.model_dump(mode="json") for spec in request.tools]), *system_texts)
         # What an earlier call already sent: the tools and system prompt of another pair, or this conversation's
         # previous turn (whose context is the start of this one's; the adapter routes a conversation's turns to the
         # same cache).
