@@ -201,7 +201,7 @@ class ModelRequest(_Frozen):
         frame = (bare[:at], bare[at:])
         _FRAMES[key] = (self.tools, self.params, frame)
         if len(_FRAMES) > 256:
-            del _FRAMES[next(iter(_FRAMES))]
+            _FRAMES.pop(next(iter(_FRAMES)), None)
         return frame
 
 

@@ -78,7 +78,7 @@ class PrefixFold(Generic[S]):
         step: Callable[[S, Any], S],
         *,
         copy: Callable[[S], S] = lambda state: state,
-        maxsize: int = 1024,
+        maxsize: int = 512,
         every: int = 32,
     ) -> None:
         self._start, self._step, self._copy = start, step, copy
