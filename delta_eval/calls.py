@@ -172,7 +172,9 @@ class ModelRequest(_Frozen):
     def digest(self) -> bytes:
         """The sha256 of the JSON of :meth:`canonical` (in field declaration order, pydantic's serialiser), computed
         from the digest state of the longest message prefix hashed lately: each call hashes only the messages it
-        adds to an earlier request of its conversation."""
+        adds to an earlier request of its conversation. A prefix is reused when its messages are equal (``==``, the
+        same objects mostly); the one pair of equal messages whose JSON differs is one whose opaque reasoning
+        ``data`` holds ``1`` in one and ``1.0`` in the other."""
         prefix, tail = self._frame()
         state = _BODY.fold(self.messages, prefix)
         state.update(tail)
