@@ -1,9 +1,11 @@
 """What the response-cache key costs per model call, against two baselines measured in the same run.
 
 Every model call computes :meth:`~delta_eval.calls.ModelRequest.cache_key` over its whole context, so the key must
-stay cheap as contexts grow. Measured on the requests of real tau-bench turns (the bundled demo export):
+stay cheap as contexts grow. Measured on the requests of real tau-bench turns (the bundled demo export), in the
+order a run sends them:
 
-- ``cache_key``: the library's key (versioned, canonical form with defaults left out, pydantic's serialiser);
+- ``cache_key``: the library's key (versioned, canonical form with defaults left out, pydantic's serialiser per
+  message, chained on the history a request shares with the conversation's earlier ones);
 - ``plain json``: hashing ``model_dump_json()`` with nothing left out (the spine's key, before the reshape);
 - ``sorted dict``: hashing ``json.dumps(canonical(), sort_keys=True)`` (the same canonical form, dumped in Python).
 

@@ -9,16 +9,25 @@ not a copy) and a request is not validated again. Printed per size: milliseconds
 requests (each dropped after use, as the pipeline does), both ways, and microseconds per message; the new way's
 per-message cost stays flat as N grows where the old way's grows with N.
 
+With ``--replay``, a 2,000- and a 5,000-message conversation are also replayed end to end (simulated models, rule
+judges: the test bed of every benchmark), each in a child process, alternating, and the ratio of their median CPU
+times (the run is CPU-bound; CPU time is what other processes on the machine disturb least) is printed against the
+target of 3 (the 5k one has 2.5x the turns: linear cost per turn makes it 2.5x; each request's
+history is still sent whole, so what a provider receives grows as N^2 whatever the library does).
+
     python benchmarks/long_conversation.py                    # 1k, 5k and 10k messages, 3 repeats (medians)
-    python benchmarks/long_conversation.py --replay           # also replay the 1k and 5k ones end to end
+    python benchmarks/long_conversation.py --replay           # and the 2k vs 5k replay ratio against its target
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -105,12 +114,36 @@ def replay_seconds(n: int) -> tuple[int, float]:
         shutil.rmtree(out, ignore_errors=True)
 
 
+#: The most a 5k-message conversation's replay may cost against a 2k one's (2.5x the turns).
+RATIO_TARGET = 3.0
+
+
+def replay_ratio(small: int, large: int, repeats: int) -> dict[int, list[dict[str, float]]]:
+    """Wall and CPU seconds to replay an n-message conversation end to end, per size, each run in a child process.
+    The run is CPU-bound (zero latency), so its CPU time is its cost where other processes share the machine."""
+    runs: dict[int, list[dict[str, float]]] = {small: [], large: []}
+    for _ in range(repeats):
+        for n in runs:  # alternating, so drift hits both sizes alike
+            cmd = [sys.executable, __file__, "--child", str(n)]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            runs[n].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--replay", action="store_true", help="also replay the 1k and 5k conversations end to end")
+    parser.add_argument("--replay", action="store_true", help="also replay 2k and 5k messages end to end")
+    parser.add_argument("--replay-sizes", type=int, nargs=2, default=[2000, 5000], help=argparse.SUPPRESS)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        replay_seconds(20)  # the first run imports and warms up what every run uses: not the conversation's cost
+        cpu = time.process_time()
+        pairs, seconds = replay_seconds(args.child)
+        print(json.dumps({"pairs": pairs, "seconds": seconds, "cpu": time.process_time() - cpu}))
+        return
     print(f"{'messages':>8} {'turns':>6}  {'points ms':>10} {'before':>8}  {'requests ms':>11} {'before':>8}  "
           f"{'us/msg':>7} {'before':>7}")  # fmt: skip
     for n in args.sizes:
@@ -123,10 +156,19 @@ def main(argv: list[str] | None = None) -> None:
             f"{1e6 * new / n:7.1f} {1e6 * old / n:7.1f}"
         )
     if args.replay:
-        for n in [s for s in args.sizes if s <= 5000]:
-            pairs, seconds = replay_seconds(n)
-            print(f"replay of {n} messages end to end: {pairs} pairs in {seconds:.1f} s ({1000 * seconds / pairs:.1f} "
-                  "ms per pair; each request carries the whole history, so this part grows with N^2)")  # fmt: skip
+        small, large = args.replay_sizes
+        runs = replay_ratio(small, large, args.repeats)
+        turns = {n: sum(1 for _ in replay_points(long_conversation(n))) for n in runs}
+        median = {n: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "cpu")} for n, rs in runs.items()}
+        for n, rs in runs.items():
+            each = ", ".join(f"{r['cpu']:.1f}" for r in rs)
+            print(f"replay of {n} messages end to end ({turns[n]} turns): {median[n]['cpu']:.1f} s CPU "
+                  f"(runs: {each}), {median[n]['seconds']:.1f} s wall")  # fmt: skip
+        ratio = median[large]["cpu"] / median[small]["cpu"]
+        wall = median[large]["seconds"] / median[small]["seconds"]
+        verdict = "ok" if ratio <= RATIO_TARGET else "OVER"
+        print(f"{large}/{small} messages: {ratio:.2f}x the CPU time ({wall:.2f}x the wall time) for "
+              f"{turns[large] / turns[small]:.2f}x the turns (target <= {RATIO_TARGET:.0f}): {verdict}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@ Adding an optional field in a later version therefore leaves the keys of existin
 answer, unchanged; only setting the new field changes a key. A test pins the key of a fixed request, so a change
 that would alter keys anyway (reordered fields, another serialisation) fails until ``CACHE_KEY_VERSION`` is bumped.
 
+Version 2 hashes the namespace after the request's digest rather than before its JSON, so that the turns of a
+conversation (each its own pair, so its own namespace) share the hashing of their common history: a call hashes
+only the messages it adds (:class:`~delta_eval.memo.PrefixFold`). A cache written under version 1 is read by
+:meth:`ModelRequest.cache_key_v1` (see :class:`~delta_eval.store.cache.SQLiteCache`); the version is hashed into
+every key, so a key of one version can never name an answer of the other.
+
 Example:
     >>> from delta_eval.schema import Message
     >>> request = ModelRequest(model="openai:gpt-4o", messages=(Message(role="user", content="hi"),))
@@ -28,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from delta_eval.memo import IdentityMemo
+from delta_eval.memo import IdentityMemo, PrefixFold
 from delta_eval.schema import Message, ToolSpec, Usage
 
 __all__ = [
@@ -46,7 +52,7 @@ __all__ = [
 ]
 
 #: Bumped only when the canonical form changes meaning; every cache key includes it.
-CACHE_KEY_VERSION = 1
+CACHE_KEY_VERSION = 2
 
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -155,22 +161,98 @@ class ModelRequest(_Frozen):
         """A stable hash of everything that determines the answer, with ``namespace`` (which side of which pair)
         and the adapter's ``identity`` (see :meth:`~delta_eval.adapters.base.ModelAdapter.cache_identity`).
 
-        Two requests with the same key are the same call: it is what the response cache is keyed by.
+        Two requests with the same key are the same call: it is what the response cache is keyed by. The key hashes
+        the version, namespace and identity with :meth:`digest`, so the turns of a conversation (each of its own
+        pair, so of its own namespace) share the digest of their common history.
         """
-        head = json.dumps([CACHE_KEY_VERSION, namespace, identity or {}], sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(head.encode("utf-8"))
-        digest.update(b"\x00")
-        digest.update(self._body())
+        digest = hashlib.sha256(_head(CACHE_KEY_VERSION, namespace, identity))
+        digest.update(self.digest())
         return digest.hexdigest()
 
-    def _body(self) -> bytes:
-        # The JSON of canonical(), in field declaration order: pydantic's own serialiser is 3x faster than dumping
-        # the dict with sorted keys. Kept a while: a call asks for its key more than once, and the request of a late
-        # turn of a long conversation holds its whole history.
-        return _BODIES.get(self, lambda r: r.model_dump_json(exclude_defaults=True).encode("utf-8"))
+    def digest(self) -> bytes:
+        """The sha256 of the JSON of :meth:`canonical` (in field declaration order, pydantic's serialiser), computed
+        from the digest state of the longest message prefix hashed lately: each call hashes only the messages it
+        adds to an earlier request of its conversation. A prefix is reused when its messages are equal (``==``, the
+        same objects mostly); the one pair of equal messages whose JSON differs is one whose opaque reasoning
+        ``data`` holds ``1`` in one and ``1.0`` in the other."""
+        prefix, tail = self._frame()
+        state = _BODY.fold(self.messages, prefix)
+        state.update(tail)
+        return state.digest()
+
+    def cache_key_v1(self, *, namespace: str = "", identity: dict[str, Any] | None = None) -> str:
+        """The key of cache key version 1, for caches written before version 2: the hash of the version, namespace
+        and identity, then of the JSON of :meth:`canonical` itself. Chained on the message prefix as :meth:`digest`
+        is, but each namespace starts its own chain (the ``simulated:`` model seeds its answers with it, under no
+        namespace, so its answers stay what they were)."""
+        prefix, tail = self._frame()
+        state = _BODY.fold(self.messages, _head(1, namespace, identity) + prefix)
+        state.update(tail)
+        return state.hexdigest()
+
+    def _frame(self) -> tuple[bytes, bytes]:
+        # The JSON of canonical() around its messages: ``{"model":...,"messages":[`` and ``],...}``. The same for
+        # every call of a conversation with one model, tools and parameters: kept for those.
+        key = (self.model, id(self.tools), id(self.params))
+        hit = _FRAMES.get(key)
+        if hit is not None and hit[0] is self.tools and hit[1] is self.params:
+            return hit[2]
+        bare = self.model_copy(update={"messages": ()}).model_dump_json(exclude_defaults=True).encode("utf-8")
+        # The first '"messages":[]' is the field: inside a JSON string every quote is escaped.
+        at = bare.index(b'"messages":[]') + len(b'"messages":[')
+        frame = (bare[:at], bare[at:])
+        _FRAMES[key] = (self.tools, self.params, frame)
+        if len(_FRAMES) > 256:
+            _FRAMES.pop(next(iter(_FRAMES)), None)
+        return frame
 
 
-_BODIES = IdentityMemo[bytes](maxsize=256)
+def _head(version: int, namespace: str, identity: dict[str, Any] | None) -> bytes:
+    head = json.dumps([version, namespace, identity or {}], sort_keys=True, separators=(",", ":"))
+    return head.encode("utf-8") + b"\x00"
+
+
+def _message_json(message: Message) -> bytes:
+    """A message as :meth:`ModelRequest.canonical`'s JSON holds it (kept a while by identity)."""
+    return _MESSAGES.get(message, lambda m: m.model_dump_json(exclude_defaults=True).encode("utf-8"))
+
+
+class _Hashing:
+    """The digest state of a request's JSON up to some message, and whether a message was hashed yet."""
+
+    __slots__ = ("sha", "started")
+
+    def __init__(self, sha: Any, started: bool) -> None:
+        self.sha, self.started = sha, started
+
+    def copy(self) -> _Hashing:
+        return _Hashing(self.sha.copy(), self.started)
+
+    def step(self, message: Message) -> _Hashing:
+        if self.started:
+            self.sha.update(b",")  # between two messages
+        self.sha.update(_message_json(message))
+        self.started = True
+        return self
+
+    def update(self, data: bytes) -> None:
+        self.sha.update(data)
+
+    def digest(self) -> bytes:
+        return bytes(self.sha.digest())
+
+    def hexdigest(self) -> str:
+        return str(self.sha.hexdigest())
+
+
+_MESSAGES = IdentityMemo[bytes](maxsize=1 << 14)
+_FRAMES: dict[tuple[str, int, int], tuple[tuple[ToolSpec, ...], GenerateParams, tuple[bytes, bytes]]] = {}
+#: Salted by the bytes hashed before the first message (the frame's start, after a version 1 key's head).
+_BODY = PrefixFold[_Hashing](
+    lambda start: _Hashing(hashlib.sha256(start), False),
+    _Hashing.step,
+    copy=_Hashing.copy,
+)
 
 
 class ModelResponse(_Frozen):

@@ -48,6 +48,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -55,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from delta_eval.calls import GenerateParams
+from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.catalog import ModelInfo, ModelOverride, model_info
 from delta_eval.config import RunConfig, load_config
 from delta_eval.exceptions import ConfigError, RecordError
@@ -70,8 +71,9 @@ from delta_eval.judges.prompts import (
     render_equivalence_pair,
     render_pairwise_pair,
 )
+from delta_eval.memo import PrefixFold
 from delta_eval.pricing import Price, price_for
-from delta_eval.replay.points import count_turns, epochs, replay_points, select_turns
+from delta_eval.replay.points import count_turns, epochs, recorded_calls, replay_points, select_turns
 from delta_eval.replay.render import build_request
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
@@ -378,48 +380,62 @@ def _cacheable(tokens: int, provider: str, minimum: int) -> int:
     return tokens - tokens % 128 if provider in ("openai", "openai-responses", "azure") else tokens
 
 
-def _side(
-    name: str,
-    model: str,
-    params: GenerateParams,
-    requests: list[tuple[ReplayPoint, Any]],
-    c: RunConfig,
-    tokenizer: Tokenizer | None,
-    prices: Mapping[str, Price],
-) -> EstimatePart:
-    provider = model.partition(":")[0]
-    count = _Counter(provider, tokenizer)
-    caching = provider in _CACHING
-    info = model_info(model, c.models)
-    minimum = info.prompt_cache_min_tokens or _CACHE_MIN
-    reasoning = _reasons(info, params)
-    t = _Tally()
-    seen_prefixes: set[tuple[str, ...]] = set()
-    # The first call's prompt of each conversation's latest pair: the next turn's context starts with it.
-    last_turn: dict[tuple[str, int], tuple[tuple[str, ...], int]] = {}
-    for point, request in requests:
+class _SideCount:
+    """The calls and tokens of one side, counted a pair at a time (the sample's pairs are never all held at once)."""
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        params: GenerateParams,
+        c: RunConfig,
+        tokenizer: Tokenizer | None,
+        prices: Mapping[str, Price],
+    ) -> None:
+        self.name, self.model, self.c, self.tokenizer, self.prices = name, model, c, tokenizer, prices
+        self.provider = model.partition(":")[0]
+        self.count = count = _Counter(self.provider, tokenizer)
+        self.caching = self.provider in _CACHING
+        self.info = model_info(model, c.models)
+        self.minimum = self.info.prompt_cache_min_tokens or _CACHE_MIN
+        self.reasoning = _reasons(self.info, params)
+        self.t = _Tally()
+
+        def add(counted: tuple[int, int, tuple[str, ...]], m: Message) -> tuple[int, int, tuple[str, ...]]:
+            if m.role == "system":
+                return counted[0], counted[1] + count.message(m), (*counted[2], m.content or "")
+            return counted[0] + count.message(m), counted[1], counted[2]
+
+        # The tokens of each request's history (others, system) and its system prompts: the turns of a conversation
+        # share their history, so each counts only what it adds to the one before (counting each whole made this
+        # quadratic).
+        self.histories = PrefixFold[tuple[int, int, tuple[str, ...]]](lambda _: (0, 0, ()), add)
+        self.seen_prefixes: set[tuple[str, ...]] = set()
+        # The first call's prompt of each conversation's latest pair: the next turn's context starts with it.
+        self.last_turn: dict[tuple[str, int], tuple[tuple[str, ...], int]] = {}
+
+    def add(self, point: ReplayPoint, request: ModelRequest | None) -> None:
+        """Count the calls of ``point``'s replay on this side (``None``: its request cannot be built)."""
         if request is None:
-            continue
+            return
+        t, count, reasoning = self.t, self.count, self.reasoning
         t.pairs += 1
-        system = [m for m in request.messages if m.role == "system"]
-        shared = count.tools(request.tools) + sum(count.message(m) for m in system)
-        prompt = _PER_REQUEST + shared + sum(count.message(m) for m in request.messages if m.role != "system")
+        others, system, system_texts = self.histories.fold(request.messages)
+        shared = count.tools(request.tools) + system
+        prompt = _PER_REQUEST + shared + others
         out: TurnOutput = point.recorded
         steps = list(out.steps)
-        n_calls = min(len(steps) + (1 if out.final_text or not steps else 0), c.max_tool_rounds + 1)
-        prefix_key = (
-            json.dumps([spec.model_dump(mode="json") for spec in request.tools]),
-            *(m.content or "" for m in system),
-        )
+        n_calls = recorded_calls(out, self.c.max_tool_rounds)
+        prefix_key = (json.dumps([spec.model_dump(mode="json") for spec in request.tools]), *system_texts)
         # What an earlier call already sent: the tools and system prompt of another pair, or this conversation's
         # previous turn (whose context is the start of this one's; the adapter routes a conversation's turns to the
         # same cache).
-        seen = shared if prefix_key in seen_prefixes else 0
-        before = last_turn.get((point.conversation_id, point.epoch))
+        seen = shared if prefix_key in self.seen_prefixes else 0
+        before = self.last_turn.get((point.conversation_id, point.epoch))
         if before is not None and before[0] == prefix_key:
             seen = max(seen, before[1])
-        seen_prefixes.add(prefix_key)
-        last_turn[(point.conversation_id, point.epoch)] = (prefix_key, prompt)
+        self.seen_prefixes.add(prefix_key)
+        self.last_turn[(point.conversation_id, point.epoch)] = (prefix_key, prompt)
         previous = seen
         for j in range(n_calls):
             if j < len(steps):
@@ -427,7 +443,7 @@ def _side(
             else:
                 answer, adds = count.text(out.final_text), 0
             # Call j reads the prompt call j-1 sent (the start of its own), the first call what was seen before.
-            cached = _cacheable(previous, provider, minimum) if caching else 0
+            cached = _cacheable(previous, self.provider, self.minimum) if self.caching else 0
             t.calls += 1
             t.cached += cached
             t.uncached += prompt - cached
@@ -436,99 +452,113 @@ def _side(
             t.output_high += answer * _OUTPUT_RANGE[1] + reasoning[2]
             previous = prompt
             prompt += adds
-    spread = _INPUT_SPREAD_TOKENIZER if tokenizer is not None else _INPUT_SPREAD
-    price = price_for(model, prices, info=info)
-    return _finish(name, model, t, price, spread, writes_cache=provider in _WRITES_CACHE)
+
+    def part(self) -> EstimatePart:
+        """The side's part of the estimate, from what was counted."""
+        spread = _INPUT_SPREAD_TOKENIZER if self.tokenizer is not None else _INPUT_SPREAD
+        price = price_for(self.model, self.prices, info=self.info)
+        return _finish(self.name, self.model, self.t, price, spread, writes_cache=self.provider in _WRITES_CACHE)
 
 
-def _judge_parts(
-    judges: Judges,
-    views: list[PairView],
-    funnel: Funnel,
-    tokenizer: Tokenizer | None,
-    prices: Mapping[str, Price],
-    models: Mapping[str, ModelOverride],
-    notes: list[str],
-) -> list[EstimatePart]:
-    """Stage-2 and stage-3 calls, from their prompts rendered on the sample and the funnel's expected shares."""
-    parts: list[EstimatePart] = []
-    n = len(views)
-    eq_specs = list(judges.equivalence) if isinstance(judges.equivalence, tuple | list) else [judges.equivalence]
-    has_stage2 = any(s is not None for s in eq_specs)
-    s1, s2 = funnel.stage1, funnel.stage2 if has_stage2 else 0.0
-    (s1_lo, s1_hi), (s2_lo, s2_hi) = funnel.stage1_range, funnel.stage2_range if has_stage2 else (0.0, 0.0)
-    audit = judges.audit_fraction
-    # Pairs reaching each stage: expected, fewest (the most filtered), most (the least filtered).
-    reach2 = (n * (1 - s1), n * (1 - s1_hi), n * (1 - s1_lo))
-    reach3 = tuple(r * (1 - x) + r * x * audit for r, x in zip(reach2, (s2, s2_hi, s2_lo), strict=True))
-    for stage, specs, reach in (
-        ("equivalence", eq_specs, reach2),
-        ("judge", list(judges.judge) if isinstance(judges.judge, tuple | list) else [judges.judge], reach3),
-    ):
-        for spec in specs:
-            if spec is None or spec == "rule":
-                continue
-            if not isinstance(spec, EquivalenceJudge | PairwiseJudge):
-                notes.append(
-                    f"stage {'2' if stage == 'equivalence' else '3'} judge {spec!r}: a custom judge, cost not estimated"
-                )
-                continue
-            parts.append(_judge_part(stage, spec, judges, views, reach, tokenizer, prices, models))
-    return parts
+@dataclass
+class _JudgePrompts:
+    """One LLM judge's prompts, their input tokens summed a pair at a time."""
+
+    stage: str
+    spec: EquivalenceJudge | PairwiseJudge
+    count: _Counter
+    fixed: int
+    render: Callable[[PairView], str]
+    per_pair: int
+    tokens: int = 0
 
 
-def _judge_part(
-    stage: str,
-    spec: EquivalenceJudge | PairwiseJudge,
-    judges: Judges,
-    views: list[PairView],
-    reach: tuple[float, ...],
-    tokenizer: Tokenizer | None,
-    prices: Mapping[str, Price],
-    models: Mapping[str, ModelOverride],
-) -> EstimatePart:
-    provider = spec.model.partition(":")[0]
-    info = model_info(spec.model, models)
-    count = _Counter(provider, tokenizer)
-    if isinstance(spec, PairwiseJudge):
-        instructions = pairwise_instructions(Rubric.load(spec.rubric), reference=spec.reference).text
-        render: Callable[[PairView], str] = lambda v: render_pairwise_pair(v, reference=spec.reference)  # noqa: E731
-        per_pair = 2 if judges.order == "both" else 1
-    else:
-        instructions, render, per_pair = equivalence_instructions().text, render_equivalence_pair, 1
-    fixed = _PER_REQUEST + 2 * _PER_MESSAGE + count.text(instructions)
-    mean_in = sum(fixed + count.text(render(v)) for v in views) / len(views) if views else 0.0
-    low_out, mid_out, high_out = JUDGE_OUTPUT_TOKENS[stage]
-    reasoning = _reasons(info, spec.params)
-    expected, fewest, most = reach
-    t = _Tally(
-        calls=expected * per_pair,
-        pairs=expected,
-        uncached=expected * per_pair * mean_in,
-        output=expected * per_pair * (mid_out + reasoning[1]),
-        output_low=fewest * per_pair * (low_out + reasoning[0]),
-        output_high=most * per_pair * (high_out + reasoning[2]),
-    )
-    spread = _INPUT_SPREAD_TOKENIZER if tokenizer is not None else _INPUT_SPREAD
-    price = price_for(spec.model, prices, info=info)
-    name = "stage 2 equivalence" if stage == "equivalence" else "stage 3 judge"
-    part = _finish(name, spec.label, t, price, spread, writes_cache=False)
-    if price is not None:
-        # The range's input follows the funnel's range too, not only the token count's.
-        part.low_usd = _cost(price, fewest * per_pair * mean_in * (1 - spread), 0, t.output_low, writes_cache=False)
-        part.high_usd = _cost(price, most * per_pair * mean_in * (1 + spread), 0, t.output_high, writes_cache=False)
-    return part
+class _JudgeCounts:
+    """Stage-2 and stage-3 calls, from their prompts rendered on the sample's pairs (one at a time) and the funnel's
+    expected shares."""
 
+    def __init__(self, judges: Judges, tokenizer: Tokenizer | None, models: Mapping[str, ModelOverride]) -> None:
+        self.judges, self.tokenizer, self.models = judges, tokenizer, models
+        self.pairs = 0
+        self.notes: list[str] = []
+        self.prompts: list[_JudgePrompts] = []
+        for stage, specs in (("equivalence", self._eq_specs()), ("judge", self._judge_specs())):
+            for spec in specs:
+                if spec is None or spec == "rule":
+                    continue
+                if not isinstance(spec, EquivalenceJudge | PairwiseJudge):
+                    self.notes.append(
+                        f"stage {'2' if stage == 'equivalence' else '3'} judge {spec!r}: a custom judge, cost not "
+                        "estimated"
+                    )
+                    continue
+                count = _Counter(spec.model.partition(":")[0], tokenizer)
+                if isinstance(spec, PairwiseJudge):
+                    instructions = pairwise_instructions(Rubric.load(spec.rubric), reference=spec.reference).text
+                    render: Callable[[PairView], str] = functools.partial(
+                        render_pairwise_pair, reference=spec.reference
+                    )
+                    per_pair = 2 if judges.order == "both" else 1
+                else:
+                    instructions, render, per_pair = equivalence_instructions().text, render_equivalence_pair, 1
+                fixed = _PER_REQUEST + 2 * _PER_MESSAGE + count.text(instructions)
+                self.prompts.append(_JudgePrompts(stage, spec, count, fixed, render, per_pair))
 
-def _points(c: RunConfig, source: ConversationSource, sample: SampleResult) -> tuple[int, list[ReplayPoint]]:
-    """The sample's pairs, in the order the run sends them (see :meth:`delta_eval.pipeline.Stages.load`)."""
-    points: list[ReplayPoint] = []
-    conversations = 0
-    for _, conv in iter_selected(source, sample.selected):
-        conversations += 1
-        every = list(replay_points(conv, greetings=c.replay_greetings))
-        points += epochs(select_turns(every, c.max_turns_per_conversation, c.seed), c.epochs)
-    return conversations, points
+    def _eq_specs(self) -> list[Any]:
+        eq = self.judges.equivalence
+        return list(eq) if isinstance(eq, tuple | list) else [eq]
+
+    def _judge_specs(self) -> list[Any]:
+        judge = self.judges.judge
+        return list(judge) if isinstance(judge, tuple | list) else [judge]
+
+    def add(self, view: PairView) -> None:
+        """Count one pair's prompts for every LLM judge."""
+        self.pairs += 1
+        for p in self.prompts:
+            p.tokens += p.fixed + p.count.text(p.render(view))
+
+    def parts(self, funnel: Funnel, prices: Mapping[str, Price], notes: list[str]) -> list[EstimatePart]:
+        """The judges' parts of the estimate (``notes`` gets what could not be estimated)."""
+        notes += self.notes
+        n = self.pairs
+        has_stage2 = any(s is not None for s in self._eq_specs())
+        s1, s2 = funnel.stage1, funnel.stage2 if has_stage2 else 0.0
+        (s1_lo, s1_hi), (s2_lo, s2_hi) = funnel.stage1_range, funnel.stage2_range if has_stage2 else (0.0, 0.0)
+        audit = self.judges.audit_fraction
+        # Pairs reaching each stage: expected, fewest (the most filtered), most (the least filtered).
+        reach2 = (n * (1 - s1), n * (1 - s1_hi), n * (1 - s1_lo))
+        reach3 = tuple(r * (1 - x) + r * x * audit for r, x in zip(reach2, (s2, s2_hi, s2_lo), strict=True))
+        return [
+            self._part(p, reach2 if p.stage == "equivalence" else reach3, prices, p.tokens / n if n else 0.0)
+            for p in self.prompts
+        ]
+
+    def _part(
+        self, p: _JudgePrompts, reach: tuple[float, ...], prices: Mapping[str, Price], mean_in: float
+    ) -> EstimatePart:
+        spec, per_pair, stage = p.spec, p.per_pair, p.stage
+        info = model_info(spec.model, self.models)
+        low_out, mid_out, high_out = JUDGE_OUTPUT_TOKENS[stage]
+        reasoning = _reasons(info, spec.params)
+        expected, fewest, most = reach
+        t = _Tally(
+            calls=expected * per_pair,
+            pairs=expected,
+            uncached=expected * per_pair * mean_in,
+            output=expected * per_pair * (mid_out + reasoning[1]),
+            output_low=fewest * per_pair * (low_out + reasoning[0]),
+            output_high=most * per_pair * (high_out + reasoning[2]),
+        )
+        spread = _INPUT_SPREAD_TOKENIZER if self.tokenizer is not None else _INPUT_SPREAD
+        price = price_for(spec.model, prices, info=info)
+        name = "stage 2 equivalence" if stage == "equivalence" else "stage 3 judge"
+        part = _finish(name, spec.label, t, price, spread, writes_cache=False)
+        if price is not None:
+            # The range's input follows the funnel's range too, not only the token count's.
+            part.low_usd = _cost(price, fewest * per_pair * mean_in * (1 - spread), 0, t.output_low, writes_cache=False)
+            part.high_usd = _cost(price, most * per_pair * mean_in * (1 + spread), 0, t.output_high, writes_cache=False)
+        return part
 
 
 def estimate_sample(
@@ -539,45 +569,47 @@ def estimate_sample(
     tokenizer: Tokenizer | None = None,
     pilot: str | Path | None = None,
 ) -> CostEstimate:
-    """The estimate of ``config`` on a sample already drawn from ``source`` (what a run keeps in its manifest)."""
+    """The estimate of ``config`` on a sample already drawn from ``source`` (what a run keeps in its manifest).
+
+    The sample's conversations are read again and counted one at a time, their pairs in the order the run makes them
+    (see :meth:`delta_eval.pipeline.Stages.load`): never all held at once, so the estimate's memory does not grow
+    with the sample.
+    """
     c = config
-    conversations, points = _points(c, source, sample)
     notes: list[str] = []
     sides = c.sides()  # baseline, then the candidate (or each candidate by name)
-    requests: dict[str, list[tuple[ReplayPoint, Any]]] = {side: [] for side in sides}
-    skipped = 0
-    for point in points:
-        for side, variant in sides.items():
-            try:
-                requests[side].append((point, build_request(point, variant, source.name)))
-            except RecordError:
-                requests[side].append((point, None))
-                skipped += 1
+    prices = c.all_prices
+    counts = {side: _SideCount(side, v.model, v.params, c, tokenizer, prices) for side, v in sides.items()}
+    judging = _JudgeCounts(c.judges, tokenizer, c.models)
+    conversations = points = skipped = 0
+    for _, conv in iter_selected(source, sample.selected):
+        conversations += 1
+        every = list(replay_points(conv, greetings=c.replay_greetings))
+        for point in epochs(select_turns(every, c.max_turns_per_conversation, c.seed), c.epochs):
+            points += 1
+            built: dict[str, ModelRequest | None] = {}
+            for side, variant in sides.items():
+                try:
+                    built[side] = build_request(point, variant, source.name)
+                except RecordError:
+                    built[side] = None
+                    skipped += 1
+                counts[side].add(point, built[side])
+            for side in list(sides)[1:]:  # each candidate's pair is judged against the baseline
+                base = SideView(output=point.recorded, request=built["baseline"])
+                judging.add(PairView(point=point, a=base, b=SideView(output=point.recorded, request=built[side])))
     if skipped:
         notes.append(f"{skipped} replays cannot be built (their variant does not apply): they will be error rows")
-    prices = c.all_prices
-    parts = [
-        _side(side, variant.model, variant.params, requests[side], c, tokenizer, prices)
-        for side, variant in sides.items()
-    ]
-    views = [  # each candidate's pairs are judged against the baseline
-        PairView(
-            point=point,
-            a=SideView(output=point.recorded, request=base),
-            b=SideView(output=point.recorded, request=cand),
-        )
-        for side in list(sides)[1:]
-        for (point, base), (_, cand) in zip(requests["baseline"], requests[side], strict=True)
-    ]
+    parts = [count.part() for count in counts.values()]
     funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL
-    parts += _judge_parts(c.judges, views, funnel, tokenizer, prices, c.models, notes)
+    parts += judging.parts(funnel, prices, notes)
     for p in parts:
         if p.cost_usd is None:
             notes.append(f"{p.model} has no known price: pass prices= (or [prices] in the config) to include it")
     if c.stop_early:
         notes.append("stop_early: the run may stop before the whole sample; this is the cost of all of it")
     name = getattr(tokenizer, "__qualname__", "the given tokenizer") if tokenizer is not None else "approximation"
-    pairs = len(points) * (len(sides) - 1)  # a pair per point and candidate
+    pairs = points * (len(sides) - 1)  # a pair per point and candidate
     return CostEstimate(conversations, pairs, parts, funnel, name, notes)
 
 

@@ -6,7 +6,9 @@ a slow stage makes the earlier ones wait (backpressure) and memory stays flat ho
     load --(_Pair, side)--> replay (2 x concurrency tasks, one side each) --_Pair--> judge (judge_concurrency) --+
        \\--SampledConversation----------------------------------------------------------------------> write <--+
 
-The writer commits a batch every ``flush_every`` pairs (and at the end); a pair's rows always land in one batch.
+The loader sends pairs a window at a time, the longest recorded turns first (:func:`longest_first`): a long chain of
+tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs (and at the
+end); a pair's rows always land in one batch.
 With ``stop_early``, conversations go in a seeded random order and the run stops as soon as the anytime-valid test
 of :mod:`delta_eval.stopping` settles. Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already
 finished and marks the manifest ``interrupted``; a killed process loses at most the pairs of its last uncommitted
@@ -30,7 +32,14 @@ from delta_eval.ingest.source import ConversationSource
 from delta_eval.judges.cascade import Decision, JudgeCascade
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer, SideReplay, recorded_replay
-from delta_eval.replay.points import count_turns, epochs, pair_weight, replay_points, select_turns
+from delta_eval.replay.points import (
+    count_turns,
+    epochs,
+    pair_weight,
+    recorded_calls,
+    replay_points,
+    select_turns,
+)
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -39,7 +48,7 @@ from delta_eval.stopping import EarlyStop, random_order
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.session import Resume
 
-__all__ = ["Stages", "VerdictCallback", "candidate_pair_id", "run_stages"]
+__all__ = ["Stages", "VerdictCallback", "candidate_pair_id", "longest_first", "run_stages"]
 
 VerdictCallback = Callable[[Verdict], Awaitable[None] | None]
 
@@ -73,6 +82,22 @@ def candidate_pair_id(point_pair_id: str, candidate: str) -> str:
         't1#3~gpt-5-mini'
     """
     return point_pair_id if candidate == "candidate" else f"{point_pair_id}~{candidate}"
+
+
+#: Pairs per unit of concurrency the loader orders at a time (see :func:`longest_first`).
+_LOOKAHEAD = 32
+
+
+def longest_first(pairs: list[_Pair], max_tool_rounds: int) -> list[_Pair]:
+    """The pairs in the order to start them: the longest recorded turns (the most model calls, see
+    :func:`~delta_eval.replay.points.recorded_calls`) first, the rest in their order.
+
+    A turn's replay is a chain of calls, one after the other: started last, a long tool-round chain is the tail of
+    the run, with every other worker idle. Started first, it runs beside the short ones. The order changes when a
+    pair is replayed, never what it is asked or answers (its cache key and the simulated model's draws are its
+    own), so the results are the same.
+    """
+    return sorted(pairs, key=lambda pair: -recorded_calls(pair.point.recorded, max_tool_rounds))
 
 
 def _as_pair(side: SideReplay, point: ReplayPoint) -> SideReplay:
@@ -149,6 +174,10 @@ class Stages:
                 # A random order, so that the conversations finished at any moment are a random subset.
                 items = await anyio.to_thread.run_sync(list, iterator)
                 iterator = iter(await anyio.to_thread.run_sync(self._early_stop, items, sample))
+            # Pairs are sent a window at a time, the longest recorded turns first (see longest_first); with
+            # stop_early, in the conversations' random order, one at a time.
+            lookahead = 0 if self.config.stop_early else _LOOKAHEAD * self.config.concurrency
+            window: list[_Pair] = []
             while True:
                 if self.stop is not None and self.stop.settled:
                     break
@@ -176,10 +205,18 @@ class Stages:
                         k for k in self.candidates if candidate_pair_id(point.pair_id, k) not in self.state.done_pairs
                     )
                     if todo:
-                        pair = _Pair(point, stratum, each, todo)
-                        await send.send((pair, "baseline"))  # once, whatever the number of candidates
-                        for key in todo:
-                            await send.send((pair, key))
+                        window.append(_Pair(point, stratum, each, todo))
+                if len(window) >= lookahead:
+                    await self._send(longest_first(window, self.config.max_tool_rounds) if lookahead else window, send)
+                    window = []
+            await self._send(longest_first(window, self.config.max_tool_rounds) if lookahead else window, send)
+
+    @staticmethod
+    async def _send(pairs: list[_Pair], send: ObjectSendStream[tuple[_Pair, str]]) -> None:
+        for pair in pairs:
+            await send.send((pair, "baseline"))  # once, whatever the number of candidates
+            for key in pair.candidates:
+                await send.send((pair, key))
 
     async def replay(
         self,

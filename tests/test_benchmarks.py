@@ -146,3 +146,36 @@ def test_fleet_benchmark_counts_the_baseline_once_in_a_run_of_several(tmp_path: 
     # separate runs: the baseline three times and the candidate 'same' once; one run: each once
     assert got["one run"]["calls"][base] * 2 == got["separate"]["calls"][base]
     assert got["pairs"] > 0
+
+
+@pytest.mark.slow
+def test_sampling_memory_benchmark_samples_a_small_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("sampling_memory")
+    path = bench.throughput.scaled_export(2, tmp_path)
+    got = bench.sample_phase(path, 20)
+    assert got["population"] == 400
+    assert got["pairs"] > 20
+    assert got["peak_mb"] >= got["sample_mb"] >= got["before_mb"] > 0
+    rows = bench.main(["--sizes", "200", "400", "--n", "10"])
+    assert [row["size"] for row in rows] == [200, 400]
+    assert "per source conversation" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_schedule_benchmark_orders_the_same_calls_every_way(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("schedule")
+    got = bench.main(["--conversations", "20"])
+    ratios = [v for k, v in got.items() if k not in ("pairs", "calls")]
+    assert len(ratios) == 3
+    assert all(r >= 1.0 - 1e-9 for r in ratios)  # no order beats every worker busy to the end
+    assert got["longest first (all at once)"] <= got["source order"]
+    assert "x the ideal" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_long_conversation_benchmark_prints_the_replay_ratio_against_its_target(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = load("long_conversation")
+    bench.main(["--sizes", "100", "--repeats", "1", "--replay", "--replay-sizes", "100", "200"])
+    assert "(target <= 3)" in capsys.readouterr().out

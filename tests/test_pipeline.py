@@ -445,3 +445,30 @@ def test_a_new_port_or_timeout_resumes_but_a_new_model_or_params_are_refused(tmp
         params = cfg.candidate.params.model_copy(update={"temperature": 0.9})
         with pytest.raises(RunFolderError, match=r"differs in: candidate\.params\.temperature"):
             de.run(_wire_config(out, models, params=params), conversations=demo_conversations())
+
+
+def test_the_longest_recorded_turns_start_first_and_the_order_changes_no_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from delta_eval import pipeline
+    from delta_eval.replay.points import recorded_calls, replay_points
+
+    conversations, _ = demo_conversations().load()
+    pairs = [pipeline._Pair(p, "all", 1.0) for c in conversations[:20] for p in replay_points(c)]
+    ordered = pipeline.longest_first(pairs, max_tool_rounds=5)
+    calls = [recorded_calls(pair.point.recorded, 5) for pair in ordered]
+    assert calls == sorted(calls, reverse=True)
+    assert calls[0] > calls[-1]  # the demo's turns differ in length: the order is not the source's
+    for n in set(calls):  # turns of one length keep their source order
+        same = [pair.point.pair_id for pair in ordered if recorded_calls(pair.point.recorded, 5) == n]
+        assert same == [p.point.pair_id for p in pairs if recorded_calls(p.point.recorded, 5) == n]
+
+    def verdicts(out: Path) -> list[tuple[Any, ...]]:
+        result = de.run(small_config(out, n=20), conversations=demo_conversations())
+        sql = "SELECT pair_id, outcome, stage, preference, reasoning FROM verdicts ORDER BY pair_id"
+        return list(de.open_run(result.path).execute(sql).fetchall())
+
+    longest = verdicts(tmp_path / "longest")
+    monkeypatch.setattr(pipeline, "_LOOKAHEAD", 0)  # the source's order
+    assert verdicts(tmp_path / "source") == longest
+    assert len(longest) > 20

@@ -30,7 +30,9 @@ __all__ = ["CallResult", "ModelClient", "ResponseCache"]
 
 
 class ResponseCache(Protocol):
-    """Where responses are kept by request key (see :class:`delta_eval.store.cache.SQLiteCache`)."""
+    """Where responses are kept by request key (see :class:`delta_eval.store.cache.SQLiteCache`). A cache that sets
+    ``holds_v1_keys`` holds answers keyed under cache key version 1 as well: a miss is looked up again with the old
+    key (:meth:`~delta_eval.calls.ModelRequest.cache_key_v1`)."""
 
     def get(self, key: str) -> ModelResponse | None:
         """The cached response for ``key``, if any."""
@@ -79,6 +81,11 @@ class ModelClient:
         key = request.cache_key(namespace=namespace, identity=self.adapter.cache_identity())
         if self.cache is not None:
             hit = self.cache.get(key)
+            if hit is None and getattr(self.cache, "holds_v1_keys", False):
+                # A cache written before key version 2: its answer, if any, is kept under the new key too.
+                hit = self.cache.get(request.cache_key_v1(namespace=namespace, identity=self.adapter.cache_identity()))
+                if hit is not None:
+                    self.cache.put(key, self.model, hit)
             if hit is not None:
                 self.stats.cached += 1
                 return CallResult(hit, cached=True)

@@ -59,6 +59,7 @@ from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.simulated_judge import is_judge_schema, judge_answer
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ConfigError, RateLimitError, TransientError
+from delta_eval.memo import PrefixFold
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 
@@ -163,6 +164,14 @@ def tool_chars(tools: Iterable[ToolSpec]) -> int:
     return sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in tools)
 
 
+def _message_chars(m: Message) -> int:
+    return len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls)
+
+
+#: The characters of the messages of the requests of late: each request counts only what it adds to its history.
+_CHARS = PrefixFold[int](lambda _: 0, lambda n, m: n + _message_chars(m))
+
+
 class RequestBucket:
     """A provider's true request limit: a token bucket of ``per_minute`` requests, refilled evenly over ``minute_s``
     seconds (60 for a real minute), as OpenAI's limits work. ``rejected`` counts the requests refused for exceeding it.
@@ -236,7 +245,7 @@ class SimulatedAdapter(ModelAdapter):
     def respond(self, request: ModelRequest, key: str | None = None) -> Message:
         """The assistant message for ``request`` (no latency, no failures); ``key`` is its cache key if known."""
         b = self.behaviour
-        rng = self._rng(key or request.cache_key())
+        rng = self._rng(key or request.cache_key_v1())
         fmt = request.params.response_format
         if fmt is not None and fmt.json_schema is not None and is_judge_schema(fmt.json_schema):
             pair = next((m.content for m in reversed(request.messages) if m.role == "user" and m.content
@@ -277,13 +286,13 @@ class SimulatedAdapter(ModelAdapter):
     def draw(self, request: ModelRequest) -> SimulatedCall:
         """One attempt at ``request``: seeded by the request and the attempt number, so a retry can succeed."""
         b = self.behaviour
-        key = request.cache_key()
+        # The key of cache key version 1 under no namespace, which seeded answers before version 2: the same request
+        # gets the same answer as it did then (chained on the conversation's history, it costs what the call adds).
+        key = request.cache_key_v1()
         self._attempts[key] += 1
         rng = self._rng(key, "attempt", self._attempts[key])
         latency = rng.lognormvariate(math.log(b.latency_ms), b.latency_sigma) / 1000 if b.latency_ms > 0 else 0.0
-        prompt_chars = tool_chars(request.tools) + sum(
-            len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages
-        )
+        prompt_chars = tool_chars(request.tools) + _CHARS.fold(request.messages)
         prompt = _tokens(prompt_chars)
         failure: Failure | None = None
         draw = rng.random()

@@ -40,7 +40,16 @@ from delta_eval.schema import (
     TurnOutput,
 )
 
-__all__ = ["count_turns", "epochs", "pair_id", "pair_weight", "point_at", "replay_points", "select_turns"]
+__all__ = [
+    "count_turns",
+    "epochs",
+    "pair_id",
+    "pair_weight",
+    "point_at",
+    "recorded_calls",
+    "replay_points",
+    "select_turns",
+]
 
 
 def pair_id(conversation_id: str, turn_index: int) -> str:
@@ -186,6 +195,19 @@ def select_turns(points: list[ReplayPoint], max_turns: int | None, seed: int) ->
 
     keep = {p.pair_id for p in sorted(points, key=rank)[:max_turns]}
     return [p for p in points if p.pair_id in keep]
+
+
+def recorded_calls(turn: TurnOutput, max_tool_rounds: int) -> int:
+    """The model calls a replay of ``turn`` makes if it does what was recorded: one per tool round, and one for the
+    final text (a turn that ended on a tool round reached no text), at most ``max_tool_rounds + 1``.
+
+    Example:
+        >>> from delta_eval.schema import Step, TurnOutput
+        >>> recorded_calls(TurnOutput(steps=(Step(), Step()), final_text="done"), 5), recorded_calls(TurnOutput(), 5)
+        (3, 1)
+    """
+    steps = len(turn.steps)
+    return min(steps + (1 if turn.final_text or not steps else 0), max_tool_rounds + 1)
 
 
 def pair_weight(weight: float, turns: int, kept: int) -> float:

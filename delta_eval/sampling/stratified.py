@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import json
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -28,7 +29,15 @@ from delta_eval.exceptions import ConfigError, SampleWarning
 from delta_eval.schema import Conversation, Stratum
 from delta_eval.sql import quote_ident
 
-__all__ = ["DerivedStratum", "SampleResult", "Stratified", "allocate", "draw_sample"]
+__all__ = [
+    "PRESENT_FIELDS",
+    "DerivedStratum",
+    "SampleResult",
+    "Stratified",
+    "allocate",
+    "draw_sample",
+    "present_fields",
+]
 
 StratumFunction = Callable[[Conversation], Any]
 DerivedStratum = str | StratumFunction
@@ -109,6 +118,18 @@ class SampleResult(BaseModel):
     notes: tuple[str, ...] = ()
 
 
+#: The population table's schema metadata key listing the metadata fields its conversations have (JSON), kept as
+#: columns or not (see :mod:`delta_eval.sampling.population`).
+PRESENT_FIELDS = b"delta_eval.present_fields"
+
+
+def present_fields(population: pa.Table) -> set[str]:
+    """The metadata fields some conversation of the population has (a value that is not null), whether the table
+    keeps them as columns or not."""
+    listed = (population.schema.metadata or {}).get(PRESENT_FIELDS)
+    return set(json.loads(listed)) if listed is not None else set()
+
+
 #: Columns of the population table that are not fields to stratify by.
 _NOT_FIELDS = {"position", "conversation_id", "metadata"}
 
@@ -118,16 +139,17 @@ def _did_you_mean(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
-def _stratum_sql(spec: Stratified, columns: set[str]) -> tuple[str, list[str]]:
+def _stratum_sql(spec: Stratified, columns: set[str], present: set[str]) -> tuple[str, list[str]]:
     """The SQL expression of a conversation's stratum, and the values it binds: each name is bound as a value and
-    quoted as a column (:func:`~delta_eval.sql.quote_ident`), so no name can change the statement."""
+    quoted as a column (:func:`~delta_eval.sql.quote_ident`), so no name can change the statement. ``present``
+    names the metadata fields the population has but does not keep (an unknown name's error suggests them too)."""
     if not spec.by:
         return "'all'", []
     parts = []
     params = []
     for name in spec.by:
         if name not in columns:
-            known = columns - _NOT_FIELDS
+            known = (columns | present) - _NOT_FIELDS
             raise ConfigError(
                 f"stratum {name!r} is neither a metadata field nor a derived stratum (known: "
                 f"{', '.join(sorted(known)) or 'none'}){_did_you_mean(name, known)}"
@@ -137,11 +159,12 @@ def _stratum_sql(spec: Stratified, columns: set[str]) -> tuple[str, list[str]]:
     return " || ', ' || ".join(parts), params
 
 
-def _check_fields(spec: Stratified, con: Any, types: dict[str, str]) -> list[str]:
+def _check_fields(spec: Stratified, con: Any, types: dict[str, str], elsewhere: set[str]) -> list[str]:
     """Refuse a stratum field missing (or null) in every conversation of the population, and say which are missing
     from most: either puts (nearly) every conversation in one ``(missing)`` stratum, as a misspelt field name or
     mapping path does, and the sample would quietly stop being stratified. Derived strata are left alone (a SQL
-    ``CASE`` without ``ELSE`` is empty on purpose)."""
+    ``CASE`` without ``ELSE`` is empty on purpose). ``elsewhere``: the fields conversations have that the population
+    does not keep as columns (suggested too)."""
     # Metadata fields are the VARCHAR columns that are not derived strata (counters and n_messages are integers).
     candidates = sorted(c for c, t in types.items() if t == "VARCHAR" and c not in _NOT_FIELDS | set(spec.derived))
     fields = [name for name in dict.fromkeys(spec.by) if name in candidates]
@@ -152,7 +175,7 @@ def _check_fields(spec: Stratified, con: Any, types: dict[str, str]) -> list[str
     if total == 0:
         return []
     have = dict(zip(candidates, present, strict=True))
-    known = {c for c, n in have.items() if n and c not in fields}
+    known = {c for c, n in have.items() if n and c not in fields} | (elsewhere - set(types) - set(fields))
     notes = []
     for name in fields:
         missing = total - have[name]
@@ -184,23 +207,29 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
 
     con = duckdb.connect()
     try:
+        # Views over the Arrow table, not copies of it: DuckDB reads the population where it is, once, for the
+        # strata (each copy held the whole table again, and memory grew with the source).
         con.register("population_raw", population)
         select = ["*"]
         for name, expr in spec.sql_strata().items():
             select.append(f"({expr}) AS {quote_ident(name)}")
+        sql_strata = [quote_ident(name) for name in spec.sql_strata()]
         try:
-            con.execute(f"CREATE TABLE derived AS SELECT {', '.join(select)} FROM population_raw")
+            con.execute(f"CREATE VIEW derived AS SELECT {', '.join(select)} FROM population_raw")
+            if sql_strata:  # evaluated here, so that a failing expression is said to be the stratum's
+                con.execute(f"SELECT {', '.join(f'count({c})' for c in sql_strata)} FROM derived").fetchall()
         except duckdb.Error as exc:
             raise ConfigError(f"a derived stratum's SQL failed: {exc}") from None
         try:
-            con.execute(f"CREATE TABLE population AS SELECT * FROM derived WHERE {spec.where or 'true'}")
+            con.execute(f"CREATE VIEW population AS SELECT * FROM derived WHERE {spec.where or 'true'}")
+            kept = con.execute("SELECT count(*) FROM population").fetchone()
         except duckdb.Error as exc:
             raise ConfigError(f"the sample's 'where' condition failed: {exc}") from None
-        kept = con.execute("SELECT count(*) FROM population").fetchone()
         excluded = population.num_rows - (kept[0] if kept else 0)
         types = {row[0]: row[1] for row in con.execute("DESCRIBE population").fetchall()}
-        key, params = _stratum_sql(spec, set(types))
-        notes = _check_fields(spec, con, types)
+        fields = present_fields(population)
+        key, params = _stratum_sql(spec, set(types), fields)
+        notes = _check_fields(spec, con, types, fields)
         con.execute(f"CREATE TABLE keyed AS SELECT position, conversation_id, {key} AS stratum FROM population", params)
         counts = dict(con.execute("SELECT stratum, count(*) FROM keyed GROUP BY stratum").fetchall())
         alloc = allocate(counts, spec.n, spec.min_per_stratum, spec.stratum_sd or None)

@@ -8,7 +8,7 @@ and holds a single-writer lock on its file. The run's queryable outputs are Parq
 Example:
     >>> import tempfile, pathlib
     >>> from delta_eval.schema import Message
-    >>> from delta_eval.calls import ModelResponse
+    >>> from delta_eval.calls import CACHE_KEY_VERSION, ModelResponse
     >>> cache = SQLiteCache(pathlib.Path(tempfile.mkdtemp()) / "cache.sqlite")
     >>> cache.put("k", "simulated:x", ModelResponse(message=Message(role="assistant", content="hi")))
     >>> cache.get("k").message.content
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from delta_eval.calls import ModelResponse
+from delta_eval.calls import CACHE_KEY_VERSION, ModelResponse
 from delta_eval.exceptions import RunFolderWarning
 from delta_eval.store import safe_paths
 
@@ -62,6 +62,9 @@ class SQLiteCache:
         self._root = root if root is not None and safe_paths.inside(root, self.path) else None
         refuse_linked_cache(self.path, root)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        #: Whether the file holds answers keyed under cache key version 1 (written before version 2): a lookup
+        #: that misses is tried with the old key (see :meth:`~delta_eval.adapters.client.ModelClient.generate`).
+        self.holds_v1_keys = False
         #: Where a corrupt cache file found at this path was moved (``None``: it was sound, or new).
         self.moved_aside: Path | None = None
         try:
@@ -103,6 +106,13 @@ class SQLiteCache:
             problems = [row[0] for row in db.execute("PRAGMA quick_check(3)").fetchall()]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError(f"database disk image is malformed: {'; '.join(problems)[:200]}")
+            # The key version its rows were written under (SQLite's user_version, 0 before version 2): an empty
+            # cache is marked with today's; one written before keeps its mark, and is read with the old keys too.
+            if db.execute("PRAGMA user_version").fetchone()[0] < CACHE_KEY_VERSION:
+                if db.execute("SELECT 1 FROM responses LIMIT 1").fetchone() is None:
+                    db.execute(f"PRAGMA user_version = {int(CACHE_KEY_VERSION)}")
+                else:
+                    self.holds_v1_keys = True
         except sqlite3.DatabaseError:
             db.close()
             raise

@@ -174,3 +174,32 @@ def test_a_key_in_the_wrong_place_never_reaches_an_error_message(tmp_path: Path)
         de.load_config(path)
     assert "candidate.params.temperature" in str(info.value)
     assert SECRET not in str(info.value)
+
+
+def test_a_cache_written_under_key_version_1_still_answers_and_a_new_one_never_reads_old_keys(tmp_path: Path) -> None:
+    answer = de.ModelResponse(message=Message(role="assistant", content="from an old cache"))
+    # A cache as version 1 wrote it: no user_version mark, the answer under the old key.
+    old = SQLiteCache(tmp_path / "old.sqlite")
+    old.put(REQUEST.cache_key_v1(namespace="candidate:c#0"), "scripted:m", answer)
+    old._db.execute("PRAGMA user_version = 0")
+    old.close()
+    reopened = SQLiteCache(tmp_path / "old.sqlite")
+    assert reopened.holds_v1_keys
+    client = ModelClient(ScriptedAdapter("scripted:m", []), ModelLimiter(2), cache=reopened)
+    got = anyio.run(lambda: client.generate(REQUEST, namespace="candidate:c#0"))
+    assert got.cached
+    assert got.response.message.content == "from an old cache"
+    assert reopened.get(REQUEST.cache_key(namespace="candidate:c#0")) is not None  # kept under the new key too
+    reopened.close()
+    # A cache started under version 2 is marked so: an old key in it is never looked up.
+    new = SQLiteCache(tmp_path / "new.sqlite")
+    assert not new.holds_v1_keys
+    new.put(REQUEST.cache_key_v1(namespace="candidate:c#0"), "scripted:m", answer)
+    new.close()
+    again = SQLiteCache(tmp_path / "new.sqlite")
+    assert not again.holds_v1_keys
+    fresh = ModelClient(ScriptedAdapter("scripted:m", ["from the model"]), ModelLimiter(2), cache=again)
+    assert anyio.run(lambda: fresh.generate(REQUEST, namespace="candidate:c#0")).response.message.content == (
+        "from the model"
+    )
+    again.close()

@@ -190,3 +190,21 @@ def test_a_hostile_derived_stratum_name(name: str) -> None:
     spec = de.Stratified(by=[name], derived={name: "upper(tier)"})
     result, _ = sample(de.ConversationSource.of(convs), spec)
     assert sorted(s.stratum for s in result.strata) == [f"{name}=GOLD", f"{name}=SILVER"]
+
+
+def test_the_population_keeps_only_the_fields_strata_and_where_name(tau_source: de.ConversationSource) -> None:
+    # The demo keeps task_id, trial, reward and actions (a list): a population of all of them held each twice.
+    base = {"position", "conversation_id", "n_messages"}
+    plain = build_population(tau_source, de.Stratified(by=["reward"]), lambda e: None)
+    assert set(plain.column_names) == base | {"reward"}
+    where = de.Stratified(by=["reward"], where="CAST(TRIAL AS INTEGER) > 0", derived={"t": "upper(task_id)"})
+    named = build_population(tau_source, where, lambda e: None)
+    assert set(named.column_names) == base | {"reward", "trial", "task_id"}  # identifiers, whatever their case
+    as_json = de.Stratified(where="json_array_length(json_extract(metadata, '$.actions')) > 3")
+    assert set(build_population(tau_source, as_json, lambda e: None).column_names) == base | {"metadata"}
+    # The same sample as from a population that kept everything, and every field still known to the errors.
+    everything = de.Stratified(by=["reward"], where="metadata IS NOT NULL AND actions IS NOT NULL", n=40, seed=3)
+    kept_all, _ = sample(tau_source, everything)
+    assert draw_sample(plain, de.Stratified(by=["reward"], n=40, seed=3)).selected == kept_all.selected  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"known: actions, n_messages, reward, task_id, trial"):
+        draw_sample(plain, de.Stratified(by=["nope"], n=5))
