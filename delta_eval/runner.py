@@ -186,7 +186,7 @@ async def _run_sharded(
     """Cut the sample into shards by conversation, have ``executor`` run them, and add up their reports into the
     session's progress (the shards commit their own batches; the session writes the manifest)."""
     c, p, folder = stages.config, stages.progress, stages.folder
-    n = await anyio.to_thread.run_sync(executor.shard_count)
+    n = executor.shard_count()  # here, not on a worker thread: Ray connects from the thread that runs the session
     items = await anyio.to_thread.run_sync(lambda: list(iter_selected(stages.source, sample.selected)))
     sizes = {position: count_turns(conv, greetings=c.replay_greetings) for position, conv in items}
     by_position = dict(items)
