@@ -219,7 +219,7 @@ async def _run_sharded(
         for model, stats in r.calls.items():
             out.calls[model] = out.calls.get(model, CallStats()) + stats
         out.cache = (out.cache[0] + r.cache[0], out.cache[1] + r.cache[1], out.cache[2] + r.cache[2])
-        stages.notes += [n for n in r.notes if n not in stages.notes]
+        stages.notes += [note for note in r.notes if note not in stages.notes]
     folder.recover()  # what a shard's killed worker left uncommitted
     return out
 
