@@ -56,6 +56,7 @@ from delta_eval.exceptions import (
     ToolSimulationError,
     TransientError,
 )
+from delta_eval.executors import Executor, InProcessExecutor, ProcessExecutor, RayExecutor, ShardFailedError
 from delta_eval.ingest.source import ConversationSource, open_source, read_conversations, read_conversations_sql
 from delta_eval.judges.base import (
     EquivalenceResult,
@@ -128,11 +129,13 @@ __all__ = [
     "EquivalenceResult",
     "ErrorRecord",
     "Estimand",
+    "Executor",
     "ExitCode",
     "FieldMapping",
     "FinishReason",
     "Gate",
     "GenerateParams",
+    "InProcessExecutor",
     "JudgeContext",
     "JudgeError",
     "Judgement",
@@ -154,9 +157,11 @@ __all__ = [
     "PairwiseJudge",
     "PairwiseResult",
     "Price",
+    "ProcessExecutor",
     "ProviderError",
     "Pseudonymize",
     "RateLimitError",
+    "RayExecutor",
     "ReasoningState",
     "RecordError",
     "RecordedToolSimulator",
@@ -177,6 +182,7 @@ __all__ = [
     "ScoreWeights",
     "Screen",
     "ScriptedAdapter",
+    "ShardFailedError",
     "SideView",
     "SimulatedAdapter",
     "SourceConfig",

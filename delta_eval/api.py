@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from delta_eval.config import RunConfig, load_config
 from delta_eval.exceptions import ConfigError
+from delta_eval.executors import Executor
 from delta_eval.ingest.source import ConversationSource
 from delta_eval.interrupts import handle_signals
 from delta_eval.progress import RunProgress
@@ -65,11 +66,12 @@ async def arun(
     conversations: Conversations = None,
     tool_simulator: ToolSimulator | None = None,
     progress: RunProgress | None = None,
+    executor: Executor | None = None,
     **options: Any,
 ) -> RunResult:
     """Run a delta evaluation and return its :class:`RunResult` (async form of :func:`run`)."""
     cfg = make_config(config, **options)
-    await execute(cfg, conversations, tool_simulator=tool_simulator, progress=progress)
+    await execute(cfg, conversations, tool_simulator=tool_simulator, progress=progress, executor=executor)
     return RunResult(cfg.out)
 
 
@@ -80,6 +82,7 @@ def run(
     tool_simulator: ToolSimulator | None = None,
     progress: RunProgress | bool = True,
     progress_every: float = 10.0,
+    executor: Executor | None = None,
     **options: Any,
 ) -> RunResult:
     """Run a delta evaluation to the end and return its :class:`RunResult`.
@@ -93,6 +96,10 @@ def run(
     and one at the end: pairs done of the total, per-stage counts, model calls, retries and rate-limited answers,
     tokens, cost so far and the ETA (see :mod:`delta_eval.display`). A :class:`RunProgress` of yours receives the
     live counters (and the display shows them too).
+
+    ``executor`` shards the pairs by conversation over every core (:class:`ProcessExecutor`) or a Ray cluster
+    (:class:`RayExecutor`), with the same verdicts as a run in this process (see :mod:`delta_eval.executors`);
+    a sharded run's counters are added up as its shards end.
     """
     if progress_every <= 0:
         raise ConfigError(f"progress_every must be a number of seconds above 0, got {progress_every!r}")
@@ -101,7 +108,9 @@ def run(
 
     async def main() -> RunResult:
         with handle_signals():  # SIGTERM / SIGHUP stop the run as Ctrl-C does: finished pairs are saved
-            return await arun(cfg, conversations=conversations, tool_simulator=tool_simulator, progress=tracker)
+            return await arun(
+                cfg, conversations=conversations, tool_simulator=tool_simulator, progress=tracker, executor=executor
+            )
 
     if progress is False:
         return run_sync(main)

@@ -6,8 +6,10 @@
                                            SDK against a fake server on 127.0.0.1
     delta-eval run CONFIG [--out DIR] [--overwrite] [--retry-errors] [--fail-on rejected|partial|never]
                           [--summary PATH] [--junit PATH] [--no-progress] [--progress-every SECONDS]
+                          [--workers N | --ray ADDRESS [--shards N]]
                                            run (or resume) the evaluation a TOML/YAML file describes; its exit
-                                           status gates a merge (below), with a Markdown summary and JUnit XML
+                                           status gates a merge (below), with a Markdown summary and JUnit XML;
+                                           sharded over N processes, or the tasks of a Ray cluster
     delta-eval estimate CONFIG [--pilot RUN_DIR] [--json]
                                            what the run a config describes will cost, per side and judge stage
                                            with a low-high range, before any model is called
@@ -58,6 +60,7 @@ from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.redact import scrub_known
 
 if TYPE_CHECKING:
+    from delta_eval.executors import Executor
     from delta_eval.result import RunResult
 
 __all__ = ["main"]
@@ -113,6 +116,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on resuming, try again every pair that ended in an error (default: only retryable provider errors)",
     )
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, metavar="N",
+                       help="shard the pairs over N processes of this machine (0: one per core)")  # fmt: skip
+    where.add_argument("--ray", metavar="ADDRESS",
+                       help="shard the pairs over the Ray cluster at ADDRESS ('auto': the one running)")  # fmt: skip
+    run.add_argument("--shards", type=int, metavar="N", help="with --ray: tasks to cut the run into (default: CPUs)")
     _ci_options(run, "rejected")
 
     est = sub.add_parser("estimate", parents=[common], help="what a run will cost, before any model is called")
@@ -190,6 +199,21 @@ def _ci_options(parser: argparse.ArgumentParser, fail_on: str | None) -> None:
     )
     parser.add_argument("--summary", type=Path, metavar="PATH", help="write a Markdown summary for a PR or CI page")
     parser.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML: one case per gate and stratum")
+
+
+def _executor(args: argparse.Namespace) -> Executor | None:
+    """The executor ``run``'s options ask for (``None``: this process)."""
+    from delta_eval.executors import ProcessExecutor, RayExecutor
+
+    if args.ray is not None:
+        return RayExecutor(args.ray, shards=args.shards)
+    if args.shards is not None:
+        raise ConfigError("--shards goes with --ray")
+    if args.workers is not None:
+        if args.workers < 0:
+            raise ConfigError(f"--workers must be 0 (one per core) or more, got {args.workers}")
+        return ProcessExecutor(args.workers or None)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -299,7 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.config, out=args.out, overwrite=args.overwrite or None, retry_errors=args.retry_errors or None
             )
             run_dir, sessions = config.out, sessions_of(config.out)
-            result = run(config, progress=not args.no_progress, progress_every=args.progress_every)
+            result = run(
+                config, progress=not args.no_progress, progress_every=args.progress_every, executor=_executor(args)
+            )
         _print(render_report(result))
         if args.command == "run":
             return _gate(args, result)

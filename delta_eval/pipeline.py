@@ -132,6 +132,9 @@ class Stages:
     active: tuple[str, ...] | None = None
     #: Pairs per candidate in the whole sample (set by :meth:`sample`).
     points_total: int = 0
+    #: The sample's conversations at their positions, already read (a shard of a sharded run is given its own);
+    #: ``None``: :meth:`load` reads them from the source.
+    conversations: list[tuple[int, Conversation]] | None = None
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -169,7 +172,10 @@ class Stages:
         write: ObjectSendStream[_Pair | SampledConversation],
     ) -> None:
         async with send, write:
-            iterator: Iterator[tuple[int, Conversation]] = iter(iter_selected(self.source, sample.selected))
+            given = self.conversations
+            iterator: Iterator[tuple[int, Conversation]] = iter(
+                iter_selected(self.source, sample.selected) if given is None else given
+            )
             if self.config.stop_early:
                 # A random order, so that the conversations finished at any moment are a random subset.
                 items = await anyio.to_thread.run_sync(list, iterator)

@@ -15,26 +15,28 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import anyio
 
 from delta_eval.adapters.pool import ModelPool
-from delta_eval.adapters.recordings import RecordingIndex
-from delta_eval.adapters.registry import AdapterContext
-from delta_eval.calls import split_model_id
+from delta_eval.calls import CallStats
 from delta_eval.config import RunConfig
 from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
+from delta_eval.executors.base import Executor, Shard, deal, shard_config
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.cascade import JudgeCascade
-from delta_eval.judges.config import build_cascade
-from delta_eval.judges.context import JudgeContext
 from delta_eval.metrics import decide
 from delta_eval.pipeline import Stages, VerdictCallback, run_stages
+from delta_eval.pricing import total_cost
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer
-from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
+from delta_eval.replay.points import count_turns
+from delta_eval.replay.tools import ToolSimulator
+from delta_eval.run_models import build_models
+from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult
 from delta_eval.schema import Conversation
 from delta_eval.store import safe_paths
@@ -152,6 +154,76 @@ async def _screen(
     stages.notes += [f"screening: {'candidate' if k == 'candidate' else k} {why}" for k, why in failed.items()]
 
 
+def _refuse_sharding(c: RunConfig, on_verdict: VerdictCallback | None) -> None:
+    """What a sharded run does not do (yet): say so before anything starts."""
+    said = {
+        "stop_early": c.stop_early,  # its sequential test watches the verdicts in the order they are written
+        "screen": c.screen is not None,
+        "batch": c.batch is not None,
+        "streaming verdicts (de.stream)": on_verdict is not None,
+    }
+    refused = [name for name, used in said.items() if used]
+    if refused:
+        raise ConfigError(f"a run with an executor does not support {', '.join(refused)}; run it without executor")
+
+
+@dataclass
+class _Sharded:
+    """What the shards of a session did, added up: calls by model and response-cache use."""
+
+    calls: dict[str, CallStats] = field(default_factory=dict)
+    cache: tuple[int, int, int] = (0, 0, 0)
+
+
+async def _run_sharded(
+    executor: Executor,
+    stages: Stages,
+    sample: SampleResult,
+    session: FolderSession,
+    pool: ModelPool,
+    tool_simulator: ToolSimulator | None,
+) -> _Sharded:
+    """Cut the sample into shards by conversation, have ``executor`` run them, and add up their reports into the
+    session's progress (the shards commit their own batches; the session writes the manifest)."""
+    c, p, folder = stages.config, stages.progress, stages.folder
+    n = executor.shard_count()  # here, not on a worker thread: Ray connects from the thread that runs the session
+    items = await anyio.to_thread.run_sync(lambda: list(iter_selected(stages.source, sample.selected)))
+    sizes = {position: count_turns(conv, greetings=c.replay_greetings) for position, conv in items}
+    by_position = dict(items)
+    each = shard_config(c, n)
+    assert folder.header is not None
+    shards = [
+        Shard(
+            index=k,
+            config=each,
+            sample=sample.model_copy(update={"selected": {q: sample.selected[q] for q in positions}}),
+            conversations=[(q, by_position[q]) for q in positions],
+            source_name=stages.source.name,
+            session=len(session.manifest.sessions),
+            manifest=session.manifest,
+            header=folder.header,
+            tool_simulator=tool_simulator,
+        )
+        for k, positions in enumerate(q for q in deal(sizes, n) if q)
+    ]
+    p.phase, p.replay_started = "replaying", time.monotonic()
+    try:
+        reports = await executor.run(shards, pool.limits())
+    finally:
+        folder.catch_up()  # the shards' batches are counted in the manifest
+    out = _Sharded()
+    for r in reports:
+        for name, value in r.counters.items():
+            setattr(p, name, getattr(p, name) + value)
+        p.cost_usd = total_cost((p.cost_usd, r.cost_usd))
+        for model, stats in r.calls.items():
+            out.calls[model] = out.calls.get(model, CallStats()) + stats
+        out.cache = (out.cache[0] + r.cache[0], out.cache[1] + r.cache[1], out.cache[2] + r.cache[2])
+        stages.notes += [note for note in r.notes if note not in stages.notes]
+    folder.recover()  # what a shard's killed worker left uncommitted
+    return out
+
+
 async def execute(
     config: RunConfig,
     conversations: ConversationSource | Iterable[Conversation] | None = None,
@@ -159,14 +231,18 @@ async def execute(
     tool_simulator: ToolSimulator | None = None,
     on_verdict: VerdictCallback | None = None,
     progress: RunProgress | None = None,
+    executor: Executor | None = None,
 ) -> RunManifest:
     """Run (or resume) ``config`` and return the final manifest.
 
     ``conversations`` overrides ``config.source``. ``on_verdict`` is called with each verdict as its pair is
-    written; ``progress`` receives live counters.
+    written; ``progress`` receives live counters. ``executor`` shards the pairs over processes or a Ray cluster
+    (see :mod:`delta_eval.executors`); without one, the run is replayed and judged in this process.
     """
     # Validate again: a config changed with model_copy(update=...) skipped validation (and side naming).
     c = RunConfig.model_validate(dict(config))
+    if executor is not None:
+        _refuse_sharding(c, on_verdict)
     source = _source(c, conversations)
     p = progress or RunProgress()
     started, p.phase = time.monotonic(), "reading"
@@ -189,26 +265,9 @@ async def execute(
     )
     # Models and judges are built before anything is written: an unknown model, a missing SDK or key, or bad
     # provider options stop the run here, with the folder untouched.
-    simulated = any(split_model_id(v.model)[0] == "simulated" for v in c.sides().values())
-    recordings = RecordingIndex() if simulated else None
-    pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings, models=c.models), batch=c.batch)
+    models = await build_models(c, source.name, tool_simulator)
+    pool, sides, cascade, recordings = models.pool, models.sides, models.cascade, models.recordings
     try:
-        simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
-        sides: dict[str, Replayer] = {
-            side: Replayer(
-                pool.client(v.model, v.provider_options, v.limits, label=v.name),
-                v,
-                simulator,
-                c.max_tool_rounds,
-                c.all_prices,
-                source.name,
-                c.judges.match,
-            )
-            for side, v in c.sides().items()
-        }
-        cascade = build_cascade(
-            c.judges, JudgeContext(pool=pool, prices=c.all_prices, seed=c.seed, match=c.judges.match)
-        )
         session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite, retry_errors=c.retry_errors)
     except BaseException:
         await pool.aclose()
@@ -225,6 +284,7 @@ async def execute(
     stages = Stages(c, source, folder, session.state, p, recordings, on_verdict, last_commit=time.monotonic())
     status: RunStatus = "failed"
     failure: str | None = None
+    sharded = _Sharded()
     try:
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
@@ -232,7 +292,10 @@ async def execute(
         _write_pseudonyms(c, source)
         if c.screen is not None:
             await _screen(stages, sample, sides, cascade, session)
-        if stages.candidates:
+        if stages.candidates and executor is not None:
+            sharded = await _run_sharded(executor, stages, sample, session, pool, tool_simulator)
+            session.cache.hits, session.cache.misses, session.cache.writes = sharded.cache
+        elif stages.candidates:
             await run_stages(stages, sample, sides, cascade)
         status = "completed"
     except BaseException as exc:
@@ -254,7 +317,7 @@ async def execute(
                     status,
                     seconds=time.monotonic() - started,
                     pairs_decided=p.decided,
-                    calls=pool.stats(),
+                    calls={**pool.stats(), **sharded.calls} if sharded.calls else pool.stats(),
                     read=p.sampling_counts(),
                     notes=[*stages.notes, *pool.notes()],
                     stopped_early=stages.stop.reason if stages.stop is not None else None,

@@ -52,6 +52,8 @@ LAYER_OF = {
     "pipeline": "pipeline",
     "stopping": "pipeline",
     "runner": "runner",
+    "executors": "runner",
+    "run_models": "pipeline",
     "estimate": "runner",
     "result": "result",
     "analysis": "analysis",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -179,3 +180,19 @@ def test_long_conversation_benchmark_prints_the_replay_ratio_against_its_target(
     bench = load("long_conversation")
     bench.main(["--sizes", "100", "--repeats", "1", "--replay", "--replay-sizes", "100", "200"])
     assert "(target <= 3)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ray_scaling_benchmark_compares_the_same_run_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    import delta_eval as de
+
+    # imported by its name: the fake server's process (spawned) imports the benchmark's function again
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    scaling = importlib.import_module("ray_scaling")
+    # the sharded path without Ray (the Ray cluster itself is tested in tests/test_ray.py)
+    got = scaling.compare(30, 5.0, 16, 1, lambda: de.InProcessExecutor(2))
+    one, sharded = got["1 process"], got["sharded"]
+    assert one["pairs"] == sharded["pairs"] >= 30
+    assert one["calls"] == sharded["calls"] > 0
+    assert one["ideal"] > 0
+    assert sharded["same_verdicts"] is True

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.batch import BatchQueue
-from delta_eval.adapters.limits import ModelLimiter
+from delta_eval.adapters.limits import Limiter
 from delta_eval.adapters.ratelimit_headers import RateLimitSignal, collect_headers
 from delta_eval.adapters.retry import RetryPolicy, call_with_retry
 from delta_eval.calls import CallStats, ModelRequest, ModelResponse
@@ -61,7 +61,7 @@ class ModelClient:
     """
 
     adapter: ModelAdapter
-    limiter: ModelLimiter
+    limiter: Limiter
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     cache: ResponseCache | None = None
     stats: CallStats = field(default_factory=CallStats)

@@ -21,8 +21,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 from aiolimiter import AsyncLimiter
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.adapters.ratelimit_headers import RateLimitSignal
 
-__all__ = ["ModelLimiter", "ModelLimits", "Ticket"]
+__all__ = ["Limiter", "ModelLimiter", "ModelLimits", "Ticket"]
 
 
 class ModelLimits(BaseModel):
@@ -59,6 +60,24 @@ class _Budget:
     remaining: float
     refill: float | None
     reset_at: float | None
+
+
+class Limiter(Protocol):
+    """What a model's client needs of its limiter: a slot per call, and the outcome of each call. A
+    :class:`ModelLimiter` in this process, or one that asks a limiter shared by the processes of a run (see
+    :mod:`delta_eval.executors`)."""
+
+    def slot(self) -> AbstractAsyncContextManager[Ticket]:
+        """Wait for a slot (and rate budget) and hold it for one call."""
+
+    def observe(self, signal: RateLimitSignal | None, ticket: Ticket | None = None) -> None:
+        """Take in what a call's rate-limit headers say."""
+
+    def on_success(self, signal: RateLimitSignal | None = None, ticket: Ticket | None = None) -> None:
+        """Record a successful call."""
+
+    def on_rate_limited(self, signal: RateLimitSignal | None = None, ticket: Ticket | None = None) -> None:
+        """Record a 429."""
 
 
 class ModelLimiter:
@@ -106,10 +125,28 @@ class ModelLimiter:
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Ticket]:
         """Wait for a free slot (and rate budget), hold it for the duration of one call."""
-        async with self._capacity:
+        owner = object()
+        ticket = await self.acquire(owner)
+        try:
+            yield ticket
+        finally:
+            self.release(owner)
+
+    async def acquire(self, owner: object) -> Ticket:
+        """Take a slot for ``owner`` (any hashable token) and wait for the rate budget; :meth:`release` gives it
+        back. :meth:`slot` in two halves, for a limiter that serves calls made in other processes."""
+        await self._capacity.acquire_on_behalf_of(owner)
+        try:
             if self._rate is not None:
                 await self._rate.acquire()
-            yield Ticket(await self._admitted())
+            return Ticket(await self._admitted())
+        except BaseException:
+            self._capacity.release_on_behalf_of(owner)
+            raise
+
+    def release(self, owner: object) -> None:
+        """Give back ``owner``'s slot."""
+        self._capacity.release_on_behalf_of(owner)
 
     async def _admitted(self) -> float:
         """Wait until the provider has a request left (as far as its headers tell), and count this one."""

@@ -27,19 +27,30 @@ import anyio
 from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.batch import BatchJournal, BatchQueue, BatchSettings
 from delta_eval.adapters.client import ModelClient, ResponseCache
-from delta_eval.adapters.limits import ModelLimiter, ModelLimits
+from delta_eval.adapters.limits import Limiter, ModelLimiter, ModelLimits
 from delta_eval.adapters.registry import AdapterContext, create_adapter
 from delta_eval.adapters.retry import RetryPolicy
 from delta_eval.calls import CallStats
 
-__all__ = ["ModelPool"]
+__all__ = ["LimiterFactory", "ModelPool"]
+
+#: Makes the limiter of a model id from its limits, the adapter's defaults filled in (default: a
+#: :class:`~delta_eval.adapters.limits.ModelLimiter` in this process).
+LimiterFactory = Callable[[str, ModelLimits], Limiter]
+
+
+def local_limiter(model: str, limits: ModelLimits) -> Limiter:
+    """A limiter of ``model`` in this process."""
+    assert limits.max_concurrency is not None
+    return ModelLimiter(limits.max_concurrency, limits.requests_per_minute, adaptive=limits.adaptive)
 
 
 class ModelPool:
     """Clients for every model a run calls, with a shared cache, limiters and retry policy.
 
     ``context`` is what adapters get besides their options (see
-    :class:`~delta_eval.adapters.registry.AdapterContext`).
+    :class:`~delta_eval.adapters.registry.AdapterContext`); ``limiters`` makes each model's limiter (a run sharded
+    over processes holds one per model for all of them).
     """
 
     def __init__(
@@ -48,6 +59,7 @@ class ModelPool:
         retry: RetryPolicy | None = None,
         context: AdapterContext | None = None,
         batch: BatchSettings | None = None,
+        limiters: LimiterFactory = local_limiter,
     ) -> None:
         self.cache = cache
         self.retry = retry or RetryPolicy()
@@ -56,7 +68,9 @@ class ModelPool:
         self._clients: list[tuple[str, dict[str, Any], ModelClient]] = []
         self._batched: list[ModelClient] = []
         self._names: dict[str, ModelClient] = {}
-        self._limiters: dict[str, ModelLimiter] = {}
+        self._limiters: dict[str, Limiter] = {}
+        self._limits: dict[str, ModelLimits] = {}
+        self._make_limiter = limiters
         self.on_send: Callable[[], None] | None = None
 
     def client(
@@ -82,11 +96,13 @@ class ModelPool:
         adapter = create_adapter(model, opts, self.context)
         if model not in self._limiters:
             limits = limits or ModelLimits()
-            self._limiters[model] = ModelLimiter(
-                limits.max_concurrency or adapter.max_concurrency,
-                limits.requests_per_minute or adapter.requests_per_minute,
+            resolved = ModelLimits(
+                max_concurrency=limits.max_concurrency or adapter.max_concurrency,
+                requests_per_minute=limits.requests_per_minute or adapter.requests_per_minute,
                 adaptive=limits.adaptive,
             )
+            self._limiters[model] = self._make_limiter(model, resolved)
+            self._limits[model] = resolved
         client = ModelClient(adapter, self._limiters[model], self.retry, self.cache, on_send=self.on_send)
         name = model if model not in self._names else f"{model} ({label or len(self._clients)})"
         self._names[name] = client
@@ -94,6 +110,10 @@ class ModelPool:
         if batched:
             self._batched.append(client)
         return client
+
+    def limits(self) -> dict[str, ModelLimits]:
+        """Each model id's limits, the adapter's defaults filled in, for the models built so far."""
+        return dict(self._limits)
 
     def use_batches(self, journal: BatchJournal) -> None:
         """Send the calls of every batching client through its provider's batch API from now on, its batches kept

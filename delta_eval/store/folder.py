@@ -13,6 +13,7 @@ Layout::
       cache.sqlite             the response cache (see cache.py)
       .delta_eval              the marker: this folder is a delta_eval run folder, of this format
       .lock                    held (an OS lock) by the one process writing the folder
+      .commit-lock             held while a batch is numbered, when several processes (a run's shards) commit
       _sent/2                  one byte per model call session 2 sent (see sent.py)
       .reserve                 space set aside for the manifest's last write on a full disk (see session.py)
 
@@ -38,7 +39,8 @@ import re
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +61,7 @@ from delta_eval.store.sent import SENT_DIR, remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
 
 __all__ = [
+    "COMMIT_LOCK",
     "HEADER_FIELDS",
     "MANIFEST",
     "MARKER",
@@ -83,6 +86,8 @@ _COMMITS = "_commits"
 #: How many scans a reader makes of a folder that changes under it before saying so.
 _SNAPSHOT_TRIES = 8
 _LOCK = ".lock"
+#: Held (an OS lock) while a process numbers and commits a batch of a folder several processes write.
+COMMIT_LOCK = ".commit-lock"
 #: Space set aside for the manifest's last write, freed when the disk is full (see :class:`~delta_eval.store.
 #: session.FolderSession`).
 RESERVE = ".reserve"
@@ -91,7 +96,7 @@ _COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
 _COMMITTED = re.compile(r"^\d{6}\.json$")
 _COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
 #: What the library writes or deletes in a run folder, by name: none of them may be a symbolic link.
-WRITTEN = (_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, SENT_DIR, *DATASETS, "analysis", "report.html")
+WRITTEN = (_LOCK, COMMIT_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, SENT_DIR, *DATASETS, "analysis", "report.html")
 #: The fields of a manifest that identify its run, kept in every commit record (see :attr:`RunFolder.header`).
 HEADER_FIELDS = frozenset(RunManifest.model_fields) - {
     "status", "stopped_early", "failure", "ended_at", "sessions", "batches", "counts", "notes", "estimate"
@@ -218,8 +223,11 @@ class RunFolder:
         folder.commit()                  # one atomic batch
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.path = Path(path)
+        #: Whether other processes commit batches into the folder at the same time (the shards of one run, see
+        #: :mod:`delta_eval.executors`): batches are then numbered under the folder's commit lock.
+        self.shared = shared
         self._pending: dict[str, list[BaseModel]] = {name: [] for name in DATASETS}
         self._next_batch = 1
         #: Called with the batch number after each commit (the session records its progress in the manifest).
@@ -641,35 +649,69 @@ class RunFolder:
         return batch
 
     def _write_batch(self, tables: dict[str, pa.Table], note: dict[str, Any] | None) -> int:
-        """Write ``tables`` as the next batch: its part files, then its commit file."""
-        batch = self._next_batch
-        files: dict[str, list[str]] = {}
-        sizes: dict[str, int] = {}
-        counts: dict[str, int] = {}
+        """Write ``tables`` as the next batch: its part files, then its commit file. In a :attr:`shared` folder the
+        parts are encoded first and the batch numbered under the folder's commit lock, so that the processes
+        writing it never take the same number nor leave a gap."""
+        staged: list[tuple[str, Path, Path, int]] = []
         for name, table in tables.items():
             folder = safe_paths.mkdir(self.path, self.path / name)
-            final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
-            tmp = safe_paths.check(self.path, folder / f".part-{batch:06d}.{uuid.uuid4().hex}.tmp")
+            number = 0 if self.shared else self._next_batch  # a shared folder's number is known at commit only
+            tmp = safe_paths.check(self.path, folder / f".part-{number:06d}.{uuid.uuid4().hex}.tmp")
             skip = TABLES[name].no_statistics
             stats: bool | list[str] = [c for c in table.column_names if c not in skip] if skip else True
             pq.write_table(_scrubbed(table), tmp, compression="zstd", write_statistics=stats)
-            safe_paths.replace(self.path, tmp, final)
-            files[name] = [f"{name}/{final.name}"]
-            sizes[f"{name}/{final.name}"] = final.stat().st_size
-            counts[name] = table.num_rows
-        commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
-        record = {
-            "batch": batch,
-            "files": files,
-            "rows": counts,
-            "sizes": sizes,
-            "at": datetime.now(UTC).isoformat(),
-            **(note or {}),
-            **({"run": self.header} if self.header is not None else {}),
-        }
-        write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
+            staged.append((name, folder, tmp, table.num_rows))
+        with self._numbering():
+            batch = self._last_on_disk() + 1 if self.shared else self._next_batch
+            files: dict[str, list[str]] = {}
+            sizes: dict[str, int] = {}
+            counts: dict[str, int] = {}
+            for name, folder, tmp, rows in staged:
+                final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
+                safe_paths.replace(self.path, tmp, final)
+                files[name] = [f"{name}/{final.name}"]
+                sizes[f"{name}/{final.name}"] = final.stat().st_size
+                counts[name] = rows
+            commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
+            record = {
+                "batch": batch,
+                "files": files,
+                "rows": counts,
+                "sizes": sizes,
+                "at": datetime.now(UTC).isoformat(),
+                **(note or {}),
+                **({"run": self.header} if self.header is not None else {}),
+            }
+            write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
         self._next_batch = batch + 1
         return batch
+
+    @contextmanager
+    def _numbering(self) -> Iterator[None]:
+        """Hold the folder's commit lock (an OS lock on ``.commit-lock``) while a shared folder's batch is numbered
+        and committed; nothing to hold for a folder this object alone writes."""
+        if not self.shared:
+            yield
+            return
+        import fcntl
+
+        fd = safe_paths.open_write(self.path, self.path / COMMIT_LOCK, truncate=False)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _last_on_disk(self) -> int:
+        """The highest batch number with a commit file (0: none)."""
+        folder = self.path / _COMMITS
+        numbers = [int(f.name[:6]) for f in folder.iterdir() if _COMMITTED.match(f.name)] if folder.is_dir() else []
+        return max(numbers, default=0)
+
+    def catch_up(self) -> None:
+        """Number the next batch after every batch on disk (those other processes committed, in a shared
+        folder)."""
+        self._next_batch = max(self._next_batch, self._last_on_disk() + 1)
 
     @property
     def last_batch(self) -> int:
@@ -687,8 +729,11 @@ class FolderLock:
             ...  # this process alone writes the folder
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.path = Path(path)
+        #: Whether other processes commit batches into the folder at the same time (the shards of one run, see
+        #: :mod:`delta_eval.executors`): batches are then numbered under the folder's commit lock.
+        self.shared = shared
         self._file: Any = None
         #: What the lock file held when this process took it: the last holder's pid and start, and what it
         #: recorded there when it could write nothing else (:meth:`record`), e.g. a failure on a full disk.

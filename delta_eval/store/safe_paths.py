@@ -103,11 +103,12 @@ def mkdir(root: Path, path: Path) -> Path:
     return full
 
 
-def open_write(root: Path, path: Path, *, truncate: bool = True, exclusive: bool = False) -> int:
-    """An OS file descriptor of ``path`` opened for reading and writing (created if missing), never through a link."""
+def open_write(root: Path, path: Path, *, truncate: bool = True, exclusive: bool = False, append: bool = False) -> int:
+    """An OS file descriptor of ``path`` opened for reading and writing (created if missing), never through a link;
+    with ``append``, every write goes to the end of the file, whoever else writes it."""
     full = check(root, path)
     flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    flags |= (os.O_TRUNC if truncate else 0) | (os.O_EXCL if exclusive else 0)
+    flags |= (os.O_TRUNC if truncate else 0) | (os.O_EXCL if exclusive else 0) | (os.O_APPEND if append else 0)
     try:
         return os.open(full, flags, 0o666)
     except OSError as exc:

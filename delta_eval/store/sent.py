@@ -42,8 +42,9 @@ class SentJournal:
 
     def __init__(self, folder: Path, session: int) -> None:
         safe_paths.mkdir(folder, folder / SENT_DIR)
-        fd = safe_paths.open_write(folder, _path(folder, session), truncate=False)
-        os.lseek(fd, 0, os.SEEK_END)  # appended to: a session number is never reused, but a rerun must not shrink it
+        # Appended to: a session number is never reused, but a rerun must not shrink it, and the processes of a
+        # sharded session (see delta_eval.executors) each append their own calls to the one file.
+        fd = safe_paths.open_write(folder, _path(folder, session), truncate=False, append=True)
         self._fd: int | None = fd
 
     def record(self) -> None:

@@ -1,0 +1,173 @@
+"""Wall time of one run in one process against the same run sharded over a local Ray cluster of two worker
+processes, each against its ideal, and whether their verdicts are the same.
+
+The run: about 2,000 pairs of the demo's conversations (copied under new ids until there are enough turns), the
+baseline and the candidate through the real ``openai`` SDK against the fake OpenAI server at 200 ms a call, rule
+judges (only the sides call a model), 512 calls in flight in all (each model's limit is 256, and 256 pairs are
+replayed at once). The fake server runs in a process of its own, started afresh for each run (its seeded failures
+count attempts per request), so that it takes no CPU from the client measured.
+
+The ideal of a run is its model calls at full concurrency: the calls the busier model answered, times 200 ms,
+over its 256 slots (a lower bound: a turn's tool rounds are calls one after the other). When the client is the
+bottleneck (one event loop parsing and writing every answer), the one-process run is many times its ideal; the
+Ray run spreads that work over two processes.
+
+    python benchmarks/ray_scaling.py                     # 2,000 pairs, 200 ms, concurrency 512
+    python benchmarks/ray_scaling.py --pairs 500 --latency-ms 100 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import delta_eval as de
+from delta_eval.demo import behaviours, demo_conversations, demo_models
+from delta_eval.replay.points import count_turns
+from delta_eval.schema import Conversation
+
+MAX_TURNS = 5  # turns replayed per conversation: enough copies of the 200 conversations make the pairs asked
+
+
+def conversations(pairs: int) -> list[Conversation]:
+    """The demo's conversations, copied under new ids, until they hold ``pairs`` pairs (at most ``MAX_TURNS`` a
+    conversation; the last one may add a few more)."""
+    demo, _ = demo_conversations().load()
+    out: list[Conversation] = []
+    total, copy = 0, 0
+    while total < pairs:
+        for conv in demo:
+            n = min(count_turns(conv), MAX_TURNS)
+            if n == 0:
+                continue
+            out.append(conv.model_copy(update={"id": f"{conv.id}/copy{copy}"}))
+            total += n
+            if total >= pairs:
+                break
+        copy += 1
+    return out
+
+
+def _serve(pairs: int, latency_ms: float, conn: Connection) -> None:
+    """The fake OpenAI server, in a process of its own: sends its address, serves until told to stop, then sends
+    the chat completions it answered by model."""
+    from delta_eval.testing.servers.openai import FakeOpenAIServer
+
+    with FakeOpenAIServer(recordings=conversations(pairs), behaviour=behaviours(7, latency_ms, "changed")) as server:
+        conn.send(server.base_url)
+        conn.recv()
+        served = Counter(str(r.json().get("model")) for r in server.requests if r.path.endswith("/chat/completions"))
+    conn.send(dict(served))
+
+
+def config(out: Path, base_url: str, concurrency: int) -> de.RunConfig:
+    """The run measured: the demo's sides through the openai SDK, rule judges, ``concurrency`` calls in flight."""
+    m = demo_models("openai", {"base_url": base_url, "api_key": "bench-key-for-the-fake-server"}, judges="rule")
+    limits = de.ModelLimits(max_concurrency=concurrency // 2, adaptive=False)  # two models: half each
+    return de.RunConfig(
+        out=out,
+        baseline=m.baseline.model_copy(update={"limits": limits}),
+        candidate=m.candidate.model_copy(update={"limits": limits}),
+        judges=m.judges,
+        models=m.models,
+        max_turns_per_conversation=MAX_TURNS,
+        concurrency=concurrency // 2,  # pairs at once, each side on its own: ``concurrency`` calls in flight
+        seed=7,
+    )
+
+
+def measure(pairs: int, latency_ms: float, concurrency: int, out: Path, executor: de.Executor | None) -> dict[str, Any]:
+    """One run against a fresh fake server: seconds, pairs, the ideal seconds and the verdicts."""
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    server = ctx.Process(target=_serve, args=(pairs, latency_ms, theirs), daemon=True)
+    server.start()
+    try:
+        base_url = mine.recv()
+        convs = conversations(pairs)
+        start = time.perf_counter()
+        result = de.run(config(out, base_url, concurrency), conversations=convs, progress=False, executor=executor)
+        seconds = time.perf_counter() - start
+        mine.send("stop")
+        served: dict[str, int] = mine.recv()
+    finally:
+        server.join(timeout=30)
+        if server.is_alive():
+            server.terminate()
+    verdicts = result.table("verdicts").select(["pair_id", "outcome", "stage"]).to_pylist()
+    ideal = max(served.values(), default=0) * latency_ms / 1000 / (concurrency // 2)
+    return {
+        "seconds": seconds,
+        "pairs": result.counts.pairs,
+        "ideal": ideal,
+        "calls": sum(served.values()),
+        "verdicts": sorted(tuple(v.values()) for v in verdicts),
+    }
+
+
+def compare(
+    pairs: int, latency_ms: float, concurrency: int, repeats: int, sharded: Callable[[], de.Executor]
+) -> dict[str, Any]:
+    """Both ways, alternating, ``repeats`` times: medians of seconds and of the ratio to the ideal, and whether every
+    run's verdicts are the first one-process run's."""
+    runs: dict[str, list[dict[str, Any]]] = {"1 process": [], "sharded": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(repeats):
+            for kind in runs:
+                executor = sharded() if kind == "sharded" else None
+                runs[kind].append(measure(pairs, latency_ms, concurrency, Path(tmp) / f"{kind}-{k}", executor))
+    reference = runs["1 process"][0]["verdicts"]
+    return {
+        kind: {
+            "seconds": statistics.median(r["seconds"] for r in rows),
+            "ratio": statistics.median(r["seconds"] / r["ideal"] for r in rows),
+            "ideal": statistics.median(r["ideal"] for r in rows),
+            "pairs": rows[0]["pairs"],
+            "calls": rows[0]["calls"],
+            "same_verdicts": all(r["verdicts"] == reference for r in rows),
+        }
+        for kind, rows in runs.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=2000)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--concurrency", type=int, default=512, help="calls in flight in all")
+    parser.add_argument("--workers", type=int, default=2, help="Ray worker processes")
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    import ray
+
+    # A local Ray cluster of its own: ``workers`` CPUs, so two worker processes run the two shards.
+    ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        got = compare(
+            args.pairs, args.latency_ms, args.concurrency, args.repeats, lambda: de.RayExecutor(shards=args.workers)
+        )
+    finally:
+        ray.shutdown()
+    one = got["1 process"]
+    print(
+        f"ray scaling: {one['pairs']:,} pairs, {one['calls']:,} calls, fake OpenAI server at {args.latency_ms:.0f} ms,"
+        f" concurrency {args.concurrency} in all, {args.repeats} repeat(s) (medians)"
+    )
+    print(f"{'':<28}{'seconds':>9}{'ideal':>8}{'x ideal':>9}  same verdicts")
+    for label, kind in (("1 process", "1 process"), (f"Ray, {args.workers} worker processes", "sharded")):
+        r = got[kind]
+        print(f"{label:<28}{r['seconds']:>9.1f}{r['ideal']:>8.1f}{r['ratio']:>9.2f}  {r['same_verdicts']}")
+    print(f"Ray / 1 process wall time: {got['sharded']['seconds'] / one['seconds']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

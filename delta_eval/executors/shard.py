@@ -1,0 +1,81 @@
+"""One shard of a sharded session, wherever it runs: its own event loop, models and judges, the run's stages on
+its conversations, its batches committed into the run folder beside the other shards'.
+
+A shard reads what the folder already holds when it starts, so a shard run again (its worker was killed, the
+session was interrupted) skips the pairs committed before and answers the calls paid for before from the shared
+response cache: nothing is written twice, nothing paid twice. It writes neither the manifest nor the population
+rows: the session does, once (see :mod:`delta_eval.runner`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from delta_eval.executors.base import COUNTERS, Shard, ShardReport
+from delta_eval.ingest.source import ConversationSource
+from delta_eval.interrupts import handle_signals
+from delta_eval.pipeline import Stages, run_stages
+from delta_eval.progress import RunProgress
+from delta_eval.run_models import build_models
+from delta_eval.store.cache import SQLiteCache
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.sent import SentJournal
+from delta_eval.store.session import Resume
+
+__all__ = ["arun_shard", "run_shard"]
+
+
+def run_shard(shard: Shard) -> ShardReport:
+    """Run ``shard`` to its end in an event loop of its own (the function an executor sends to a worker)."""
+
+    async def main() -> ShardReport:
+        with handle_signals():  # a stop signal (a cancelled task, Ctrl-C) commits the finished pairs, then stops
+            return await arun_shard(shard)
+
+    return anyio.run(main)
+
+
+async def arun_shard(shard: Shard) -> ShardReport:
+    """Run ``shard`` in the running event loop."""
+    c = shard.config
+    folder = RunFolder(c.out, shared=True)
+    folder.header = shard.header
+    models = await build_models(c, shard.source_name, shard.tool_simulator, limiters=shard.limiters)
+    progress = RunProgress()
+    try:
+        cache = SQLiteCache(c.cache_path, root=folder.path)
+        journal = SentJournal(folder.path, shard.session)
+        try:
+            models.pool.use_cache(cache)
+            models.pool.use_journal(journal.record)
+            ids = {conv.id for _, conv in shard.conversations}
+            decided = await anyio.to_thread.run_sync(folder.read, "verdicts", ["conversation_id", "pair_id"])
+            written = await anyio.to_thread.run_sync(folder.read, "conversations", ["conversation_id"])
+            state = Resume(
+                shard.manifest,
+                done_pairs={pair for conv, pair in zip(*decided.to_pydict().values(), strict=True) if conv in ids},
+                done_conversations=set(written.column("conversation_id").to_pylist()) & ids,
+                population_committed=True,
+            )
+            source = ConversationSource.from_conversations([], name=shard.source_name)
+            stages = Stages(
+                c, source, folder, state, progress, models.recordings, None, last_commit=time.monotonic(),
+                conversations=shard.conversations,
+            )  # fmt: skip
+            await run_stages(stages, shard.sample, models.sides, models.cascade)
+            report = ShardReport(
+                shard.index,
+                counters={name: getattr(progress, name) for name in COUNTERS},
+                cost_usd=progress.cost_usd,
+                calls=models.pool.stats(),
+                cache=(cache.hits, cache.misses, cache.writes),
+                notes=[*stages.notes, *models.pool.notes()],
+            )
+        finally:
+            journal.close()
+            cache.close()
+    finally:
+        await models.aclose()
+    return report

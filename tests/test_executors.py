@@ -1,0 +1,129 @@
+"""Sharded runs (delta_eval.executors): the same verdicts as a one-process run, batches numbered without clash or
+gap when several writers commit into one folder, resuming pays for nothing twice, limits stay within the model's."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import delta_eval as de
+from delta_eval.adapters.limits import ModelLimiter, ModelLimits
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.executors.base import SplitLimiters, deal
+from delta_eval.schema import Verdict
+from delta_eval.store.folder import RunFolder
+
+
+def _config(out: Path, **update: Any) -> de.RunConfig:
+    return demo_config(out, n=12, latency_ms=0.0).model_copy(update={"flush_every": 4, **update})
+
+
+def _verdicts(out: Path) -> list[tuple[Any, ...]]:
+    rows = de.open_result(out).table("verdicts").select(["pair_id", "outcome", "stage", "preference"]).to_pylist()
+    return sorted(tuple(r.values()) for r in rows)
+
+
+def test_a_sharded_run_gives_the_verdicts_of_a_one_process_run(tmp_path: Path) -> None:
+    de.run(_config(tmp_path / "one"), conversations=demo_conversations(), progress=False)
+    result = de.run(
+        _config(tmp_path / "sharded"),
+        conversations=demo_conversations(),
+        progress=False,
+        executor=de.InProcessExecutor(3),
+    )
+    assert result.status == "completed"
+    got = _verdicts(tmp_path / "sharded")
+    assert got == _verdicts(tmp_path / "one")
+    assert len({row[0] for row in got}) == len(got) > 0
+    assert result.counts.pairs == len(got)
+    # the shards' calls and progress reach the manifest
+    session = result.manifest.sessions[-1]
+    assert sum(s.answered for s in session.calls.values()) > 0
+    assert session.pairs_decided == len(got)
+    assert RunFolder(tmp_path / "sharded").damage() == []
+
+
+def test_a_sharded_rerun_recomputes_only_what_is_missing_from_the_cache(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    de.run(_config(out), conversations=demo_conversations(), progress=False, executor=de.InProcessExecutor(2))
+    before = _verdicts(out)
+    folder = RunFolder(out)
+    lost = max(int(c["batch"]) for c in folder.commits() if c["rows"].get("verdicts"))
+    lost_pairs = folder.read("verdicts").num_rows
+    folder.drop(lost, "a worker killed before its last batch was committed")  # what a killed shard loses
+    lost_pairs -= folder.read("verdicts").num_rows
+    assert lost_pairs > 0
+
+    again = de.run(_config(out), conversations=demo_conversations(), progress=False, executor=de.InProcessExecutor(2))
+    assert _verdicts(out) == before
+    session = again.manifest.sessions[-1]
+    assert session.resumed_pairs == len(before) - lost_pairs
+    assert session.pairs_decided == lost_pairs
+    assert sum(s.made for s in session.calls.values()) == 0  # every answer came from the response cache
+    assert sum(s.cached for s in session.calls.values()) > 0
+
+
+def test_writers_sharing_a_folder_number_their_batches_without_clash_or_gap(tmp_path: Path) -> None:
+    RunFolder(tmp_path).mark()
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        folder = RunFolder(tmp_path, shared=True)
+        try:
+            for i in range(10):
+                row = Verdict(pair_id=f"w{k}#{i}", conversation_id=f"w{k}", turn_index=i, stage="deterministic",
+                              outcome="tie")  # fmt: skip
+                folder.add("verdicts", [row])
+                folder.commit()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    folder = RunFolder(tmp_path)
+    assert sorted(int(c["batch"]) for c in folder.commits()) == list(range(1, 41))
+    assert folder.damage() == []
+    assert folder.read("verdicts").num_rows == 40
+
+
+def test_conversations_are_dealt_by_their_pairs() -> None:
+    sizes = {p: (p % 7) + 1 for p in range(50)}
+    shards = deal(sizes, 3)
+    assert sorted(p for s in shards for p in s) == list(range(50))
+    loads = [sum(sizes[p] for p in s) for s in shards]
+    assert max(loads) - min(loads) <= max(sizes.values())
+    assert deal(sizes, 3) == shards  # the same cut on every rerun
+
+
+def test_split_limiters_stay_within_the_model_s_limits() -> None:
+    made = [SplitLimiters(3)("m:x", ModelLimits(max_concurrency=8, requests_per_minute=600)) for _ in range(3)]
+    assert all(isinstance(m, ModelLimiter) for m in made)
+    assert sum(m.max_concurrency for m in made if isinstance(m, ModelLimiter)) <= 8
+
+
+def test_what_a_sharded_run_does_not_do_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(de.ConfigError, match="stop_early"):
+        de.run(
+            _config(tmp_path / "r", stop_early=True),
+            conversations=demo_conversations(),
+            progress=False,
+            executor=de.InProcessExecutor(2),
+        )
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_run_over_processes_gives_the_verdicts_of_a_one_process_run(tmp_path: Path) -> None:
+    de.run(_config(tmp_path / "one"), conversations=demo_conversations(), progress=False)
+    result = de.run(
+        _config(tmp_path / "procs"), conversations=demo_conversations(), progress=False, executor=de.ProcessExecutor(2)
+    )
+    assert result.status == "completed"
+    assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
