@@ -71,10 +71,13 @@ class Counted:
 
 
 # Per conversation (and group), the sums PairedSums reads; a row without a conversation is its own (named by its
-# position, as Components names it). A conversation's stratum is the largest it has (one, in a sampled run).
+# position, as Components names it). A conversation's stratum is the largest it has (one, in a sampled run). The
+# CASE names only the rows without one (a concatenation on every row doubled the query's time); the rows are
+# sorted in numpy, which is faster than an ORDER BY here.
 _CLUSTERS = """
 WITH rows AS (
-    SELECT {group} AS grp, coalesce(nullif(conversation_id::VARCHAR, ''), '#' || coalesce(_row::VARCHAR, pair_id)) AS cl,
+    SELECT {group} AS grp, CASE WHEN conversation_id IS NULL OR conversation_id::VARCHAR = ''
+                THEN '#' || coalesce(_row::VARCHAR, pair_id) ELSE conversation_id::VARCHAR END AS cl,
            coalesce(stratum::VARCHAR, '') AS st, {a} AS a, {b} AS b,
            {w} AS w
     FROM src WHERE {counted}
@@ -84,7 +87,7 @@ SELECT grp, cl, max(st) AS st, min(st) AS first_st, count(*) AS n,
        bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
        sum(w * w * a * a) AS aa, sum(w * w * a) AS at, sum(w * w) AS tt,
        sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab
-FROM rows GROUP BY grp, cl ORDER BY grp, first_st, cl
+FROM rows GROUP BY grp, cl
 """
 
 _COUNTS = """
@@ -145,7 +148,9 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     else:
         db.execute("DROP VIEW src")
     groups = sorted({str(g) for g, *_ in counts_rows} | ({""} if not by else set()))
-    grp = np.asarray(cols["grp"]).astype(str)
+    order = np.lexsort([np.asarray(cols[c]).astype(str) for c in ("cl", "first_st", "grp")])
+    cols = {k: np.asarray(v)[order] for k, v in cols.items()}
+    grp = cols["grp"].astype(str)
     out: dict[str, Counted] = {}
     for g in groups:
         counts = dict.fromkeys(OUTCOMES, 0)

@@ -107,7 +107,7 @@ def test_sums_in_duckdb_are_the_rows_sums(rows: list[dict[str, Any]], e: Estiman
 
 
 @seed(22)
-@settings(max_examples=60, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(max_examples=30, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(runs(), st.sampled_from(["all", "judged"]), st.sampled_from([0.0, 0.02, 0.1]))
 def test_decision_in_duckdb_is_the_rows_decision(rows: list[dict[str, Any]], over: Any, margin: float) -> None:
     table = pa.Table.from_pylist(rows)
