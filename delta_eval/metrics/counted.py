@@ -99,7 +99,11 @@ FROM src GROUP BY ALL
 
 def _weight(has_weight: bool) -> str:
     # A missing or zero weight is 1, as the rows path reads ``weight or 1.0``.
-    return "CASE WHEN weight IS NULL OR weight = 0 THEN 1.0::DOUBLE ELSE weight::DOUBLE END" if has_weight else "1.0::DOUBLE"
+    return (
+        "CASE WHEN weight IS NULL OR weight = 0 THEN 1.0::DOUBLE ELSE weight::DOUBLE END"
+        if has_weight
+        else "1.0::DOUBLE"
+    )
 
 
 def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None = None, null: str = "",
@@ -181,7 +185,8 @@ def _with_columns(table: pa.Table) -> pa.Table:
 def _counted(cols: dict[str, Any], mask: np.ndarray, counts: dict[str, int], losses: dict[str, int],
              weighted: bool) -> Counted:  # fmt: skip
     def pick(name: str, kind: Any = float) -> np.ndarray:
-        return np.asarray(cols[name])[mask].astype(kind)
+        picked: np.ndarray = np.asarray(cols[name])[mask].astype(kind)
+        return picked
 
     aa, at, tt, bb, bt, ab = (float(pick(c).sum()) for c in ("aa", "at", "tt", "bb", "bt", "ab"))
     seen = np.vstack([pick(c, bool) for c in ("a_seen", "a_not", "b_seen", "b_not")]).reshape(4, -1)

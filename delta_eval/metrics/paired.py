@@ -29,8 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.counted import Counted, counted_of, counted_rows
+from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Components, Estimand
 from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.winrate import Method, WinRate, win_rate_of

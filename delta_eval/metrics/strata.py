@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.counted import counted_rows
+from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.multiplicity import adjust

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.counted import Counted, counted_of, counted_rows
 from delta_eval.metrics.estimand import Components, Estimand, contribution
+from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.intervals import cluster_bootstrap_interval, normal_quantile, wilson_interval
 
 __all__ = ["SCORES", "Method", "WinRate", "score_of", "win_rate", "win_rate_of", "win_rates_by"]

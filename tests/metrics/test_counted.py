@@ -65,8 +65,13 @@ def _close(x: Any, y: Any) -> None:
         assert x == y, (x, y)
 
 
-ESTIMANDS = st.builds(Estimand, over=st.sampled_from(["all", "judged"]), soft=st.booleans(),
-                      weighted=st.sampled_from([True, False, "auto"]), errors=st.sampled_from(["loss", "exclude"]))  # fmt: skip
+ESTIMANDS = st.builds(
+    Estimand,
+    over=st.sampled_from(["all", "judged"]),
+    soft=st.booleans(),
+    weighted=st.sampled_from([True, False, "auto"]),
+    errors=st.sampled_from(["loss", "exclude"]),
+)
 
 
 @seed(20)
@@ -111,7 +116,9 @@ def test_sums_in_duckdb_are_the_rows_sums(rows: list[dict[str, Any]], e: Estiman
 @given(runs(), st.sampled_from(["all", "judged"]), st.sampled_from([0.0, 0.02, 0.1]))
 def test_decision_in_duckdb_is_the_rows_decision(rows: list[dict[str, Any]], over: Any, margin: float) -> None:
     table = pa.Table.from_pylist(rows)
-    _close(non_inferiority(table, margin, over=over).model_dump(), non_inferiority(rows, margin, over=over).model_dump())
+    _close(
+        non_inferiority(table, margin, over=over).model_dump(), non_inferiority(rows, margin, over=over).model_dump()
+    )
     _close(sign_test(table, over=over).model_dump(), sign_test(rows, over=over).model_dump())
     _close([s.model_dump() for s in by_stratum(table, margin, over=over)],
            [s.model_dump() for s in by_stratum(rows, margin, over=over)])  # fmt: skip
