@@ -51,7 +51,7 @@ from delta_eval.metrics.paired import (
     non_inferiority_of,
     sign_test_of,
 )
-from delta_eval.metrics.sides import Rate, SideMetrics, rate, side_metrics
+from delta_eval.metrics.sides import SIDE_COLUMNS, Rate, SideMetrics, rate, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
 
 __all__ = ["Decision", "DecisionRule", "ExitCode", "FailOn", "Outcome", "decide"]
@@ -223,7 +223,11 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     # Gates read their own columns of each pair (not its texts); the win rate, sign test and strata read sums.
     rows = rows_of(table, _GATE_COLUMNS) if table is not None else rows_of(verdicts)
     votes: Rows = table if table is not None else rows
-    replay_rows = rows_of(replays) if replays is not None else None
+    seen = sorted({int(v.get("epoch") or 1) for v in rows})
+    # The sides and gates read a few columns of each replay (steps only for consistency across epochs); the
+    # rule's own checks may read any.
+    wanted = None if r.checks else [*SIDE_COLUMNS, "epoch", *(["steps"] if len(seen) > 1 else [])]
+    replay_rows = rows_of(replays, wanted) if replays is not None else None
     e = r.estimand
     counted = counted_rows(votes, e)[""]
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
@@ -250,7 +254,6 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
         if _RANK[level] < _RANK[outcome]:
             outcome, decided_by = level, why
     epochs: dict[int, Outcome] = {}
-    seen = sorted({int(v.get("epoch") or 1) for v in rows})
     if len(seen) > 1:
         for k in seen:
             mine = [v for v in rows_of(votes) if int(v.get("epoch") or 1) == k]
