@@ -1,13 +1,15 @@
-"""The analysis at scale: ``a.summary()`` over a run folder of 1,000,000 verdicts and ``a.themes()`` over 20,000
-judge reasons, each against a baseline measured in the same run.
+"""The analysis at scale: the win rate, the decision and ``a.summary()`` over run folders of 200,000 and 1,000,000
+verdicts, and ``a.themes()`` over 20,000 judge reasons, each against a baseline measured in the same run.
 
 The run folder is synthetic (written straight as Parquet with the run's schemas, no model involved): verdicts of
 1,000,000 pairs from 140,000 conversations in 8 strata, their 2,000,000 replays, and 20,000 stage-3 verdicts where
-the candidate lost, whose reasons name what it did, as the judges' do. Printed: seconds for the summary (target:
-<= 1 s) beside ``RunResult.win_rate()`` on the same rows (the in-memory path it replaces), and seconds for the
-themes (<= 60 s) beside one TF-IDF + k-means fit at the chosen k (what choosing k by silhouette costs on top).
+the candidate lost, whose reasons name what it did, as the judges' do. Printed, per size, medians of cold runs
+(nothing cached, a fresh connection each) of ``RunResult.win_rate()`` (target: <= 3x the plain query),
+``RunResult.decision()`` and ``a.summary()`` (targets: < 1 s at 1M), each as a ratio to a plain DuckDB win-rate
+query over the same Parquet files (no interval, no clusters); then seconds for the themes (<= 60 s) beside one
+TF-IDF + k-means fit at the chosen k (what choosing k by silhouette costs on top).
 
-    python benchmarks/analysis.py                         # 1,000,000 pairs, 20,000 reasons
+    python benchmarks/analysis.py                         # 200,000 and 1,000,000 pairs, 20,000 reasons
     python benchmarks/analysis.py --pairs 100000 --reasons 2000
 """
 
@@ -113,25 +115,70 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+#: A plain DuckDB win rate over the verdicts' Parquet files (no interval, no clusters): what the others are held to.
+PLAIN_SQL = """
+SELECT avg(CASE outcome WHEN 'candidate' THEN 1.0 WHEN 'baseline' THEN 0.0 ELSE 0.5 END)
+FROM read_parquet('{files}') WHERE outcome IN ('candidate', 'baseline', 'tie', 'equivalent')
+"""
+
+
+def plain_win_rate(run: Path) -> float:
+    """The plain-SQL baseline: a fresh connection, one query."""
+    import duckdb
+
+    with duckdb.connect() as con:
+        row = con.execute(PLAIN_SQL.format(files=run / "verdicts" / "*.parquet")).fetchone()
+    return float(row[0]) if row and row[0] is not None else 0.0
+
+
+def cold_summary(run: Path) -> dict[str, Any]:
+    """``a.summary()`` with nothing cached."""
+    shutil.rmtree(run / "analysis", ignore_errors=True)
+    return de.analyze(run).summary()
+
+
+def measure(run: Path, pairs: int, repeats: int, decision_max: int) -> None:
+    """Medians of ``repeats`` cold runs of each, interleaved, with their ratios to the plain query (the decision
+    only up to ``decision_max`` pairs: it still reads every replay into Python)."""
+    fns = {
+        "plain SQL win rate": lambda: plain_win_rate(run),
+        "RunResult.win_rate()": lambda: de.open_result(run).win_rate(),
+        "RunResult.decision()": lambda: de.open_result(run).decision(),
+        "a.summary() (cold)": lambda: cold_summary(run),
+    }
+    if pairs > decision_max:
+        del fns["RunResult.decision()"]
+        print(f"  (RunResult.decision() not measured above {decision_max:,} pairs: --decision-max)")
+    fns["plain SQL win rate"]()  # imports and the first connection are not what is measured
+    fns["RunResult.win_rate()"]()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(timed(fn)[0])
+    plain = statistics.median(times["plain SQL win rate"])
+    targets = {"RunResult.win_rate()": f"target <= 3x plain ({3 * plain:.2f} s)",
+               "RunResult.decision()": "target < 1 s at 1M", "a.summary() (cold)": "target < 1 s at 1M"}  # fmt: skip
+    print(f"{pairs:,} verdicts (median of {repeats}, cold):")
+    for name, ts in times.items():
+        m = statistics.median(ts)
+        print(f"  {name:24s} {m:7.3f} s  ({m / plain:6.1f}x plain SQL)  {targets.get(name, '')}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=1_000_000)
+    parser.add_argument("--pairs", type=int, nargs="+", default=[200_000, 1_000_000])
     parser.add_argument("--reasons", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--decision-max", type=int, default=200_000)
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="delta-eval-analysis-"))
     try:
-        seconds, run = timed(lambda: synthetic_run(tmp / "run", args.pairs, args.reasons))
-        print(f"synthetic run: {args.pairs:,} pairs, {2 * args.pairs:,} replays, {args.reasons:,} reasons "
-              f"written in {seconds:.1f} s")  # fmt: skip
-        summary, baseline = [], []
-        for _ in range(args.repeats):  # each time from a cold cache, interleaved with the baseline
-            shutil.rmtree(run / "analysis", ignore_errors=True)
-            summary.append(timed(lambda: de.analyze(run).summary())[0])
-            baseline.append(timed(lambda: de.open_result(run).win_rate())[0])
-        s, b = statistics.median(summary), statistics.median(baseline)
-        print(f"a.summary():             {s:6.2f} s (median of {args.repeats}; target <= 1 s)   "
-              f"RunResult.win_rate() on the same rows: {b:6.2f} s  (ratio {b / s:.1f}x)")  # fmt: skip
+        for pairs in args.pairs:
+            shutil.rmtree(tmp / "run", ignore_errors=True)
+            seconds, run = timed(lambda: synthetic_run(tmp / "run", pairs, args.reasons))  # noqa: B023
+            print(f"synthetic run: {pairs:,} pairs, {2 * pairs:,} replays, {args.reasons:,} reasons "
+                  f"written in {seconds:.1f} s")  # fmt: skip
+            measure(run, pairs, args.repeats, args.decision_max)
         shutil.rmtree(run / "analysis", ignore_errors=True)
         a = de.analyze(run)
         t_themes, themes = timed(lambda: a.themes(outcome="baseline"))

@@ -14,7 +14,10 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from delta_eval.exceptions import RunFolderError
-from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, WinRate, decide, win_rate, win_rates_by
+from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, decide
+from delta_eval.metrics.counted import counted
+from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.views import open_run
@@ -143,20 +146,17 @@ class RunResult:
         :mod:`delta_eval.metrics.winrate`). ``by="stratum"`` (or another verdict column) returns one
         :class:`WinRate` per value.
         """
-        verdicts = self.table("verdicts")
-        options: dict[str, Any] = {
-            "over": over,
-            "weighted": weighted,
-            "soft": soft,
-            "errors": errors,
-            "method": method,
-            "confidence": confidence,
-            "seed": self.manifest.seed,
-        }
+        # Summed per conversation by DuckDB over the run's Parquet files: no pair is read into Python.
+        e = Estimand(over=over, weighted=weighted, soft=soft, errors=errors)
+        con = self.connect()
+        try:
+            groups = counted("verdicts", e, by=by, null="None", con=con)
+        finally:
+            con.close()
+        options: dict[str, Any] = {"method": method, "confidence": confidence, "seed": self.manifest.seed}
         if by is not None:
-            return win_rates_by(verdicts, by, **options)
-        result: WinRate = win_rate(verdicts, **options)
-        return result
+            return [win_rate_of(c, e, stratum=name, **options) for name, c in sorted(groups.items())]
+        return win_rate_of(groups[""], e, **options)
 
     def decision(self, rule: DecisionRule | None = None) -> Decision:
         """The decision on this run: APPROVED, PARTIAL or REJECTED, what decided it, and every number behind it

@@ -82,7 +82,8 @@ def test_analysis_benchmark_runs_on_a_small_synthetic_run(capsys: pytest.Capture
     bench = load("analysis")
     bench.main(["--pairs", "5000", "--reasons", "300", "--repeats", "1"])
     out = capsys.readouterr().out
-    assert "a.summary():" in out
+    assert "a.summary() (cold)" in out
+    assert "x plain SQL" in out
     assert "a.themes():" in out
     assert " over 300 reasons" in out
 

@@ -39,8 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.metrics.checks import Check, check_results
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.estimand import Estimand, components
-from delta_eval.metrics.frames import Rows, rows_of
+from delta_eval.metrics.counted import counted_rows
+from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.frames import Rows, rows_of, to_arrow
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
 from delta_eval.metrics.paired import (
     NetPreference,
@@ -50,7 +51,7 @@ from delta_eval.metrics.paired import (
     non_inferiority_of,
     sign_test_of,
 )
-from delta_eval.metrics.sides import Rate, SideMetrics, rate, side_metrics
+from delta_eval.metrics.sides import SIDE_COLUMNS, Rate, SideMetrics, rate, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
 
 __all__ = ["Decision", "DecisionRule", "ExitCode", "FailOn", "Outcome", "decide"]
@@ -218,17 +219,24 @@ class Decision(BaseModel):
 def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | None = None) -> Decision:
     """The decision on verdict rows (and replay rows, for the sides' metrics, their gates and the rule's checks)."""
     r = rule or DecisionRule()
-    rows = rows_of(verdicts)
-    replay_rows = rows_of(replays) if replays is not None else None
+    table = _table(verdicts)
+    # Gates read their own columns of each pair (not its texts); the win rate, sign test and strata read sums.
+    rows = rows_of(table, _GATE_COLUMNS) if table is not None else rows_of(verdicts)
+    votes: Rows = table if table is not None else rows
+    seen = sorted({int(v.get("epoch") or 1) for v in rows})
+    # The sides and gates read a few columns of each replay (steps only for consistency across epochs); the
+    # rule's own checks may read any.
+    wanted = None if r.checks else [*SIDE_COLUMNS, "epoch", *(["steps"] if len(seen) > 1 else [])]
+    replay_rows = rows_of(replays, wanted) if replays is not None else None
     e = r.estimand
-    counted = components(rows, e)
+    counted = counted_rows(votes, e)[""]
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
     ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
     sides = side_metrics(replay_rows, r.confidence) if replay_rows is not None else {}
     results = _check_results(r, replay_rows)
     gates = evaluate_gates(r.gates, rows, sides, replays=replay_rows, checks=results, weighted=counted.weighted,
                            confidence=r.confidence)  # fmt: skip
-    strata = by_stratum(rows, r.margin, adjustment=r.adjustment, min_conversations=r.min_conversations,
+    strata = by_stratum(votes, r.margin, adjustment=r.adjustment, min_conversations=r.min_conversations,
                         confidence=r.confidence, **e.model_dump())  # fmt: skip
     steps: list[tuple[Outcome, str]] = []
     steps += [(g.gate.on_fail, f"gate {g.gate.label}") for g in gates if g.passed is False]
@@ -246,10 +254,9 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
         if _RANK[level] < _RANK[outcome]:
             outcome, decided_by = level, why
     epochs: dict[int, Outcome] = {}
-    seen = sorted({int(v.get("epoch") or 1) for v in rows})
     if len(seen) > 1:
         for k in seen:
-            mine = [v for v in rows if int(v.get("epoch") or 1) == k]
+            mine = [v for v in rows_of(votes) if int(v.get("epoch") or 1) == k]
             theirs = None if replay_rows is None else [x for x in replay_rows if int(x.get("epoch") or 1) == k]
             epochs[k] = decide(mine, theirs, r).outcome
     return Decision(
@@ -259,7 +266,7 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
         estimand=e.describe(counted.weighted),
         non_inferiority=ni,
         net_preference=net_preference_of(ni.win_rate),
-        sign_test=sign_test_of(components(rows, e.model_copy(update={"over": "judged"}))),
+        sign_test=sign_test_of(counted_rows(votes, e.model_copy(update={"over": "judged"}))[""]),
         gates=gates,
         strata=strata,
         sides=sides,
@@ -268,6 +275,19 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
         consistency=consistency(replay_rows) if replay_rows is not None and len(seen) > 1 else {},
         audit=_audit(rows),
     )
+
+
+#: The verdict columns the gates, the epochs and the audit read.
+_GATE_COLUMNS = ["pair_id", "conversation_id", "outcome", "severity", "weight", "error", "error_side", "epoch",
+                 "stage", "audit_outcome"]  # fmt: skip
+
+
+def _table(verdicts: Rows) -> Any:
+    """``verdicts`` as an Arrow table, or ``None`` for rows of mappings."""
+    try:
+        return to_arrow(verdicts)
+    except TypeError:
+        return None
 
 
 def _check_results(

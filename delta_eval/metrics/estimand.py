@@ -46,6 +46,7 @@ __all__ = [
     "contribution",
     "error_side",
     "sql_contribution",
+    "sql_error_side",
     "weights_vary",
 ]
 
@@ -186,17 +187,23 @@ def contribution(row: Mapping[str, Any], estimand: Estimand) -> tuple[float, flo
     return None
 
 
-def sql_contribution(estimand: Estimand, *, has_error_side: bool = True) -> tuple[str, str, str]:
-    """:func:`contribution` as SQL expressions over a ``verdicts`` table: ``(a, b, counted)``, so a query engine
-    computes the estimand's sums without loading the pairs (a test holds the two to the same numbers).
-    ``has_error_side``: whether the table has the ``error_side`` column (folders written before it read the error's
-    text instead)."""
+def sql_error_side(*, has_error_side: bool = True) -> str:
+    """:func:`error_side` as an SQL expression over a ``verdicts`` table (``has_error_side``: see
+    :func:`sql_contribution`)."""
     from_text = (
         "CASE WHEN error LIKE '%baseline replay failed%' AND error LIKE '%candidate replay failed%' THEN 'both' "
         "WHEN error LIKE '%baseline replay failed%' THEN 'baseline' "
         "WHEN error LIKE '%candidate replay failed%' THEN 'candidate' ELSE 'judge' END"
     )
-    side = f"coalesce(error_side, {from_text})" if has_error_side else from_text
+    return f"coalesce(nullif(error_side, ''), {from_text})" if has_error_side else from_text
+
+
+def sql_contribution(estimand: Estimand, *, has_error_side: bool = True) -> tuple[str, str, str]:
+    """:func:`contribution` as SQL expressions over a ``verdicts`` table: ``(a, b, counted)``, so a query engine
+    computes the estimand's sums without loading the pairs (a test holds the two to the same numbers).
+    ``has_error_side``: whether the table has the ``error_side`` column (folders written before it read the error's
+    text instead)."""
+    side = sql_error_side(has_error_side=has_error_side)
     if estimand.soft:
         a_judged = ("CASE WHEN preference IS NULL THEN (outcome = 'candidate')::DOUBLE "
                     "ELSE greatest(0.0, 2 * preference - 1) END")  # fmt: skip

@@ -33,6 +33,7 @@ __all__ = [
     "ClusteredMean",
     "bootstrap_interval",
     "clopper_pearson",
+    "cluster_bootstrap_interval",
     "clustered_mean",
     "normal_quantile",
     "stratified_moments",
@@ -262,16 +263,38 @@ def bootstrap_interval(
     keys = sorted(set(clusters))
     index = {k: i for i, k in enumerate(keys)}
     cid = np.fromiter((index[c] for c in clusters), dtype=np.int64, count=len(clusters))
-    sw = np.bincount(cid, weights=s * w, minlength=len(keys))
-    ww = np.bincount(cid, weights=w, minlength=len(keys))
     stratum_of: dict[str, str] = {}
     for c, h in zip(clusters, strata, strict=True):
         stratum_of.setdefault(c, h)
+    return cluster_bootstrap_interval(
+        np.bincount(cid, weights=s * w, minlength=len(keys)),
+        np.bincount(cid, weights=w, minlength=len(keys)),
+        [stratum_of[k] for k in keys],
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+    )
+
+
+def cluster_bootstrap_interval(
+    sw: np.ndarray,
+    ww: np.ndarray,
+    strata: Sequence[str],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """:func:`bootstrap_interval` from per-conversation sums, the conversations sorted by name: ``sum(w score)``,
+    ``sum(w)`` and the stratum of each. The draws depend only on ``seed`` and the conversations' order and strata,
+    so the same run gives the same interval whichever way its sums were computed."""
+    if len(sw) == 0:
+        return 0.0, 1.0
     rng = np.random.default_rng(seed)
-    counts = np.zeros((resamples, len(keys)))
+    counts = np.zeros((resamples, len(sw)))
     by_stratum: dict[str, list[int]] = {}
-    for k in keys:
-        by_stratum.setdefault(stratum_of[k], []).append(index[k])
+    for i, h in enumerate(strata):
+        by_stratum.setdefault(h, []).append(i)
     for members in by_stratum.values():
         draws = rng.multinomial(len(members), [1.0 / len(members)] * len(members), size=resamples)
         counts[:, members] = draws

@@ -29,8 +29,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from delta_eval.metrics.counted import Counted, counted_of, counted_rows
 from delta_eval.metrics.difference import PairedSums
-from delta_eval.metrics.estimand import Components, Estimand, components
+from delta_eval.metrics.estimand import Components, Estimand
 from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.winrate import Method, WinRate, win_rate_of
 
@@ -116,7 +117,7 @@ def net_preference(
 ) -> NetPreference:
     """The net preference for the candidate over the verdict rows, with its interval."""
     e = _estimand(over, soft, weighted, errors)
-    return net_preference_of(win_rate_of(components(verdicts, e), e, method=method, confidence=confidence))
+    return net_preference_of(win_rate_of(counted_rows(verdicts, e)[""], e, method=method, confidence=confidence))
 
 
 def net_preference_of(w: WinRate) -> NetPreference:
@@ -139,16 +140,14 @@ def sign_test(
         >>> round(sign_test(rows).p_value, 4)
         0.002
     """
-    return sign_test_of(components(verdicts, _estimand(over, soft, False, errors)))
+    return sign_test_of(counted_rows(verdicts, _estimand(over, soft, False, errors))[""])
 
 
-def sign_test_of(c: Components) -> SignTest:
+def sign_test_of(c: Counted | Components) -> SignTest:
     """The sign test on the counted pairs of an estimand."""
-    balance: dict[str, float] = {}
-    for a, b, cl in zip(c.a, c.b, c.clusters, strict=True):
-        balance[cl] = balance.get(cl, 0.0) + (a - b)
-    plus = sum(1 for v in balance.values() if v > 1e-12)
-    minus = sum(1 for v in balance.values() if v < -1e-12)
+    balance = (counted_of(c) if isinstance(c, Components) else c).balance
+    plus = int((balance > 1e-12).sum())
+    minus = int((balance < -1e-12).sum())
     p = 1.0
     if plus + minus:
         from scipy.stats import binomtest
@@ -218,17 +217,18 @@ def non_inferiority(
     """Whether the candidate is ``better``, ``not worse`` (within ``margin``), shows ``no difference``, is
     ``worse``, or ``undecided``. ``over``, ``soft``, ``weighted`` and ``errors`` are the estimand."""
     e = _estimand(over, soft, weighted, errors)
-    return non_inferiority_of(components(verdicts, e), e, margin, method=method, confidence=confidence)
+    return non_inferiority_of(counted_rows(verdicts, e)[""], e, margin, method=method, confidence=confidence)
 
 
 def non_inferiority_of(
-    c: Components, estimand: Estimand, margin: float, *, method: Method = "auto", confidence: float = 0.95
+    c: Counted | Components, estimand: Estimand, margin: float, *, method: Method = "auto", confidence: float = 0.95
 ) -> NonInferiority:
     """:func:`non_inferiority` on the counted pairs of an estimand."""
     if not 0 <= margin < 0.5:
         raise ValueError(f"margin is on the win-rate scale, between 0 and 0.5, not {margin}")
+    if isinstance(c, Components):
+        c = counted_of(c)
     w = win_rate_of(c, estimand, method=method, confidence=confidence)
-    none_won = bool(c.a) and not any(c.a) and not any(c.b)
-    sums = c.sums() if method in ("auto", "cluster") else None
-    verdict, more = decide_margin(w, margin, sums, no_difference=none_won)
+    sums = c.sums if method in ("auto", "cluster") else None
+    verdict, more = decide_margin(w, margin, sums, no_difference=c.none_won)
     return NonInferiority(verdict=verdict, margin=margin, win_rate=w, more_conversations=more)

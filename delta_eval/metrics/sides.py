@@ -27,9 +27,19 @@ from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.intervals import clustered_mean, t_interval
 
-__all__ = ["Rate", "SideMetrics", "cost_ratio", "no_decision_of", "quantile_interval", "rate", "side_metrics"]
+__all__ = [
+    "SIDE_COLUMNS",
+    "Rate",
+    "SideMetrics",
+    "cost_ratio",
+    "no_decision_of",
+    "quantile_interval",
+    "rate",
+    "side_metrics",
+]
 
-_COLUMNS = ("side", "pair_id", "conversation_id", "error", "latency_ms", "cost_usd", "n_tool_calls",
+#: The replay columns the sides' metrics read.
+SIDE_COLUMNS = ("side", "pair_id", "conversation_id", "error", "latency_ms", "cost_usd", "n_tool_calls",
             "invalid_tool_calls", "matches_recorded", "text_instead_of_action", "no_decision",
             "final_text")  # fmt: skip
 
@@ -144,7 +154,7 @@ class SideMetrics(BaseModel):
 
 def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetrics]:
     """:class:`SideMetrics` of each replayed side in ``replays`` (the ``recorded`` rows serve as the reference)."""
-    rows = rows_of(replays, _COLUMNS)
+    rows = rows_of(replays, SIDE_COLUMNS)
     recorded_acted = {r["pair_id"]: (r.get("n_tool_calls") or 0) > 0 for r in rows if r.get("side") == "recorded"}
     out: dict[str, SideMetrics] = {}
     for side in sorted({str(r["side"]) for r in rows} - {"recorded"}):

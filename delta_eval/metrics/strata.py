@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from delta_eval.metrics.counted import counted_rows
 from delta_eval.metrics.difference import PairedSums
-from delta_eval.metrics.estimand import Components, Estimand, components
-from delta_eval.metrics.frames import Rows, rows_of
+from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.multiplicity import adjust
 from delta_eval.metrics.paired import Verdict, decide_margin
 from delta_eval.metrics.winrate import WinRate, win_rate_of
@@ -88,24 +89,18 @@ def by_stratum(
     (see :mod:`delta_eval.metrics.estimand`; with ``weighted="auto"`` the choice is made once, on all rows).
     ``alpha`` defaults to ``(1 - confidence) / 2``."""
     e = Estimand(**estimand)
-    rows = rows_of(verdicts)
-    if e.weighted == "auto":
-        e = e.model_copy(update={"weighted": components(rows, e).weighted})
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(str(r.get(key) or ""), []).append(r)
+    groups = counted_rows(verdicts, e, by=key)
     names = sorted(groups)
-    parts: list[Components] = [components(groups[name], e) for name in names]
+    parts = [groups[name] for name in names]
     level = (1 - confidence) / 2 if alpha is None else alpha
     rates, raw = [], []
     for name, c in zip(names, parts, strict=True):
         rates.append(win_rate_of(c, e, confidence=confidence, stratum=name))
-        raw.append(p_worse(c.sums(), 0.5 - margin))
+        raw.append(p_worse(c.sums, 0.5 - margin))
     adjusted = adjust(raw, adjustment)
     out = []
     for name, w, c, p, q in zip(names, rates, parts, raw, adjusted, strict=True):
-        none_won = bool(c.a) and not any(c.a) and not any(c.b)
-        verdict, _ = decide_margin(w, margin, None, no_difference=none_won)
+        verdict, _ = decide_margin(w, margin, None, no_difference=c.none_won)
         out.append(
             StratumDecision(
                 stratum=name,

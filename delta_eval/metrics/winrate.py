@@ -25,14 +25,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from delta_eval.metrics.estimand import Components, Estimand, components, contribution
-from delta_eval.metrics.frames import Rows, rows_of
-from delta_eval.metrics.intervals import bootstrap_interval, normal_quantile, wilson_interval
+from delta_eval.metrics.counted import Counted, counted_of, counted_rows
+from delta_eval.metrics.estimand import Components, Estimand, contribution
+from delta_eval.metrics.frames import Rows
+from delta_eval.metrics.intervals import cluster_bootstrap_interval, normal_quantile, wilson_interval
 
 __all__ = ["SCORES", "Method", "WinRate", "score_of", "win_rate", "win_rate_of", "win_rates_by"]
 
@@ -120,12 +121,12 @@ def win_rate(
     ``conversation_id``, ``stratum``, ``error_side``): an Arrow table, a DuckDB relation, a DataFrame or mappings.
     ``over``, ``weighted``, ``soft`` and ``errors`` are the estimand (:mod:`delta_eval.metrics.estimand`)."""
     e = Estimand(over=over, weighted=weighted, soft=soft, errors=errors)
-    return win_rate_of(components(verdicts, e), e, method=method, confidence=confidence, resamples=resamples,
+    return win_rate_of(counted_rows(verdicts, e)[""], e, method=method, confidence=confidence, resamples=resamples,
                        seed=seed, stratum=stratum)  # fmt: skip
 
 
 def win_rate_of(
-    c: Components,
+    c: Counted | Components,
     estimand: Estimand,
     *,
     method: Method = "auto",
@@ -134,10 +135,13 @@ def win_rate_of(
     seed: int = 0,
     stratum: str | None = None,
 ) -> WinRate:
-    """:func:`win_rate` from the counted pairs of an estimand (:func:`~delta_eval.metrics.estimand.components`)."""
+    """:func:`win_rate` from the counted pairs of an estimand (:func:`~delta_eval.metrics.counted.counted`, or
+    per pair :func:`~delta_eval.metrics.estimand.components`)."""
+    if isinstance(c, Components):
+        c = counted_of(c)
     chosen = "cluster" if method == "auto" else method
-    d = c.sums().difference(confidence)
-    n = len(c.a)
+    d = c.sums.difference(confidence)
+    n = c.pairs
     estimate = None if d.estimate is None else 0.5 + d.estimate / 2
     se: float | None = d.se / 2 if n else None
     if estimate is None:
@@ -152,8 +156,11 @@ def win_rate_of(
         half = normal_quantile(confidence) * se
         lo, hi = max(0.0, estimate - half), min(1.0, estimate + half)
     elif chosen == "bootstrap":
-        lo, hi = bootstrap_interval(c.scores, c.weights, c.clusters, c.strata, confidence=confidence,
-                                    resamples=resamples, seed=seed)  # fmt: skip
+        # conversations sorted by name, as the bootstrap of per-pair scores draws them
+        order = np.argsort(c.clusters, kind="stable")
+        sw, ww = c.bootstrap_sums()
+        lo, hi = cluster_bootstrap_interval(sw[order], ww[order], c.sums.strata[order].tolist(),
+                                            confidence=confidence, resamples=resamples, seed=seed)  # fmt: skip
     else:
         raise ValueError(f"unknown interval method {method!r}; one of auto, cluster, bootstrap, wilson, iid")
     counts = c.counts
@@ -185,11 +192,7 @@ def win_rate_of(
 def win_rates_by(verdicts: Rows, key: str = "stratum", **options: Any) -> list[WinRate]:
     """:func:`win_rate` for each value of ``key`` (default: the sampling stratum), sorted by that value. With
     ``weighted="auto"`` the choice is made once, on all the rows, so every group answers the same question."""
-    rows = rows_of(verdicts)
-    if options.get("weighted", "auto") == "auto":
-        e = Estimand(**{k: v for k, v in options.items() if k in ("over", "soft", "errors")})
-        options = {**options, "weighted": components(rows, e).weighted}
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(str(r.get(key)), []).append(r)
-    return [win_rate(group, stratum=name, **options) for name, group in sorted(groups.items())]
+    e = Estimand(**{k: v for k, v in options.items() if k in ("over", "soft", "errors", "weighted")})
+    rest = {k: v for k, v in options.items() if k not in ("over", "soft", "errors", "weighted")}
+    groups = counted_rows(verdicts, e, by=key, null="None")
+    return [win_rate_of(c, e, stratum=name, **rest) for name, c in sorted(groups.items())]

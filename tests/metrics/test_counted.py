@@ -1,0 +1,126 @@
+"""The per-conversation sums DuckDB computes over verdicts give the numbers the per-pair rows path gives, for every
+estimand, interval method and grouping (random runs, fixed seeds)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from delta_eval.metrics.counted import counted, counted_rows
+from delta_eval.metrics.decision import DecisionRule, decide
+from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.paired import non_inferiority, sign_test
+from delta_eval.metrics.strata import by_stratum
+from delta_eval.metrics.winrate import win_rate, win_rates_by
+
+OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
+ERRORS = [None, "baseline replay failed: 500", "candidate replay failed: timeout",
+          "baseline replay failed; candidate replay failed", "judge answer malformed"]  # fmt: skip
+
+
+@st.composite
+def runs(draw: Any) -> list[dict[str, Any]]:
+    """Verdict rows of a random run: clustered conversations in strata, ties, errors of each side, preferences,
+    varying weights or not, a few rows without a conversation."""
+    n = draw(st.integers(0, 60))
+    conversations = draw(st.integers(1, 12))
+    vary = draw(st.booleans())
+    rows = []
+    for i in range(n):
+        c = draw(st.integers(0, conversations - 1))
+        outcome = draw(st.sampled_from(OUTCOMES))
+        error = draw(st.sampled_from(ERRORS)) if outcome == "error" else None
+        side = draw(st.sampled_from([None, "baseline", "candidate", "both", "judge"])) if error else None
+        rows.append({
+            "pair_id": f"p{i}",
+            "outcome": outcome,
+            "preference": draw(st.one_of(st.none(), st.floats(0, 1))) if outcome in OUTCOMES[:3] else None,
+            "weight": float(1 + c % 3) if vary else 1.0,
+            "conversation_id": None if draw(st.integers(0, 20)) == 0 else f"c{c}",
+            "stratum": f"s{c % 3}",
+            "error": error,
+            "error_side": side,
+            "stage": "judge" if outcome in OUTCOMES[:3] else "deterministic",
+        })  # fmt: skip
+    return rows
+
+
+def _close(x: Any, y: Any) -> None:
+    if isinstance(x, float) and isinstance(y, float):
+        assert (math.isinf(x) and x == y) or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9), (x, y)
+    elif isinstance(x, dict):
+        assert x.keys() == y.keys()
+        for k in x:
+            _close(x[k], y[k])
+    elif isinstance(x, list | tuple):
+        assert len(x) == len(y)
+        for a, b in zip(x, y, strict=True):
+            _close(a, b)
+    else:
+        assert x == y, (x, y)
+
+
+ESTIMANDS = st.builds(
+    Estimand,
+    over=st.sampled_from(["all", "judged"]),
+    soft=st.booleans(),
+    weighted=st.sampled_from([True, False, "auto"]),
+    errors=st.sampled_from(["loss", "exclude"]),
+)
+
+
+@seed(20)
+@settings(max_examples=150, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), ESTIMANDS, st.sampled_from(["cluster", "bootstrap", "wilson", "iid"]))
+def test_win_rate_in_duckdb_is_the_rows_win_rate(rows: list[dict[str, Any]], e: Estimand, method: Any) -> None:
+    options = {**e.model_dump(), "method": method, "resamples": 200, "seed": 3}
+    _close(win_rate(pa.Table.from_pylist(rows), **options).model_dump(), win_rate(rows, **options).model_dump())
+    by = {**e.model_dump(), "method": method, "resamples": 200}
+    if method == "bootstrap" and any(r["conversation_id"] is None for r in rows):
+        return  # a pair without a conversation is named by its position in its group there: the draws differ
+    _close([w.model_dump() for w in win_rates_by(pa.Table.from_pylist(rows), **by)],
+           [w.model_dump() for w in win_rates_by(rows, **by)])  # fmt: skip
+
+
+@seed(21)
+@settings(max_examples=100, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), ESTIMANDS)
+def test_sums_in_duckdb_are_the_rows_sums(rows: list[dict[str, Any]], e: Estimand) -> None:
+    table = pa.Table.from_pylist(rows, schema=pa.schema([
+        ("pair_id", pa.string()), ("outcome", pa.string()), ("preference", pa.float64()), ("weight", pa.float64()),
+        ("conversation_id", pa.string()), ("stratum", pa.string()), ("error", pa.string()),
+        ("error_side", pa.string()), ("stage", pa.string())]))  # fmt: skip
+    # By stratum, a pair without a conversation is named by its position in its group in the rows path.
+    by = "stratum" if all(r["conversation_id"] for r in rows) else None
+    sql, mine = counted(table, e, by=by), counted_rows(rows, e, by=by)
+    assert sql.keys() == mine.keys()
+    for g in sql:
+        x, y = sql[g], mine[g]
+        assert x.clusters.tolist() == y.clusters.tolist()
+        assert (x.counts, x.error_losses, x.weighted, x.pairs, x.none_won) == (
+            y.counts, y.error_losses, y.weighted, y.pairs, y.none_won)  # fmt: skip
+        for name in ("a", "ta", "b", "tb", "iid"):
+            np.testing.assert_allclose(getattr(x.sums, name), getattr(y.sums, name), rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(x.sums.seen, y.sums.seen)
+        np.testing.assert_array_equal(x.sums.strata, y.sums.strata)
+        np.testing.assert_allclose(x.balance, y.balance, atol=1e-12)
+
+
+@seed(22)
+@settings(max_examples=30, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), st.sampled_from(["all", "judged"]), st.sampled_from([0.0, 0.02, 0.1]))
+def test_decision_in_duckdb_is_the_rows_decision(rows: list[dict[str, Any]], over: Any, margin: float) -> None:
+    table = pa.Table.from_pylist(rows)
+    _close(
+        non_inferiority(table, margin, over=over).model_dump(), non_inferiority(rows, margin, over=over).model_dump()
+    )
+    _close(sign_test(table, over=over).model_dump(), sign_test(rows, over=over).model_dump())
+    _close([s.model_dump() for s in by_stratum(table, margin, over=over)],
+           [s.model_dump() for s in by_stratum(rows, margin, over=over)])  # fmt: skip
+    rule = DecisionRule(margin=margin, over=over)
+    _close(decide(table, rule=rule).model_dump(), decide(rows, rule=rule).model_dump())
