@@ -12,9 +12,13 @@ keyed by the requests' cache keys: a run killed while a batch is processed finds
 sends none of its requests again. Nothing is paid twice: a request answered before the kill is in the cache, one
 in a batch still running is answered by that batch.
 
-What a provider does is a :class:`BatchBackend` (``openai:``: :mod:`.openai_batch`): upload the requests, create
-the batch from them, find a batch created from an upload (after a kill between the two), and poll it. Requests of
-one queue go to one model, as OpenAI requires of a batch.
+What a provider does is a :class:`BatchBackend` (``openai:``: :mod:`.openai_batch`, ``anthropic:``:
+:mod:`.anthropic_batch`, ``gemini:``: :mod:`.gemini_batch`): upload the requests, create the batch from them, find
+a batch created from an upload (after a kill between the two), and poll it. Requests of one queue go to one model,
+as OpenAI and Gemini require of a batch. A provider whose batch is created from the requests themselves (Anthropic,
+Gemini's inline requests: ``stores_input`` false) has nothing to upload: its ``upload`` only holds the requests in
+memory, so the batch is created at once and journalled with its id; a kill between the provider creating it and
+the journal's line (one round trip) would leave a batch the resumed run does not know.
 
 Example::
 
@@ -119,6 +123,10 @@ class BatchJournal(Protocol):
 
 class BatchBackend(Protocol):
     """One provider's batch API, as a :class:`BatchQueue` uses it. Each method raises :class:`ProviderError`."""
+
+    #: Whether ``upload`` leaves the requests at the provider (a file a batch is created from, found again after
+    #: a kill), rather than in this process until ``create`` sends them.
+    stores_input: bool
 
     async def upload(self, items: Sequence[tuple[str, ModelRequest]]) -> str:
         """Hand the provider the requests (custom id: their cache key); what names the upload."""
@@ -239,9 +247,22 @@ class BatchQueue:
         except ProviderError as exc:
             self._settle(keys, exc)
             return
+        if self.backend.stores_input:
+            self.journal.uploaded(self.model, file, keys)
+            self._followed.add(file)
+            await self._follow(file, tuple(keys), None)
+            return
+        # The requests live only here until the batch is created: journalled once it exists, with its id.
+        try:
+            created = await self._call(lambda: self.backend.create(file))
+        except ProviderError as exc:
+            self._settle(keys, exc)
+            return
+        self._sent(created, len(keys))
         self.journal.uploaded(self.model, file, keys)
+        self.journal.created(file, created)
         self._followed.add(file)
-        await self._follow(file, tuple(keys), None)
+        await self._follow(file, tuple(keys), created)
 
     async def _follow(self, file: str, keys: Sequence[str], batch_id: str | None) -> None:
         """Create the batch of ``file`` if it is not yet, poll it to its end, and hand out its results."""
@@ -250,9 +271,7 @@ class BatchQueue:
                 found = await self._call(lambda: self.backend.find(file))
                 if found is None:
                     found = await self._call(lambda: self.backend.create(file))
-                    self.created.append(found)
-                    if self._on_send is not None:
-                        self._on_send(len(keys))
+                    self._sent(found, len(keys))
                 self.journal.created(file, found)
                 batch_id = found
             ended = batch_id
@@ -274,6 +293,11 @@ class BatchQueue:
             self._settle([key], outcome)
         self.journal.done(batch_id)
         self._followed.discard(file)
+
+    def _sent(self, batch: str, count: int) -> None:
+        self.created.append(batch)
+        if self._on_send is not None:
+            self._on_send(count)
 
     def _settle(self, keys: Sequence[str], outcome: Outcome) -> None:
         for key in keys:
