@@ -163,6 +163,13 @@ class RunConfig(BaseModel):
         return None if value is False else value
 
     @property
+    def replays_in_flight(self) -> int:
+        """Pairs being replayed at once: ``concurrency``, or enough to fill a batch when replays are batched."""
+        if self.batch is not None and self.batch.replays:
+            return max(self.concurrency, self.batch.size)
+        return self.concurrency
+
+    @property
     def judges_in_flight(self) -> int:
         """Pairs being judged at once: ``judge_concurrency``, or enough to fill a batch when the run batches."""
         return max(self.judge_concurrency, self.batch.size) if self.batch is not None else self.judge_concurrency

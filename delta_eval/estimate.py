@@ -27,7 +27,9 @@ applied) and adds up, without calling any model:
   ``pilot`` run folder when given, else :data:`DEFAULT_FUNNEL`; stage 3 also audits ``audit_fraction`` of stage 2's
   "equivalent" pairs, and judges each pair twice with ``order="both"``, once per judge of a panel.
 - **Prices** from the catalogue (:mod:`delta_eval.pricing`) or the run's ``prices``; a part whose model has no
-  price has cost ``None`` (unknown), and so has the total.
+  price has cost ``None`` (unknown), and so has the total. In a run that batches (``batch``), the judges' calls
+  (and the sides', with ``batch.replays``) to a provider with a batch API are at
+  :data:`~delta_eval.adapters.batch.BATCH_DISCOUNT` of that price, as the run prices them.
 
 Each part gets a low-high range: input tokens ±15% for the approximation (±3% with a tokenizer), output tokens
 ×0.7 to ×1.5 of the recorded length (another model writes more or less), no cache hit at all (high: a provider's
@@ -55,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from delta_eval.adapters.batch import BATCH_DISCOUNT, BATCH_PROVIDERS, batch_cost
 from delta_eval.calls import GenerateParams
 from delta_eval.catalog import ModelInfo, ModelOverride, model_info
 from delta_eval.config import RunConfig, load_config
@@ -449,8 +452,11 @@ def _judge_parts(
     prices: Mapping[str, Price],
     models: Mapping[str, ModelOverride],
     notes: list[str],
+    *,
+    batch: bool = False,
 ) -> list[EstimatePart]:
-    """Stage-2 and stage-3 calls, from their prompts rendered on the sample and the funnel's expected shares."""
+    """Stage-2 and stage-3 calls, from their prompts rendered on the sample and the funnel's expected shares
+    (``batch``: sent through their provider's batch API where it has one)."""
     parts: list[EstimatePart] = []
     n = len(views)
     eq_specs = list(judges.equivalence) if isinstance(judges.equivalence, tuple | list) else [judges.equivalence]
@@ -473,8 +479,18 @@ def _judge_parts(
                     f"stage {'2' if stage == 'equivalence' else '3'} judge {spec!r}: a custom judge, cost not estimated"
                 )
                 continue
-            parts.append(_judge_part(stage, spec, judges, views, reach, tokenizer, prices, models))
+            part = _judge_part(stage, spec, judges, views, reach, tokenizer, prices, models)
+            parts.append(_at_batch_price(part, spec.model) if batch else part)
     return parts
+
+
+def _at_batch_price(part: EstimatePart, model: str) -> EstimatePart:
+    """``part`` as its provider's batch API prices it (unchanged for a provider without one)."""
+    batched = model.partition(":")[0] in BATCH_PROVIDERS
+    part.cost_usd = batch_cost(part.cost_usd, batched)
+    part.low_usd = batch_cost(part.low_usd, batched)
+    part.high_usd = batch_cost(part.high_usd, batched)
+    return part
 
 
 def _judge_part(
@@ -556,10 +572,13 @@ def estimate_sample(
     if skipped:
         notes.append(f"{skipped} replays cannot be built (their variant does not apply): they will be error rows")
     prices = c.all_prices
+    batch_replays = c.batch is not None and c.batch.replays
     parts = [
         _side(side, variant.model, variant.params, requests[side], c, tokenizer, prices)
         for side, variant in sides.items()
     ]
+    if batch_replays:
+        parts = [_at_batch_price(part, v.model) for part, v in zip(parts, sides.values(), strict=True)]
     views = [  # each candidate's pairs are judged against the baseline
         PairView(
             point=point,
@@ -570,7 +589,10 @@ def estimate_sample(
         for (point, base), (_, cand) in zip(requests["baseline"], requests[side], strict=True)
     ]
     funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL
-    parts += _judge_parts(c.judges, views, funnel, tokenizer, prices, c.models, notes)
+    parts += _judge_parts(c.judges, views, funnel, tokenizer, prices, c.models, notes, batch=c.batch is not None)
+    if c.batch is not None:
+        notes.append(f"batch: the {'replays and ' if batch_replays else ''}judges' calls to a provider with a batch API "
+                     f"are priced at {BATCH_DISCOUNT:.0%} of the interactive price")  # fmt: skip
     for p in parts:
         if p.cost_usd is None:
             notes.append(f"{p.model} has no known price: pass prices= (or [prices] in the config) to include it")

@@ -192,11 +192,12 @@ async def execute(
     simulated = any(split_model_id(v.model)[0] == "simulated" for v in c.sides().values())
     recordings = RecordingIndex() if simulated else None
     pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings, models=c.models), batch=c.batch)
+    batch_replays = c.batch is not None and c.batch.replays
     try:
         simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
         sides: dict[str, Replayer] = {
             side: Replayer(
-                pool.client(v.model, v.provider_options, v.limits, label=v.name),
+                pool.client(v.model, v.provider_options, v.limits, label=v.name, batch=batch_replays),
                 v,
                 simulator,
                 c.max_tool_rounds,

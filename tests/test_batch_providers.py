@@ -321,3 +321,30 @@ def test_the_gemini_fake_processes_a_batch_as_google_does() -> None:
     assert answers["bad_role"].error.code == 3  # INVALID_ARGUMENT: generateContent's own refusal
     assert "role" in answers["bad_role"].error.message
     assert answers["fails"].error.code == 13
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.prefix)
+def test_replays_go_through_batches_too_when_asked_and_are_priced_at_the_discount(
+    provider: Provider, tmp_path: Path
+) -> None:
+    with provider.serve() as server:
+        c = config(provider, server, tmp_path / "run")
+        prices = {f"{provider.prefix}:{name}": PRICE for name in ("baseline", "candidate", *JUDGES)}
+        c = c.model_copy(update={"batch": FAST.model_copy(update={"replays": True}), "prices": prices})
+        result = de.run(c, conversations=demo_conversations())
+        sent = provider.requests(server)
+        if isinstance(server, FakeAnthropicServer):
+            interactive = [r for r in server.requests if r.path == "/v1/messages"]
+        else:
+            interactive = [r for r in server.requests if r.path.endswith(":generateContent")]
+    assert result.status == "completed"
+    # the demo's candidate fails some calls (429, 500): in a batch, each is a retryable error row of its pair
+    assert all(e["stage"] == "replay" and e["retryable"] for e in result.table("errors").to_pylist())
+    assert interactive == []  # every call, replays' and judges', went through a batch
+    assert {"baseline", "candidate"} <= {model for _, model in sent}
+    assert max(Counter(key for key, _ in sent).values()) == 1
+    replays = result.table("replays").to_pylist()
+    assert replays
+    for r in (r for r in replays if r["error"] is None and r["side"] != "recorded"):
+        usage = Usage(input_tokens=r["input_tokens"], output_tokens=r["output_tokens"])
+        assert r["cost_usd"] == pytest.approx(cost(usage, PRICE) * BATCH_DISCOUNT)  # type: ignore[operator]

@@ -43,10 +43,12 @@ from delta_eval.exceptions import ProviderError, TransientError
 
 __all__ = [
     "BATCH_DISCOUNT",
+    "BATCH_PROVIDERS",
     "BatchBackend",
     "BatchJournal",
     "BatchQueue",
     "BatchSettings",
+    "batch_cost",
     "Ended",
     "Outcome",
     "PendingBatch",
@@ -58,6 +60,20 @@ __all__ = [
 #: ("at 50% of the standard cost", ai.google.dev/gemini-api/docs/batch-mode). The model catalogue has no batch
 #: price of its own, so the run's price is scaled by this.
 BATCH_DISCOUNT = 0.5
+
+def batch_cost(dollars: float | None, batch: bool) -> float | None:
+    """What a call priced ``dollars`` interactively cost, ``batch``: sent through a batch API.
+
+    Example:
+        >>> batch_cost(0.02, True), batch_cost(0.02, False), batch_cost(None, True)
+        (0.01, 0.02, None)
+    """
+    return dollars * BATCH_DISCOUNT if dollars is not None and batch else dollars
+
+
+#: The model prefixes whose adapters send batches (their ``batch_backend``), for what prices a run before building
+#: any adapter (:mod:`delta_eval.estimate`). Their Azure, Bedrock and Vertex AI forms have no batch wired in.
+BATCH_PROVIDERS = frozenset({"openai", "anthropic", "gemini"})
 
 T = TypeVar("T")
 
@@ -80,7 +96,12 @@ class BatchSettings(BaseModel):
     - ``size``: requests per batch at most (OpenAI takes up to 50,000 in one);
     - ``wait_s``: a batch not yet full is sent this long after its first request came;
     - ``poll_s``: how often a submitted batch is asked whether it is done (providers finish within 24 hours, most
-      batches much sooner).
+      batches much sooner);
+    - ``replays``: the sides' replays go through batches too (each model call of a replay: one with tool rounds
+      waits for a batch per round). Off by default: the judges' calls are what can wait, while the replays are
+      what a run's answer waits on first; turn it on for a run nobody waits for (a nightly comparison).
+      Replays answered in a batch share the response cache with interactive ones, so nothing is paid twice
+      whichever way a call went.
 
     Example:
         >>> BatchSettings(size=200).poll_s
@@ -92,6 +113,7 @@ class BatchSettings(BaseModel):
     size: int = Field(default=1000, ge=1, le=50_000)
     wait_s: float = Field(default=10.0, ge=0)
     poll_s: float = Field(default=30.0, gt=0)
+    replays: bool = False
 
 
 class PendingBatch(Protocol):
