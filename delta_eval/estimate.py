@@ -591,8 +591,9 @@ def estimate_sample(
     funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL
     parts += _judge_parts(c.judges, views, funnel, tokenizer, prices, c.models, notes, batch=c.batch is not None)
     if c.batch is not None:
-        notes.append(f"batch: the {'replays and ' if batch_replays else ''}judges' calls to a provider with a batch API "
-                     f"are priced at {BATCH_DISCOUNT:.0%} of the interactive price")  # fmt: skip
+        which = "replays' and judges'" if batch_replays else "judges'"
+        notes.append(f"batch: the {which} calls to a provider with a batch API are priced at {BATCH_DISCOUNT:.0%} "
+                     "of the interactive price")  # fmt: skip
     for p in parts:
         if p.cost_usd is None:
             notes.append(f"{p.model} has no known price: pass prices= (or [prices] in the config) to include it")

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import anyio
+import httpx
 import pytest
 from google import genai
 from google.genai import errors as genai_errors
@@ -67,7 +67,9 @@ class Provider:
 
     def interactive_judge_calls(self, server: Server) -> int:
         if isinstance(server, FakeAnthropicServer):
-            return sum(1 for r in server.requests if r.path == "/v1/messages" and (r.json() or {}).get("model") in JUDGES)
+            return sum(
+                1 for r in server.requests if r.path == "/v1/messages" and (r.json() or {}).get("model") in JUDGES
+            )
         return sum(1 for r in server.requests if any(f"/models/{j}:generateContent" in r.path for j in JUDGES))
 
     def fail(self, server: Server, which: Callable[[str, str], bool] | None) -> None:

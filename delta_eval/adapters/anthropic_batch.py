@@ -124,6 +124,8 @@ class AnthropicBatches:
         if result.type == "errored":
             error = result.error.error
             status = _STATUS.get(error.type, 500)
-            return status_error(status, error.message, model=model, code=error.type, secrets=self.adapter.options.secrets())
+            return status_error(
+                status, error.message, model=model, code=error.type, secrets=self.adapter.options.secrets()
+            )
         # canceled or expired: never attempted, worth asking again
         return TransientError(f"the batch {batch} {result.type} before this request was done", model=model)

@@ -48,10 +48,10 @@ __all__ = [
     "BatchJournal",
     "BatchQueue",
     "BatchSettings",
-    "batch_cost",
     "Ended",
     "Outcome",
     "PendingBatch",
+    "batch_cost",
 ]
 
 #: What a batch call costs relative to the same call made interactively. Each provider documents half the price:
@@ -60,6 +60,7 @@ __all__ = [
 #: ("at 50% of the standard cost", ai.google.dev/gemini-api/docs/batch-mode). The model catalogue has no batch
 #: price of its own, so the run's price is scaled by this.
 BATCH_DISCOUNT = 0.5
+
 
 def batch_cost(dollars: float | None, batch: bool) -> float | None:
     """What a call priced ``dollars`` interactively cost, ``batch``: sent through a batch API.

@@ -141,7 +141,10 @@ class MessageBatchAPI:
             if tail == "/results" and request.method == "GET":
                 if batch.processing_status != "ended":
                     return self._error(400, "bad_request", f"Message batch {batch.id} has not finished processing.")
-                lines = [json.dumps({"custom_id": k, "result": r}).encode() + b"\n" for k, r in reversed(batch.results.items())]
+                lines = [
+                    json.dumps({"custom_id": k, "result": r}).encode() + b"\n"
+                    for k, r in reversed(batch.results.items())
+                ]
                 return StreamReply(lines, headers={"content-type": "application/binary"})
             if tail is None and request.method == "GET":
                 batch.retrieved += 1

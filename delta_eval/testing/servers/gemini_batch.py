@@ -7,8 +7,9 @@ Endpoints (under ``/v1/``, ``/v1beta/`` or ``/v1alpha/``): ``POST models/{model}
 As Google documents them (ai.google.dev/gemini-api/docs/batch-mode and the ``batches`` REST reference): a batch is
 created from ``{"batch": {"displayName", "inputConfig": {...}}}`` whose input config holds exactly one source:
 ``requests.requests`` (inline ``{"request": <GenerateContentRequest>, "metadata": {...}}``, at most 20 MB in
-all; this server takes only these) or ``fileName``, else the call is refused with a 400 ``INVALID_ARGUMENT``. Both create and get answer a long-running operation named ``batches/{id}`` whose
-``metadata`` is the batch (``model``, ``displayName``, ``state``, ``batchStats``, and, once it succeeded,
+all; this server takes only these) or ``fileName``, else the call is refused with a 400 ``INVALID_ARGUMENT``.
+Both create and get answer a long-running operation named ``batches/{id}`` whose ``metadata`` is the batch
+(``model``, ``displayName``, ``state``, ``batchStats``, and, once it succeeded,
 ``output.inlinedResponses.inlinedResponses``, in request order, each the request's ``metadata`` with its
 ``response`` or its ``error`` as a ``google.rpc.Status``). States go ``BATCH_STATE_PENDING`` ->
 ``BATCH_STATE_RUNNING`` -> ``BATCH_STATE_SUCCEEDED`` (or ``_CANCELLED`` after a cancel, ``_EXPIRED`` after 48
