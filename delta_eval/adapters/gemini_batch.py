@@ -7,8 +7,10 @@ batch is created with its requests inline (``POST /v1beta/models/{model}:batchGe
 ``metadata`` is the batch) until its state is ``BATCH_STATE_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
 ``_EXPIRED`` (the SDK calls them ``JOB_STATE_*``). Its answers are inline in ``metadata.output.inlinedResponses``,
 each a ``response`` or an ``error`` (a ``google.rpc.Status``) with the request's ``metadata``. Inline requests
-travel in the create call, so :meth:`GeminiBatches.upload` only holds them (``stores_input`` is false); Google
-caps an inline batch at 20 MB, which a batch ``size`` of a few hundred judge calls stays well under.
+travel in the create call, so :meth:`GeminiBatches.upload` only holds them (``stores_input`` is false). Google
+caps an inline batch at 20 MB: a batch of ``size`` requests must stay under it (lower ``size`` for long contexts;
+a batch over it is refused whole, each of its requests an error row). Gemini's file input (the Files API, up to
+2 GB) is not wired in.
 
 Example::
 
