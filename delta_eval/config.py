@@ -95,7 +95,9 @@ class RunConfig(BaseModel):
       and 3) through their provider's batch API, at about half the price, when nobody needs each answer at once:
       they are queued into batches, polled every ``poll_s``, and a run killed meanwhile polls the same batches when
       resumed (see :mod:`delta_eval.adapters.batch`). Pairs judged at once rise to the batch ``size``. Providers
-      wired in: OpenAI (``openai:``); a judge of another provider is called at once, with a note.
+      wired in: OpenAI (``openai:``), Anthropic (``anthropic:``) and Gemini (``gemini:``); a judge of another
+      provider is called at once, with a note. ``batch.replays`` sends the sides' calls through batches too (pairs
+      replayed at once then rise to the batch ``size`` as well).
     - ``prices``: per-model prices overriding the model catalogue's list prices.
     - ``models``: per-model corrections of the model catalogue (what a model takes: reasoning efforts, a thinking
       budget's range, sampling parameters, ...; its price), keyed by model id; see
@@ -161,6 +163,13 @@ class RunConfig(BaseModel):
         if value is True:
             return BatchSettings()
         return None if value is False else value
+
+    @property
+    def replays_in_flight(self) -> int:
+        """Pairs being replayed at once: ``concurrency``, or enough to fill a batch when replays are batched."""
+        if self.batch is not None and self.batch.replays:
+            return max(self.concurrency, self.batch.size)
+        return self.concurrency
 
     @property
     def judges_in_flight(self) -> int:

@@ -27,7 +27,9 @@ applied) and adds up, without calling any model:
   ``pilot`` run folder when given, else :data:`DEFAULT_FUNNEL`; stage 3 also audits ``audit_fraction`` of stage 2's
   "equivalent" pairs, and judges each pair twice with ``order="both"``, once per judge of a panel.
 - **Prices** from the catalogue (:mod:`delta_eval.pricing`) or the run's ``prices``; a part whose model has no
-  price has cost ``None`` (unknown), and so has the total.
+  price has cost ``None`` (unknown), and so has the total. In a run that batches (``batch``), the judges' calls
+  (and the sides', with ``batch.replays``) to a provider with a batch API are at
+  :data:`~delta_eval.adapters.batch.BATCH_DISCOUNT` of that price, as the run prices them.
 
 Each part gets a low-high range: input tokens ±15% for the approximation (±3% with a tokenizer), output tokens
 ×0.7 to ×1.5 of the recorded length (another model writes more or less), no cache hit at all (high: a provider's
@@ -56,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from delta_eval.adapters.batch import BATCH_DISCOUNT, BATCH_PROVIDERS, batch_cost
 from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.catalog import ModelInfo, ModelOverride, model_info
 from delta_eval.config import RunConfig, load_config
@@ -460,6 +463,15 @@ class _SideCount:
         return _finish(self.name, self.model, self.t, price, spread, writes_cache=self.provider in _WRITES_CACHE)
 
 
+def _at_batch_price(part: EstimatePart, model: str) -> EstimatePart:
+    """``part`` as its provider's batch API prices it (unchanged for a provider without one)."""
+    batched = model.partition(":")[0] in BATCH_PROVIDERS
+    part.cost_usd = batch_cost(part.cost_usd, batched)
+    part.low_usd = batch_cost(part.low_usd, batched)
+    part.high_usd = batch_cost(part.high_usd, batched)
+    return part
+
+
 @dataclass
 class _JudgePrompts:
     """One LLM judge's prompts, their input tokens summed a pair at a time."""
@@ -600,9 +612,18 @@ def estimate_sample(
                 judging.add(PairView(point=point, a=base, b=SideView(output=point.recorded, request=built[side])))
     if skipped:
         notes.append(f"{skipped} replays cannot be built (their variant does not apply): they will be error rows")
+    batch_replays = c.batch is not None and c.batch.replays
     parts = [count.part() for count in counts.values()]
+    if batch_replays:
+        parts = [_at_batch_price(part, v.model) for part, v in zip(parts, sides.values(), strict=True)]
     funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL
-    parts += judging.parts(funnel, prices, notes)
+    judged = judging.parts(funnel, prices, notes)
+    if c.batch is not None:
+        judged = [_at_batch_price(part, p.spec.model) for part, p in zip(judged, judging.prompts, strict=True)]
+        which = "replays' and judges'" if batch_replays else "judges'"
+        notes.append(f"batch: the {which} calls to a provider with a batch API are priced at {BATCH_DISCOUNT:.0%} "
+                     "of the interactive price")  # fmt: skip
+    parts += judged
     for p in parts:
         if p.cost_usd is None:
             notes.append(f"{p.model} has no known price: pass prices= (or [prices] in the config) to include it")

@@ -348,14 +348,14 @@ class Stages:
 async def run_stages(stages: Stages, sample: SampleResult, sides: dict[str, Replayer], cascade: JudgeCascade) -> None:
     """Run the stages on ``sample`` until every pair is written (or the run is cancelled)."""
     c = stages.config
-    points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, str]](2 * c.concurrency)
+    points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, str]](2 * c.replays_in_flight)
     pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judges_in_flight)
     write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](c.flush_every)
     stages.progress.phase = "replaying"
     stages.progress.replay_started = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(stages.load, sample, points_send, write_send.clone())
-        for _ in range(len(sides) * c.concurrency):  # a worker per side of ``concurrency`` pairs
+        for _ in range(len(sides) * c.replays_in_flight):  # a worker per side of ``concurrency`` pairs
             tg.start_soon(stages.replay, points_recv.clone(), pairs_send.clone(), sides)
         for _ in range(c.judges_in_flight):  # a batching run holds a batch's worth of pairs waiting
             tg.start_soon(stages.judge, pairs_recv.clone(), write_send.clone(), cascade)

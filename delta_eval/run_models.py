@@ -51,11 +51,12 @@ async def build_models(
     recordings = RecordingIndex() if simulated else None
     context = AdapterContext(recordings=recordings, models=c.models)
     pool = ModelPool(None, c.retry, context, batch=c.batch, limiters=limiters)
+    batch_replays = c.batch is not None and c.batch.replays
     try:
         simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
         sides: dict[str, Replayer] = {
             side: Replayer(
-                pool.client(v.model, v.provider_options, v.limits, label=v.name),
+                pool.client(v.model, v.provider_options, v.limits, label=v.name, batch=batch_replays),
                 v,
                 simulator,
                 c.max_tool_rounds,

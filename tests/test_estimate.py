@@ -179,3 +179,31 @@ def test_the_readme_example_runs(
     result = scope["actual"]
     assert isinstance(result, de.RunResult)
     assert result.manifest.estimate is not None
+
+
+def test_a_batching_run_is_estimated_at_the_batch_discount_where_the_provider_batches(tmp_path: Path) -> None:
+    from delta_eval.adapters.batch import BATCH_DISCOUNT, BatchSettings
+
+    judges = de.Judges(
+        equivalence=de.EquivalenceJudge(model="anthropic:claude-haiku-4-5"),
+        judge=de.PairwiseJudge(model="gemini:gemini-2.5-pro"),
+    )
+    sides = {"baseline": de.Variant(model="openai:gpt-4.1-mini"), "candidate": de.Variant(model="openai:gpt-4.1")}
+    plain = de.demo.demo_config(tmp_path / "run", n=6).model_copy(update={"judges": judges, **sides})
+    conversations = de.demo.demo_conversations()
+    interactive = de.estimate(plain, conversations=conversations)
+    judged = de.estimate(plain.model_copy(update={"batch": BatchSettings()}), conversations=conversations)
+    replayed = de.estimate(plain.model_copy(update={"batch": BatchSettings(replays=True)}), conversations=conversations)
+    for name in ("stage 2 equivalence", "stage 3 judge"):
+        for field in ("cost_usd", "low_usd", "high_usd"):
+            assert getattr(judged.part(name), field) == pytest.approx(
+                getattr(interactive.part(name), field) * BATCH_DISCOUNT
+            )
+            assert getattr(replayed.part(name), field) == pytest.approx(getattr(judged.part(name), field))
+    for side in ("baseline", "candidate"):
+        assert judged.part(side).cost_usd == pytest.approx(interactive.part(side).cost_usd)  # replayed at once
+        assert replayed.part(side).cost_usd == pytest.approx(interactive.part(side).cost_usd * BATCH_DISCOUNT)
+    assert any("batch" in note for note in judged.notes)
+    # A provider with no batch API wired in keeps its price.
+    azure = plain.model_copy(update={"batch": BatchSettings(replays=True), "baseline": de.Variant(model="simulated:x")})
+    assert de.estimate(azure, conversations=conversations).part("baseline").cost_usd == 0.0

@@ -43,7 +43,9 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent
 from anthropic.types import Usage as WireUsage
 
+from delta_eval.adapters.anthropic_batch import AnthropicBatches
 from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, sdk_client_options
+from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
 from delta_eval.adapters.media import NO_BYTES, Note, decoded, placeholder
 from delta_eval.adapters.options import ProviderOptions, parse_options
@@ -247,6 +249,11 @@ class AnthropicAdapter(ModelAdapter):
     def cache_identity(self) -> dict[str, Any]:
         """The endpoint answering (a key never is)."""
         return {"base_url": str(self.client.base_url)}
+
+    def batch_backend(self) -> BatchBackend | None:
+        """Anthropic's Message Batches API (:mod:`.anthropic_batch`); Bedrock's and Vertex AI's batches are not
+        wired in."""
+        return AnthropicBatches(self) if type(self) is AnthropicAdapter else None
 
     def _thinking(self, p: GenerateParams) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The ``thinking`` setting and ``output_config`` for the reasoning parameters, as this model takes them:

@@ -12,9 +12,13 @@ keyed by the requests' cache keys: a run killed while a batch is processed finds
 sends none of its requests again. Nothing is paid twice: a request answered before the kill is in the cache, one
 in a batch still running is answered by that batch.
 
-What a provider does is a :class:`BatchBackend` (``openai:``: :mod:`.openai_batch`): upload the requests, create
-the batch from them, find a batch created from an upload (after a kill between the two), and poll it. Requests of
-one queue go to one model, as OpenAI requires of a batch.
+What a provider does is a :class:`BatchBackend` (``openai:``: :mod:`.openai_batch`, ``anthropic:``:
+:mod:`.anthropic_batch`, ``gemini:``: :mod:`.gemini_batch`): upload the requests, create the batch from them, find
+a batch created from an upload (after a kill between the two), and poll it. Requests of one queue go to one model,
+as OpenAI and Gemini require of a batch. A provider whose batch is created from the requests themselves (Anthropic,
+Gemini's inline requests: ``stores_input`` false) has nothing to upload: its ``upload`` only holds the requests in
+memory, so the batch is created at once and journalled with its id; a kill between the provider creating it and
+the journal's line (one round trip) would leave a batch the resumed run does not know.
 
 Example::
 
@@ -39,6 +43,7 @@ from delta_eval.exceptions import ProviderError, TransientError
 
 __all__ = [
     "BATCH_DISCOUNT",
+    "BATCH_PROVIDERS",
     "BatchBackend",
     "BatchJournal",
     "BatchQueue",
@@ -46,6 +51,7 @@ __all__ = [
     "Ended",
     "Outcome",
     "PendingBatch",
+    "batch_cost",
 ]
 
 #: What a batch call costs relative to the same call made interactively. Each provider documents half the price:
@@ -54,6 +60,21 @@ __all__ = [
 #: ("at 50% of the standard cost", ai.google.dev/gemini-api/docs/batch-mode). The model catalogue has no batch
 #: price of its own, so the run's price is scaled by this.
 BATCH_DISCOUNT = 0.5
+
+
+def batch_cost(dollars: float | None, batch: bool) -> float | None:
+    """What a call priced ``dollars`` interactively cost, ``batch``: sent through a batch API.
+
+    Example:
+        >>> batch_cost(0.02, True), batch_cost(0.02, False), batch_cost(None, True)
+        (0.01, 0.02, None)
+    """
+    return dollars * BATCH_DISCOUNT if dollars is not None and batch else dollars
+
+
+#: The model prefixes whose adapters send batches (their ``batch_backend``), for what prices a run before building
+#: any adapter (:mod:`delta_eval.estimate`). Their Azure, Bedrock and Vertex AI forms have no batch wired in.
+BATCH_PROVIDERS = frozenset({"openai", "anthropic", "gemini"})
 
 T = TypeVar("T")
 
@@ -76,7 +97,12 @@ class BatchSettings(BaseModel):
     - ``size``: requests per batch at most (OpenAI takes up to 50,000 in one);
     - ``wait_s``: a batch not yet full is sent this long after its first request came;
     - ``poll_s``: how often a submitted batch is asked whether it is done (providers finish within 24 hours, most
-      batches much sooner).
+      batches much sooner);
+    - ``replays``: the sides' replays go through batches too (each model call of a replay: one with tool rounds
+      waits for a batch per round). Off by default: the judges' calls are what can wait, while the replays are
+      what a run's answer waits on first; turn it on for a run nobody waits for (a nightly comparison).
+      Replays answered in a batch share the response cache with interactive ones, so nothing is paid twice
+      whichever way a call went.
 
     Example:
         >>> BatchSettings(size=200).poll_s
@@ -88,6 +114,7 @@ class BatchSettings(BaseModel):
     size: int = Field(default=1000, ge=1, le=50_000)
     wait_s: float = Field(default=10.0, ge=0)
     poll_s: float = Field(default=30.0, gt=0)
+    replays: bool = False
 
 
 class PendingBatch(Protocol):
@@ -119,6 +146,10 @@ class BatchJournal(Protocol):
 
 class BatchBackend(Protocol):
     """One provider's batch API, as a :class:`BatchQueue` uses it. Each method raises :class:`ProviderError`."""
+
+    #: Whether ``upload`` leaves the requests at the provider (a file a batch is created from, found again after
+    #: a kill), rather than in this process until ``create`` sends them.
+    stores_input: bool
 
     async def upload(self, items: Sequence[tuple[str, ModelRequest]]) -> str:
         """Hand the provider the requests (custom id: their cache key); what names the upload."""
@@ -239,9 +270,22 @@ class BatchQueue:
         except ProviderError as exc:
             self._settle(keys, exc)
             return
+        if self.backend.stores_input:
+            self.journal.uploaded(self.model, file, keys)
+            self._followed.add(file)
+            await self._follow(file, tuple(keys), None)
+            return
+        # The requests live only here until the batch is created: journalled once it exists, with its id.
+        try:
+            created = await self._call(lambda: self.backend.create(file))
+        except ProviderError as exc:
+            self._settle(keys, exc)
+            return
+        self._sent(created, len(keys))
         self.journal.uploaded(self.model, file, keys)
+        self.journal.created(file, created)
         self._followed.add(file)
-        await self._follow(file, tuple(keys), None)
+        await self._follow(file, tuple(keys), created)
 
     async def _follow(self, file: str, keys: Sequence[str], batch_id: str | None) -> None:
         """Create the batch of ``file`` if it is not yet, poll it to its end, and hand out its results."""
@@ -250,9 +294,7 @@ class BatchQueue:
                 found = await self._call(lambda: self.backend.find(file))
                 if found is None:
                     found = await self._call(lambda: self.backend.create(file))
-                    self.created.append(found)
-                    if self._on_send is not None:
-                        self._on_send(len(keys))
+                    self._sent(found, len(keys))
                 self.journal.created(file, found)
                 batch_id = found
             ended = batch_id
@@ -274,6 +316,11 @@ class BatchQueue:
             self._settle([key], outcome)
         self.journal.done(batch_id)
         self._followed.discard(file)
+
+    def _sent(self, batch: str, count: int) -> None:
+        self.created.append(batch)
+        if self._on_send is not None:
+            self._on_send(count)
 
     def _settle(self, keys: Sequence[str], outcome: Outcome) -> None:
         for key in keys:

@@ -36,7 +36,9 @@ from google import genai
 from google.genai import errors, types
 
 from delta_eval.adapters.base import ClientShards, ModelAdapter, tls_context
+from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.gemini_batch import GeminiBatches
 from delta_eval.adapters.gemini_schema import sanitize
 from delta_eval.adapters.media import NO_BYTES, Note, decoded, placeholder, with_text
 from delta_eval.adapters.options import ProviderOptions, parse_options
@@ -189,6 +191,10 @@ class GeminiAdapter(ModelAdapter):
         """The endpoint and API version answering (a key never is)."""
         return {"base_url": self.options.base_url or "", "api_version": self.options.api_version or ""}
 
+    def batch_backend(self) -> BatchBackend | None:
+        """The Gemini API's batch mode (:mod:`.gemini_batch`); Vertex AI's batch prediction is not wired in."""
+        return GeminiBatches(self) if type(self) is GeminiAdapter else None
+
     def _declaration(self, tool: ToolSpec) -> dict[str, Any]:
         key = (tool.name, json.dumps(tool.parameters, sort_keys=True))
         if key not in self._tools:
@@ -283,7 +289,7 @@ class GeminiAdapter(ModelAdapter):
                     if ttft is None and any(p.text or p.function_call for p in _parts(chunk)):
                         ttft = (time.perf_counter() - start) * 1000
                     chunks.append(chunk)
-                return self._decode(chunks, ttft_ms=ttft)
+                return self.decode(chunks, ttft_ms=ttft)
             # The contents are the wire's dicts; the SDK's hints (a union of its TypedDicts) do not take them.
             response = await self.clients.next().aio.models.generate_content(
                 model=self.wire_model, contents=cast(Any, contents), config=config
@@ -294,7 +300,7 @@ class GeminiAdapter(ModelAdapter):
             if not is_transport_error(exc):
                 raise
             raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
-        return self._decode([response])
+        return self.decode([response])
 
     def _error(self, exc: errors.APIError) -> ProviderError:
         headers = dict(getattr(exc.response, "headers", None) or {})
@@ -308,7 +314,7 @@ class GeminiAdapter(ModelAdapter):
             secrets=self.options.secrets(),
         )
 
-    def _decode(self, chunks: list[Any], *, ttft_ms: float | None = None) -> ModelResponse:
+    def decode(self, chunks: list[Any], *, ttft_ms: float | None = None) -> ModelResponse:
         """The canonical response of a whole response, or of a stream's chunks joined."""
         last = chunks[-1] if chunks else None
         if last is None or not last.candidates:

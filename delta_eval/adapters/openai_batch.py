@@ -58,6 +58,9 @@ class ChatAdapter(Protocol):
 class OpenAIBatches:
     """The Batch API of one ``openai:`` model, through the ``openai`` SDK of its adapter."""
 
+    #: The input is a file at OpenAI, which a batch is created from (and found by, after a kill).
+    stores_input = True
+
     def __init__(self, adapter: ChatAdapter) -> None:
         self.adapter = adapter
 

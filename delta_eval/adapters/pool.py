@@ -4,10 +4,11 @@ Both sides of the comparison and the judges take their clients from the same poo
 cache, one limiter per model id (a provider's limits apply to the model, whichever caller uses it) and one retry
 policy; the pool closes every adapter when the run ends.
 
-In a run that batches (``batch``), the clients asked for with ``batch=True`` (the judges') send their calls through
-the provider's batch API once :meth:`ModelPool.use_batches` gives the run's journal of batches; they are kept apart
-from the interactive clients of the same model (a side replaying on the judge's model still calls it at once). A
-model whose provider has no batch API is called at once, and the run's notes say so.
+In a run that batches (``batch``), the clients asked for with ``batch=True`` (the judges', and the sides' with
+``batch.replays``) send their calls through the provider's batch API once :meth:`ModelPool.use_batches` gives the
+run's journal of batches; they are kept apart from the interactive clients of the same model (a side replaying on
+the judge's model without ``batch.replays`` still calls it at once). A model whose provider has no batch API is
+called at once, and the run's notes say so.
 
 Example::
 

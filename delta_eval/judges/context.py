@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from delta_eval.adapters.batch import BATCH_DISCOUNT
+from delta_eval.adapters.batch import batch_cost
 from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.limits import ModelLimits
 from delta_eval.adapters.pool import ModelPool
@@ -58,5 +58,4 @@ class JudgeContext:
         """Dollars for ``usage`` of ``model`` at the run's prices (``None`` when the model has no price or the call
         reported no usage); ``info`` is what the judge's adapter looked up (an Azure deployment's ``base_model``);
         ``batch``: the call went through the provider's batch API, at its discount."""
-        dollars = cost(usage, price_for(model, self.prices, info=info))
-        return dollars * BATCH_DISCOUNT if dollars is not None and batch else dollars
+        return batch_cost(cost(usage, price_for(model, self.prices, info=info)), batch)

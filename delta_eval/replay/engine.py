@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from delta_eval.adapters.batch import batch_cost
 from delta_eval.adapters.client import ModelClient
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ProviderError, RecordError, ToolSimulationError
@@ -166,7 +167,7 @@ class Replayer:
             response = result.response
             spend.add(
                 response.usage,
-                cost_usd=cost(response.usage, price),
+                cost_usd=batch_cost(cost(response.usage, price), response.batch),
                 latency_ms=response.latency_ms,
                 cached=result.cached,
             )

@@ -1,6 +1,7 @@
 """A fake Anthropic server: the Messages API (``POST /v1/messages``), JSON or a stream of named events; and the
 same API as Vertex AI and Amazon Bedrock serve it (:mod:`.anthropic_platforms`: the model in the path, the
-platform's ``anthropic_version`` in the body, Bedrock's streams in AWS event-stream frames).
+platform's ``anthropic_version`` in the body, Bedrock's streams in AWS event-stream frames); and the Message Batches
+API (:mod:`.anthropic_batch`, :attr:`FakeAnthropicServer.batch`).
 
 Like the real service it answers 400, in Anthropic's error shape, to: a request without ``max_tokens``; a thinking
 budget not below ``max_tokens``; ``temperature``, ``top_p`` or ``top_k`` under API version 2026-10-21 (what the
@@ -30,6 +31,7 @@ from typing import Any
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers import anthropic_platforms as platforms
+from delta_eval.testing.servers.anthropic_batch import MessageBatchAPI
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 from delta_eval.testing.servers.media import check_anthropic_block
 from delta_eval.testing.servers.model_rules import check_anthropic
@@ -57,6 +59,8 @@ class FakeAnthropicServer(FakeProviderServer):
         super().__init__(*args, **kwargs)
         self.api_key = api_key
         self._signatures: dict[str, set[str]] = {}  # tool_use id -> signatures of the thinking issued with it
+        #: The Message Batches endpoints; each request of a batch is answered by this server's own flow.
+        self.batch = MessageBatchAPI(lambda asked: FakeProviderServer.handle(self, asked), self.error, lambda: self.url)
 
     def route(self, request: Request) -> Route | None:
         if request.method != "POST":
@@ -77,6 +81,8 @@ class FakeAnthropicServer(FakeProviderServer):
             request.presented("x-api-key", self.api_key) or request.presented("authorization", f"Bearer {self.api_key}")
         ):
             return self.error(401, "auth", "invalid x-api-key")
+        if self.batch.matches(request.path):
+            return await self.batch.handle(request)
         return await super().handle(request)
 
     async def _handle_platform(self, request: Request, route: Route) -> Reply:

@@ -1,5 +1,6 @@
 """A fake Gemini server: ``generateContent`` and ``streamGenerateContent?alt=sse`` under ``/v1/`` or ``/v1beta/``, and
-the same methods at Vertex AI's publisher-model paths.
+the same methods at Vertex AI's publisher-model paths; and batch mode (:mod:`.gemini_batch`,
+:attr:`FakeGeminiServer.batch`).
 
 It reads requests as the Gemini API does, including the snake_case keys ``google-genai`` leaves in objects it passes
 through whole (``thinking_budget``, ``parameters_json_schema``), but never inside function arguments, responses or
@@ -37,6 +38,7 @@ from typing import Any
 
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
+from delta_eval.testing.servers.gemini_batch import GeminiBatchAPI
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 from delta_eval.testing.servers.media import check_gemini_part
 from delta_eval.testing.servers.model_rules import check_gemini, check_gemini_version
@@ -106,6 +108,8 @@ class FakeGeminiServer(FakeProviderServer):
         self.api_key = api_key
         self.access_token = access_token
         self._signatures: dict[str, set[bytes | None]] = {}  # a call (name, args) -> the signatures issued with it
+        #: The batch endpoints; each inline request is answered by this server's own flow.
+        self.batch = GeminiBatchAPI(lambda asked: FakeProviderServer.handle(self, asked), self.error)
 
     def route(self, request: Request) -> Route | None:
         match = _PATH.match(request.path)
@@ -125,6 +129,8 @@ class FakeGeminiServer(FakeProviderServer):
             return await super().handle(request)
         if self.api_key is not None and not request.presented("x-goog-api-key", self.api_key):
             return self.error(400, "auth", "API key not valid. Please pass a valid API key.")
+        if self.batch.matches(request.path):
+            return await self.batch.handle(request)
         return await super().handle(request)
 
     def error(
