@@ -146,3 +146,22 @@ def test_fleet_benchmark_counts_the_baseline_once_in_a_run_of_several(tmp_path: 
     # separate runs: the baseline three times and the candidate 'same' once; one run: each once
     assert got["one run"]["calls"][base] * 2 == got["separate"]["calls"][base]
     assert got["pairs"] > 0
+
+
+@pytest.mark.slow
+def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytest.CaptureFixture[str]) -> None:
+    providers = load("providers")
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["providers.py", "--conversations", "4", "--repeats", "1", "--scenarios", "0:4,50:8"]
+    try:
+        providers.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert out.count("client CPU per call: pipeline") == 2
+    assert "(target <= 1.5:" in out
+    assert "pipeline wall time / ideal (calls x 0.05 s / 8" in out
+    assert "(target <= 2:" in out
+    assert "errors 0" in out
