@@ -197,3 +197,22 @@ def test_ray_scaling_benchmark_compares_the_same_run_both_ways(monkeypatch: pyte
     assert one["calls"] == sharded["calls"] > 0
     assert one["ideal"] > 0
     assert sharded["same_verdicts"] is True
+
+
+@pytest.mark.slow
+def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytest.CaptureFixture[str]) -> None:
+    providers = load("providers")
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["providers.py", "--conversations", "4", "--repeats", "1", "--scenarios", "0:4,50:8"]
+    try:
+        providers.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert out.count("client CPU per call: pipeline") == 2
+    assert "(target <= 1.5:" in out
+    assert "pipeline wall time / ideal (calls x 0.05 s / 8" in out
+    assert "(target <= 2:" in out
+    assert "errors 0" in out

@@ -36,6 +36,12 @@ __all__ = ["FakeHTTPServer", "JSONReply", "Reply", "Request", "StreamReply"]
 #: Headers that carry credentials: the request log keeps that they were sent, never their value.
 SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "x-amz-security-token"})
 
+#: Connections the kernel queues before the server's loop accepts them. asyncio's default (100) is less than the
+#: calls a client opens at once at a high concurrency: on a loaded machine the loop accepts late, the queue fills,
+#: and the kernel drops connection attempts, which a client with a short connect timeout sees as failures (the
+#: kernel caps it at ``net.core.somaxconn``).
+BACKLOG = 4096
+
 
 @dataclass(frozen=True)
 class Request:
@@ -125,7 +131,8 @@ class FakeHTTPServer:
         def run() -> None:
             asyncio.set_event_loop(loop)
             try:
-                self._server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", port))
+                serving = asyncio.start_server(self._serve, "127.0.0.1", port, backlog=BACKLOG)
+                self._server = loop.run_until_complete(serving)
                 self.port = self._server.sockets[0].getsockname()[1]
             except BaseException as exc:  # reported to start() below
                 failure.append(exc)
