@@ -27,14 +27,17 @@ from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
-from delta_eval.judges.cascade import JudgeCascade
+from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
 from delta_eval.judges.config import build_cascade
 from delta_eval.judges.context import JudgeContext
+from delta_eval.judges.session import SessionJudging
 from delta_eval.metrics import decide
 from delta_eval.pipeline import Stages, VerdictCallback, run_stages
 from delta_eval.progress import RunProgress
-from delta_eval.replay.engine import Replayer
+from delta_eval.replay.engine import Replayer, SupportsReplay
+from delta_eval.replay.session import SessionReplayer
 from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
+from delta_eval.replay.user_simulator import UserSimulator
 from delta_eval.sampling.stratified import SampleResult
 from delta_eval.schema import Conversation
 from delta_eval.store import safe_paths
@@ -129,7 +132,11 @@ def _screen_failures(config: RunConfig, folder: RunFolder, key: str) -> list[str
 
 
 async def _screen(
-    stages: Stages, sample: SampleResult, sides: dict[str, Replayer], cascade: JudgeCascade, session: FolderSession
+    stages: Stages,
+    sample: SampleResult,
+    sides: dict[str, SupportsReplay],
+    cascade: SupportsDecide,
+    session: FolderSession,
 ) -> None:
     """Screening (:class:`~delta_eval.config.Screen`): every candidate on the first conversations, its gates checked
     there, and the candidates that failed them left out of the rest of the run (the manifest says why)."""
@@ -150,6 +157,34 @@ async def _screen(
     p.pairs_total = stages.points_total * len(stages.active) + left_out
     session.manifest.screened_out = {**session.manifest.screened_out, **failed}
     stages.notes += [f"screening: {'candidate' if k == 'candidate' else k} {why}" for k, why in failed.items()]
+
+
+def session_stages(
+    c: RunConfig,
+    pool: ModelPool,
+    turns: dict[str, Replayer],
+    cascade: JudgeCascade,
+    tool_simulator: ToolSimulator | None,
+) -> tuple[dict[str, SupportsReplay], SupportsDecide]:
+    """Session mode (:class:`~delta_eval.config.Session`): each side's turn replayer rolled forward by one user
+    simulator, and the cascade behind the sessions' outcome check."""
+    s = c.session
+    user = pool.client(s.user, s.user_options, label="user") if s.user is not None else None
+    tools = pool.client(s.tool_model, label="tools") if s.tool_model is not None else None
+    simulator = UserSimulator(user, goal=s.goal, seed=c.seed, prices=c.all_prices)
+    sides: dict[str, SupportsReplay] = {
+        key: SessionReplayer(
+            replayer,
+            simulator,
+            scripted=s.scripted,
+            max_turns=s.max_turns,
+            stop_tools=s.stop_tools,
+            custom_tools=tool_simulator,
+            tool_model=tools,
+        )
+        for key, replayer in turns.items()
+    }
+    return sides, SessionJudging(cascade, s.expected, s.ignore)
 
 
 async def execute(
@@ -189,12 +224,15 @@ async def execute(
     )
     # Models and judges are built before anything is written: an unknown model, a missing SDK or key, or bad
     # provider options stop the run here, with the folder untouched.
-    simulated = any(split_model_id(v.model)[0] == "simulated" for v in c.sides().values())
+    models = [v.model for v in c.sides().values()]
+    if c.mode == "session":
+        models += [m for m in (c.session.user, c.session.tool_model) if m is not None]
+    simulated = any(split_model_id(m)[0] == "simulated" for m in models)
     recordings = RecordingIndex() if simulated else None
     pool = ModelPool(None, c.retry, AdapterContext(recordings=recordings, models=c.models), batch=c.batch)
     try:
         simulator = tool_simulator or RecordedToolSimulator(c.judges.match)
-        sides: dict[str, Replayer] = {
+        turns: dict[str, Replayer] = {
             side: Replayer(
                 pool.client(v.model, v.provider_options, v.limits, label=v.name),
                 v,
@@ -206,9 +244,13 @@ async def execute(
             )
             for side, v in c.sides().items()
         }
-        cascade = build_cascade(
+        judges = build_cascade(
             c.judges, JudgeContext(pool=pool, prices=c.all_prices, seed=c.seed, match=c.judges.match)
         )
+        sides: dict[str, SupportsReplay] = dict(turns)
+        cascade: SupportsDecide = judges
+        if c.mode == "session":
+            sides, cascade = session_stages(c, pool, turns, judges, tool_simulator)
         session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite, retry_errors=c.retry_errors)
     except BaseException:
         await pool.aclose()

@@ -70,6 +70,9 @@ class RecordingIndex:
         # Calls a trace recorded, keyed by their tools as well: two skills of an agent can be sent the same history
         # (a hand-off that keeps only the user's messages) and answer differently.
         self._by_tools: dict[tuple[tuple[str, ...], str], Message] = {}
+        # What the user said, for the simulated model playing a session's user: by the conversation's first user
+        # message, every user message of it in order (the first conversation holding that opening wins).
+        self._users: dict[str, tuple[str, ...]] = {}
 
     def __len__(self) -> int:
         return len(self._next)
@@ -78,6 +81,9 @@ class RecordingIndex:
         """Index every assistant message of the conversations by the prefix before it."""
         for conv in conversations:
             non_system = [m for m in conv.messages if m.role != "system"]
+            users = tuple(m.content or "" for m in non_system if m.role == "user")
+            if users:
+                self._users.setdefault(users[0], users)
             keys = prefix_keys(non_system)
             for i, m in enumerate(non_system):
                 if m.role == "assistant":
@@ -99,6 +105,10 @@ class RecordingIndex:
             if found is not None:
                 return found
         return self._next.get(key)
+
+    def user_messages(self, opening: str) -> tuple[str, ...] | None:
+        """Every user message, in order, of the recorded conversation whose first user message is ``opening``."""
+        return self._users.get(opening)
 
 
 def _tool_names(tools: Sequence[ToolSpec]) -> tuple[str, ...]:
