@@ -346,7 +346,8 @@ class SessionReplayer:
         goal: str | None,
     ) -> UserTurn | str:
         """The user's next message; the goal (a string) when the simulator needs it first."""
-        if self.scripted and on_recording and recorded is not None and recorded.user is not None:
+        scripted = self.scripted or self.user.client is None  # no user model: the recorded user is all there is
+        if scripted and on_recording and recorded is not None and recorded.user is not None:
             text, stop = parse_reply(recorded.user)
             return UserTurn(text, "recorded", stop)
         if self.user.client is None:

@@ -89,10 +89,11 @@ def parse_reply(text: str | None) -> tuple[str | None, bool]:
         >>> parse_reply("Thanks! ###STOP###"), parse_reply("###STOP###"), parse_reply("Yes.")
         (('Thanks!', True), (None, True), ('Yes.', False))
     """
-    body = (text or "").strip()
-    stop = STOP in body
+    body = text or ""
+    if STOP not in body:
+        return (body if body.strip() else None), False  # as said: the sides see exactly what the user wrote
     body = body.replace(STOP, "").strip()
-    return (body or None), stop
+    return (body or None), True
 
 
 @dataclass
