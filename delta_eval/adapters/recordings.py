@@ -18,7 +18,7 @@ from delta_eval.matching import canonical_arguments
 from delta_eval.memo import IdentityMemo
 from delta_eval.schema import Conversation, Message, ToolSpec
 
-__all__ = ["RecordingIndex", "prefix_key", "prefix_keys"]
+__all__ = ["RecordingIndex", "prefix_key", "prefix_keys", "visible_key"]
 
 
 #: Fingerprints of messages seen lately: the requests of one conversation share its messages, and fingerprinting
@@ -73,6 +73,8 @@ class RecordingIndex:
         # What the user said, for the simulated model playing a session's user: by the conversation's first user
         # message, every user message of it in order (the first conversation holding that opening wins).
         self._users: dict[str, tuple[str, ...]] = {}
+        # And by what the user had seen (the user and assistant texts before it), each user message.
+        self._user_next: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._next)
@@ -84,6 +86,12 @@ class RecordingIndex:
             users = tuple(m.content or "" for m in non_system if m.role == "user")
             if users:
                 self._users.setdefault(users[0], users)
+            seen: list[tuple[str, str]] = []
+            for m in non_system:
+                if m.role == "user" and seen:
+                    self._user_next.setdefault(visible_key(seen), m.content or "")
+                if m.role in ("user", "assistant") and m.content:
+                    seen.append((m.role, m.content))
             keys = prefix_keys(non_system)
             for i, m in enumerate(non_system):
                 if m.role == "assistant":
@@ -106,9 +114,18 @@ class RecordingIndex:
                 return found
         return self._next.get(key)
 
+    def next_user_message(self, seen: Sequence[tuple[str, str]]) -> str | None:
+        """What the recorded user said after exactly these ``(role, text)`` messages (user and assistant texts)."""
+        return self._user_next.get(visible_key(seen))
+
     def user_messages(self, opening: str) -> tuple[str, ...] | None:
         """Every user message, in order, of the recorded conversation whose first user message is ``opening``."""
         return self._users.get(opening)
+
+
+def visible_key(seen: Sequence[tuple[str, str]]) -> str:
+    """The key of a sequence of ``(role, text)`` messages as a user saw them."""
+    return hashlib.sha256(json.dumps(list(seen), ensure_ascii=False).encode()).hexdigest()
 
 
 def _tool_names(tools: Sequence[ToolSpec]) -> tuple[str, ...]:

@@ -6,7 +6,8 @@ of :mod:`delta_eval.replay.user_simulator`, in :mod:`delta_eval.tagged`): the tr
 ``[customer] ...`` or ``[agent] ...``. The simulated user finds the recorded conversation that opened with the
 transcript's first customer message and says its next recorded user message (the ``k``-th, after ``k`` customer
 messages), whatever the agent said: it pushes on as the real user did. When the recorded user has nothing left to
-say, or no recorded conversation opened that way, it ends the session with the stop token.
+say, or no recorded conversation opened that way, it ends the session with the stop token. Where the transcript
+is exactly what a recorded user had seen, it says what that user said next (openings shared by several recordings).
 
 Example:
     >>> from delta_eval.adapters.recordings import RecordingIndex
@@ -58,6 +59,9 @@ def transcript_of(text: str) -> list[tuple[str, str]]:
 def user_answer(text: str, recordings: RecordingIndex) -> str:
     """The simulated user's next message for the prompt ``text`` (see the module docstring)."""
     said = transcript_of(text)
+    exact = recordings.next_user_message([("user" if who == "customer" else "assistant", t) for who, t in said])
+    if exact is not None:
+        return exact
     customer = [t for speaker, t in said if speaker == "customer"]
     recorded = recordings.user_messages(customer[0]) if customer else None
     if recorded is None or len(customer) >= len(recorded):
