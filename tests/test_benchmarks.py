@@ -146,3 +146,16 @@ def test_fleet_benchmark_counts_the_baseline_once_in_a_run_of_several(tmp_path: 
     # separate runs: the baseline three times and the candidate 'same' once; one run: each once
     assert got["one run"]["calls"][base] * 2 == got["separate"]["calls"][base]
     assert got["pairs"] > 0
+
+
+@pytest.mark.slow
+def test_sessions_benchmark_rolls_sessions_and_turns_of_the_same_conversations(tmp_path: Path) -> None:
+    sessions = load("sessions")
+    convs = sessions.conversations(4)
+    rolled = sessions.run("session", convs, tmp_path / "session", 0.0, 4)
+    turns = sessions.run("turn", convs, tmp_path / "turn", 0.0, 4)
+    assert rolled["units"] == 4
+    assert turns["units"] > rolled["units"]
+    assert rolled["errors"] == turns["errors"] == 0
+    assert rolled["side_calls"] > turns["side_calls"]
+    assert rolled["sources"]["recorded"] > 0
