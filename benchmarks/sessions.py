@@ -5,9 +5,9 @@ latency of median ``--latency-ms`` (200 by default), the same concurrency and th
 each conversation forward from its first user message with the simulated user (the user's goal from the task
 instruction, write actions expected as the task's gold actions); the turn run replays every assistant turn of the
 same conversations. Printed, per run: units (sessions or pairs) per second, model calls per unit (each side, and the
-user simulator's), and for sessions where the tool results came from (the recording, the failure result, an LLM
-tool simulator). A session is a chain of calls, each waiting for the one before: its floor is (calls on its longer
-side + user calls) x latency, and the run's floor is the longest chain or all chains spread over ``concurrency``
+user simulator's), and for sessions where the tool results came from (the recording, or the LLM tool simulator for
+calls the recording never made: the candidate changes an argument of 10% of its calls). A session is a chain of
+calls, each waiting for the one before: its floor is (calls on its longer side + user calls) x latency, and the run's floor is the longest chain or all chains spread over ``concurrency``
 workers, whichever is longer: the efficiency is the measured rate over the rate that floor allows.
 
     python benchmarks/sessions.py                       # 40 conversations, concurrency 16, 200 ms, 3 repeats
@@ -51,7 +51,9 @@ def run(mode: str, convs: list[Any], out: Path, latency_ms: float, concurrency: 
     slow = {"latency_ms": latency_ms, "seed": 7}
     config = de.RunConfig(
         baseline=de.Variant(model="simulated:baseline", provider_options=slow),
-        candidate=de.Variant(model="simulated:candidate", provider_options={**slow, "reword_rate": 0.2}),
+        candidate=de.Variant(
+            model="simulated:candidate", provider_options={**slow, "reword_rate": 0.2, "change_args_rate": 0.1}
+        ),
         mode=mode,
         session={
             "user": "simulated:user",
@@ -60,6 +62,7 @@ def run(mode: str, convs: list[Any], out: Path, latency_ms: float, concurrency: 
             "stop_tools": ["transfer_to_human_agents"],
             "expected": "actions",
             "ignore": READS,
+            "tool_model": "simulated:tools",  # calls the recording never made get an LLM's result
         },
         max_tool_rounds=10,
         concurrency=concurrency,

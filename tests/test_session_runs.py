@@ -135,3 +135,45 @@ def test_a_session_run_killed_then_resumed_writes_each_session_once_and_pays_not
     assert [s.status for s in sessions] == ["killed", "completed"]
     # every answer was paid once: the resumed session found the killed one's in the cache
     assert result.counts.calls.answered == cached_responses(out)
+
+
+def test_the_command_line_runs_a_config_in_session_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from delta_eval.cli import main
+
+    config = tmp_path / "sessions.toml"
+    config.write_text(
+        f"""
+out = "{tmp_path / "run"}"
+max_tool_rounds = 10
+
+[source]
+path = "{de.demo.DEMO_CONVERSATIONS}"
+messages = "traj"
+id = "{{task_id}}/{{trial}}"
+tools = "{de.demo.DEMO_TOOLS}"
+metadata = {{ actions = "info.task.actions", instruction = "info.task.instruction" }}
+
+[sample]
+n = 4
+
+[baseline]
+model = "simulated:base"
+
+[candidate]
+model = "simulated:cand"
+provider_options = {{ skip_tools = ["cancel_reservation", "book_reservation"] }}
+
+[session]
+user = "simulated:user"
+goal = "instruction"
+expected = "actions"
+ignore = ["get_*", "search_*", "list_*", "calculate", "think"]
+"""
+    )
+    assert main(["run", str(config), "--mode", "session", "--no-progress"]) in (0, 3, 4)
+    result = de.open_result(tmp_path / "run")
+    assert result.status == "completed"
+    assert result.manifest.config["mode"] == "session"
+    assert result.counts.pairs == 4  # one pair per conversation
+    con = result.connect()
+    assert con.execute("SELECT count(DISTINCT pair_id) FROM replays WHERE pair_id LIKE '%#session'").fetchone() == (4,)

@@ -25,7 +25,8 @@ from a simulated baseline:
   :mod:`delta_eval.adapters.simulated_judge`), how often it picks output A whatever the texts say, where the two
   outputs make the same tool calls.
 - As a session's user (a user simulator's request, see :mod:`delta_eval.adapters.simulated_user`), it says what the
-  recorded user said next, and ends the session with the stop token when the recorded user had nothing left to say.
+  recorded user said next, and ends the session with the stop token when the recorded user had nothing left to say;
+  as a session's tool simulator (:mod:`delta_eval.adapters.simulated_tools`), it answers from the recorded examples.
 
 Where the context matches no recording (the replay diverged), it writes a short generic reply that claims nothing.
 Every choice is drawn from a hash of (seed, model id, request), so the same request always gets the same answer;
@@ -61,6 +62,7 @@ from delta_eval.adapters.ratelimit_headers import report_headers
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.simulated_judge import is_judge_schema, judge_answer
+from delta_eval.adapters.simulated_tools import is_tool_simulator, tool_answer
 from delta_eval.adapters.simulated_user import is_user_simulator, user_answer
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ConfigError, RateLimitError, TransientError
@@ -252,6 +254,8 @@ class SimulatedAdapter(ModelAdapter):
             return Message(role="assistant", content=judge_answer(fmt.json_schema, pair, rng, b.judge_position_bias))
         if is_user_simulator(request):
             return Message(role="assistant", content=user_answer(request.messages[-1].content or "", self.recordings))
+        if is_tool_simulator(request):
+            return Message(role="assistant", content=tool_answer(request.messages[-1].content or ""))
         recorded = self.recordings.next_message(request.messages, request.tools)
         if recorded is None:
             return Message(role="assistant", content=self._generic_reply(request))

@@ -53,7 +53,7 @@ from delta_eval.schema import (
     TurnOutput,
     Usage,
 )
-from delta_eval.tagged import section
+from delta_eval.tagged import escape, section
 
 __all__ = [
     "SESSION_ENDS",
@@ -219,9 +219,11 @@ class SessionTools:
                     for c, r in self.recorded if c.name == call.name][:3]  # fmt: skip
         body = "\n\n".join(
             [
-                section("tool", json.dumps(spec if spec is not None else {"name": call.name}, ensure_ascii=False)),
-                section("examples", "\n".join(examples) or "(none recorded)"),
-                section("call", json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)),
+                section("tool", escape(json.dumps(spec or {"name": call.name}, ensure_ascii=False))),
+                section("examples", escape("\n".join(examples)) or "(none recorded)"),
+                section(
+                    "call", escape(json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False))
+                ),
             ]
         )
         request = ModelRequest(

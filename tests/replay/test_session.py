@@ -158,4 +158,6 @@ async def test_a_call_made_again_gets_the_next_recorded_result_and_an_unrecorded
     assert [(r.content, r.source) for r in got] == [("old", "recorded"), ("new", "recorded"), ("new", "recorded")]
     other = await tools(ToolCall(id="3", name="cancel", arguments='{"id": "X"}'), ctx)
     assert other.source == "llm"
-    assert other.content
+    assert other.content == '{"error": "not found"}'  # the simulated tool simulator: no recorded example of it
+    again = await tools(ToolCall(id="4", name="get", arguments='{"id": "Y"}'), ctx)
+    assert (again.content, again.source) == ("old", "llm")  # a result shaped as the recorded ones
