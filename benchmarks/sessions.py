@@ -7,8 +7,9 @@ instruction, write actions expected as the task's gold actions); the turn run re
 same conversations. Printed, per run: units (sessions or pairs) per second, model calls per unit (each side, and the
 user simulator's), and for sessions where the tool results came from (the recording, or the LLM tool simulator for
 calls the recording never made: the candidate changes an argument of 10% of its calls). A session is a chain of
-calls, each waiting for the one before: its floor is (calls on its longer side + user calls) x latency, and the run's floor is the longest chain or all chains spread over ``concurrency``
-workers, whichever is longer: the efficiency is the measured rate over the rate that floor allows.
+calls, each waiting for the one before: its floor is (calls on its longer side + user calls) x latency, and the
+run's floor is the longest chain or all chains spread over ``concurrency`` workers, whichever is longer: the
+efficiency is the measured rate over the rate that floor allows.
 
     python benchmarks/sessions.py                       # 40 conversations, concurrency 16, 200 ms, 3 repeats
     python benchmarks/sessions.py --conversations 10 --repeats 1
