@@ -86,12 +86,14 @@ class RecordingIndex:
             users = tuple(m.content or "" for m in non_system if m.role == "user")
             if users:
                 self._users.setdefault(users[0], users)
-            seen: list[tuple[str, str]] = []
-            for m in non_system:
-                if m.role == "user" and seen:
-                    self._user_next.setdefault(visible_key(seen), m.content or "")
-                if m.role in ("user", "assistant") and m.content:
-                    seen.append((m.role, m.content))
+            if users:  # hashed as it grows: a long conversation costs linear time
+                seen, h = False, hashlib.sha256()
+                for m in non_system:
+                    if m.role == "user" and seen:
+                        self._user_next.setdefault(h.hexdigest(), m.content or "")
+                    if m.role in ("user", "assistant") and m.content:
+                        h.update(_visible(m.role, m.content))
+                        seen = True
             keys = prefix_keys(non_system)
             for i, m in enumerate(non_system):
                 if m.role == "assistant":
@@ -123,9 +125,16 @@ class RecordingIndex:
         return self._users.get(opening)
 
 
+def _visible(role: str, text: str) -> bytes:
+    return json.dumps([role, text], ensure_ascii=False).encode() + b"\x00"
+
+
 def visible_key(seen: Sequence[tuple[str, str]]) -> str:
     """The key of a sequence of ``(role, text)`` messages as a user saw them."""
-    return hashlib.sha256(json.dumps(list(seen), ensure_ascii=False).encode()).hexdigest()
+    h = hashlib.sha256()
+    for role, text in seen:
+        h.update(_visible(role, text))
+    return h.hexdigest()
 
 
 def _tool_names(tools: Sequence[ToolSpec]) -> tuple[str, ...]:
