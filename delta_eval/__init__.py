@@ -39,7 +39,7 @@ from delta_eval.calls import (
     ToolChoice,
 )
 from delta_eval.catalog import ModelInfo, ModelOverride, model_info
-from delta_eval.config import RunConfig, Screen, load_config
+from delta_eval.config import RunConfig, Screen, Session, load_config
 from delta_eval.estimate import CostEstimate, estimate
 from delta_eval.exceptions import (
     AuthenticationError,
@@ -182,6 +182,7 @@ __all__ = [
     "ScoreWeights",
     "Screen",
     "ScriptedAdapter",
+    "Session",
     "ShardFailedError",
     "SideView",
     "SimulatedAdapter",

@@ -112,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
         help="start afresh in a run folder of another configuration (removes only the library's files)",
     )
     run.add_argument(
+        "--mode",
+        choices=["turn", "session"],
+        help="replay recorded turns, or roll whole sessions forward with a user simulator (overrides the config's)",
+    )
+    run.add_argument(
         "--retry-errors",
         action="store_true",
         help="on resuming, try again every pair that ended in an error (default: only retryable provider errors)",
@@ -320,7 +325,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from delta_eval.api import make_config
 
             config = make_config(
-                args.config, out=args.out, overwrite=args.overwrite or None, retry_errors=args.retry_errors or None
+                args.config,
+                out=args.out,
+                overwrite=args.overwrite or None,
+                retry_errors=args.retry_errors or None,
+                mode=args.mode,
             )
             run_dir, sessions = config.out, sessions_of(config.out)
             result = run(

@@ -29,7 +29,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -48,7 +48,7 @@ from delta_eval.redact import describe_invalid, redact_secrets
 from delta_eval.sampling.stratified import Stratified
 from delta_eval.variant import Variant
 
-__all__ = ["RunConfig", "Screen", "load_config"]
+__all__ = ["RunConfig", "Screen", "Session", "load_config"]
 
 #: A candidate's name in a run of several: it ends each of its pair ids (``conversation#turn~name``).
 _CANDIDATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -69,6 +69,36 @@ class Screen(BaseModel):
 
     conversations: int = Field(default=20, ge=1)
     gates: tuple[Gate, ...] = Field(min_length=1)
+
+
+class Session(BaseModel):
+    """How ``mode="session"`` rolls conversations forward (see :mod:`delta_eval.replay.session`).
+
+    - ``start``: the opening is the recorded conversation up to and including this user message (1: the first).
+    - ``max_turns``: agent turns per session at most.
+    - ``user``: the model playing the user (``None``: only the recorded user messages, and a session ends when a
+      side leaves the recording); ``user_options``: its provider options. ``scripted``: the recorded user messages
+      while a side stays on the recording, the model after (``False``: the model from the first answer).
+    - ``goal``: the metadata path of the user's goal (a task instruction); ``None``: the user's model summarises the
+      recorded conversation once (cached).
+    - ``stop_tools``: tools (glob patterns) whose call ends the session (a transfer to a human).
+    - ``tool_model``: an LLM that plays the tools for calls the recording never made (``None``: the failure result).
+    - ``expected``: the metadata path of the actions that reach the goal (``[{name, kwargs}]``), checked per side;
+      ``ignore``: tools (glob patterns) whose expected actions are not required (reads).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: int = Field(default=1, ge=1)
+    max_turns: int = Field(default=20, ge=1)
+    user: str | None = None
+    user_options: dict[str, Any] = Field(default_factory=dict)
+    scripted: bool = True
+    goal: str | None = None
+    stop_tools: tuple[str, ...] = ()
+    tool_model: str | None = None
+    expected: str | None = None
+    ignore: tuple[str, ...] = ()
 
 
 class RunConfig(BaseModel):
@@ -121,6 +151,9 @@ class RunConfig(BaseModel):
       :func:`~delta_eval.analysis.leaderboard.leaderboard` rank them.
     - ``score``: the weights of a composite score shown on the leaderboard beside each candidate's decision
       (:class:`~delta_eval.metrics.score.ScoreWeights`; never instead of the decision).
+    - ``mode``: ``"turn"`` replays recorded turns; ``"session"`` rolls each sampled conversation forward from its
+      opening with a user simulator, one pair per conversation, judged on the whole transcripts (``session``: how;
+      see :class:`Session`).
     - ``screen``: check cheap gates on the first conversations of the sample before replaying the rest (see
       :class:`Screen`); a candidate that fails them is not replayed further, and the manifest says why.
     """
@@ -155,6 +188,8 @@ class RunConfig(BaseModel):
     decision: DecisionRule = DecisionRule()
     score: ScoreWeights | None = None
     screen: Screen | None = None
+    mode: Literal["turn", "session"] = "turn"
+    session: Session = Session()
 
     @field_validator("batch", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ skipped, nothing is written twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 import anyio
@@ -29,9 +29,9 @@ from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.config import RunConfig
 from delta_eval.exceptions import SourceError
 from delta_eval.ingest.source import ConversationSource
-from delta_eval.judges.cascade import Decision, JudgeCascade
+from delta_eval.judges.cascade import Decision, SupportsDecide
 from delta_eval.progress import RunProgress
-from delta_eval.replay.engine import Replayer, SideReplay, recorded_replay
+from delta_eval.replay.engine import SideReplay, SupportsReplay, recorded_replay
 from delta_eval.replay.points import (
     count_turns,
     epochs,
@@ -40,6 +40,7 @@ from delta_eval.replay.points import (
     replay_points,
     select_turns,
 )
+from delta_eval.replay.session import session_point
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -151,9 +152,8 @@ class Stages:
         ordered = random_order(items, c.seed)
         planned = {}
         for position, conv in ordered:
-            every = list(replay_points(conv, greetings=c.replay_greetings))
-            points = select_turns(every, c.max_turns_per_conversation, c.seed)
-            weight = pair_weight(sample.selected[position][1], len(every), len(points))
+            n_every, points = self.points_of(conv)
+            weight = pair_weight(sample.selected[position][1], n_every, len(points))
             planned[conv.id] = (len(points) * c.epochs, weight)
         rule = c.decision
         stop = EarlyStop(rule.margin, 1 - rule.confidence, planned, rule.estimand)
@@ -164,6 +164,17 @@ class Stages:
             stop.add(row["conversation_id"], row)
         self.stop = stop
         return ordered
+
+    def points_of(self, conv: Conversation) -> tuple[int, list[ReplayPoint]]:
+        """How many points ``conv`` has, and the ones this run replays: its turns (at most
+        ``max_turns_per_conversation``), or in session mode its one session (none when it has nothing after the
+        opening)."""
+        c = self.config
+        if c.mode == "session":
+            start = session_point(conv, c.session.start)
+            return (0, []) if start is None else (1, [start])
+        every = list(replay_points(conv, greetings=c.replay_greetings))
+        return len(every), select_turns(every, c.max_turns_per_conversation, c.seed)
 
     async def load(
         self,
@@ -191,8 +202,7 @@ class Stages:
                 if conv is None:
                     break
                 stratum, weight = sample.selected[position]
-                all_points = list(replay_points(conv, greetings=self.config.replay_greetings))
-                points = select_turns(all_points, self.config.max_turns_per_conversation, self.config.seed)
+                n_all, points = self.points_of(conv)
                 if self.recordings is not None:
                     self.recordings.add([conv])
                 if conv.id not in self.state.done_conversations:
@@ -201,11 +211,11 @@ class Stages:
                         position=position,
                         stratum=stratum,
                         weight=weight,
-                        n_turns=len(all_points),
+                        n_turns=n_all,
                         n_pairs=len(points) * self.config.epochs,
                     )
                     await write.send(record)
-                each = pair_weight(weight, len(all_points), len(points))
+                each = pair_weight(weight, n_all, len(points))
                 for point in epochs(points, self.config.epochs):
                     todo = tuple(
                         k for k in self.candidates if candidate_pair_id(point.pair_id, k) not in self.state.done_pairs
@@ -228,7 +238,7 @@ class Stages:
         self,
         recv: ObjectReceiveStream[tuple[_Pair, str]],
         send: ObjectSendStream[_Pair],
-        sides: dict[str, Replayer],
+        sides: Mapping[str, SupportsReplay],
     ) -> None:
         # Each side of a pair is replayed on its own: a side that finishes early frees its worker for other work
         # instead of holding it while the other side takes more tool rounds. The second side to finish sends the
@@ -247,7 +257,7 @@ class Stages:
         self,
         recv: ObjectReceiveStream[_Pair],
         write: ObjectSendStream[_Pair | SampledConversation],
-        cascade: JudgeCascade,
+        cascade: SupportsDecide,
     ) -> None:
         async with recv, write:
             async for pair in recv:
@@ -278,6 +288,8 @@ class Stages:
         c, p = self.config, self.progress
 
         def n_pairs(conv: Conversation) -> int:
+            if c.mode == "session":
+                return c.epochs * (session_point(conv, c.session.start) is not None)
             n = count_turns(conv, greetings=c.replay_greetings)
             return c.epochs * (n if c.max_turns_per_conversation is None else min(n, c.max_turns_per_conversation))
 
@@ -345,7 +357,9 @@ class Stages:
             self.wake.set()
 
 
-async def run_stages(stages: Stages, sample: SampleResult, sides: dict[str, Replayer], cascade: JudgeCascade) -> None:
+async def run_stages(
+    stages: Stages, sample: SampleResult, sides: Mapping[str, SupportsReplay], cascade: SupportsDecide
+) -> None:
     """Run the stages on ``sample`` until every pair is written (or the run is cancelled)."""
     c = stages.config
     points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, str]](2 * c.replays_in_flight)

@@ -47,7 +47,10 @@ async def build_models(
 ) -> RunModels:
     """Every model's client and the judges of config ``c``: an unknown model, a missing SDK or key, or bad provider
     options raise here, before anything is written (the adapters built so far are closed)."""
-    simulated = any(split_model_id(v.model)[0] == "simulated" for v in c.sides().values())
+    models = [v.model for v in c.sides().values()]
+    if c.mode == "session":  # the user (and tool) simulators may be simulated models too
+        models += [m for m in (c.session.user, c.session.tool_model) if m is not None]
+    simulated = any(split_model_id(m)[0] == "simulated" for m in models)
     recordings = RecordingIndex() if simulated else None
     context = AdapterContext(recordings=recordings, models=c.models)
     pool = ModelPool(None, c.retry, context, batch=c.batch, limiters=limiters)

@@ -27,14 +27,17 @@ from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
-from delta_eval.judges.cascade import JudgeCascade
+from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
+from delta_eval.judges.session import SessionJudging
 from delta_eval.metrics import decide
 from delta_eval.pipeline import Stages, VerdictCallback, run_stages
 from delta_eval.pricing import total_cost
 from delta_eval.progress import RunProgress
-from delta_eval.replay.engine import Replayer
+from delta_eval.replay.engine import Replayer, SupportsReplay
 from delta_eval.replay.points import count_turns
+from delta_eval.replay.session import SessionReplayer
 from delta_eval.replay.tools import ToolSimulator
+from delta_eval.replay.user_simulator import UserSimulator
 from delta_eval.run_models import build_models
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult
@@ -104,6 +107,9 @@ def _record_estimate(
 ) -> None:
     """Keep the cost estimate of the whole sample in the manifest as the run begins (once per run), for the report
     to set beside what the run cost. An estimate that cannot be made is a note, never the run's failure."""
+    if config.mode == "session":  # the estimate counts recorded turns; a session's length is only known once rolled
+        notes.append("no cost estimate: sessions are not estimated yet")
+        return
     try:
         estimated = estimate_sample(config, source, sample)
     except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
@@ -131,7 +137,11 @@ def _screen_failures(config: RunConfig, folder: RunFolder, key: str) -> list[str
 
 
 async def _screen(
-    stages: Stages, sample: SampleResult, sides: dict[str, Replayer], cascade: JudgeCascade, session: FolderSession
+    stages: Stages,
+    sample: SampleResult,
+    sides: dict[str, SupportsReplay],
+    cascade: SupportsDecide,
+    session: FolderSession,
 ) -> None:
     """Screening (:class:`~delta_eval.config.Screen`): every candidate on the first conversations, its gates checked
     there, and the candidates that failed them left out of the rest of the run (the manifest says why)."""
@@ -161,6 +171,7 @@ def _refuse_sharding(c: RunConfig, on_verdict: VerdictCallback | None) -> None:
         "screen": c.screen is not None,
         "batch": c.batch is not None,
         "streaming verdicts (de.stream)": on_verdict is not None,
+        "session mode": c.mode == "session",
     }
     refused = [name for name, used in said.items() if used]
     if refused:
@@ -224,6 +235,34 @@ async def _run_sharded(
     return out
 
 
+def session_stages(
+    c: RunConfig,
+    pool: ModelPool,
+    turns: dict[str, Replayer],
+    cascade: JudgeCascade,
+    tool_simulator: ToolSimulator | None,
+) -> tuple[dict[str, SupportsReplay], SupportsDecide]:
+    """Session mode (:class:`~delta_eval.config.Session`): each side's turn replayer rolled forward by one user
+    simulator, and the cascade behind the sessions' outcome check."""
+    s = c.session
+    user = pool.client(s.user, s.user_options, label="user") if s.user is not None else None
+    tools = pool.client(s.tool_model, label="tools") if s.tool_model is not None else None
+    simulator = UserSimulator(user, goal=s.goal, seed=c.seed, prices=c.all_prices)
+    sides: dict[str, SupportsReplay] = {
+        key: SessionReplayer(
+            replayer,
+            simulator,
+            scripted=s.scripted,
+            max_turns=s.max_turns,
+            stop_tools=s.stop_tools,
+            custom_tools=tool_simulator,
+            tool_model=tools,
+        )
+        for key, replayer in turns.items()
+    }
+    return sides, SessionJudging(cascade, s.expected, s.ignore)
+
+
 async def execute(
     config: RunConfig,
     conversations: ConversationSource | Iterable[Conversation] | None = None,
@@ -266,8 +305,12 @@ async def execute(
     # Models and judges are built before anything is written: an unknown model, a missing SDK or key, or bad
     # provider options stop the run here, with the folder untouched.
     models = await build_models(c, source.name, tool_simulator)
-    pool, sides, cascade, recordings = models.pool, models.sides, models.cascade, models.recordings
+    pool, turns, judges, recordings = models.pool, models.sides, models.cascade, models.recordings
     try:
+        sides: dict[str, SupportsReplay] = dict(turns)
+        cascade: SupportsDecide = judges
+        if c.mode == "session":
+            sides, cascade = session_stages(c, pool, turns, judges, tool_simulator)
         session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite, retry_errors=c.retry_errors)
     except BaseException:
         await pool.aclose()

@@ -55,6 +55,7 @@ __all__ = [
     "ToolSpec",
     "TurnOutput",
     "Usage",
+    "UserSource",
     "Verdict",
     "total_usage",
 ]
@@ -63,7 +64,11 @@ Role = Literal["system", "user", "assistant", "tool"]
 Side = Literal["baseline", "candidate", "recorded"]
 Stage = Literal["deterministic", "equivalence", "judge", "error"]
 Outcome = Literal["equivalent", "candidate", "baseline", "tie", "error"]
-ResultSource = Literal["recorded", "simulated", "custom"]
+#: Where a tool result came from: the recording, the failure result of a call that left it (``simulated``), the
+#: user's simulator (``custom``), or an LLM playing the tool in a session (``llm``).
+ResultSource = Literal["recorded", "simulated", "custom", "llm"]
+#: Where a user message of a session came from: the recording (``recorded``) or a user simulator (``simulated``).
+UserSource = Literal["recorded", "simulated"]
 #: How bad the worse side's failure was: ``critical`` is e.g. a hallucinated fact or a wrong irreversible action.
 Severity = Literal["none", "minor", "critical"]
 ErrorStage = Literal["ingest", "sample", "replay", "judge", "run"]
@@ -300,13 +305,17 @@ class ToolResult(_Frozen):
 class Step(_Frozen):
     """One round of an assistant turn: what the assistant said and called, and what its calls returned.
 
-    ``reasoning`` is the provider's summary of the model's reasoning in that round, where it gives one.
+    ``reasoning`` is the provider's summary of the model's reasoning in that round, where it gives one. In a
+    session (a conversation rolled forward, see :mod:`delta_eval.replay.session`), ``user`` is what the user said
+    after this step and ``user_source`` whether it was the recorded message or a user simulator's.
     """
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     reasoning: str | None = None
+    user: str | None = None
+    user_source: UserSource | None = None
 
 
 class TurnOutput(_Frozen):

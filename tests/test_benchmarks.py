@@ -216,3 +216,16 @@ def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytes
     assert "pipeline wall time / ideal (calls x 0.05 s / 8" in out
     assert "(target <= 2:" in out
     assert "errors 0" in out
+
+
+@pytest.mark.slow
+def test_sessions_benchmark_rolls_sessions_and_turns_of_the_same_conversations(tmp_path: Path) -> None:
+    sessions = load("sessions")
+    convs = sessions.conversations(4)
+    rolled = sessions.run("session", convs, tmp_path / "session", 0.0, 4)
+    turns = sessions.run("turn", convs, tmp_path / "turn", 0.0, 4)
+    assert rolled["units"] == 4
+    assert turns["units"] > rolled["units"]
+    assert rolled["errors"] == turns["errors"] == 0
+    assert rolled["side_calls"] > turns["side_calls"]
+    assert rolled["sources"]["recorded"] > 0

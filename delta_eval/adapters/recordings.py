@@ -19,7 +19,7 @@ from delta_eval.matching import canonical_arguments
 from delta_eval.memo import IdentityMemo, PrefixFold
 from delta_eval.schema import Conversation, Message, ToolSpec
 
-__all__ = ["RecordingIndex", "prefix_key", "prefix_keys"]
+__all__ = ["RecordingIndex", "prefix_key", "prefix_keys", "visible_key"]
 
 
 #: Fingerprints of messages seen lately: the requests of one conversation share its messages, and fingerprinting
@@ -85,6 +85,11 @@ class RecordingIndex:
         # Calls a trace recorded, keyed by their tools as well: two skills of an agent can be sent the same history
         # (a hand-off that keeps only the user's messages) and answer differently.
         self._by_tools: dict[tuple[tuple[str, ...], str], Message] = {}
+        # What the user said, for the simulated model playing a session's user: by the conversation's first user
+        # message, every user message of it in order (the first conversation holding that opening wins).
+        self._users: dict[str, tuple[str, ...]] = {}
+        # And by what the user had seen (the user and assistant texts before it), each user message.
+        self._user_next: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._next)
@@ -93,6 +98,17 @@ class RecordingIndex:
         """Index every assistant message of the conversations by the prefix before it."""
         for conv in conversations:
             non_system = [m for m in conv.messages if m.role != "system"]
+            users = tuple(m.content or "" for m in non_system if m.role == "user")
+            if users:
+                self._users.setdefault(users[0], users)
+            if users:  # hashed as it grows: a long conversation costs linear time
+                seen, h = False, hashlib.sha256()
+                for m in non_system:
+                    if m.role == "user" and seen:
+                        self._user_next.setdefault(h.hexdigest(), m.content or "")
+                    if m.role in ("user", "assistant") and m.content:
+                        h.update(_visible(m.role, m.content))
+                        seen = True
             keys = prefix_keys(non_system)
             for i, m in enumerate(non_system):
                 if m.role == "assistant":
@@ -114,6 +130,26 @@ class RecordingIndex:
             if found is not None:
                 return found
         return self._next.get(key)
+
+    def next_user_message(self, seen: Sequence[tuple[str, str]]) -> str | None:
+        """What the recorded user said after exactly these ``(role, text)`` messages (user and assistant texts)."""
+        return self._user_next.get(visible_key(seen))
+
+    def user_messages(self, opening: str) -> tuple[str, ...] | None:
+        """Every user message, in order, of the recorded conversation whose first user message is ``opening``."""
+        return self._users.get(opening)
+
+
+def _visible(role: str, text: str) -> bytes:
+    return json.dumps([role, text], ensure_ascii=False).encode() + b"\x00"
+
+
+def visible_key(seen: Sequence[tuple[str, str]]) -> str:
+    """The key of a sequence of ``(role, text)`` messages as a user saw them."""
+    h = hashlib.sha256()
+    for role, text in seen:
+        h.update(_visible(role, text))
+    return h.hexdigest()
 
 
 def _tool_names(tools: Sequence[ToolSpec]) -> tuple[str, ...]:

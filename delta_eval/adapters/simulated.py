@@ -9,6 +9,8 @@ from a simulated baseline:
   with added sentences.
 - ``skip_tool_rate``: instead of the recorded tool call, it answers in text.
 - ``change_args_rate``: it makes the recorded call with one argument changed.
+- ``skip_tools``: tools it never calls: where the recording calls one, it asks the user to confirm instead (a
+  candidate that skips a required write action).
 - ``latency_ms`` / ``latency_sigma``: each call sleeps for a log-normal time with that median.
 - ``rate_limit_rate`` / ``server_error_rate``: a call fails with a 429 (with Retry-After) or a 500.
 - ``requests_per_minute`` (and ``minute_s``, the length of that minute, shortened for tests): a true rate limit,
@@ -22,6 +24,9 @@ from a simulated baseline:
 - ``judge_position_bias``: as a judge (a request for a judge's JSON answer, see
   :mod:`delta_eval.adapters.simulated_judge`), how often it picks output A whatever the texts say, where the two
   outputs make the same tool calls.
+- As a session's user (a user simulator's request, see :mod:`delta_eval.adapters.simulated_user`), it says what the
+  recorded user said next, and ends the session with the stop token when the recorded user had nothing left to say;
+  as a session's tool simulator (:mod:`delta_eval.adapters.simulated_tools`), it answers from the recorded examples.
 
 Where the context matches no recording (the replay diverged), it writes a short generic reply that claims nothing.
 Every choice is drawn from a hash of (seed, model id, request), so the same request always gets the same answer;
@@ -57,6 +62,8 @@ from delta_eval.adapters.ratelimit_headers import report_headers
 from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.simulated_judge import is_judge_schema, judge_answer
+from delta_eval.adapters.simulated_tools import is_tool_simulator, tool_answer
+from delta_eval.adapters.simulated_user import is_user_simulator, user_answer
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ConfigError, RateLimitError, TransientError
 from delta_eval.memo import PrefixFold
@@ -88,6 +95,7 @@ class SimulatedBehaviour(BaseModel):
     cached_fraction: float = _Rate
     reasoning_tokens: int = Field(default=0, ge=0)
     judge_position_bias: float = _Rate
+    skip_tools: tuple[str, ...] = ()
     seed: int = 0
 
 
@@ -236,6 +244,8 @@ class SimulatedAdapter(ModelAdapter):
         identity = self.behaviour.model_dump(include={"reword_rate", "skip_tool_rate", "change_args_rate", "seed"})
         if self.behaviour.judge_position_bias:  # only when set, so caches of earlier versions stay valid
             identity["judge_position_bias"] = self.behaviour.judge_position_bias
+        if self.behaviour.skip_tools:
+            identity["skip_tools"] = sorted(self.behaviour.skip_tools)
         return identity
 
     def _rng(self, *parts: object) -> random.Random:
@@ -251,11 +261,16 @@ class SimulatedAdapter(ModelAdapter):
             pair = next((m.content for m in reversed(request.messages) if m.role == "user" and m.content
                          and ("<output_a>" in m.content or "<examples>" in m.content)), "")  # fmt: skip
             return Message(role="assistant", content=judge_answer(fmt.json_schema, pair, rng, b.judge_position_bias))
+        if is_user_simulator(request):
+            return Message(role="assistant", content=user_answer(request.messages[-1].content or "", self.recordings))
+        if is_tool_simulator(request):
+            return Message(role="assistant", content=tool_answer(request.messages[-1].content or ""))
         recorded = self.recordings.next_message(request.messages, request.tools)
         if recorded is None:
             return Message(role="assistant", content=self._generic_reply(request))
         if recorded.tool_calls:
-            if rng.random() < b.skip_tool_rate:
+            skipped = any(c.name in b.skip_tools for c in recorded.tool_calls)
+            if skipped or rng.random() < b.skip_tool_rate:
                 return Message(
                     role="assistant",
                     content="Before I go ahead, could you confirm the details of your request once more?",

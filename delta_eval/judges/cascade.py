@@ -30,7 +30,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 
@@ -49,7 +49,7 @@ from delta_eval.matching import DEFAULT_MATCH, MatchOptions
 from delta_eval.pricing import Spend
 from delta_eval.schema import ErrorRecord, Judgement, Outcome, Replay, ReplayPoint, Severity, Verdict
 
-__all__ = ["Decision", "JudgeCascade", "candidate_is_a", "drawn_for_audit", "preference"]
+__all__ = ["Decision", "JudgeCascade", "SupportsDecide", "candidate_is_a", "drawn_for_audit", "preference"]
 
 _SEVERITY_RANK: dict[Severity, int] = {"none": 0, "minor": 1, "critical": 2}
 
@@ -100,6 +100,24 @@ class Decision:
     verdict: Verdict
     judgements: list[Judgement] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
+
+
+class SupportsDecide(Protocol):
+    """What decides a pair: the cascade (turns), or :class:`~delta_eval.judges.session.SessionJudging` (sessions)."""
+
+    async def decide(
+        self,
+        point: ReplayPoint,
+        baseline: Replay,
+        candidate: Replay,
+        *,
+        baseline_request: ModelRequest | None = None,
+        candidate_request: ModelRequest | None = None,
+        stratum: str = "",
+        weight: float = 1.0,
+    ) -> Decision:
+        """The decision on one pair."""
+        ...
 
 
 @dataclass

@@ -191,8 +191,10 @@ def _output(out: TurnOutput, *, results: bool) -> str:
             lines.append(segment("calls", call(c.name, _cut(display_arguments(c))), raw=True))
         if results:
             for res in step.tool_results:
-                label = "result, could not run" if res.source == "simulated" else "result"
+                label = {"simulated": "result, could not run", "llm": "result, simulated"}.get(res.source, "result")
                 lines.append(segment(label, named(res.name, _cut(res.content)), raw=True))
+        if step.user is not None:  # a session's transcript: what the user answered
+            lines.append(segment("customer", _cut(step.user)))
     if out.final_text:
         lines.append(segment("replies", _cut(out.final_text)))
     return "\n".join(lines) if lines else segment("no reply: the turn ended without text or tool calls")

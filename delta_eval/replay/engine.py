@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from delta_eval.adapters.batch import batch_cost
 from delta_eval.adapters.client import ModelClient
@@ -33,7 +34,7 @@ from delta_eval.schema import (
 )
 from delta_eval.variant import Variant
 
-__all__ = ["Replayer", "SideReplay", "recorded_replay"]
+__all__ = ["Replayer", "SideReplay", "SupportsReplay", "recorded_replay"]
 
 
 def recorded_replay(point: ReplayPoint) -> Replay:
@@ -58,6 +59,15 @@ class SideReplay:
     replay: Replay
     request: ModelRequest | None = None
     error: ErrorRecord | None = None
+
+
+class SupportsReplay(Protocol):
+    """What replays a point on one side: a turn (:class:`Replayer`) or a whole session
+    (:class:`~delta_eval.replay.session.SessionReplayer`)."""
+
+    async def replay(self, point: ReplayPoint, side: Side) -> SideReplay:
+        """The side's replay of ``point``; failures end it with an error row, never an exception."""
+        ...
 
 
 @dataclass

@@ -6,7 +6,10 @@ committed Parquet files, and two conveniences:
 
 - ``pairs``: one row per pair, the verdict beside the baseline, candidate and recorded final texts, tool-call
   counts, costs and latencies;
-- ``tool_calls``: one row per tool call of every replay (side, step, position, name, arguments, result source).
+- ``tool_calls``: one row per tool call of every replay (side, step, position, name, arguments, result source);
+- ``transcripts``: one row per step of every replay, in order: what the side said, the tools it called, where their
+  results came from, and in a session what the user answered and whether it was recorded or simulated (a session's
+  two sides side by side: ``WHERE pair_id = ... ORDER BY step_index, side``).
 
 Example:
     >>> con = open_run("runs/demo")                                    # doctest: +SKIP
@@ -15,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 from pathlib import Path
@@ -60,6 +64,21 @@ SELECT pair_id, conversation_id, turn_index, side, model, step_index, call_index
        list_filter(results, lambda r: r.call_id = call.id)[1].source AS result_source,
        list_filter(results, lambda r: r.call_id = call.id)[1].content AS result
 FROM calls
+"""
+
+
+_TRANSCRIPTS = """
+CREATE VIEW transcripts AS
+WITH steps AS (
+    SELECT pair_id, conversation_id, turn_index, side, model, finish_reason,
+           unnest(steps) AS step, generate_subscripts(steps, 1) AS step_index
+    FROM replays
+)
+SELECT pair_id, conversation_id, turn_index, side, model, step_index, step.text AS text,
+       list_transform(step.tool_calls, lambda c: c.name) AS tools,
+       list_transform(step.tool_results, lambda r: r.source) AS result_sources,
+       step."user" AS "user", step.user_source AS user_source, finish_reason
+FROM steps
 """
 
 
@@ -129,4 +148,7 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
                     "WHERE pair_id IS NULL OR pair_id IN (SELECT pair_id FROM verdicts)")  # fmt: skip
     con.execute(_PAIRS)
     con.execute(_TOOL_CALLS)
+    # A folder written before steps carried the user's answers has no transcripts view.
+    with contextlib.suppress(duckdb.BinderException):
+        con.execute(_TRANSCRIPTS)
     return con

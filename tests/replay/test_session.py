@@ -1,0 +1,163 @@
+"""Sessions on the bundled tau-bench airline data: rolled forward by the simulated user, judged on the outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import delta_eval as de
+from delta_eval.adapters.client import ModelClient
+from delta_eval.adapters.limits import ModelLimiter
+from delta_eval.adapters.retry import RetryPolicy
+from delta_eval.adapters.simulated import SimulatedAdapter
+from delta_eval.judges.session import goal_reached
+from delta_eval.replay.session import SESSION_ENDS, SessionTools, session_point, session_turns
+from delta_eval.replay.tools import ToolContext
+from delta_eval.schema import Conversation, Replay, ToolCall
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.tables import TABLES
+
+READS = ["get_*", "search_*", "list_*", "calculate", "think"]
+#: The airline's write actions: the candidate of these tests never makes them.
+WRITES = ["book_reservation", "cancel_reservation", "update_reservation_flights", "update_reservation_baggages",
+          "update_reservation_passengers", "send_certificate"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def airline() -> list[Conversation]:
+    data = de.demo.DATA
+    good, bad = de.read_conversations(
+        data / "gpt-4o-airline.json",
+        messages="traj",
+        id="{task_id}/{trial}",
+        metadata={"reward": "reward", "actions": "info.task.actions", "instruction": "info.task.instruction"},
+        tools=data / "airline_tools.json",
+    ).load()
+    assert bad == []
+    return good
+
+
+def _writes(conv: Conversation) -> bool:
+    return any(a["name"] in WRITES for a in conv.metadata["actions"])
+
+
+def _recorded_write(conv: Conversation) -> bool:
+    """The task needs a write action, and the recorded agent made every write action it needed."""
+    point = session_point(conv)
+    return _writes(conv) and point is not None and goal_reached(point.recorded, conv.metadata["actions"], READS)[0]
+
+
+def _replays(out: Path) -> list[Replay]:
+    return [TABLES["replays"].parse(row) for row in RunFolder(out).read("replays").to_pylist()]
+
+
+def session_config(out: Path, *, scripted: bool = False, **session: Any) -> de.RunConfig:
+    return de.RunConfig(
+        baseline=de.Variant(model="simulated:baseline"),
+        candidate=de.Variant(model="simulated:candidate", provider_options={"skip_tools": WRITES}),
+        mode="session",
+        session={
+            "user": "simulated:user",
+            "scripted": scripted,
+            "goal": "instruction",
+            "stop_tools": ["transfer_to_human_agents"],
+            "expected": "actions",
+            "ignore": READS,
+            **session,
+        },
+        out=out,
+    )
+
+
+def test_the_recorded_rest_of_a_conversation_is_its_session_transcript(airline: list[Conversation]) -> None:
+    conv = airline[0]
+    point = session_point(conv)
+    assert point is not None
+    assert point.pair_id == f"{conv.id}#session"
+    users = [m.content for m in conv.messages if m.role == "user"]
+    assert [m.content for m in point.context if m.role == "user"] == users[:1]
+    answered = [step.user for _, step in session_turns(point.recorded) if step is not None]
+    assert answered == users[1:]
+    calls = [c.name for m in conv.messages for c in m.tool_calls]
+    assert [c.name for c in point.recorded.tool_calls] == calls
+
+
+def test_a_candidate_that_skips_the_write_action_loses_on_the_goal_and_the_decision(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    booked = [c for c in airline if _recorded_write(c)]
+    assert len(booked) >= 3
+    result = de.run(session_config(tmp_path / "run"), conversations=booked, progress=False)
+    con = de.open_run(tmp_path / "run")
+    assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+    ends = con.execute("SELECT DISTINCT finish_reason FROM replays WHERE side != 'recorded'").fetchall()
+    assert {e for (e,) in ends} <= set(SESSION_ENDS) - {"error"}
+    replays = {(r.conversation_id, r.side): r for r in _replays(tmp_path / "run")}
+    for conv in booked:
+        base, cand = replays[(conv.id, "baseline")], replays[(conv.id, "candidate")]
+        # One simulated user for both sides: it opened both the same way and played the user in every answer.
+        said = [[(s.user, s.user_source) for s in r.output.steps if s.user is not None] for r in (base, cand)]
+        assert said[0]
+        assert said[1]
+        assert said[0][0] == said[1][0]
+        assert {source for side in said for _, source in side} == {"simulated"}
+        assert not goal_reached(cand.output, conv.metadata["actions"], READS)[0]
+        assert not {c.name for c in cand.output.tool_calls} & set(WRITES)
+    verdicts = con.execute("SELECT outcome, judge, candidate_scores, baseline_scores FROM verdicts").fetchall()
+    assert len(verdicts) == len(booked)
+    assert all(outcome in ("baseline", "equivalent") for outcome, *_ in verdicts)
+    lost = [v for v in verdicts if v[1] == "outcome"]
+    assert len(lost) >= 3  # where the baseline reached the goal, the candidate lost on it
+    for outcome, _, cand_scores, base_scores in lost:
+        assert outcome == "baseline"
+        assert '"goal_reached":0.0' in cand_scores
+        assert '"goal_reached":1.0' in base_scores
+    assert result.decision().outcome == "REJECTED"
+
+
+def test_sides_that_do_the_same_are_equivalent_and_every_tool_result_says_its_source(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    sample = [c for c in airline if not _writes(c)][:12]
+    config = session_config(tmp_path / "run", scripted=True).model_copy(
+        update={"candidate": de.Variant(model="simulated:candidate")}
+    )
+    de.run(config, conversations=sample, progress=False)
+    con = de.open_run(tmp_path / "run")
+    assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+    rolled = [r for r in _replays(tmp_path / "run") if r.side != "recorded"]
+    sources = {res.source for r in rolled for step in r.output.steps for res in step.tool_results}
+    assert sources <= {"recorded", "simulated", "llm"}
+    assert "recorded" in sources
+    outcomes = con.execute("SELECT stage, outcome, count(*) FROM verdicts GROUP BY ALL").fetchall()
+    assert outcomes == [("deterministic", "equivalent", len(sample))]  # the same calls and the same end
+
+
+def test_only_recorded_users_end_a_session_that_left_the_recording(airline: list[Conversation], tmp_path: Path) -> None:
+    booked = [c for c in airline if _recorded_write(c)][:3]
+    de.run(session_config(tmp_path / "run", user=None, goal=None), conversations=booked, progress=False)
+    con = de.open_run(tmp_path / "run")
+    ends = dict(con.execute("SELECT side, list(DISTINCT finish_reason) FROM replays GROUP BY ALL").fetchall())
+    assert ends["candidate"] == ["off_recording"]
+    rolled = [r for r in _replays(tmp_path / "run") if r.side != "recorded"]
+    assert {step.user_source for r in rolled for step in r.output.steps if step.user is not None} == {"recorded"}
+
+
+@pytest.mark.anyio
+async def test_a_call_made_again_gets_the_next_recorded_result_and_an_unrecorded_one_an_llm_result() -> None:
+    get = ToolCall(id="1", name="get", arguments='{"id": "X"}')
+    client = ModelClient(SimulatedAdapter("simulated:tools"), ModelLimiter(1), RetryPolicy())
+    tools = SessionTools([(get, "old"), (get.model_copy(update={"id": "2"}), "new")], llm=client)
+    point = session_point(Conversation(id="c", messages=(de.Message(role="user", content="hi"),
+                                                         de.Message(role="assistant", content="hello"))))  # fmt: skip
+    assert point is not None
+    ctx = ToolContext(point=point, position=0)
+    got = [await tools(get.model_copy(update={"arguments": '{"id": "X"}'}), ctx) for _ in range(3)]
+    assert [(r.content, r.source) for r in got] == [("old", "recorded"), ("new", "recorded"), ("new", "recorded")]
+    other = await tools(ToolCall(id="3", name="cancel", arguments='{"id": "X"}'), ctx)
+    assert other.source == "llm"
+    assert other.content == '{"error": "not found"}'  # the simulated tool simulator: no recorded example of it
+    again = await tools(ToolCall(id="4", name="get", arguments='{"id": "Y"}'), ctx)
+    assert (again.content, again.source) == ("old", "llm")  # a result shaped as the recorded ones
