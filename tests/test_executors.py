@@ -117,6 +117,14 @@ def test_what_a_sharded_run_does_not_do_is_refused(tmp_path: Path) -> None:
             executor=de.InProcessExecutor(2),
         )
     assert not (tmp_path / "r").exists()
+    with pytest.raises(de.ConfigError, match="session mode"):
+        de.run(
+            _config(tmp_path / "s", mode="session"),
+            conversations=demo_conversations(),
+            progress=False,
+            executor=de.InProcessExecutor(2),
+        )
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.slow
