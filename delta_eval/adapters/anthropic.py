@@ -46,7 +46,7 @@ from anthropic.types import Usage as WireUsage
 from delta_eval.adapters.anthropic_batch import AnthropicBatches
 from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, sdk_client_options
 from delta_eval.adapters.batch import BatchBackend
-from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.errors import connection_error, sdk_errors, status_error
 from delta_eval.adapters.media import NO_BYTES, Note, decoded, placeholder
 from delta_eval.adapters.options import ProviderOptions, parse_options
 from delta_eval.adapters.prompt_cache import CacheTTL, add_cache_breakpoints
@@ -388,7 +388,7 @@ class AnthropicAdapter(ModelAdapter):
         start = time.perf_counter()
         ttft: float | None = None
         message: AnthropicMessage
-        try:
+        with sdk_errors(anthropic.AnthropicError, self._error, model=self.model, secrets=self.options.secrets):
             if request.params.stream:
                 # The SDK's own stream accumulator, around the same call the typed method makes.
                 raw = self.clients.next().post(
@@ -416,12 +416,6 @@ class AnthropicAdapter(ModelAdapter):
                     "/v1/messages", **self.post_body(kwargs), cast_to=AnthropicMessage, options=_OPTIONS
                 )
                 request_id = message._request_id
-        except anthropic.AnthropicError as exc:
-            raise self._error(exc) from None
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
         return self.decode(message, request_id=request_id, ttft_ms=ttft)
 
     def _error(self, exc: anthropic.AnthropicError) -> ProviderError:

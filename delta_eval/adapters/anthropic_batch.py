@@ -25,7 +25,7 @@ import anthropic
 from anthropic.types.messages import MessageBatchIndividualResponse
 
 from delta_eval.adapters.batch import Ended, Outcome
-from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.errors import sdk_errors, status_error
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ProviderError, TransientError
 
@@ -68,14 +68,9 @@ class AnthropicBatches:
         self._held: dict[str, list[dict[str, Any]]] = {}
 
     async def _sdk(self, call: Callable[[], Awaitable[T]]) -> T:
-        try:
+        a = self.adapter
+        with sdk_errors(anthropic.AnthropicError, a._error, model=a.model, secrets=a.options.secrets):
             return await call()
-        except anthropic.AnthropicError as exc:
-            raise self.adapter._error(exc) from None
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise connection_error(exc, model=self.adapter.model, secrets=self.adapter.options.secrets()) from None
 
     async def upload(self, items: Sequence[tuple[str, ModelRequest]]) -> str:
         """Hold the batch's requests (custom id: the cache key) until :meth:`create`; what names them."""

@@ -16,8 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from delta_eval.adapters.ratelimit_headers import report_headers, retry_after
 from delta_eval.exceptions import (
@@ -31,7 +33,7 @@ from delta_eval.exceptions import (
 )
 from delta_eval.redact import redact_text
 
-__all__ = ["connection_error", "is_transport_error", "retry_after", "scrub", "status_error"]
+__all__ = ["connection_error", "is_transport_error", "retry_after", "scrub", "sdk_errors", "status_error"]
 
 _CONTEXT = re.compile(r"context[_ ]length|context window|too many tokens|prompt is too long|maximum context", re.I)
 _FILTER = re.compile(r"content[_ ]filter|content management policy|responsible ai|safety", re.I)
@@ -96,3 +98,35 @@ def is_transport_error(exc: BaseException) -> bool:
 def connection_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = ()) -> TransientError:
     """The error for a call that got no response (refused, reset, timed out): always worth another try."""
     return TransientError(scrub(f"no response: {type(exc).__name__}: {exc}", secrets), model=model)
+
+
+@contextlib.contextmanager
+def sdk_errors(
+    sdk_error: type[Exception],
+    mapped: Callable[[Any], ProviderError],
+    *,
+    model: str,
+    secrets: Callable[[], Iterable[str | None]] = tuple,
+) -> Iterator[None]:
+    """Within it, an SDK's error (``sdk_error``) is raised as ``mapped`` makes it, and the HTTP stack failing under
+    the SDK as :func:`connection_error` (worth another try, its message scrubbed of ``secrets()``, asked only then):
+    what every call to a provider's SDK does.
+
+    Example:
+        >>> for failure in (KeyError("k"), ConnectionResetError("reset")):
+        ...     try:
+        ...         with sdk_errors(KeyError, lambda e: ProviderError(f"mapped {e}", model="m"), model="m"):
+        ...             raise failure
+        ...     except ProviderError as exc:
+        ...         print(type(exc).__name__, exc)
+        ProviderError m: mapped 'k'
+        TransientError m: no response: ConnectionResetError: reset
+    """
+    try:
+        yield
+    except sdk_error as exc:
+        raise mapped(exc) from None
+    except Exception as exc:
+        if not is_transport_error(exc):
+            raise
+        raise connection_error(exc, model=model, secrets=secrets()) from None

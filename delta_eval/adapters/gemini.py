@@ -37,7 +37,7 @@ from google.genai import errors, types
 
 from delta_eval.adapters.base import ClientShards, ModelAdapter, tls_context
 from delta_eval.adapters.batch import BatchBackend
-from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.errors import sdk_errors, status_error
 from delta_eval.adapters.gemini_batch import GeminiBatches
 from delta_eval.adapters.gemini_schema import sanitize
 from delta_eval.adapters.media import NO_BYTES, Note, decoded, placeholder, with_text
@@ -279,7 +279,7 @@ class GeminiAdapter(ModelAdapter):
         contents, config = self.encode(request)
         start = time.perf_counter()
         ttft: float | None = None
-        try:
+        with sdk_errors(errors.APIError, self._error, model=self.model, secrets=self.options.secrets):
             if request.params.stream:
                 chunks: list[Any] = []
                 stream = await self.clients.next().aio.models.generate_content_stream(
@@ -294,12 +294,6 @@ class GeminiAdapter(ModelAdapter):
             response = await self.clients.next().aio.models.generate_content(
                 model=self.wire_model, contents=cast(Any, contents), config=config
             )
-        except errors.APIError as exc:
-            raise self._error(exc) from None
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
         return self.decode([response])
 
     def _error(self, exc: errors.APIError) -> ProviderError:

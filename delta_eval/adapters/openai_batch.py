@@ -28,7 +28,7 @@ from openai.types.chat import ChatCompletion
 
 from delta_eval.adapters.base import json_body
 from delta_eval.adapters.batch import Ended, Outcome
-from delta_eval.adapters.errors import connection_error, is_transport_error, status_error
+from delta_eval.adapters.errors import sdk_errors, status_error
 from delta_eval.adapters.openai_common import OpenAIOptions, map_openai_error
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ProviderError, TransientError
@@ -70,15 +70,10 @@ class OpenAIBatches:
 
     async def _sdk(self, call: Callable[[], Awaitable[T]]) -> T:
         """``call``'s result, its failures mapped as every call's are (a lost connection is worth another try)."""
-        secrets = self.adapter.options.secrets()
-        try:
+        a = self.adapter
+        mapped = lambda exc: map_openai_error(exc, model=a.model, secrets=a.options.secrets())  # noqa: E731
+        with sdk_errors(openai.OpenAIError, mapped, model=a.model, secrets=a.options.secrets):
             return await call()
-        except openai.OpenAIError as exc:
-            raise map_openai_error(exc, model=self.adapter.model, secrets=secrets) from None
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise connection_error(exc, model=self.adapter.model, secrets=secrets) from None
 
     async def upload(self, items: Sequence[tuple[str, ModelRequest]]) -> str:
         """Upload the batch's input file; its file id."""

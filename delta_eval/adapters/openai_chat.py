@@ -28,7 +28,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from delta_eval.adapters import harmony
 from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
 from delta_eval.adapters.batch import BatchBackend
-from delta_eval.adapters.errors import connection_error, is_transport_error
+from delta_eval.adapters.errors import sdk_errors
 from delta_eval.adapters.media import NO_BYTES, Note, placeholder, subtype, with_text
 from delta_eval.adapters.openai_batch import OpenAIBatches
 from delta_eval.adapters.openai_common import (
@@ -43,7 +43,7 @@ from delta_eval.adapters.prompt_cache import prompt_cache_key
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
-from delta_eval.exceptions import TransientError
+from delta_eval.exceptions import ProviderError, TransientError
 from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
 __all__ = ["ChatCompletionsAdapter", "create", "decode_usage", "encode_media", "encode_messages"]
@@ -225,19 +225,16 @@ class ChatCompletionsAdapter(ModelAdapter):
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One call: streamed when ``params.stream`` is set."""
         body = self.encode(request)
-        try:
+        with sdk_errors(openai.OpenAIError, self._mapped, model=self.model, secrets=self.options.secrets):
             if request.params.stream:
                 return await self._stream(body)
             completion = await self.clients.next().post(
                 "/chat/completions", content=json_body(body), cast_to=ChatCompletion, options=REQUEST_OPTIONS
             )
-        except openai.OpenAIError as exc:
-            raise map_openai_error(exc, model=self.model, secrets=self.options.secrets()) from None
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
         return self.decode(completion, request_id=completion._request_id)
+
+    def _mapped(self, exc: openai.OpenAIError) -> ProviderError:
+        return map_openai_error(exc, model=self.model, secrets=self.options.secrets())
 
     def decode(self, completion: ChatCompletion, *, request_id: str | None) -> ModelResponse:
         """The canonical response of a Chat Completion (also what a batch's output line holds)."""
