@@ -62,7 +62,11 @@ def ray_cluster() -> Iterator[str]:
     ray = str(Path(sys.executable).with_name("ray"))
     temp = tempfile.mkdtemp(prefix="de-ray-", dir="/tmp")  # Ray's socket paths must stay short
     port = _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # No token auth: a token file a user's own Ray left in ~/.ray would make the head demand it from the worker.
+    token_path = os.path.join(temp, "no_auth_token")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_AUTH_TOKEN_PATH": token_path}
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN_PATH=token_path)  # this process drives the run
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
     commands = [
         [ray, "start", "--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp, *common],
@@ -86,6 +90,11 @@ def ray_cluster() -> Iterator[str]:
         for pgid in reversed(groups):
             _stop_group(pgid)
         shutil.rmtree(temp, ignore_errors=True)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _config(out: Path) -> de.RunConfig:
