@@ -158,9 +158,10 @@ class RunResult:
             return [win_rate_of(c, e, stratum=name, **options) for name, c in sorted(groups.items())]
         return win_rate_of(groups[""], e, **options)
 
-    def decision(self, rule: DecisionRule | None = None) -> Decision:
+    def decision(self, rule: DecisionRule | None = None, *, con: Any = None) -> Decision:
         """The decision on this run: APPROVED, PARTIAL or REJECTED, what decided it, and every number behind it
-        (see :mod:`delta_eval.metrics.decision`). ``rule`` defaults to the one the run was configured with.
+        (see :mod:`delta_eval.metrics.decision`). ``rule`` defaults to the one the run was configured with; ``con``:
+        a connection of :meth:`connect` to compute it in (default: a new one).
 
         Example::
 
@@ -169,7 +170,13 @@ class RunResult:
         """
         if rule is None:
             rule = DecisionRule.model_validate(self.manifest.config.get("decision") or {})
-        return decide(self.table("verdicts"), self.table("replays"), rule)
+        # In DuckDB over the run's Parquet files: one row per conversation reaches Python, whatever the run's size.
+        db = con if con is not None else self.connect()
+        try:
+            return decide("verdicts", "replays", rule, con=db)
+        finally:
+            if con is None:
+                db.close()
 
     def unfinished(self) -> str | None:
         """Why this run gives no decision to gate on, in words, or ``None`` when it does: it did not complete

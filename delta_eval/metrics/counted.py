@@ -122,8 +122,10 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             raise ValueError(f"a table name ({verdicts!r}) needs the DuckDB connection it is in")
         db = con
         names = {str(row[0]) for row in db.execute(f"DESCRIBE {verdicts}").fetchall()}
-        # A row without a conversation is named by its pair there (a view's row order is not its position).
-        db.execute(f"CREATE OR REPLACE TEMP VIEW src AS SELECT *, NULL::BIGINT AS _row FROM {verdicts}")
+        # A row without a conversation is named by its pair there (a view's row order is not its position), unless
+        # the view keeps its rows' positions (``_row``, as the decision's views of a registered table do).
+        row = "" if "_row" in names else ", NULL::BIGINT AS _row"
+        db.execute(f"CREATE OR REPLACE TEMP VIEW src AS SELECT *{row} FROM {verdicts}")
     else:
         table = to_arrow(verdicts)
         wanted = dict.fromkeys([*VERDICT_COLUMNS, *([by] if by else [])])
@@ -209,10 +211,13 @@ def counted_of(c: Components) -> Counted:
 
 
 def counted_rows(
-    verdicts: Rows, estimand: Estimand | None = None, *, by: str | None = None, null: str = ""
+    verdicts: Rows, estimand: Estimand | None = None, *, by: str | None = None, null: str = "", con: Any = None
 ) -> dict[str, Counted]:
-    """:func:`counted` for any table of verdicts: in DuckDB for a table, a relation or a DataFrame; from the rows for
-    mappings already in memory (which a query engine would first have to convert)."""
+    """:func:`counted` for any table of verdicts: in DuckDB for a table, a relation or a DataFrame, or the name of
+    a table or view in the DuckDB connection ``con``; from the rows for mappings already in memory (which a query
+    engine would first have to convert)."""
+    if isinstance(verdicts, str):
+        return counted(verdicts, estimand, by=by, null=null, con=con)
     try:
         table = to_arrow(verdicts)
     except TypeError:

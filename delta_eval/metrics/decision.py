@@ -35,11 +35,21 @@ from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any, Literal
 
+import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.metrics.checks import Check, check_results
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.counted import counted_rows
+from delta_eval.metrics.counted import Counted, counted_rows
+from delta_eval.metrics.decision_sql import (
+    Source,
+    audit_of,
+    check_rates_of,
+    consistency_of,
+    gate_results,
+    side_metrics_of,
+)
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.frames import Rows, rows_of, to_arrow
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
@@ -216,28 +226,116 @@ class Decision(BaseModel):
         return out
 
 
-def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | None = None) -> Decision:
-    """The decision on verdict rows (and replay rows, for the sides' metrics, their gates and the rule's checks)."""
+def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | None = None, *,
+           con: Any = None) -> Decision:  # fmt: skip
+    """The decision on verdicts (and replays, for the sides' metrics, their gates and the rule's checks).
+
+    Tables (Arrow, a DuckDB relation, a DataFrame) are decided in DuckDB, one row per conversation reaching Python;
+    so are the names of tables or views in the DuckDB connection ``con`` (``decide("verdicts", "replays",
+    con=run.connect())``: straight from a run's Parquet files, at any size). Rows of mappings are decided in memory,
+    with the same numbers."""
     r = rule or DecisionRule()
+    if isinstance(verdicts, str) or isinstance(replays, str):
+        if con is None or not isinstance(verdicts, str) or not isinstance(replays, str | None):
+            raise ValueError("table names need the DuckDB connection they are in (con=), for verdicts and replays")
+        src = Source(con, verdicts, replays)
+        try:
+            return _decide_source(src, r)
+        finally:
+            src.close()
     table = _table(verdicts)
-    # Gates read their own columns of each pair (not its texts); the win rate, sign test and strata read sums.
-    rows = rows_of(table, _GATE_COLUMNS) if table is not None else rows_of(verdicts)
-    votes: Rows = table if table is not None else rows
+    replay_table = _table(replays) if replays is not None else None
+    if table is None or (replays is not None and replay_table is None):
+        return _decide_rows(verdicts, replays, r)
+    import duckdb
+
+    db = duckdb.connect()
+    try:
+        # Each row's position names it where it has no conversation, as the rows path does.
+        if "_row" in table.column_names:
+            table = table.drop_columns(["_row"])
+        db.register("verdicts", table.append_column("_row", pa.array(np.arange(table.num_rows, dtype=np.int64))))
+        if replay_table is not None:
+            db.register("replays", replay_table)
+        src = Source(db, "verdicts", "replays" if replay_table is not None else None)
+        return _decide_source(src, r)
+    finally:
+        db.close()
+
+
+def _decide_source(src: Source, r: DecisionRule) -> Decision:
+    """The decision on a :class:`~delta_eval.metrics.decision_sql.Source`: every number computed in DuckDB."""
+    e = r.estimand
+    counted = counted_rows(src.verdicts, e, con=src.db)[""]
+    e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
+    ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
+    sides = side_metrics_of(src, r.confidence)
+    checks, names = None, [c.name for c in r.checks]
+    if r.checks and src.replays is not None:
+        found = check_results(r.checks, src.raw_replays_table())
+        checks = src.register(found.select(["check", "pair_id", "side", "passed"]))
+    gates = gate_results(src, r.gates, sides, checks=checks, check_names=names if checks else (),
+                         weighted=counted.weighted, confidence=r.confidence)  # fmt: skip
+    strata = by_stratum(src.verdicts, r.margin, adjustment=r.adjustment, min_conversations=r.min_conversations,
+                        confidence=r.confidence, con=src.db, **e.model_dump())  # fmt: skip
+    seen = src.epochs()
+    epochs: dict[int, Outcome] = {}
+    if len(seen) > 1:
+        for k in seen:
+            one = src.epoch(k)
+            try:
+                epochs[k] = _decide_source(one, r).outcome
+            finally:
+                one.close()
+    judged = counted_rows(src.verdicts, e.model_copy(update={"over": "judged"}), con=src.db)[""]
+    return _decision(
+        r, e, counted, ni, judged, gates, strata, sides,
+        checks=check_rates_of(src, checks, names, r.confidence) if checks else {},
+        epochs=epochs,
+        consistency=consistency_of(src) if src.replays is not None and len(seen) > 1 else {},
+        audit=audit_of(src),
+    )  # fmt: skip
+
+
+def _decide_rows(verdicts: Rows, replays: Rows | None, r: DecisionRule) -> Decision:
+    """The decision on rows of mappings, in memory (what the DuckDB path is held equal to)."""
+    rows = rows_of(verdicts, _GATE_COLUMNS)
     seen = sorted({int(v.get("epoch") or 1) for v in rows})
     # The sides and gates read a few columns of each replay (steps only for consistency across epochs); the
     # rule's own checks may read any.
     wanted = None if r.checks else [*SIDE_COLUMNS, "epoch", *(["steps"] if len(seen) > 1 else [])]
     replay_rows = rows_of(replays, wanted) if replays is not None else None
     e = r.estimand
-    counted = counted_rows(votes, e)[""]
+    counted = counted_rows(rows_of(verdicts), e)[""]
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
     ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
     sides = side_metrics(replay_rows, r.confidence) if replay_rows is not None else {}
     results = _check_results(r, replay_rows)
     gates = evaluate_gates(r.gates, rows, sides, replays=replay_rows, checks=results, weighted=counted.weighted,
                            confidence=r.confidence)  # fmt: skip
+    votes = rows_of(verdicts)
     strata = by_stratum(votes, r.margin, adjustment=r.adjustment, min_conversations=r.min_conversations,
                         confidence=r.confidence, **e.model_dump())  # fmt: skip
+    epochs: dict[int, Outcome] = {}
+    if len(seen) > 1:
+        for k in seen:
+            mine = [v for v in votes if int(v.get("epoch") or 1) == k]
+            theirs = None if replay_rows is None else [x for x in replay_rows if int(x.get("epoch") or 1) == k]
+            epochs[k] = _decide_rows(mine, theirs, r).outcome
+    judged = counted_rows(votes, e.model_copy(update={"over": "judged"}))[""]
+    return _decision(
+        r, e, counted, ni, judged, gates, strata, sides,
+        checks=_check_rates(results, replay_rows, r.confidence),
+        epochs=epochs,
+        consistency=consistency(replay_rows) if replay_rows is not None and len(seen) > 1 else {},
+        audit=_audit(rows),
+    )  # fmt: skip
+
+
+def _decision(r: DecisionRule, e: Estimand, counted: Counted, ni: NonInferiority, judged: Counted,
+              gates: list[GateResult], strata: list[StratumDecision], sides: dict[str, SideMetrics],
+              **rest: Any) -> Decision:  # fmt: skip
+    """The outcome from the steps that can lower it, and the decision with every number behind it."""
     steps: list[tuple[Outcome, str]] = []
     steps += [(g.gate.on_fail, f"gate {g.gate.label}") for g in gates if g.passed is False]
     steps += [("PARTIAL", f"gate {g.gate.label} not evaluated ({g.detail})")
@@ -253,12 +351,6 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     for level, why in steps:
         if _RANK[level] < _RANK[outcome]:
             outcome, decided_by = level, why
-    epochs: dict[int, Outcome] = {}
-    if len(seen) > 1:
-        for k in seen:
-            mine = [v for v in rows_of(votes) if int(v.get("epoch") or 1) == k]
-            theirs = None if replay_rows is None else [x for x in replay_rows if int(x.get("epoch") or 1) == k]
-            epochs[k] = decide(mine, theirs, r).outcome
     return Decision(
         outcome=outcome,
         decided_by=decided_by,
@@ -266,14 +358,11 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
         estimand=e.describe(counted.weighted),
         non_inferiority=ni,
         net_preference=net_preference_of(ni.win_rate),
-        sign_test=sign_test_of(counted_rows(votes, e.model_copy(update={"over": "judged"}))[""]),
+        sign_test=sign_test_of(judged),
         gates=gates,
         strata=strata,
         sides=sides,
-        checks=_check_rates(results, replay_rows, r.confidence),
-        epochs=epochs,
-        consistency=consistency(replay_rows) if replay_rows is not None and len(seen) > 1 else {},
-        audit=_audit(rows),
+        **rest,
     )
 
 

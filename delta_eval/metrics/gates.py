@@ -46,11 +46,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from delta_eval.metrics.difference import Difference, PairedSums
+from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import error_side
 from delta_eval.metrics.sides import SideMetrics, cost_ratio, no_decision_of
 
-__all__ = ["ABSOLUTE_METRICS", "DEFAULT_GATES", "METRICS", "Gate", "GateResult", "evaluate_gates"]
+__all__ = [
+    "ABSOLUTE_METRICS",
+    "DEFAULT_GATES",
+    "METRICS",
+    "Gate",
+    "GateResult",
+    "evaluate_gates",
+    "gate_result",
+    "side_gate",
+]
 
 #: The built-in metrics a gate can name (besides ``check:<name>``).
 METRICS = (
@@ -181,9 +190,8 @@ class _Paired:
         self.clusters.append(cluster)
         self.weights.append(weight)
 
-    def difference(self, confidence: float) -> Difference:
-        sums = PairedSums.of(self.a, self.b, ta=self.ta, tb=self.tb, weights=self.weights, clusters=self.clusters)
-        return sums.difference(confidence, same_kind=True)
+    def sums(self) -> PairedSums:
+        return PairedSums.of(self.a, self.b, ta=self.ta, tb=self.tb, weights=self.weights, clusters=self.clusters)
 
 
 def _verdict_pairs(metric: str, verdicts: Sequence[Mapping[str, Any]], weight: Callable[[Mapping[str, Any]], float]
@@ -299,7 +307,7 @@ def _evaluate(
         return GateResult(gate=gate, value=None, ci_low=None, ci_high=None, passed=None, detail=why)
 
     if metric in ("latency_p95_s", "cost_ratio"):
-        return _side_gate(gate, sides)
+        return side_gate(gate, sides)
     if metric in ("critical_rate", "severity_rate", "undecided_rate"):
         pairs, note = _verdict_pairs(metric, verdicts, weight)
     else:
@@ -312,11 +320,18 @@ def _evaluate(
             pairs, note = _replay_pairs(metric, replays, pair_weight, checks[name])
         else:
             pairs, note = _replay_pairs(metric, replays, pair_weight, {})
-    if pairs is None:
-        return missing(note)
-    d = pairs.difference(confidence)
+    return gate_result(gate, None if pairs is None else pairs.sums(), note, confidence)
+
+
+def gate_result(gate: Gate, sums: PairedSums | None, note: str, confidence: float = 0.95) -> GateResult:
+    """A gate's result from its metric's paired sums (candidate first), or not evaluated (``sums`` is ``None``,
+    ``note`` says why); ``note`` is kept as the result's detail otherwise."""
+    if sums is None:
+        return GateResult(gate=gate, value=None, ci_low=None, ci_high=None, passed=None, detail=note)
+    d = sums.difference(confidence, same_kind=True)
     if d.estimate is None or d.a.value is None:
-        return missing("no pair where the metric applies")
+        return GateResult(gate=gate, value=None, ci_low=None, ci_high=None, passed=None,
+                          detail="no pair where the metric applies")  # fmt: skip
     if gate.compare == "baseline":
         value, lo, hi = d.estimate, d.ci_low, d.ci_high
     else:
@@ -334,7 +349,8 @@ def _passes(gate: Gate, value: float, lo: float, hi: float) -> bool:
     return hi <= tolerance
 
 
-def _side_gate(gate: Gate, sides: Mapping[str, SideMetrics]) -> GateResult:
+def side_gate(gate: Gate, sides: Mapping[str, SideMetrics]) -> GateResult:
+    """A gate on the sides' summary metrics: the candidate's latency p95, or its cost over the baseline's."""
     cand, base = sides.get("candidate"), sides.get("baseline")
 
     def missing(why: str) -> GateResult:

@@ -100,14 +100,16 @@ def rate(
                 n=float(sum(t)))  # fmt: skip
 
 
-def quantile_interval(values: Sequence[float], q: float, confidence: float = 0.95) -> tuple[float, float, float]:
+def quantile_interval(
+    values: Sequence[float] | np.ndarray, q: float, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """The ``q`` quantile of ``values`` and its distribution-free interval from order statistics (binomial).
 
     Example:
         >>> quantile_interval(list(range(1, 101)), 0.5)[0]
         50.5
     """
-    if not values:
+    if len(values) == 0:
         return math.nan, math.nan, math.nan
     x = np.sort(np.asarray(values, dtype=float))
     n = len(x)

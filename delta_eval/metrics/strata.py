@@ -83,13 +83,15 @@ def by_stratum(
     alpha: float | None = None,
     min_conversations: int = 10,
     confidence: float = 0.95,
+    con: Any = None,
     **estimand: Any,
 ) -> list[StratumDecision]:
     """:class:`StratumDecision` per value of ``key``; ``estimand``: ``over``, ``soft``, ``weighted``, ``errors``
     (see :mod:`delta_eval.metrics.estimand`; with ``weighted="auto"`` the choice is made once, on all rows).
-    ``alpha`` defaults to ``(1 - confidence) / 2``."""
+    ``alpha`` defaults to ``(1 - confidence) / 2``. ``verdicts`` may name a table or view of the DuckDB connection
+    ``con``."""
     e = Estimand(**estimand)
-    groups = counted_rows(verdicts, e, by=key)
+    groups = counted_rows(verdicts, e, by=key, con=con)
     names = sorted(groups)
     parts = [groups[name] for name in names]
     level = (1 - confidence) / 2 if alpha is None else alpha

@@ -1,0 +1,354 @@
+"""The numbers of a decision computed by DuckDB over verdicts and replays (a run's Parquet views, or Arrow tables
+registered in a connection), so that a million pairs become one row per conversation, never a Python object each.
+
+:class:`Source` holds the two tables as views with every column the decision reads (null where a table has none);
+:func:`side_metrics_of`, :func:`gate_results`, :func:`check_rates_of` and :func:`audit_of` give what
+:func:`~delta_eval.metrics.sides.side_metrics`, :func:`~delta_eval.metrics.gates.evaluate_gates`, the check rates and
+the audit give from rows, with the same sums (:mod:`delta_eval.metrics.sql_sums`); :meth:`Source.epoch` is one
+epoch's rows (a filter, not a copy). :func:`delta_eval.metrics.decision.decide` assembles the decision; a property
+test holds it equal to the decision on the same rows in memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from delta_eval.metrics.consistency import Consistency, consistency
+from delta_eval.metrics.estimand import sql_error_side
+from delta_eval.metrics.frames import to_arrow
+from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
+from delta_eval.metrics.sides import Rate, SideMetrics, quantile_interval
+from delta_eval.metrics.sql_sums import Metric, paired_sums
+from delta_eval.sql import quote_ident, quote_literal
+
+__all__ = ["Source", "audit_of", "check_rates_of", "gate_results", "side_metrics_of"]
+
+_VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
+                  "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
+                  "epoch": "BIGINT", "stage": "VARCHAR", "audit_outcome": "VARCHAR", "stratum": "VARCHAR",
+                  "_row": "BIGINT"}  # fmt: skip
+_REPLAY_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "side": "VARCHAR", "error": "VARCHAR",
+                 "latency_ms": "DOUBLE", "cost_usd": "DOUBLE", "n_tool_calls": "BIGINT",
+                 "invalid_tool_calls": "BIGINT", "matches_recorded": "BOOLEAN", "text_instead_of_action": "BOOLEAN",
+                 "no_decision": "BOOLEAN", "final_text": "VARCHAR", "epoch": "BIGINT"}  # fmt: skip
+#: What Python's ``str.strip()`` removes (``str.isspace``), as an RE2 class: a final text of only these is empty.
+_SPACE = r"[\t\n\x0b\x0c\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]*"
+#: A row's conversation as the rows path names it (``str`` of it: a missing one is ``"None"``).
+_CLUSTER = "coalesce(conversation_id, 'None')"
+#: A verdict's sampling weight as the rows path reads it (``weight or 1.0``).
+_WEIGHT = "CASE WHEN weight IS NULL OR weight = 0 THEN 1.0 ELSE weight END"
+_EPOCH = "coalesce(nullif(epoch, 0), 1)"
+_names = itertools.count()
+
+
+class Source:
+    """Verdicts and replays in a DuckDB connection, as views of the columns the decision reads.
+
+    ``verdicts`` and ``replays`` name tables or views of ``db`` (``replays`` may be ``None``: no side metrics).
+    Views this creates are dropped by :meth:`close`."""
+
+    def __init__(self, db: Any, verdicts: str, replays: str | None, *, raw_replays: str | None = None) -> None:
+        self.db = db
+        self._made: list[str] = []
+        self._known: dict[str, set[str]] = {}
+        #: The replays as stored (every column: what the rule's own checks and consistency read).
+        self.raw_replays = raw_replays or replays
+        self.verdicts = self._view(verdicts, _VERDICT_TYPES)
+        self.replays = self._view(replays, _REPLAY_TYPES) if replays is not None else None
+        #: Whether the replays have final texts (without, a replay's "no decision" is unknown unless stored).
+        self.final_text = replays is not None and "final_text" in self._columns(replays)
+
+    def _columns(self, name: str) -> set[str]:
+        if name not in self._known:
+            self._known[name] = {str(c) for c in self.db.sql(f"SELECT * FROM {name} LIMIT 0").columns}
+        return self._known[name]
+
+    def _view(self, name: str, types: Mapping[str, str]) -> str:
+        have = self._columns(name)
+        cols = [f"{quote_ident(c) if c in have else 'NULL'}::{t} AS {quote_ident(c)}" for c, t in types.items()]
+        view = f"_decision_{next(_names)}"
+        self.db.execute(f"CREATE TEMP VIEW {view} AS SELECT {', '.join(cols)} FROM {name}")
+        self._made.append(view)
+        return view
+
+    def epochs(self) -> list[int]:
+        """The epochs the verdicts hold (a missing or zero epoch is the first), sorted."""
+        return sorted(int(e) for (e,) in self.db.execute(f"SELECT DISTINCT {_EPOCH} FROM {self.verdicts}").fetchall())
+
+    def epoch(self, k: int) -> Source:
+        """The rows of epoch ``k`` alone (close it after use)."""
+        filtered: list[str | None] = []
+        for name in (self.verdicts, self.replays, self.raw_replays):
+            if name is None:
+                filtered.append(None)
+                continue
+            view = f"_decision_{next(_names)}"
+            epoch = _EPOCH if "epoch" in self._columns(name) else "1"  # no epochs stored: one
+            self.db.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM {name} WHERE {epoch} = {int(k)}")
+            self._made.append(view)
+            filtered.append(view)
+        return Source(self.db, str(filtered[0]), filtered[1], raw_replays=filtered[2])
+
+    def raw_replays_table(self, columns: Sequence[str] | None = None) -> pa.Table | None:
+        """The stored replays as an Arrow table (only ``columns``, those they have, when given)."""
+        if self.raw_replays is None:
+            return None
+        picked = "*"
+        if columns is not None:
+            have = self._columns(self.raw_replays)
+            picked = ", ".join(quote_ident(c) for c in columns if c in have)
+        return to_arrow(self.db.sql(f"SELECT {picked} FROM {self.raw_replays}"))
+
+    def register(self, table: pa.Table) -> str:
+        """``table`` registered in the connection under a fresh name (dropped by :meth:`close`)."""
+        name = f"_decision_{next(_names)}"
+        self.db.register(name, table)
+        self._made.append("!" + name)
+        return name
+
+    def close(self) -> None:
+        """Drop the views this source made."""
+        for name in reversed(self._made):
+            if name.startswith("!"):
+                self.db.unregister(name[1:])
+            else:
+                self.db.execute(f"DROP VIEW IF EXISTS {name}")
+        self._made = []
+
+
+def _rate(sums: Any, confidence: float) -> Rate:
+    """:func:`~delta_eval.metrics.sides.rate` of a one-sided metric's sums."""
+    if sums is None or not (sums.ta > 0).any():
+        return Rate(value=None, ci_low=0.0, ci_high=1.0, numerator=0.0, n=0.0)
+    r = sums.difference(confidence).a
+    return Rate(value=r.value, ci_low=r.ci_low, ci_high=r.ci_high, numerator=float(sums.a.sum()),
+                n=float(sums.ta.sum()))  # fmt: skip
+
+
+def _no_decision(src: Source) -> str:
+    """:func:`~delta_eval.metrics.sides.no_decision_of` in SQL."""
+    from_text = (f"(coalesce(n_tool_calls, 0) = 0 AND regexp_full_match(coalesce(final_text, ''), '{_SPACE}'))"
+                 if src.final_text else "NULL::BOOLEAN")  # fmt: skip
+    return f"CASE WHEN error IS NOT NULL THEN NULL WHEN no_decision IS NOT NULL THEN no_decision ELSE {from_text} END"
+
+
+def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetrics]:
+    """:func:`~delta_eval.metrics.sides.side_metrics` of the source's replays."""
+    if src.replays is None:
+        return {}
+    r = src.replays
+    rows = (f"(SELECT r.*, coalesce(rec.acted, false) AS recorded_acted, {_no_decision(src)} AS nd FROM {r} r "
+            f"LEFT JOIN (SELECT pair_id, bool_or(coalesce(n_tool_calls, 0) > 0) AS acted FROM {r} "
+            f"WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = r.pair_id "
+            f"WHERE r.side <> 'recorded')")  # fmt: skip
+    metrics = {
+        "error_rate": Metric(a="error IS NOT NULL"),
+        "invalid_tool_call_rate": Metric(
+            a="coalesce(invalid_tool_calls, 0)",
+            ta="coalesce(n_tool_calls, 0)",
+            tb="coalesce(n_tool_calls, 0)",
+            where="error IS NULL",
+        ),
+        "matches_recorded_rate": Metric(a="coalesce(matches_recorded, false)", where="error IS NULL"),
+        "text_instead_of_action_rate": Metric(
+            a="coalesce(text_instead_of_action, false)", where="error IS NULL AND recorded_acted"
+        ),
+        "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL"),
+    }
+    sums = paired_sums(src.db, rows, metrics, cluster=_CLUSTER, group="side")
+    costs: dict[str, dict[str, float | None]] = {}
+    got = src.db.execute(f"SELECT side, {_CLUSTER}, CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) "
+                         "ELSE 'NaN'::DOUBLE END, "
+                         f"count(*) FROM {r} WHERE side <> 'recorded' GROUP BY ALL").fetchnumpy()  # fmt: skip
+    turns: dict[str, int] = {}
+    # NaN marks a conversation with an unpriced turn (a NULL would come back from fetchnumpy as a masked 0).
+    for side, cl, cost, n in zip(*(np.asarray(v).tolist() for v in got.values()), strict=True):
+        costs.setdefault(str(side), {})[str(cl)] = None if cost is None or _nan(cost) else float(cost)
+        turns[str(side)] = turns.get(str(side), 0) + int(n)
+    out: dict[str, SideMetrics] = {}
+    for side in sorted(costs):
+        latencies = np.asarray(src.db.execute(f"SELECT coalesce(latency_ms, 0.0)::DOUBLE AS x FROM {r} WHERE side = ? "
+                                              "AND error IS NULL", [side]).fetchnumpy()["x"], dtype=float)  # fmt: skip
+        p50 = float(np.median(latencies)) if len(latencies) else None
+        p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None, None, None)
+        own = costs[side]
+        known = [v for v in own.values() if v is not None]
+        mine = sums.get(side, {})
+        out[side] = SideMetrics(
+            side=side,
+            turns=turns[side],
+            conversations=len(own),
+            **{name: _rate(mine.get(name), confidence) for name in metrics},
+            latency_p50_ms=p50,
+            latency_p95_ms=p95,
+            latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),
+            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == len(own) else None,
+            latencies_ms=latencies.tolist(),
+            costs_by_conversation=own,
+        )
+    return out
+
+
+def _nan(x: Any) -> bool:
+    return isinstance(x, float) and x != x
+
+
+_SEVERITIES = {"critical_rate": "('critical')", "severity_rate": "('minor', 'critical')"}
+_REPLAY_METRICS = ("error_rate", "invalid_tool_call_rate", "text_instead_of_action_rate", "no_decision_rate")
+
+
+def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMetrics], *, checks: str | None = None,
+                 check_names: Sequence[str] = (), weighted: bool = False, confidence: float = 0.95
+                 ) -> list[GateResult]:  # fmt: skip
+    """:func:`~delta_eval.metrics.gates.evaluate_gates` on the source: each gate's result. ``checks`` names a table
+    of the rule's check results (``check``, ``pair_id``, ``side``, ``passed``), ``check_names`` the rule's checks."""
+    w = _WEIGHT if weighted else "1.0"
+    verdict_side = {g.metric for g in gates} & {"critical_rate", "severity_rate", "undecided_rate"}
+    found: dict[str, tuple[Any, str]] = {}
+    if verdict_side:
+        found.update(_verdict_gates(src, verdict_side, w))
+    replay_side = sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
+        g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
+    if replay_side and src.replays is not None:
+        found.update(_replay_gates(src, replay_side, w, weighted, checks))
+    out = []
+    for gate in gates:
+        metric = gate.metric
+        if metric in ("latency_p95_s", "cost_ratio"):
+            out.append(side_gate(gate, sides))
+        elif metric in verdict_side:
+            out.append(gate_result(gate, *found[metric], confidence))
+        elif src.replays is None:
+            out.append(gate_result(gate, None, "no replays", confidence))
+        elif metric.startswith("check:") and metric.removeprefix("check:") not in check_names:
+            said = f"no check named {metric.removeprefix('check:')!r} in the rule's checks"
+            out.append(gate_result(gate, None, said, confidence))
+        else:
+            out.append(gate_result(gate, *found[metric], confidence))
+    return out
+
+
+def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[Any, str]]:
+    v = src.verdicts
+    side = sql_error_side()
+    wanted = {}
+    for m in metrics:
+        if m == "undecided_rate":
+            wanted[m] = Metric(a=f"outcome = 'error' AND {side} = 'judge'")
+        else:
+            bad = f"severity IN {_SEVERITIES[m]}"
+            wanted[m] = Metric(a=f"outcome = 'baseline' AND {bad}", b=f"outcome = 'candidate' AND {bad}",
+                               where="outcome IS DISTINCT FROM 'error'")  # fmt: skip
+    sums = paired_sums(src.db, v, wanted, cluster=_CLUSTER, weight=w)[""]
+    total, losses, unknown = src.db.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE outcome IN ('candidate', 'baseline')), "
+        f"count(*) FILTER (WHERE outcome IN ('candidate', 'baseline') AND severity IS NULL) FROM {v}"
+    ).fetchall()[0]  # fmt: skip
+    out: dict[str, tuple[Any, str]] = {}
+    for m in metrics:
+        s = sums[m]
+        if m == "undecided_rate":
+            out[m] = (s, "") if total else (None, "no verdicts")
+        elif losses and unknown == losses:
+            out[m] = (None, f"no severity on any of the {losses} judged losses")
+        elif s.pairs == 0:
+            out[m] = (None, "no decided pairs")
+        else:
+            out[m] = (s, f"{unknown} of {losses} judged losses without a severity" if unknown else "")
+    return out
+
+
+def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, checks: str | None
+                  ) -> dict[str, tuple[Any, str]]:  # fmt: skip
+    r = src.replays
+    names = [m.removeprefix("check:") for m in metrics if m.startswith("check:")]
+
+    def each(side: str, expr: str, agg: str = "max") -> str:
+        return f"{agg}({expr}) FILTER (WHERE side = '{side}')"
+
+    pivot = ["pair_id", f"{each('candidate', 'conversation_id', 'any_value')} AS cl",
+             "bool_or(side = 'candidate') AS has_c", "bool_or(side = 'baseline') AS has_b",
+             f"{each('recorded', 'coalesce(n_tool_calls, 0) > 0', 'bool_or')} AS acted"]  # fmt: skip
+    for s, p in (("candidate", "c"), ("baseline", "b")):
+        pivot += [f"{each(s, 'error IS NOT NULL', 'bool_or')} AS {p}_failed",
+                  f"{each(s, 'invalid_tool_calls')} AS {p}_invalid", f"{each(s, 'n_tool_calls')} AS {p}_calls",
+                  f"{each(s, 'text_instead_of_action', 'bool_or')} AS {p}_text",
+                  f"{each(s, _no_decision(src), 'bool_or')} AS {p}_nd"]  # fmt: skip
+    joins, extra = "", ""
+    if weighted:
+        joins += (f" LEFT JOIN (SELECT pair_id, any_value({_WEIGHT}) AS pw FROM {src.verdicts} GROUP BY pair_id) vw "
+                  "ON vw.pair_id = p.pair_id")  # fmt: skip
+    if names and checks is not None:
+        picks = [f"bool_or(passed) FILTER (WHERE \"check\" = {quote_literal(n)} AND side = '{s}') AS {p}_check{j}"
+                 for j, n in enumerate(names) for s, p in (("candidate", "c"), ("baseline", "b"))]  # fmt: skip
+        joins += (f" LEFT JOIN (SELECT pair_id, {', '.join(picks)} FROM {checks} GROUP BY pair_id) ch "
+                  "ON ch.pair_id = p.pair_id")  # fmt: skip
+        extra = ", " + ", ".join(f"ch.{p}_check{j}" for j in range(len(names)) for p in ("c", "b"))
+    weight = "coalesce(vw.pw, 1.0)" if weighted else "1.0"
+    source = (f"(SELECT p.*, {weight} AS w{extra} FROM (SELECT {', '.join(pivot)} FROM {r} GROUP BY pair_id) p"
+              f"{joins} WHERE p.has_c AND p.has_b)")  # fmt: skip
+
+    def units(p: str, metric: str) -> tuple[str, str]:
+        """One side's (events, units), as gates._events."""
+        ok = f"NOT {p}_failed"
+        if metric == "error_rate":
+            return f"{p}_failed", "1.0"
+        if metric == "invalid_tool_call_rate":
+            return (f"CASE WHEN {ok} THEN coalesce({p}_invalid, 0) ELSE 0 END",
+                    f"CASE WHEN {ok} THEN coalesce({p}_calls, 0) ELSE 0 END")  # fmt: skip
+        if metric == "text_instead_of_action_rate":
+            applies = f"({ok} AND coalesce(acted, false))"
+            return f"CASE WHEN {applies} THEN coalesce({p}_text, false)::DOUBLE ELSE 0 END", applies
+        if metric == "no_decision_rate":
+            return f"coalesce({p}_nd, false)", f"{p}_nd IS NOT NULL"
+        j = names.index(metric.removeprefix("check:"))
+        applies = f"({ok} AND {p}_check{j} IS NOT NULL)"
+        return f"CASE WHEN {applies} THEN (NOT {p}_check{j})::DOUBLE ELSE 0 END", applies
+
+    wanted = {}
+    for m in metrics:
+        (a, ta), (b, tb) = units("c", m), units("b", m)
+        if m.startswith("check:") and checks is None:
+            a = ta = b = tb = "0.0"
+        wanted[m] = Metric(a=a, ta=ta, b=b, tb=tb, where=f"({ta})::DOUBLE > 0 OR ({tb})::DOUBLE > 0")
+    sums = paired_sums(src.db, source, wanted, cluster="coalesce(cl, 'None')", weight=w if not weighted else "w")[""]
+    return {m: (s, "") if s.pairs else (None, "no pair where the metric applies") for m, s in sums.items()}
+
+
+def check_rates_of(src: Source, checks: str, names: Sequence[str], confidence: float) -> dict[str, dict[str, Rate]]:
+    """Per side, each check's failure rate with its interval, from the table of check results ``checks``."""
+    if not names or src.replays is None:
+        return {}
+    conversation = f"(SELECT pair_id, any_value({_CLUSTER}) AS cl FROM {src.replays} GROUP BY pair_id)"
+    rows = f"(SELECT c.*, coalesce(v.cl, c.pair_id) AS cl FROM {checks} c LEFT JOIN {conversation} v USING (pair_id))"
+    sums = paired_sums(src.db, rows, {"fails": Metric(a="NOT passed", where="passed IS NOT NULL")}, cluster="cl",
+                       group="\"check\" || chr(0) || side")  # fmt: skip
+    out: dict[str, dict[str, Rate]] = {}
+    for name in names:
+        for side in ("baseline", "candidate"):
+            out.setdefault(side, {})[name] = _rate(sums.get(f"{name}\x00{side}", {}).get("fails"), confidence)
+    return out
+
+
+def audit_of(src: Source) -> dict[str, int]:
+    """What the audit of stage 2 found (see :func:`delta_eval.metrics.decision._audit`)."""
+    said = "stage = 'equivalence' AND audit_outcome"
+    row = src.db.execute(
+        f"SELECT count(*) FILTER (WHERE stage = 'equivalence'), count(*) FILTER (WHERE {said} IS NOT NULL), "
+        f"count(*) FILTER (WHERE {said} IN ('candidate', 'baseline')), count(*) FILTER (WHERE {said} = 'candidate'), "
+        f"count(*) FILTER (WHERE {said} = 'baseline') FROM {src.verdicts}"
+    ).fetchall()  # fmt: skip
+    return dict(zip(("stage2", "audited", "different", "candidate", "baseline"), map(int, row[0] if row else (0,) * 5),
+                    strict=True))  # fmt: skip
+
+
+def consistency_of(src: Source) -> dict[str, Consistency]:
+    """:func:`~delta_eval.metrics.consistency.consistency` of the source's replays. It compares each side's answers
+    (tool calls and normalised text) across epochs, so it reads those columns, for runs of several epochs."""
+    table = src.raw_replays_table(["side", "pair_id", "epoch", "conversation_id", "final_text", "steps", "error"])
+    return consistency(table) if table is not None else {}

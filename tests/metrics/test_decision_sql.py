@@ -1,0 +1,167 @@
+"""The decision computed in DuckDB (Arrow tables, a run's views) is the decision computed from rows in memory: the
+same outcome, what decided it and every number, on random verdicts and replays with gates of every metric, strata,
+epochs, errors of each side, weights, the rule's own checks and the stage-2 audit (fixed seeds)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from delta_eval.metrics.checks import Check
+from delta_eval.metrics.decision import DecisionRule, decide
+from delta_eval.metrics.gates import METRICS, Gate
+
+OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
+ERRORS = [None, "baseline replay failed: 500", "candidate replay failed: timeout",
+          "baseline replay failed; candidate replay failed", "judge answer malformed"]  # fmt: skip
+TEXTS = [None, "", "  \n", "\u3000", "ok", "Yes.", "not ok"]
+CHECKS = (Check(name="says_ok", text_matches="ok"), Check(name="no_calls", tool_not_called="cancel"))
+
+
+@st.composite
+def runs(draw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Verdicts and replays of a random run: clustered conversations in strata over one to three epochs, every
+    outcome, errors of each side, severities, stage-2 audits, weights that vary or not; replays with errors,
+    missing sides and costs, tool calls, texts that are blank or not, recorded turns."""
+    n = draw(st.integers(0, 24))
+    conversations = draw(st.integers(1, 10))
+    epochs = draw(st.integers(1, 3))
+    vary = draw(st.booleans())
+    verdicts, replays = [], []
+    for i in range(n):
+        c = draw(st.integers(0, conversations - 1))
+        e = 1 + i % epochs
+        outcome = draw(st.sampled_from(OUTCOMES))
+        error = draw(st.sampled_from(ERRORS)) if outcome == "error" else None
+        stage = draw(st.sampled_from(["deterministic", "equivalence", "judge"]))
+        pair = f"c{c}#{i // epochs}@{e}"
+        conversation = None if draw(st.integers(0, 25)) == 0 else f"c{c}"
+        verdicts.append({
+            "pair_id": pair, "conversation_id": conversation,
+            "epoch": e if epochs > 1 else draw(st.sampled_from([1, None])),
+            "outcome": outcome,
+            "preference": draw(st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0]))),
+            "severity": draw(st.sampled_from([None, "none", "minor", "critical"])) if outcome != "error" else None,
+            # Weights that are sums of powers of two: every sum is exact in either order of addition.
+            "weight": float(1 + c % 3) / 2 if vary else 1.0,
+            "stratum": f"s{c % 3}", "error": error,
+            "error_side": draw(st.sampled_from([None, "baseline", "candidate", "both", "judge"])) if error else None,
+            "stage": stage,
+            "audit_outcome": draw(st.sampled_from([None, "candidate", "baseline", "tie"])) if stage == "equivalence"
+            else None,
+        })  # fmt: skip
+        for side in ("baseline", "candidate", "recorded"):
+            if draw(st.integers(0, 9)) == 0 or (side == "recorded" and draw(st.booleans())):
+                continue
+            calls = draw(st.one_of(st.none(), st.integers(0, 3)))
+            steps = [{"tool_calls": [{"name": draw(st.sampled_from(["cancel", "book"])), "arguments": "{}"}
+                                     for _ in range(calls or 0)]}]  # fmt: skip
+            replays.append({
+                "pair_id": pair, "conversation_id": conversation, "epoch": e, "side": side,
+                "error": "boom" if side != "recorded" and draw(st.integers(0, 7)) == 0 else None,
+                "latency_ms": draw(st.one_of(st.none(), st.sampled_from([120.0, 250.5, 900.0, 4000.0]))),
+                "cost_usd": draw(st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0]))),
+                "n_tool_calls": calls,
+                "invalid_tool_calls": None if calls is None else draw(st.integers(0, calls)),
+                "matches_recorded": draw(st.one_of(st.none(), st.booleans())),
+                "text_instead_of_action": draw(st.one_of(st.none(), st.booleans())),
+                "no_decision": draw(st.one_of(st.none(), st.none(), st.booleans())),
+                "final_text": draw(st.sampled_from(TEXTS)),
+                "steps": steps,
+            })  # fmt: skip
+    return verdicts, replays
+
+
+RULES = st.builds(
+    DecisionRule,
+    margin=st.sampled_from([0.0, 0.02, 0.1]),
+    over=st.sampled_from(["all", "judged"]),
+    weighted=st.sampled_from([True, False, "auto"]),
+    errors=st.sampled_from(["loss", "exclude"]),
+    gates=st.just(
+        tuple(
+            Gate(metric=m, max=0.0, test=t)
+            for m, t in zip(
+                [*METRICS, "check:says_ok", "check:no_calls", "check:unknown"],
+                ["shown", "point", "upper"] * 5,
+                strict=False,
+            )
+        )
+    ),
+    checks=st.sampled_from([(), CHECKS]),
+    min_conversations=st.sampled_from([1, 3]),
+)
+
+
+def _close(x: Any, y: Any, where: str = "") -> None:
+    if isinstance(x, float) and isinstance(y, float):
+        same = (math.isnan(x) and math.isnan(y)) or (math.isinf(x) and x == y)
+        assert same or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), (where, x, y)
+    elif isinstance(x, dict):
+        assert x.keys() == y.keys(), (where, x.keys(), y.keys())
+        for k in x:
+            _close(x[k], y[k], f"{where}.{k}")
+    elif isinstance(x, list | tuple):
+        assert len(x) == len(y), (where, x, y)
+        for i, (a, b) in enumerate(zip(x, y, strict=True)):
+            _close(a, b, f"{where}[{i}]")
+    else:
+        assert x == y, (where, x, y)
+
+
+@seed(23)
+@settings(max_examples=120, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), RULES, st.booleans())
+def test_the_decision_in_duckdb_is_the_decision_on_rows(run: Any, rule: DecisionRule, with_replays: bool) -> None:
+    verdicts, replays = run
+    mine = decide(verdicts, replays if with_replays else None, rule)
+    sql = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays) if with_replays else None, rule)
+    assert (sql.outcome, sql.decided_by) == (mine.outcome, mine.decided_by)
+    _close(sql.model_dump(), mine.model_dump())
+
+
+def test_the_decision_on_views_of_parquet_files_is_the_decision_on_rows(tmp_path: Path) -> None:
+    """Through a DuckDB connection's views over Parquet files (how a run's decision is taken), with several epochs
+    and every gate."""
+    gates = tuple(Gate(metric=m, max=0.01) for m in (*METRICS, "check:says_ok"))
+    rule = DecisionRule(gates=gates, checks=CHECKS, margin=0.05)
+    verdicts, replays = [], []
+    for i in range(300):
+        c, e = (i // 2) % 37, 1 + i % 2
+        pair = f"c{c}#{i // 2}@{e}"
+        outcome = OUTCOMES[(i * 7) % 5]
+        verdicts.append({"pair_id": pair, "conversation_id": f"c{c}", "epoch": e, "outcome": outcome,
+                         "severity": "critical" if i % 11 == 0 else "none", "weight": 1.0 + (c % 2) / 2,
+                         "stratum": f"s{c % 4}", "error": ERRORS[i % 5] if outcome == "error" else None,
+                         "stage": "equivalence" if outcome == "equivalent" else "judge",
+                         "audit_outcome": "baseline" if i % 13 == 0 and outcome == "equivalent" else None})  # fmt: skip
+        for side in ("baseline", "candidate", "recorded"):
+            replays.append({"pair_id": pair, "conversation_id": f"c{c}", "epoch": e, "side": side,
+                            "error": "boom" if (i + len(side)) % 17 == 0 else None, "latency_ms": 100.0 + i,
+                            "cost_usd": 0.5 if side == "candidate" else 0.25, "n_tool_calls": i % 3,
+                            "invalid_tool_calls": int(i % 7 == 0), "matches_recorded": i % 2 == 0,
+                            "text_instead_of_action": i % 5 == 0, "no_decision": None,
+                            "final_text": TEXTS[(i + len(side)) % len(TEXTS)],
+                            "steps": [{"tool_calls": [{"name": "cancel", "arguments": "{}"}] * (i % 2)}]})  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(verdicts), tmp_path / "v.parquet")
+    pq.write_table(pa.Table.from_pylist(replays), tmp_path / "r.parquet")
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW verdicts AS SELECT * FROM read_parquet('{tmp_path / 'v.parquet'}')")
+    con.execute(f"CREATE VIEW replays AS SELECT * FROM read_parquet('{tmp_path / 'r.parquet'}')")
+    sql = decide("verdicts", "replays", rule, con=con)
+    mine = decide(verdicts, replays, rule)
+    assert len(mine.epochs) == 2
+    assert mine.consistency
+    assert mine.audit["audited"] > 0
+    assert {g.passed for g in mine.gates} >= {True, False}
+    _close(sql.model_dump(), mine.model_dump())
+    # The views it made are gone: the connection is the caller's.
+    assert {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()} == {
+        "verdicts", "replays"}  # fmt: skip
