@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
-import numpy as np
 import pyarrow.parquet as pq
 
 from delta_eval.analysis.changes import changes, pair_behaviours
@@ -37,8 +36,8 @@ from delta_eval.analysis.sections import diff_sections, prompt_sections
 from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes
 from delta_eval.exceptions import RunFolderLinkError
+from delta_eval.metrics.counted import Counted, counted
 from delta_eval.metrics.decision import DecisionRule
-from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.replay.points import replay_points
@@ -46,24 +45,7 @@ from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import TABLES
 
-__all__ = ["DECISION_MAX_PAIRS", "Analysis", "saved_themes"]
-
-#: Up to this many pairs, :meth:`Analysis.summary` includes the decision (which reads every pair into memory).
-DECISION_MAX_PAIRS = 200_000
-
-#: Per conversation, the sums a win rate's interval needs (see :class:`~delta_eval.metrics.difference.PairedSums`),
-#: the estimand's contributions written in SQL: one pass over the verdicts in DuckDB, so the summary of a million
-#: pairs does not load them.
-_CLUSTER_SQL = """
-WITH counted AS (
-    SELECT stratum, conversation_id, {a} AS a, {b} AS b, {w} AS w FROM verdicts WHERE {counted}
-)
-SELECT stratum, conversation_id, sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb,
-       bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
-       count(*) AS n, sum(w * w * a * a) AS aa, sum(w * w * a) AS at, sum(w * w) AS tt,
-       sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab
-FROM counted GROUP BY ALL ORDER BY stratum, conversation_id
-"""
+__all__ = ["Analysis", "saved_themes"]
 
 
 def _cache_figures(spend: SideSpend | None) -> dict[str, Any]:
@@ -79,20 +61,12 @@ def _cache_figures(spend: SideSpend | None) -> dict[str, Any]:
     }
 
 
-def _win_rate(cols: dict[str, Any], mask: Any = None) -> dict[str, Any] | None:
-    """The win rate of per-conversation sums (arrays) with the decision's interval: the figures of
-    :meth:`RunResult.win_rate` (same estimand, same pairs)."""
-    pick = (lambda x: np.asarray(x)[mask]) if mask is not None else np.asarray
-    n = pick(cols["n"])
-    if len(n) == 0:
+def _win_rate(c: Counted) -> dict[str, Any] | None:
+    """The win rate of an estimand's counted pairs with the decision's interval: the figures of
+    :meth:`RunResult.win_rate` (same estimand, same pairs, the same sums)."""
+    if c.pairs == 0:
         return None
-    a, t, b = (pick(cols[c]).astype(float) for c in ("wa", "wt", "wb"))
-    seen = np.vstack([pick(cols[c]).astype(bool) for c in ("a_seen", "a_not", "b_seen", "b_not")])
-    aa, at, tt, bb, bt, ab = (float(pick(cols[c]).astype(float).sum()) for c in ("aa", "at", "tt", "bb", "bt", "ab"))
-    iid = np.array([aa, at, tt, bb, bt, tt, ab, at, bt, tt])
-    sums = PairedSums.from_clusters(pick(cols["stratum"]).astype(str), a, t, b, t, pairs=int(n.sum()), seen=seen,
-                                    iid=iid)  # fmt: skip
-    d = sums.difference()
+    d = c.sums.difference()
     assert d.estimate is not None
     return {
         "estimate": round(0.5 + d.estimate / 2, 4),
@@ -179,26 +153,22 @@ class Analysis:
 
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         e = self.estimand("judged" if judged else "all")
-        a, b, counted = sql_contribution(e, has_error_side=self._error_side_column)
-        sql = _CLUSTER_SQL.format(a=a, b=b, counted=counted, w="coalesce(weight, 1.0)" if e.weighted else "1.0")
-        cols = self.con.execute(sql).fetchnumpy()  # one row per conversation, as arrays: no Python row objects
-        strata = np.asarray(cols["stratum"]).astype(str)
-        names, which = np.unique(strata, return_inverse=True)
-        per = []
-        for k, h in enumerate(names.tolist()):
-            if (rate := _win_rate(cols, which == k)) is not None:
-                per.append({"stratum": h, **rate})
-        return _win_rate(cols), per
+        # Summed per conversation by DuckDB over the run's files (metrics.counted: what RunResult.win_rate and the
+        # decision read too).
+        overall = _win_rate(counted("verdicts", e, con=self.con)[""])
+        if judged:
+            return overall, []
+        groups = counted("verdicts", e, by="stratum", null="None", con=self.con)
+        per = [{"stratum": h, **rate} for h, c in sorted(groups.items()) if (rate := _win_rate(c)) is not None]
+        return overall, per
 
-    def summary(self, *, decision: bool | None = None) -> dict[str, Any]:
+    def summary(self, *, decision: bool = True) -> dict[str, Any]:
         """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs
         and over judged pairs with a cluster-robust 95% interval (the figures of ``RunResult.win_rate``), per stratum
         too, cost, tokens and latency per side, judge spend per stage, and the decision with its gates
-        (:meth:`decision`). The decision reads every pair into memory: by default it is included up to
-        :data:`DECISION_MAX_PAIRS` pairs, beyond which the summary says to call :meth:`decision`."""
+        (:meth:`decision`; ``decision=False`` leaves it out). Everything is computed in DuckDB over the run's files,
+        whatever its size."""
         m = self.result.manifest
-        if decision is None:
-            decision = m.counts.pairs <= DECISION_MAX_PAIRS
         cached = self._load(f"summary-{int(decision)}.json")
         if cached is not None:
             return dict(cached)
@@ -244,9 +214,6 @@ class Analysis:
         }
         if decision:
             data["decision"] = self.decision()
-        else:
-            said = f"not computed for {m.counts.pairs:,} pairs here: call decision()"
-            data["decision"] = {"outcome": None, "decided_by": said}
         self._save(f"summary-{int(decision)}.json", data)
         return data
 
@@ -256,7 +223,7 @@ class Analysis:
         cached = self._load("decision.json")
         if cached is not None:
             return dict(cached)
-        d = self.result.decision()
+        d = self.result.decision(con=self.con)
         view = decision_view(d)
         evidence = {"tests": [{"text": text, "links": [list(x) for x in links]} for text, links in view["tests"]],
                     "gates": view["gates"], "strata": view["strata"]}  # fmt: skip

@@ -147,18 +147,18 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
             f"WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = r.pair_id "
             f"WHERE r.side <> 'recorded')")  # fmt: skip
     metrics = {
-        "error_rate": Metric(a="error IS NOT NULL"),
+        "error_rate": Metric(a="error IS NOT NULL", binary=True),
         "invalid_tool_call_rate": Metric(
             a="coalesce(invalid_tool_calls, 0)",
             ta="coalesce(n_tool_calls, 0)",
             tb="coalesce(n_tool_calls, 0)",
             where="error IS NULL",
         ),
-        "matches_recorded_rate": Metric(a="coalesce(matches_recorded, false)", where="error IS NULL"),
+        "matches_recorded_rate": Metric(a="coalesce(matches_recorded, false)", where="error IS NULL", binary=True),
         "text_instead_of_action_rate": Metric(
-            a="coalesce(text_instead_of_action, false)", where="error IS NULL AND recorded_acted"
+            a="coalesce(text_instead_of_action, false)", where="error IS NULL AND recorded_acted", binary=True
         ),
-        "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL"),
+        "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL", binary=True),
     }
     sums = paired_sums(src.db, rows, metrics, cluster=_CLUSTER, group="side")
     costs: dict[str, dict[str, float | None]] = {}
@@ -239,11 +239,11 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
     wanted = {}
     for m in metrics:
         if m == "undecided_rate":
-            wanted[m] = Metric(a=f"outcome = 'error' AND {side} = 'judge'")
+            wanted[m] = Metric(a=f"outcome = 'error' AND {side} = 'judge'", binary=True)
         else:
             bad = f"severity IN {_SEVERITIES[m]}"
             wanted[m] = Metric(a=f"outcome = 'baseline' AND {bad}", b=f"outcome = 'candidate' AND {bad}",
-                               where="outcome IS DISTINCT FROM 'error'")  # fmt: skip
+                               where="outcome IS DISTINCT FROM 'error'", binary=True)  # fmt: skip
     sums = paired_sums(src.db, v, wanted, cluster=_CLUSTER, weight=w)[""]
     total, losses, unknown = src.db.execute(
         f"SELECT count(*), count(*) FILTER (WHERE outcome IN ('candidate', 'baseline')), "
@@ -268,30 +268,30 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
     r = src.replays
     names = [m.removeprefix("check:") for m in metrics if m.startswith("check:")]
 
-    def each(side: str, expr: str, agg: str = "max") -> str:
-        return f"{agg}({expr}) FILTER (WHERE side = '{side}')"
+    def side(name: str, p: str) -> str:
+        """One side's replays, a row per pair, with what its gates read of each."""
+        return (f"(SELECT pair_id, conversation_id AS {p}_cl, error IS NOT NULL AS {p}_failed, "
+                f"invalid_tool_calls AS {p}_invalid, n_tool_calls AS {p}_calls, text_instead_of_action AS {p}_text, "
+                f"{_no_decision(src)} AS {p}_nd FROM {r} WHERE side = '{name}')")  # fmt: skip
 
-    pivot = ["pair_id", f"{each('candidate', 'conversation_id', 'any_value')} AS cl",
-             "bool_or(side = 'candidate') AS has_c", "bool_or(side = 'baseline') AS has_b",
-             f"{each('recorded', 'coalesce(n_tool_calls, 0) > 0', 'bool_or')} AS acted"]  # fmt: skip
-    for s, p in (("candidate", "c"), ("baseline", "b")):
-        pivot += [f"{each(s, 'error IS NOT NULL', 'bool_or')} AS {p}_failed",
-                  f"{each(s, 'invalid_tool_calls')} AS {p}_invalid", f"{each(s, 'n_tool_calls')} AS {p}_calls",
-                  f"{each(s, 'text_instead_of_action', 'bool_or')} AS {p}_text",
-                  f"{each(s, _no_decision(src), 'bool_or')} AS {p}_nd"]  # fmt: skip
-    joins, extra = "", ""
+    # The pairs both sides replayed: a join of the two sides (faster than grouping every replay by its pair).
+    joins = f"{side('candidate', 'c')} c JOIN {side('baseline', 'b')} b ON b.pair_id = c.pair_id"
+    extra = ""
+    if "text_instead_of_action_rate" in metrics:
+        joins += (f" LEFT JOIN (SELECT pair_id, bool_or(coalesce(n_tool_calls, 0) > 0) AS acted FROM {r} "
+                  "WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = c.pair_id")  # fmt: skip
+        extra += ", rec.acted"
     if weighted:
         joins += (f" LEFT JOIN (SELECT pair_id, any_value({_WEIGHT}) AS pw FROM {src.verdicts} GROUP BY pair_id) vw "
-                  "ON vw.pair_id = p.pair_id")  # fmt: skip
+                  "ON vw.pair_id = c.pair_id")  # fmt: skip
+        extra += ", coalesce(vw.pw, 1.0) AS w"
     if names and checks is not None:
         picks = [f"bool_or(passed) FILTER (WHERE \"check\" = {quote_literal(n)} AND side = '{s}') AS {p}_check{j}"
                  for j, n in enumerate(names) for s, p in (("candidate", "c"), ("baseline", "b"))]  # fmt: skip
         joins += (f" LEFT JOIN (SELECT pair_id, {', '.join(picks)} FROM {checks} GROUP BY pair_id) ch "
-                  "ON ch.pair_id = p.pair_id")  # fmt: skip
-        extra = ", " + ", ".join(f"ch.{p}_check{j}" for j in range(len(names)) for p in ("c", "b"))
-    weight = "coalesce(vw.pw, 1.0)" if weighted else "1.0"
-    source = (f"(SELECT p.*, {weight} AS w{extra} FROM (SELECT {', '.join(pivot)} FROM {r} GROUP BY pair_id) p"
-              f"{joins} WHERE p.has_c AND p.has_b)")  # fmt: skip
+                  "ON ch.pair_id = c.pair_id")  # fmt: skip
+        extra += ", " + ", ".join(f"ch.{p}_check{j}" for j in range(len(names)) for p in ("c", "b"))
+    source = f"(SELECT c.*, b.* EXCLUDE (pair_id, b_cl){extra} FROM {joins})"
 
     def units(p: str, metric: str) -> tuple[str, str]:
         """One side's (events, units), as gates._events."""
@@ -315,8 +315,9 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
         (a, ta), (b, tb) = units("c", m), units("b", m)
         if m.startswith("check:") and checks is None:
             a = ta = b = tb = "0.0"
-        wanted[m] = Metric(a=a, ta=ta, b=b, tb=tb, where=f"({ta})::DOUBLE > 0 OR ({tb})::DOUBLE > 0")
-    sums = paired_sums(src.db, source, wanted, cluster="coalesce(cl, 'None')", weight=w if not weighted else "w")[""]
+        binary = m == "error_rate"  # failed or not, on every pair
+        wanted[m] = Metric(a=a, ta=ta, b=b, tb=tb, where=f"({ta})::DOUBLE > 0 OR ({tb})::DOUBLE > 0", binary=binary)
+    sums = paired_sums(src.db, source, wanted, cluster="coalesce(c_cl, 'None')", weight="w" if weighted else "1.0")[""]
     return {m: (s, "") if s.pairs else (None, "no pair where the metric applies") for m, s in sums.items()}
 
 
@@ -326,8 +327,8 @@ def check_rates_of(src: Source, checks: str, names: Sequence[str], confidence: f
         return {}
     conversation = f"(SELECT pair_id, any_value({_CLUSTER}) AS cl FROM {src.replays} GROUP BY pair_id)"
     rows = f"(SELECT c.*, coalesce(v.cl, c.pair_id) AS cl FROM {checks} c LEFT JOIN {conversation} v USING (pair_id))"
-    sums = paired_sums(src.db, rows, {"fails": Metric(a="NOT passed", where="passed IS NOT NULL")}, cluster="cl",
-                       group="\"check\" || chr(0) || side")  # fmt: skip
+    fails = Metric(a="NOT passed", where="passed IS NOT NULL", binary=True)
+    sums = paired_sums(src.db, rows, {"fails": fails}, cluster="cl", group='"check" || chr(0) || side')
     out: dict[str, dict[str, Rate]] = {}
     for name in names:
         for side in ("baseline", "candidate"):

@@ -46,6 +46,8 @@ class Metric:
     b: str = "0.0"
     tb: str = "1.0"
     where: str = "true"
+    #: ``a`` and ``b`` are 0 or 1 (with ``ta`` and ``tb`` at 1): the query then needs only their counts.
+    binary: bool = False
 
 
 def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster: str, weight: str = "1.0",
@@ -54,14 +56,21 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     ``source`` (a table, view or parenthesised query in ``db``), conversations named by ``cluster``, pairs weighted
     by ``weight`` (SQL expressions). A group where a metric counts no row gets the empty sums."""
     names = list(metrics)
-    cols = [f"({cluster})::VARCHAR AS cl", f"({weight})::DOUBLE AS w",
-            f"{'(' + group + ')::VARCHAR' if group else chr(39) * 2} AS grp"]  # fmt: skip
+    unit = weight.strip() in ("1", "1.0")  # no weight: the sums need no multiplication by it
+    cols = [f"({cluster})::VARCHAR AS cl", f"{'(' + group + ')::VARCHAR' if group else chr(39) * 2} AS grp"]
+    if not unit:
+        cols.append(f"({weight})::DOUBLE AS w")
     aggs: dict[str, str] = {}  # aggregate -> its name; metrics share the ones they have in common
 
     def agg(expr: str) -> str:
         return aggs.setdefault(expr, f"g{len(aggs)}")
 
-    found: list[dict[str, str]] = []
+    def weighed(term: str, power: int) -> str:
+        return agg(f"sum({term})" if unit else f"sum({' * '.join(['w'] * power)} * {term})")
+
+    # Per metric, where each figure comes from: an aggregate's name, "" for 0, or (">0", n) / ("gap", n, m) for
+    # the conversations where n > 0 / n - m > 0 (events seen, from counts the query already has).
+    found: list[dict[str, Any]] = []
     for i, name in enumerate(names):
         m = metrics[name]
         cols += [f"coalesce(({m.where})::BOOLEAN, false) AS in{i}"]
@@ -76,10 +85,27 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
             else:
                 cols += [f"CASE WHEN in{i} THEN coalesce(({raw})::DOUBLE, 0.0) ELSE 0.0 END AS {x}{i}"]
                 factor[x] = f"{x}{i}"
-        mine = {"n": agg(f"sum(in{i}::BIGINT)")}
+        mine: dict[str, Any] = {"n": agg(f"sum(in{i}::BIGINT)")}
+        fa, fb = factor["a"], factor["b"]
+        if m.binary and factor["ta"] == factor["tb"] == f"in{i}::DOUBLE" and fa:
+            # 0/1 events, one unit per row: every product is one of a few sums, and whether an event (or a
+            # non-event) occurred in a conversation follows from its counts.
+            ua = agg(f"sum({fa})")
+            ub = agg(f"sum({fb})") if fb else ""
+            t = mine["n"] if unit else weighed(f"in{i}::DOUBLE", 1)
+            aa, tt = (ua, mine["n"]) if unit else (weighed(fa, 2), weighed(f"in{i}::DOUBLE", 2))
+            bb = (ub if unit else weighed(fb, 2)) if fb else ""
+            ab = weighed(f"{fa} * {fb}", 2) if fb else ""
+            mine.update(a=ua if unit else weighed(fa, 1), ta=t, b=(ub if unit else weighed(fb, 1)) if fb else "",
+                        tb=t, seen0=(">0", ua), seen1=("gap", mine["n"], ua), seen2=(">0", ub) if fb else "",
+                        seen3=("gap", mine["n"], ub) if fb else ("gap", mine["n"], ""))  # fmt: skip
+            for k, p in enumerate((aa, aa, tt, bb, bb, tt, ab, aa, bb, tt)):
+                mine[f"p{k}"] = p
+            found.append(mine)
+            continue
         for x in ("a", "ta", "b", "tb"):
             f = factor[x]
-            mine[x] = agg(f"sum(w * {f})") if f else ""
+            mine[x] = weighed(f, 1) if f else ""
         # Whether each rate's event and non-event occurred in the conversation (unweighted, as PairedSums.of).
         for k, (x, t) in enumerate((("a", "ta"), ("b", "tb"))):
             ex, et = factor[x] or "0.0", factor[t] or "0.0"
@@ -96,7 +122,7 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                     term = fx if fx.endswith("::DOUBLE") else f"{fx} * {fx}"
                 else:
                     term = both[0] if both[1].endswith("::DOUBLE") else f"{both[0]} * {both[1]}"
-                mine[f"p{k}"] = agg(f"sum(w * w * {term})")
+                mine[f"p{k}"] = weighed(term, 2)
         found.append(mine)
     listed = ", ".join(f"{expr} AS {alias}" for expr, alias in aggs.items())
     sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT grp, cl, {listed} FROM rows GROUP BY grp, cl"
@@ -109,16 +135,21 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     data = {k: np.asarray(v)[order] for k, v in got.items() if k not in ("grp", "cl")}
     out: dict[str, dict[str, PairedSums]] = {}
     for g in sorted(set(grp.tolist()) | ({""} if group is None else set())):
-        mine = grp == g
+        in_group = grp == g
         out[g] = {}
         for i, name in enumerate(names):
             alias = found[i]
-            keep = mine & (data[alias["n"]] > 0)
+            keep = in_group & (data[alias["n"]] > 0)
             size = int(keep.sum())
 
-            def pick(key: str, keep: np.ndarray = keep, alias: dict[str, str] = alias, size: int = size) -> np.ndarray:
-                column = alias[key]
-                picked: np.ndarray = data[column][keep] if column else np.zeros(size)
+            def pick(key: str, keep: np.ndarray = keep, alias: dict[str, Any] = alias, size: int = size) -> np.ndarray:
+                spec = alias[key]
+                if isinstance(spec, tuple):
+                    n = data[spec[1]][keep].astype(float)
+                    m = data[spec[2]][keep].astype(float) if len(spec) > 2 and spec[2] else np.zeros(size)
+                    seen: np.ndarray = n > 0 if spec[0] == ">0" else n - m > 0
+                    return seen
+                picked: np.ndarray = data[spec][keep] if spec else np.zeros(size)
                 return picked
 
             seen = np.vstack([pick(f"seen{k}").astype(bool) for k in range(4)]).reshape(4, -1)

@@ -38,7 +38,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from delta_eval.analysis.analyze import DECISION_MAX_PAIRS
 from delta_eval.analysis.evidence import decision_view
 from delta_eval.store.labels import LABELS, Label, write_labels
 from delta_eval.viewer.compare import Comparison
@@ -99,7 +98,7 @@ class _Viewer:
         table = []
         for i, run in enumerate(self.runs):
             d = run.decision()
-            win_rate = d.non_inferiority.win_rate.estimate if d else None
+            win_rate = d.non_inferiority.win_rate.estimate
             table.append({"i": i, "run": run, "decision": d, "win_rate": win_rate})
         return self.render(request, "index.html", table=table)
 
@@ -108,14 +107,13 @@ class _Viewer:
         query = _query(request)
         f = PairFilter.from_query(query)
         page = run.page(f)
-        decision = run.decision(compute=True if query.get("decide") else None)
+        decision = run.decision()
         return self.render(
             request,
             "run.html",
             i=i,
             run=run,
-            decision=decision_view(decision) if decision else None,
-            decision_max_pairs=DECISION_MAX_PAIRS,
+            decision=decision_view(decision),
             f=f,
             page=page,
             facets=run.facets(),

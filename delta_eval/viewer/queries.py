@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from delta_eval.analysis.analyze import DECISION_MAX_PAIRS, saved_themes
+from delta_eval.analysis.analyze import saved_themes
 from delta_eval.analysis.pair_filter import FILTERS, FLAGS, LIST_COLUMNS, SORTS, PairFilter, create_index
 from delta_eval.analysis.themes import section_label
 from delta_eval.metrics import Decision
@@ -87,14 +87,11 @@ class RunView:
         with self._lock:
             yield self._con
 
-    def decision(self, *, compute: bool | None = None) -> Decision | None:
-        """The run's decision under its own rule, computed once. It reads every pair into memory, so by default
-        only up to :data:`~delta_eval.analysis.analyze.DECISION_MAX_PAIRS` pairs (``compute=True``: whatever the
-        size); ``None`` when not computed."""
-        if compute is None:
-            compute = self.pairs <= DECISION_MAX_PAIRS
-        if self._decision is None and compute:
-            self._decision = self.result.decision()
+    def decision(self) -> Decision:
+        """The run's decision under its own rule, computed once (in DuckDB over the run's files: any size)."""
+        if self._decision is None:
+            with self.cursor() as con:
+                self._decision = self.result.decision(con=con)
         return self._decision
 
     def facets(self) -> dict[str, list[tuple[str, int]]]:

@@ -251,16 +251,14 @@ def test_several_runs_side_by_side_and_where_they_differ(synthetic_master: Path,
     assert [html.unescape(s) for s in shown] == differ[:PAGE_SIZE]
 
 
-def test_a_large_run_computes_its_decision_only_when_asked(synthetic: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("delta_eval.viewer.queries.DECISION_MAX_PAIRS", 100)
+def test_the_decision_is_shown_whatever_the_run_s_size(synthetic: Path) -> None:
+    """The decision is computed in DuckDB over the run's files: no size above which the page leaves it out."""
     client = client_of(synthetic)
     page = client.get("/run/0").text
-    assert 'id="no-decision"' in page
-    assert 'id="outcome"' not in page
-    assert count(page) == 300  # the pairs are listed all the same
-    asked = client.get("/run/0?decide=1").text
-    assert 'id="outcome"' in asked
-    assert 'id="outcome"' in client.get("/run/0").text  # computed once, then kept
+    outcome = de.open_result(synthetic).decision().outcome
+    assert f'<span class="{outcome}" id="outcome">{outcome}</span>' in page
+    assert "decide=1" not in page
+    assert count(page) == 300
 
 
 def test_themes_the_analysis_saved_filter_the_list(demo_run: Path) -> None:
