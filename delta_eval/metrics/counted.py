@@ -73,7 +73,8 @@ class Counted:
 # Per conversation (and group), the sums PairedSums reads; a row without a conversation is its own (named by its
 # position, as Components names it). A conversation's stratum is the largest it has (one, in a sampled run). The
 # CASE names only the rows without one (a concatenation on every row doubled the query's time); the rows are
-# sorted in numpy, which is faster than an ORDER BY here.
+# sorted in numpy, which is faster than an ORDER BY here. Grouped by stratum too, and the (rare) conversation
+# found in two strata merged in numpy: cheaper than a min and a max of strings per conversation.
 _CLUSTERS = """
 WITH rows AS (
     SELECT {group} AS grp, CASE WHEN conversation_id IS NULL OR conversation_id::VARCHAR = ''
@@ -82,12 +83,12 @@ WITH rows AS (
            {w} AS w
     FROM src WHERE {counted}
 )
-SELECT grp, cl, max(st) AS st, min(st) AS first_st, count(*) AS n,
+SELECT grp, cl, st, count(*) AS n,
        sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb, sum(a - b) AS balance,
        bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
        sum(w * w * a * a) AS aa, sum(w * w * a) AS at, sum(w * w) AS tt,
        sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab
-FROM rows GROUP BY grp, cl
+FROM rows GROUP BY grp, cl, st
 """
 
 _COUNTS = """
@@ -154,6 +155,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     else:
         db.execute("DROP VIEW src")
     groups = sorted({str(g) for g, *_ in counts_rows} | ({""} if not by else set()))
+    cols = _per_conversation(cols)
     order = np.lexsort([np.asarray(cols[c]).astype(str) for c in ("cl", "first_st", "grp")])
     cols = {k: np.asarray(v)[order] for k, v in cols.items()}
     grp = cols["grp"].astype(str)
@@ -167,6 +169,33 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
                 if lost is not None:
                     losses[str(lost)] = losses.get(str(lost), 0) + int(n)
         out[g] = _counted(cols, grp == g, counts, losses, weighted)
+    return out
+
+
+def _per_conversation(cols: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Rows per (group, conversation, stratum) merged into one per (group, conversation): its sums added, its
+    stratum the largest (``st``) and the first (``first_st``) it has."""
+    grp, cl, st = (np.asarray(cols[c]).astype(str) for c in ("grp", "cl", "st"))
+    order = np.lexsort([st, cl, grp])
+    grp, cl, st = grp[order], cl[order], st[order]
+    n = len(order)
+    new = np.ones(n, dtype=bool)
+    if n:
+        new[1:] = (grp[1:] != grp[:-1]) | (cl[1:] != cl[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n).astype(np.int64) - 1
+    out: dict[str, np.ndarray] = {"grp": grp[starts], "cl": cl[starts], "first_st": st[starts],
+                                  "st": st[ends] if n else st}  # fmt: skip
+    for name, values in cols.items():
+        if name in out:
+            continue
+        v = np.asarray(values)[order]
+        if len(starts) == n:  # one stratum per conversation (a sampled run): nothing to merge
+            out[name] = v
+        elif v.dtype == bool:
+            out[name] = np.logical_or.reduceat(v, starts) if n else v
+        else:
+            out[name] = np.add.reduceat(v, starts) if n else v
     return out
 
 

@@ -132,8 +132,9 @@ def _rate(sums: Any, confidence: float) -> Rate:
 
 def _no_decision(src: Source) -> str:
     """:func:`~delta_eval.metrics.sides.no_decision_of` in SQL."""
-    from_text = (f"(coalesce(n_tool_calls, 0) = 0 AND regexp_full_match(coalesce(final_text, ''), '{_SPACE}'))"
-                 if src.final_text else "NULL::BOOLEAN")  # fmt: skip
+    # The pattern only for texts that are neither missing nor empty (a CASE evaluates a branch on its rows alone).
+    blank = f"CASE WHEN coalesce(final_text, '') = '' THEN true ELSE regexp_full_match(final_text, '{_SPACE}') END"
+    from_text = f"(coalesce(n_tool_calls, 0) = 0 AND {blank})" if src.final_text else "NULL::BOOLEAN"
     return f"CASE WHEN error IS NOT NULL THEN NULL WHEN no_decision IS NOT NULL THEN no_decision ELSE {from_text} END"
 
 
@@ -166,10 +167,16 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
                          "ELSE 'NaN'::DOUBLE END, "
                          f"count(*) FROM {r} WHERE side <> 'recorded' GROUP BY ALL").fetchnumpy()  # fmt: skip
     turns: dict[str, int] = {}
-    # NaN marks a conversation with an unpriced turn (a NULL would come back from fetchnumpy as a masked 0).
-    for side, cl, cost, n in zip(*(np.asarray(v).tolist() for v in got.values()), strict=True):
-        costs.setdefault(str(side), {})[str(cl)] = None if cost is None or _nan(cost) else float(cost)
-        turns[str(side)] = turns.get(str(side), 0) + int(n)
+    sides_of, names, priced, counts = (np.asarray(v) for v in got.values())
+    sides_of = sides_of.astype(str)
+    for side in sorted({str(x) for x in np.unique(sides_of)}):
+        mine = sides_of == side
+        # NaN marks a conversation with an unpriced turn (a NULL would come back from fetchnumpy as a masked 0).
+        value = priced[mine].astype(float)
+        known = value.astype(object)
+        known[np.isnan(value)] = None
+        costs[side] = dict(zip(names[mine].astype(str).tolist(), known.tolist(), strict=True))
+        turns[side] = int(counts[mine].sum())
     out: dict[str, SideMetrics] = {}
     for side in sorted(costs):
         latencies = np.asarray(src.db.execute(f"SELECT coalesce(latency_ms, 0.0)::DOUBLE AS x FROM {r} WHERE side = ? "
@@ -192,10 +199,6 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
             costs_by_conversation=own,
         )
     return out
-
-
-def _nan(x: Any) -> bool:
-    return isinstance(x, float) and x != x
 
 
 _SEVERITIES = {"critical_rate": "('critical')", "severity_rate": "('minor', 'critical')"}

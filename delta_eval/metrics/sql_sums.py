@@ -78,7 +78,9 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
         factor: dict[str, str | None] = {}
         for x in ("a", "ta", "b", "tb"):
             raw = getattr(m, x).strip()
-            if raw in ("0", "0.0"):
+            if x == "tb" and raw == m.ta.strip():
+                factor[x] = factor["ta"]  # the same units on both sides: one column, and the products shared
+            elif raw in ("0", "0.0"):
                 factor[x] = None
             elif raw in ("1", "1.0"):
                 factor[x] = f"in{i}::DOUBLE"
