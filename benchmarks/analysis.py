@@ -137,18 +137,14 @@ def cold_summary(run: Path) -> dict[str, Any]:
     return de.analyze(run).summary()
 
 
-def measure(run: Path, pairs: int, repeats: int, decision_max: int) -> None:
-    """Medians of ``repeats`` cold runs of each, interleaved, with their ratios to the plain query (the decision
-    only up to ``decision_max`` pairs: it still reads every replay into Python)."""
+def measure(run: Path, pairs: int, repeats: int) -> None:
+    """Medians of ``repeats`` cold runs of each, interleaved, with their ratios to the plain query."""
     fns = {
         "plain SQL win rate": lambda: plain_win_rate(run),
         "RunResult.win_rate()": lambda: de.open_result(run).win_rate(),
         "RunResult.decision()": lambda: de.open_result(run).decision(),
         "a.summary() (cold)": lambda: cold_summary(run),
     }
-    if pairs > decision_max:
-        del fns["RunResult.decision()"]
-        print(f"  (RunResult.decision() not measured above {decision_max:,} pairs: --decision-max)")
     fns["plain SQL win rate"]()  # imports and the first connection are not what is measured
     fns["RunResult.win_rate()"]()
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -169,7 +165,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, nargs="+", default=[200_000, 1_000_000])
     parser.add_argument("--reasons", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--decision-max", type=int, default=200_000)
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="delta-eval-analysis-"))
     try:
@@ -178,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
             seconds, run = timed(lambda: synthetic_run(tmp / "run", pairs, args.reasons))  # noqa: B023
             print(f"synthetic run: {pairs:,} pairs, {2 * pairs:,} replays, {args.reasons:,} reasons "
                   f"written in {seconds:.1f} s")  # fmt: skip
-            measure(run, pairs, args.repeats, args.decision_max)
+            measure(run, pairs, args.repeats)
         shutil.rmtree(run / "analysis", ignore_errors=True)
         a = de.analyze(run)
         t_themes, themes = timed(lambda: a.themes(outcome="baseline"))

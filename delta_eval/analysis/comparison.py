@@ -182,8 +182,7 @@ class Comparison:
         out = []
         for name, a in zip(self.names, self.analyses, strict=True):
             m = a.result.manifest
-            # decision=True: comparing decisions is the point, even past the size where a summary leaves it out
-            s = a.summary(decision=True)
+            s = a.summary()  # with the decision: comparing decisions is the point
             out.append({
                 "name": name,
                 "run": str(a.path),

@@ -143,10 +143,15 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     if src.replays is None:
         return {}
     r = src.replays
-    rows = (f"(SELECT r.*, coalesce(rec.acted, false) AS recorded_acted, {_no_decision(src)} AS nd FROM {r} r "
-            f"LEFT JOIN (SELECT pair_id, bool_or(coalesce(n_tool_calls, 0) > 0) AS acted FROM {r} "
-            f"WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = r.pair_id "
-            f"WHERE r.side <> 'recorded')")  # fmt: skip
+    # Whether production acted at each point comes from the recorded rows: joined only when there are some.
+    recorded = src.db.execute(f"SELECT count(*) FROM {r} WHERE side = 'recorded'").fetchall()[0][0]
+    if recorded:
+        rows = (f"(SELECT r.*, coalesce(rec.acted, false) AS recorded_acted, {_no_decision(src)} AS nd FROM {r} r "
+                f"LEFT JOIN (SELECT pair_id, bool_or(coalesce(n_tool_calls, 0) > 0) AS acted FROM {r} "
+                f"WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = r.pair_id "
+                f"WHERE r.side <> 'recorded')")  # fmt: skip
+    else:
+        rows = f"(SELECT *, false AS recorded_acted, {_no_decision(src)} AS nd FROM {r} WHERE side <> 'recorded')"
     metrics = {
         "error_rate": Metric(a="error IS NOT NULL", binary=True),
         "invalid_tool_call_rate": Metric(

@@ -144,21 +144,21 @@ def clustered_mean(
     n = len(values)
     if n == 0:
         return ClusteredMean(None, 0.0, 0.0, 0, 0, 0, 0.0)
-    cl0 = [str(i) for i in range(n)] if clusters is None else [str(c) for c in clusters]
-    st0 = [""] * n if strata is None else [str(s) for s in strata]
-    w0 = [1.0] * n if weights is None else [float(x) for x in weights]
+    cl0 = np.asarray([str(i) for i in range(n)] if clusters is None else [str(c) for c in clusters], dtype=str)
+    st0 = np.asarray([""] * n if strata is None else [str(s) for s in strata], dtype=str)
+    y0 = np.asarray(values, dtype=float)
+    w0 = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
     # Sorted first: floating-point sums then do not depend on the order the rows came in (a resumed run writes
     # its verdicts in another order than a fresh one, and must report the same interval).
-    rows = sorted(zip(st0, cl0, (float(v) for v in values), w0, strict=True))
-    st, cl = [r[0] for r in rows], [r[1] for r in rows]
-    y = np.fromiter((r[2] for r in rows), dtype=float, count=n)
-    w = np.fromiter((r[3] for r in rows), dtype=float, count=n)
-    keys: dict[str, int] = {}
-    cid = np.fromiter((keys.setdefault(c, len(keys)) for c in cl), dtype=np.int64, count=n)
-    stratum_of: dict[int, str] = {}
-    for c, h in zip(cid.tolist(), st, strict=True):
-        stratum_of.setdefault(c, h)
-    k = len(keys)
+    order = np.lexsort((w0, y0, cl0, st0))
+    st, cl, y, w = st0[order], cl0[order], y0[order], w0[order]
+    # Clusters numbered in the order they first appear, each with the stratum it first appears in.
+    names, first, inverse = np.unique(cl, return_index=True, return_inverse=True)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(names))
+    cid = rank[inverse.reshape(-1)]
+    k = len(names)
+    stratum_of = dict(zip(rank.tolist(), st[first].tolist(), strict=True))
 
     def per_cluster(values: np.ndarray) -> np.ndarray:
         return np.bincount(cid, weights=values, minlength=k)
