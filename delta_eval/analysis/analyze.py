@@ -36,7 +36,7 @@ from delta_eval.analysis.sections import diff_sections, prompt_sections
 from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes
 from delta_eval.exceptions import RunFolderLinkError
-from delta_eval.metrics.counted import Counted, counted
+from delta_eval.metrics.counted import Counted, counted, counted_with_total
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
@@ -155,12 +155,11 @@ class Analysis:
         e = self.estimand("judged" if judged else "all")
         # Summed per conversation by DuckDB over the run's files (metrics.counted: what RunResult.win_rate and the
         # decision read too).
-        overall = _win_rate(counted("verdicts", e, con=self.con)[""])
         if judged:
-            return overall, []
-        groups = counted("verdicts", e, by="stratum", null="None", con=self.con)
+            return _win_rate(counted("verdicts", e, con=self.con)[""]), []
+        total, groups = counted_with_total("verdicts", e, by="stratum", null="None", con=self.con)
         per = [{"stratum": h, **rate} for h, c in sorted(groups.items()) if (rate := _win_rate(c)) is not None]
-        return overall, per
+        return _win_rate(total), per
 
     def summary(self, *, decision: bool = True) -> dict[str, Any]:
         """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs

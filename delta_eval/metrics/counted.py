@@ -34,7 +34,7 @@ from delta_eval.metrics.estimand import (
 )
 from delta_eval.metrics.frames import Rows, rows_of, to_arrow
 
-__all__ = ["OUTCOMES", "Counted", "counted", "counted_of", "counted_rows"]
+__all__ = ["OUTCOMES", "Counted", "counted", "counted_of", "counted_rows", "counted_with_total"]
 
 #: The outcomes every count names, even at 0.
 OUTCOMES = ("candidate", "baseline", "tie", "equivalent", "error")
@@ -108,13 +108,14 @@ def _weight(has_weight: bool) -> str:
 
 
 def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None = None, null: str = "",
-            con: Any = None) -> dict[str, Counted]:  # fmt: skip
+            con: Any = None, total: dict[str, Counted] | None = None) -> dict[str, Counted]:  # fmt: skip
     """The counted pairs of ``verdicts`` under ``estimand`` (default: :class:`Estimand`'s defaults), by the value of
     the ``by`` column (``str`` of it, ``null`` for null; every row under ``""`` without ``by``). ``weighted="auto"``
     is settled once, on all the counted rows, so every group answers the same question.
 
     ``verdicts`` is an Arrow table, a DuckDB relation or DataFrame, or, with ``con``, the name of a table or view
-    in that DuckDB connection (a run's ``verdicts`` view: read straight from its Parquet files)."""
+    in that DuckDB connection (a run's ``verdicts`` view: read straight from its Parquet files). ``total``, when
+    given, receives the counted pairs over every row under ``""`` (see :func:`counted_with_total`)."""
     import duckdb
 
     e = estimand or Estimand()
@@ -155,6 +156,26 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     else:
         db.execute("DROP VIEW src")
     groups = sorted({str(g) for g, *_ in counts_rows} | ({""} if not by else set()))
+    out = _split(cols, counts_rows, groups, weighted)
+    if total is not None:
+        # Over every row: the groups' rows of each conversation added up, the counts of every group summed.
+        everything = {**cols, "grp": np.full(len(np.asarray(cols["grp"])), "", dtype=str)}
+        total.update(_split(everything, [("", *rest) for _, *rest in counts_rows], [""], weighted))
+    return out
+
+
+def counted_with_total(verdicts: Rows, estimand: Estimand | None = None, *, by: str, null: str = "",
+                       con: Any = None) -> tuple[Counted, dict[str, Counted]]:  # fmt: skip
+    """:func:`counted` over all the rows and by the value of ``by``, from one pass of DuckDB over the verdicts (the
+    decision and the summary read both)."""
+    total: dict[str, Counted] = {}
+    groups = counted(verdicts, estimand, by=by, null=null, con=con, total=total)
+    return total[""], groups
+
+
+def _split(cols: dict[str, Any], counts_rows: list[Any], groups: list[str], weighted: bool) -> dict[str, Counted]:
+    """The rows of the cluster query (per group, conversation and stratum) and of the counts query as the
+    :class:`Counted` of each group."""
     cols = _per_conversation(cols)
     order = np.lexsort([np.asarray(cols[c]).astype(str) for c in ("cl", "first_st", "grp")])
     cols = {k: np.asarray(v)[order] for k, v in cols.items()}

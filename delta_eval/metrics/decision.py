@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.metrics.checks import Check, check_results
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.counted import Counted, counted_rows
+from delta_eval.metrics.counted import Counted, counted_rows, counted_with_total
 from delta_eval.metrics.decision_sql import (
     Source,
     audit_of,
@@ -266,7 +266,8 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
 def _decide_source(src: Source, r: DecisionRule) -> Decision:
     """The decision on a :class:`~delta_eval.metrics.decision_sql.Source`: every number computed in DuckDB."""
     e = r.estimand
-    counted = counted_rows(src.verdicts, e, con=src.db)[""]
+    # Over all pairs and per stratum from one pass over the verdicts.
+    counted, per_stratum = counted_with_total(src.verdicts, e, by="stratum", con=src.db)
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
     ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
     sides = side_metrics_of(src, r.confidence)
@@ -277,7 +278,7 @@ def _decide_source(src: Source, r: DecisionRule) -> Decision:
     gates = gate_results(src, r.gates, sides, checks=checks, check_names=names if checks else (),
                          weighted=counted.weighted, confidence=r.confidence)  # fmt: skip
     strata = by_stratum(src.verdicts, r.margin, adjustment=r.adjustment, min_conversations=r.min_conversations,
-                        confidence=r.confidence, con=src.db, **e.model_dump())  # fmt: skip
+                        confidence=r.confidence, counted=per_stratum, **e.model_dump())  # fmt: skip
     seen = src.epochs()
     epochs: dict[int, Outcome] = {}
     if len(seen) > 1:

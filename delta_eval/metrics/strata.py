@@ -17,11 +17,12 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from delta_eval.metrics.counted import counted_rows
+from delta_eval.metrics.counted import Counted, counted_rows
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.frames import Rows
@@ -84,14 +85,15 @@ def by_stratum(
     min_conversations: int = 10,
     confidence: float = 0.95,
     con: Any = None,
+    counted: Mapping[str, Counted] | None = None,
     **estimand: Any,
 ) -> list[StratumDecision]:
     """:class:`StratumDecision` per value of ``key``; ``estimand``: ``over``, ``soft``, ``weighted``, ``errors``
     (see :mod:`delta_eval.metrics.estimand`; with ``weighted="auto"`` the choice is made once, on all rows).
     ``alpha`` defaults to ``(1 - confidence) / 2``. ``verdicts`` may name a table or view of the DuckDB connection
-    ``con``."""
+    ``con``; ``counted``: its pairs already counted by ``key`` under the same estimand (not counted again)."""
     e = Estimand(**estimand)
-    groups = counted_rows(verdicts, e, by=key, con=con)
+    groups = counted if counted is not None else counted_rows(verdicts, e, by=key, con=con)
     names = sorted(groups)
     parts = [groups[name] for name in names]
     level = (1 - confidence) / 2 if alpha is None else alpha

@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from delta_eval.metrics.counted import counted, counted_rows
+from delta_eval.metrics.counted import counted, counted_rows, counted_with_total
 from delta_eval.metrics.decision import DecisionRule, decide
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.paired import non_inferiority, sign_test
@@ -124,3 +124,21 @@ def test_decision_in_duckdb_is_the_rows_decision(rows: list[dict[str, Any]], ove
            [s.model_dump() for s in by_stratum(rows, margin, over=over)])  # fmt: skip
     rule = DecisionRule(margin=margin, over=over)
     _close(decide(table, rule=rule).model_dump(), decide(rows, rule=rule).model_dump())
+
+
+@seed(24)
+@settings(max_examples=60, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), ESTIMANDS)
+def test_the_total_from_the_grouped_pass_is_the_total_of_its_own(rows: list[dict[str, Any]], e: Estimand) -> None:
+    table = pa.Table.from_pylist(rows) if rows else pa.table({"outcome": pa.array([], pa.string())})
+    total, groups = counted_with_total(table, e, by="stratum")
+    alone, by = counted(table, e)[""], counted(table, e, by="stratum")
+    assert groups.keys() == by.keys()
+    assert total.clusters.tolist() == alone.clusters.tolist()
+    assert (total.counts, total.error_losses, total.weighted, total.pairs) == (
+        alone.counts, alone.error_losses, alone.weighted, alone.pairs)  # fmt: skip
+    for name in ("a", "ta", "b", "tb", "iid"):
+        np.testing.assert_allclose(getattr(total.sums, name), getattr(alone.sums, name), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(total.sums.seen, alone.sums.seen)
+    np.testing.assert_array_equal(total.sums.strata, alone.sums.strata)
+    np.testing.assert_allclose(total.balance, alone.balance, atol=1e-12)
