@@ -166,22 +166,21 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         ),
         "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL", binary=True),
     }
-    sums = paired_sums(src.db, rows, metrics, cluster=_CLUSTER, group="side")
+    # Each conversation's cost, in the same pass: NaN where a turn is unpriced (a NULL would come back from
+    # fetchnumpy as a masked 0).
+    cost = "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END"
+    found: dict[str, np.ndarray] = {}
+    sums = paired_sums(src.db, rows, metrics, cluster=_CLUSTER, group="side", extra={"cost": cost},
+                       carry=["cost_usd"], per_conversation=found)  # fmt: skip
     costs: dict[str, dict[str, float | None]] = {}
-    got = src.db.execute(f"SELECT side, {_CLUSTER}, CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) "
-                         "ELSE 'NaN'::DOUBLE END, "
-                         f"count(*) FROM {r} WHERE side <> 'recorded' GROUP BY ALL").fetchnumpy()  # fmt: skip
     turns: dict[str, int] = {}
-    sides_of, names, priced, counts = (np.asarray(v) for v in got.values())
-    sides_of = sides_of.astype(str)
-    for side in sorted({str(x) for x in np.unique(sides_of)}):
-        mine = sides_of == side
-        # NaN marks a conversation with an unpriced turn (a NULL would come back from fetchnumpy as a masked 0).
-        value = priced[mine].astype(float)
+    for side in sums:
+        mine = found["grp"] == side
+        value = found["cost"][mine].astype(float)
         known = value.astype(object)
         known[np.isnan(value)] = None
-        costs[side] = dict(zip(names[mine].astype(str).tolist(), known.tolist(), strict=True))
-        turns[side] = int(counts[mine].sum())
+        costs[side] = dict(zip(found["cl"][mine].astype(str).tolist(), known.tolist(), strict=True))
+        turns[side] = sums[side]["error_rate"].pairs  # every turn counts in the error rate
     out: dict[str, SideMetrics] = {}
     for side in sorted(costs):
         latencies = np.asarray(src.db.execute(f"SELECT coalesce(latency_ms, 0.0)::DOUBLE AS x FROM {r} WHERE side = ? "

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from delta_eval.metrics.difference import PairedSums
+from delta_eval.sql import quote_ident
 
 __all__ = ["Metric", "paired_sums"]
 
@@ -51,15 +52,22 @@ class Metric:
 
 
 def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster: str, weight: str = "1.0",
-                group: str | None = None, params: Sequence[Any] = ()) -> dict[str, dict[str, PairedSums]]:  # fmt: skip
+                group: str | None = None, params: Sequence[Any] = (), extra: Mapping[str, str] | None = None,
+                carry: Sequence[str] = (), per_conversation: dict[str, np.ndarray] | None = None
+                ) -> dict[str, dict[str, PairedSums]]:  # fmt: skip
     """Per value of ``group`` (every row under ``""`` without it), each metric's :class:`PairedSums` over the rows of
     ``source`` (a table, view or parenthesised query in ``db``), conversations named by ``cluster``, pairs weighted
-    by ``weight`` (SQL expressions). A group where a metric counts no row gets the empty sums."""
+    by ``weight`` (SQL expressions). A group where a metric counts no row gets the empty sums.
+
+    ``extra``: more aggregates over each group's conversation (name: SQL over the source's columns ``carry``),
+    computed in the same pass and put in ``per_conversation`` (with ``grp`` and ``cl``, one value per group and
+    conversation) when it is given."""
     names = list(metrics)
     unit = weight.strip() in ("1", "1.0")  # no weight: the sums need no multiplication by it
     cols = [f"({cluster})::VARCHAR AS cl", f"{'(' + group + ')::VARCHAR' if group else chr(39) * 2} AS grp"]
     if not unit:
         cols.append(f"({weight})::DOUBLE AS w")
+    cols += [quote_ident(c) for c in carry]
     aggs: dict[str, str] = {}  # aggregate -> its name; metrics share the ones they have in common
 
     def agg(expr: str) -> str:
@@ -126,7 +134,8 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                     term = both[0] if both[1].endswith("::DOUBLE") else f"{both[0]} * {both[1]}"
                 mine[f"p{k}"] = weighed(term, 2)
         found.append(mine)
-    listed = ", ".join(f"{expr} AS {alias}" for expr, alias in aggs.items())
+    listed = ", ".join([f"{expr} AS {alias}" for expr, alias in aggs.items()] +
+                       [f"{expr} AS x_{name}" for name, expr in (extra or {}).items()])  # fmt: skip
     sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT grp, cl, {listed} FROM rows GROUP BY grp, cl"
     got = db.execute(sql, list(params)).fetchnumpy()
     grp = np.asarray(got["grp"]).astype(str)
@@ -135,6 +144,8 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     order = np.lexsort([cl, grp])
     grp, cl = grp[order], cl[order]
     data = {k: np.asarray(v)[order] for k, v in got.items() if k not in ("grp", "cl")}
+    if per_conversation is not None:
+        per_conversation.update(grp=grp, cl=cl, **{name: data[f"x_{name}"] for name in extra or {}})
     out: dict[str, dict[str, PairedSums]] = {}
     for g in sorted(set(grp.tolist()) | ({""} if group is None else set())):
         in_group = grp == g
