@@ -25,6 +25,7 @@ from delta_eval.config import RunConfig
 from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
+from delta_eval.executors.live import ShardWatch
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
@@ -218,9 +219,18 @@ async def _run_sharded(
         for k, positions in enumerate(q for q in deal(sizes, n) if q)
     ]
     p.phase, p.replay_started = "replaying", time.monotonic()
+    # While the shards run, the session's progress shows what they publish in the folder; their reports, exact,
+    # replace it once they are done.
+    watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats)
+    own_calls, p.call_stats = p.call_stats, watch.calls
     try:
-        reports = await executor.run(shards, pool.limits())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch.watch)
+            reports = await executor.run(shards, pool.limits())
+            tg.cancel_scope.cancel()
     finally:
+        watch.restore()
+        p.call_stats = own_calls
         folder.catch_up()  # the shards' batches are counted in the manifest
     out = _Sharded()
     for r in reports:
