@@ -257,6 +257,7 @@ def session_stages(
             stop_tools=s.stop_tools,
             custom_tools=tool_simulator,
             tool_model=tools,
+            prices=c.all_prices,
         )
         for key, replayer in turns.items()
     }

@@ -191,11 +191,11 @@ class Analysis:
         return _win_rate(cols), per
 
     def summary(self, *, decision: bool | None = None) -> dict[str, Any]:
-        """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs
-        and over judged pairs with a cluster-robust 95% interval (the figures of ``RunResult.win_rate``), per stratum
-        too, cost, tokens and latency per side, judge spend per stage, and the decision with its gates
-        (:meth:`decision`). The decision reads every pair into memory: by default it is included up to
-        :data:`DECISION_MAX_PAIRS` pairs, beyond which the summary says to call :meth:`decision`."""
+        """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs and
+        over judged pairs with a cluster-robust 95% interval (the figures of ``RunResult.win_rate``), per stratum too,
+        cost, tokens and latency per side, judge spend per stage, a session run's simulator spend per role, and the
+        decision with its gates (:meth:`decision`). The decision reads every pair into memory: by default it is included
+        up to :data:`DECISION_MAX_PAIRS` pairs, beyond which the summary says to call :meth:`decision`."""
         m = self.result.manifest
         if decision is None:
             decision = m.counts.pairs <= DECISION_MAX_PAIRS
@@ -240,6 +240,7 @@ class Analysis:
                 for side, n, cost, priced, counted, tin, tout, p50, p90, cap, errs in sides
             },
             "judging": {stage: spend.model_dump() for stage, spend in m.counts.judging.items()},
+            "simulating": {role: spend.model_dump() for role, spend in m.counts.simulating.items()},
             "damage": [str(d) for d in self.result.damage],
         }
         if decision:

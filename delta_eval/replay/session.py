@@ -35,9 +35,10 @@ from delta_eval.adapters.client import ModelClient
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ProviderError
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions, calls_equivalent
-from delta_eval.pricing import Spend
+from delta_eval.pricing import Price, Spend
 from delta_eval.replay.engine import Replayer, SideReplay
 from delta_eval.replay.points import _turn
+from delta_eval.replay.simulator_log import SimulatorLog
 from delta_eval.replay.tools import ToolContext, ToolSimulator, diverged_content, run_simulator
 from delta_eval.replay.user_simulator import UserSimulator, UserTurn, parse_reply
 from delta_eval.schema import (
@@ -196,7 +197,8 @@ class SessionTools:
     tools: Mapping[str, Any] = field(default_factory=dict)
     match: MatchOptions = DEFAULT_MATCH
     namespace: str = ""
-    spend: Spend = field(default_factory=Spend)
+    log: SimulatorLog | None = None
+    prices: Mapping[str, Price] | None = None
     _used: set[int] = field(default_factory=set)
 
     async def __call__(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
@@ -230,10 +232,13 @@ class SessionTools:
             model=self.llm.model,
             messages=(Message(role="system", content=TOOL_INSTRUCTIONS), Message(role="user", content=body)),
         )
-        result = await self.llm.generate(request, namespace=f"tool:{self.namespace}")
-        r = result.response
-        self.spend.add(r.usage, cost_usd=None, latency_ms=r.latency_ms, cached=result.cached)
-        return ToolResult(call_id=call.id, name=call.name, content=r.message.content or "", source="llm")
+        namespace = f"tool:{self.namespace}"
+        result = await self.llm.generate(request, namespace=namespace)
+        if self.log is not None:
+            key = request.cache_key(namespace=namespace)
+            self.log.add("tool_simulator", call.name, self.llm, key, result, self.prices)
+        content = result.response.message.content or ""
+        return ToolResult(call_id=call.id, name=call.name, content=content, source="llm")
 
 
 @dataclass
@@ -256,9 +261,12 @@ class SessionReplayer:
     stop_tools: tuple[str, ...] = ()
     custom_tools: ToolSimulator | None = None
     tool_model: ModelClient | None = None
+    #: Prices of the simulators' models, overriding the catalogue's (the run's ``prices``).
+    prices: Mapping[str, Price] | None = None
 
     async def replay(self, point: ReplayPoint, side: Side) -> SideReplay:
         """The session of ``point`` on this side; a failure ends it with an error row, never an exception."""
+        log = SimulatorLog(point, side)
         sim = SessionTools(
             recorded_calls(point),
             self.custom_tools,
@@ -266,12 +274,14 @@ class SessionReplayer:
             {t.name: t.model_dump() for t in point.tools},
             self.turns.match,
             namespace=f"{point.conversation_id}@{point.epoch}",
+            log=log,
+            prices=self.prices,
         )
         turns = replace(self.turns, simulator=sim)
         recorded = session_turns(point.recorded)
         messages: list[Message] = list(point.context)
         steps: list[Step] = []
-        spend, user_spend = Spend(), Spend()
+        spend = Spend()
         first: SideReplay | None = None
         last: SideReplay | None = None
         end = "turn_cap"
@@ -313,14 +323,14 @@ class SessionReplayer:
             if k == self.max_turns - 1:
                 break  # the cap: nobody answers the last turn
             try:
-                said = await self._answer(point, rec_user, on_recording, messages, user_spend, goal)
+                said = await self._answer(point, rec_user, on_recording, messages, log, goal)
             except (ProviderError, KeyError) as exc:
                 error, end = exc, "error"
                 break
             if isinstance(said, str):  # the goal, now known
                 goal = said
                 try:
-                    said = await self._answer(point, rec_user, on_recording, messages, user_spend, goal)
+                    said = await self._answer(point, rec_user, on_recording, messages, log, goal)
                 except ProviderError as exc:
                     error, end = exc, "error"
                     break
@@ -336,7 +346,7 @@ class SessionReplayer:
             if said.stop:
                 end = "user_stop"
                 break
-        return self._done(point, side, steps, spend, user_spend, end, first, last, error)
+        return self._done(point, side, steps, spend, log, end, first, last, error)
 
     async def _answer(
         self,
@@ -344,7 +354,7 @@ class SessionReplayer:
         recorded: Step | None,
         on_recording: bool,
         messages: list[Message],
-        spend: Spend,
+        log: SimulatorLog,
         goal: str | None,
     ) -> UserTurn | str:
         """The user's next message; the goal (a string) when the simulator needs it first."""
@@ -357,8 +367,8 @@ class SessionReplayer:
             return UserTurn(None, "recorded", stop=recorded is None and on_recording)
         if goal is None:
             whole = [*point.context, *_messages(point.recorded, users=True)]
-            return await self.user.goal_of(point, whole, spend)
-        return await self.user.reply(point, goal, messages, spend)
+            return await self.user.goal_of(point, whole, log)
+        return await self.user.reply(point, goal, messages, log)
 
     def _done(
         self,
@@ -366,7 +376,7 @@ class SessionReplayer:
         side: Side,
         steps: list[Step],
         spend: Spend,
-        user_spend: Spend,
+        log: SimulatorLog,
         end: str,
         first: SideReplay | None,
         last: SideReplay | None,
@@ -415,7 +425,7 @@ class SessionReplayer:
             )
         elif last is not None and last.error is not None:
             row = last.error.model_copy(update={"pair_id": point.pair_id, "record": point.pair_id})
-        return SideReplay(replay, first.request if first is not None else None, row)
+        return SideReplay(replay, first.request if first is not None else None, row, tuple(log.calls))
 
 
 def _messages(out: TurnOutput, *, users: bool = False) -> list[Message]:

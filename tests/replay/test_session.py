@@ -161,3 +161,48 @@ async def test_a_call_made_again_gets_the_next_recorded_result_and_an_unrecorded
     assert other.content == '{"error": "not found"}'  # the simulated tool simulator: no recorded example of it
     again = await tools(ToolCall(id="4", name="get", arguments='{"id": "Y"}'), ctx)
     assert (again.content, again.source) == ("old", "llm")  # a result shaped as the recorded ones
+
+
+def test_the_simulators_calls_are_priced_as_their_own_roles_once_each_and_counted_in_the_run_cost(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    from delta_eval.analysis.report import render_report
+
+    sample = [c for c in airline if _recorded_write(c)][:4]
+    prices = {"simulated:user": {"input": 1.0, "output": 4.0}, "simulated:tools": {"input": 2.0, "output": 8.0}}
+    config = session_config(tmp_path / "run", tool_model="simulated:tools").model_copy(
+        update={
+            "candidate": de.Variant(model="simulated:candidate", provider_options={"change_args_rate": 0.5}),
+            "prices": prices,
+        }
+    )
+    result = de.run(config, conversations=sample, progress=False)
+    con = de.open_run(tmp_path / "run")
+    assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+    rows = con.execute(
+        "SELECT role, side, request_key, cached, input_tokens, output_tokens, cost_usd FROM simulator_calls"
+    ).fetchall()
+    roles = {r[0] for r in rows}
+    assert roles == {"user_simulator", "tool_simulator"}
+    for role, _, _, _, tin, tout, usd in rows:  # priced at the run's prices for the simulator's own model
+        p = prices["simulated:user" if role == "user_simulator" else "simulated:tools"]
+        assert usd == pytest.approx((tin * p["input"] + tout * p["output"]) / 1e6)
+    # Both sides asked the user the same first question: one call, asked by each side, counted once.
+    keys = [(r[0], r[2]) for r in rows]
+    assert len(set(keys)) < len(keys)
+    counted = result.counts.simulating
+    for role in roles:
+        distinct = {k: usd for (rl, _, k, _, _, _, usd) in rows if rl == role}
+        assert counted[role].calls == len(distinct)
+        assert counted[role].cost_usd == pytest.approx(sum(distinct.values()))
+        assert counted[role].pairs == len(sample) if role == "user_simulator" else counted[role].pairs >= 1
+    # The sides' own costs leave them out (the simulated sides cost nothing); the run's cost has them.
+    assert con.execute("SELECT sum(cost_usd) FROM replays").fetchone() == (0.0,)
+    text = render_report(result)
+    whole = sum(s.cost_usd or 0.0 for s in counted.values())
+    assert whole > 0
+    assert f"run cost     {whole:.4f} USD (both sides, the judges, the session simulators)" in text
+    assert "  user simulator " in text
+    assert "  tool simulator " in text
+    summary = de.analyze(tmp_path / "run").summary(decision=False)
+    assert set(summary["simulating"]) == roles
