@@ -61,9 +61,12 @@ __all__ = [
     "SessionReplayer",
     "SessionTools",
     "recorded_calls",
+    "recorded_turn_points",
     "session_point",
     "session_turns",
+    "tool_prompt",
     "transcript",
+    "transcript_messages",
 ]
 
 #: How a session ends: the user said the stop token; the agent called a stop tool; the turn cap; the side left the
@@ -163,6 +166,37 @@ def session_point(conversation: Conversation, start: int = 1) -> ReplayPoint | N
     )
 
 
+def recorded_turn_points(point: ReplayPoint, max_turns: int | None = None) -> list[tuple[ReplayPoint, Step | None]]:
+    """The agent turns of the session of ``point`` as the recording has them (at most ``max_turns``), each as the
+    turn-level point a side on the recording is asked (the opening and the recorded transcript before it as its
+    context), with the step carrying the recorded user's answer to it (``None``: nobody answered)."""
+    messages: list[Message] = list(point.context)
+    out: list[tuple[ReplayPoint, Step | None]] = []
+    for k, (turn, answered) in enumerate(session_turns(point.recorded)[:max_turns]):
+        turn_point = ReplayPoint(
+            pair_id=f"{point.pair_id}/t{k}",
+            conversation_id=point.conversation_id,
+            turn_index=point.turn_index + k,
+            message_index=len(messages),
+            epoch=point.epoch,
+            context=tuple(messages),
+            recorded=turn,
+            tools=point.tools,
+            metadata=point.metadata,
+        )
+        out.append((turn_point, answered))
+        messages += _messages(turn)
+        if answered is not None and answered.user is not None:
+            messages.append(Message(role="user", content=answered.user))
+    return out
+
+
+def transcript_messages(out: TurnOutput) -> list[Message]:
+    """The messages a session transcript (or one turn) adds to its conversation: the assistant's, its tools'
+    results and the user's answers."""
+    return _messages(out, users=True)
+
+
 def recorded_calls(point: ReplayPoint) -> list[tuple[ToolCall, str]]:
     """Every tool call recorded in the conversation of a session point (opening and recorded transcript), with its
     result, in order."""
@@ -184,6 +218,20 @@ TOOL_INSTRUCTIONS = """You simulate a tool of a customer-service system, for a t
 and JSON Schema are in <tool>; results it returned in recorded conversations are in <examples>; the call to answer
 is in <call>. Answer with only the result the tool would return, in the format of the examples. If the call cannot
 succeed (unknown identifiers, invalid arguments), return the error the tool would return."""
+
+
+def tool_prompt(call: ToolCall, spec: Mapping[str, Any] | None, recorded: Sequence[tuple[ToolCall, str]]) -> str:
+    """What the LLM tool simulator is asked for ``call`` (after :data:`TOOL_INSTRUCTIONS`): the tool's ``spec``,
+    up to three results of the tool in ``recorded`` (the conversation's calls and results) as examples, the call."""
+    examples = [json.dumps({"arguments": c.parsed_arguments, "result": r}, ensure_ascii=False, default=str)
+                for c, r in recorded if c.name == call.name][:3]  # fmt: skip
+    return "\n\n".join(
+        [
+            section("tool", escape(json.dumps(spec or {"name": call.name}, ensure_ascii=False))),
+            section("examples", escape("\n".join(examples)) or "(none recorded)"),
+            section("call", escape(json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False))),
+        ]
+    )
 
 
 @dataclass
@@ -216,18 +264,7 @@ class SessionTools:
 
     async def _llm(self, call: ToolCall) -> ToolResult:
         assert self.llm is not None
-        spec = self.tools.get(call.name)
-        examples = [json.dumps({"arguments": c.parsed_arguments, "result": r}, ensure_ascii=False, default=str)
-                    for c, r in self.recorded if c.name == call.name][:3]  # fmt: skip
-        body = "\n\n".join(
-            [
-                section("tool", escape(json.dumps(spec or {"name": call.name}, ensure_ascii=False))),
-                section("examples", escape("\n".join(examples)) or "(none recorded)"),
-                section(
-                    "call", escape(json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False))
-                ),
-            ]
-        )
+        body = tool_prompt(call, self.tools.get(call.name), self.recorded)
         request = ModelRequest(
             model=self.llm.model,
             messages=(Message(role="system", content=TOOL_INSTRUCTIONS), Message(role="user", content=body)),

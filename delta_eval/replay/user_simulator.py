@@ -45,7 +45,16 @@ from delta_eval.replay.simulator_log import SimulatorLog
 from delta_eval.schema import Message, ReplayPoint, UserSource
 from delta_eval.tagged import section, segment
 
-__all__ = ["STOP", "USER_INSTRUCTIONS", "UserSimulator", "UserTurn", "render_transcript"]
+__all__ = [
+    "STOP",
+    "SUMMARY_INSTRUCTIONS",
+    "USER_INSTRUCTIONS",
+    "UserSimulator",
+    "UserTurn",
+    "render_transcript",
+    "reply_prompt",
+    "summary_prompt",
+]
 
 USER_INSTRUCTIONS = f"""You play the customer in a conversation with a customer-service agent, to test the agent.
 Your goal and what you know are in <goal>; the conversation so far is in <transcript>.
@@ -83,6 +92,18 @@ def _visible(messages: Sequence[Message]) -> list[tuple[str, str]]:
 def render_transcript(messages: Sequence[Message]) -> str:
     """The user-visible transcript of ``messages`` (user and assistant text; no system prompt, tools or results)."""
     return section("transcript", "\n".join(segment(who, text) for who, text in _visible(messages)))
+
+
+def summary_prompt(recorded: Sequence[Message]) -> str:
+    """What the user simulator's model is asked (after :data:`SUMMARY_INSTRUCTIONS`) to summarise the user's goal
+    from: the user-visible messages of the recorded conversation."""
+    return section("conversation", "\n".join(segment(w, t) for w, t in _visible(recorded)))
+
+
+def reply_prompt(goal: str, messages: Sequence[Message]) -> str:
+    """What the user simulator's model is asked (after :data:`USER_INSTRUCTIONS`) for the user's next message: the
+    goal and the user-visible transcript of ``messages``."""
+    return "\n\n".join([section("goal", goal), render_transcript(messages)])
 
 
 def parse_reply(text: str | None) -> tuple[str | None, bool]:
@@ -130,8 +151,7 @@ class UserSimulator:
             if value is MISSING or value is None or value == "":
                 raise KeyError(f"conversation {point.conversation_id} has no {self.goal!r} (the user's goal)")
             return str(value)
-        conversation = section("conversation", "\n".join(segment(w, t) for w, t in _visible(recorded)))
-        request = self._request(SUMMARY_INSTRUCTIONS, conversation, point.conversation_id)
+        request = self._request(SUMMARY_INSTRUCTIONS, summary_prompt(recorded), point.conversation_id)
         result = await self._generate(request, f"goal:{self.seed}:{point.conversation_id}", log, "goal")
         return result or ""
 
@@ -157,8 +177,7 @@ class UserSimulator:
     async def reply(self, point: ReplayPoint, goal: str, messages: Sequence[Message], log: SimulatorLog) -> UserTurn:
         """The simulated user's next message after ``messages`` (the session so far, opening included; the call is
         recorded in ``log``)."""
-        body = "\n\n".join([section("goal", goal), render_transcript(messages)])
-        request = self._request(USER_INSTRUCTIONS, body, point.conversation_id)
+        request = self._request(USER_INSTRUCTIONS, reply_prompt(goal, messages), point.conversation_id)
         # Keyed by the session, not the side: the same transcript gets the same answer on both sides.
         text = await self._generate(request, f"user:{self.seed}:{point.conversation_id}@{point.epoch}", log, "reply")
         said, stop = parse_reply(text)
