@@ -36,6 +36,7 @@ from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ProviderError
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions, calls_equivalent
 from delta_eval.pricing import Price, Spend
+from delta_eval.replay.checks import MAX_PROBLEMS
 from delta_eval.replay.engine import Replayer, SideReplay
 from delta_eval.replay.points import _turn
 from delta_eval.replay.simulator_log import SimulatorLog
@@ -62,6 +63,7 @@ __all__ = [
     "SessionTools",
     "recorded_calls",
     "recorded_turn_points",
+    "session_checks",
     "session_point",
     "session_turns",
     "tool_prompt",
@@ -320,6 +322,7 @@ class SessionReplayer:
         steps: list[Step] = []
         spend = Spend()
         first: SideReplay | None = None
+        rolled: list[Replay] = []  # each agent turn's replay, with its deterministic checks
         last: SideReplay | None = None
         end = "turn_cap"
         on_recording = True
@@ -341,6 +344,7 @@ class SessionReplayer:
             done = await turns.replay(turn_point, side)
             first = first or done
             last = done
+            rolled.append(done.replay)
             r = done.replay
             spend.add(r.usage, cost_usd=r.cost_usd, latency_ms=r.latency_ms)
             spend.calls += r.model_calls - 1  # add() counted one call for the turn
@@ -383,7 +387,11 @@ class SessionReplayer:
             if said.stop:
                 end = "user_stop"
                 break
-        return self._done(point, side, steps, spend, log, end, first, last, error)
+        failed = error is not None or last is None or last.replay.error is not None
+        # On the recording to the end: every recorded turn made again, none left out.
+        whole = on_recording and len(rolled) == len(recorded)
+        checks = {} if failed else session_checks(rolled, whole)
+        return self._done(point, side, steps, spend, log, end, first, last, error, checks)
 
     async def _answer(
         self,
@@ -418,6 +426,7 @@ class SessionReplayer:
         first: SideReplay | None,
         last: SideReplay | None,
         error: Exception | None,
+        checks: dict[str, Any],
     ) -> SideReplay:
         output = TurnOutput(steps=tuple(steps))
         base = last.replay if last is not None else None
@@ -445,6 +454,7 @@ class SessionReplayer:
             cached_calls=spend.cached_calls,
             served_model=base.served_model if base is not None else None,
             finished_at=datetime.now(UTC),
+            **checks,
             error=message if failed else None,
             error_type=(type(error).__name__ if error is not None else base.error_type if base is not None else None)
             if failed
@@ -463,6 +473,31 @@ class SessionReplayer:
         elif last is not None and last.error is not None:
             row = last.error.model_copy(update={"pair_id": point.pair_id, "record": point.pair_id})
         return SideReplay(replay, first.request if first is not None else None, row, tuple(log.calls))
+
+
+def session_checks(turns: Sequence[Replay], on_recording: bool) -> dict[str, Any]:
+    """The deterministic checks of a session's agent turns (:mod:`delta_eval.replay.checks`, run on each turn
+    against its recorded turn) as the session's own, so that the decision's check rates and gates count sessions:
+    ``invalid_tool_calls`` their number over every turn, with each problem prefixed by its turn; ``text_instead_of_
+    action`` and ``no_decision`` whether any turn did so; ``matches_recorded`` whether the side stayed on the
+    recording to its end (``on_recording``: every recorded turn made again with the recorded calls).
+
+    Example:
+        >>> t = [Replay(pair_id="p", conversation_id="c", turn_index=k, side="candidate", variant="v", model="m",
+        ...             output=TurnOutput(), finish_reason="stop", invalid_tool_calls=k,
+        ...             tool_call_problems=("f: no such tool",) * k, no_decision=False) for k in range(3)]
+        >>> c = session_checks(t, on_recording=False)
+        >>> c["invalid_tool_calls"], c["tool_call_problems"][0], c["no_decision"], c["matches_recorded"]
+        (3, 'turn 2: f: no such tool', False, False)
+    """
+    problems = [f"turn {k + 1}: {p}" for k, r in enumerate(turns) for p in r.tool_call_problems]
+    return {
+        "invalid_tool_calls": sum(r.invalid_tool_calls for r in turns),
+        "tool_call_problems": tuple(problems[:MAX_PROBLEMS]),
+        "matches_recorded": on_recording,
+        "text_instead_of_action": any(r.text_instead_of_action for r in turns),
+        "no_decision": any(bool(r.no_decision) for r in turns),
+    }
 
 
 def _messages(out: TurnOutput, *, users: bool = False) -> list[Message]:
