@@ -39,7 +39,8 @@ applied) and adds up, without calling any model:
   on its own (the range's low end: the sides stay alike and share every answer; with ``scripted``, none at all).
   The LLM tool simulator (``tool_model``) answers :data:`TOOL_SIMULATED_SHARE` of the sides' tool calls (the calls
   a side makes that the recording never made: the recording cannot say how many). The judges see whole
-  transcripts, the recorded one standing in for both. The notes say what was assumed.
+  transcripts, the recorded one standing in for both. A rolled session may be shorter or longer than its recording:
+  each side's range spans :data:`SESSION_LENGTH_RANGE` of it. The notes say what was assumed.
 
 Each part gets a low-high range: input tokens ±15% for the approximation (±3% with a tokenizer), output tokens
 ×0.7 to ×1.5 of the recorded length (another model writes more or less), no cache hit at all (high: a provider's
@@ -109,6 +110,7 @@ __all__ = [
     "GOAL_OUTPUT_TOKENS",
     "JUDGE_OUTPUT_TOKENS",
     "REASONING_TOKENS",
+    "SESSION_LENGTH_RANGE",
     "TOOL_SIMULATED_SHARE",
     "CostEstimate",
     "EstimatePart",
@@ -134,6 +136,10 @@ JUDGE_OUTPUT_TOKENS = {"equivalence": (40, 80, 200), "judge": (250, 500, 1_200)}
 #: The share of a session side's tool calls the recording has no equivalent of, answered by the LLM tool simulator:
 #: low, expected, high (how far a side strays from the recording is known only once it is rolled).
 TOOL_SIMULATED_SHARE = (0.0, 0.1, 0.5)
+#: How long a rolled session is against its recording, low and high: a side that strays, or a simulated user who is
+#: satisfied sooner or pushes back longer, ends elsewhere (measured with ``benchmarks/estimate.py --mode session``: a
+#: candidate that skips calls rolled 0.6 of the recorded calls). The range of each side's part is scaled by it.
+SESSION_LENGTH_RANGE = (0.5, 1.5)
 #: Output tokens of the user simulator's summary of the user's goal (at most 150 words): low, expected, high.
 GOAL_OUTPUT_TOKENS = (100, 200, 300)
 #: Output tokens of the user simulator's last answer, the stop token (the recording has no message for it).
@@ -790,16 +796,23 @@ def estimate_sample(
     if sessions is not None:
         for count in counts.values():
             count.t.pairs = points  # a side's part works on sessions, not turns
+        short, long = SESSION_LENGTH_RANGE
         mean = turns_total / points if points else 0.0
         notes.append(
             f"session mode: {points} sessions of {mean:.1f} agent turns on average, as recorded (at most "
             f"{c.session.max_turns}), each turn's calls as its recorded tool rounds plus the reply; a rolled session "
             "that strays from the recording may be longer or shorter"
         )
+        notes.append(f"the sides' ranges span rolled sessions of {short:.1f} to {long:.1f} times the recorded length")
         notes += sessions.notes()
         notes.append("judges: whole transcripts, the recorded one standing in for both sides' (outcome checks free)")
     batch_replays = c.batch is not None and c.batch.replays
     parts = [count.part() for count in counts.values()]
+    if sessions is not None:
+        for part in parts:
+            low, high = part.low_usd, part.high_usd
+            part.low_usd = None if low is None else low * SESSION_LENGTH_RANGE[0]
+            part.high_usd = None if high is None else high * SESSION_LENGTH_RANGE[1]
     if batch_replays:
         parts = [_at_batch_price(part, v.model) for part, v in zip(parts, sides.values(), strict=True)]
     funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL

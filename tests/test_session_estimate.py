@@ -136,3 +136,23 @@ goal = "instruction"
     assert "user simulator" in {p["part"] for p in sessions["parts"]}
     assert "user simulator" not in {p["part"] for p in turns["parts"]}
     assert any(n.startswith("session mode:") for n in sessions["notes"])
+
+
+def test_what_a_session_run_on_real_model_ids_costs_is_inside_the_estimates_range(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "estimate.py"
+    spec = importlib.util.spec_from_file_location("estimate_bench", path)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # gpt-4.1-mini and gpt-4.1 (which skips and changes calls) on the fake OpenAI server, gpt-4.1-mini as the user
+    figures = bench.compare(tmp_path / "run", n=8, seed=7, mode="session")
+    est, actual = figures["estimate"], figures["actual"]
+    assert {p.part for p in est.parts} == {"baseline", "candidate", "user simulator"}
+    for part in est.parts:
+        spent = actual[part.part]
+        assert spent is not None
+        assert part.low_usd <= spent <= part.high_usd, (part.part, part.low_usd, spent, part.high_usd)
+    assert figures["result"].manifest.estimate["total_usd"] == pytest.approx(est.total_usd, rel=1e-4)
