@@ -18,8 +18,11 @@ recorded results of that tool (cached; marked ``llm``), else the failure result 
 
 A session is stored as one :class:`~delta_eval.schema.Replay` per side: its ``output`` is the whole transcript
 (each agent turn's steps, the user's answer on the turn's last step), ``finish_reason`` how it ended
-(:data:`SESSION_ENDS`), usage, cost and latency summed over its agent turns. The recorded rest of the conversation,
-in the same shape, is the point's ``recorded`` output.
+(:data:`SESSION_ENDS`), usage, cost and latency summed over its agent turns, and each turn's deterministic checks
+added up (:func:`session_checks`). The calls of the user simulator and the LLM tool simulator are not the side's:
+they are rows of ``simulator_calls`` (:class:`~delta_eval.replay.simulator_log.SimulatorLog`, on the side's
+:class:`~delta_eval.replay.engine.SideReplay`). The recorded rest of the conversation, in the same shape, is the
+point's ``recorded`` output.
 """
 
 from __future__ import annotations
