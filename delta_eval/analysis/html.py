@@ -21,7 +21,7 @@ from typing import Any
 from delta_eval.analysis.analyze import Analysis
 from delta_eval.analysis.diff import Segment, word_diff
 from delta_eval.analysis.evidence import decision_view
-from delta_eval.analysis.report import render_report
+from delta_eval.analysis.report import SIMULATOR_PARTS, render_report
 from delta_eval.analysis.themes import section_label
 from delta_eval.analysis.transcripts import SOURCE_LABELS, USER_LABELS
 from delta_eval.store import safe_paths
@@ -337,6 +337,11 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
         out.append(f"<tr><td>{escape(side)}</td><td class=n>{cost}</td><td class=n>{v['latency_ms_p50']} ms</td>"
                    f"<td class=n>{v['latency_ms_p90']} ms</td><td class=n>{v['hit_tool_cap']:.3f}</td>"
                    f"<td class=n>{v['errors']}</td></tr>")  # fmt: skip
+    for role, sim in (s.get("simulating") or {}).items():  # a session run's simulators: their calls, not a side's
+        cost = f"{sim['cost_usd']:.4f}" if sim["cost_usd"] is not None else "unknown"
+        p50 = f"{sim['latency_ms_p50']} ms" if sim["latency_ms_p50"] is not None else "n/a"
+        name = f"{escape(SIMULATOR_PARTS.get(role, role))} <span class=muted>({sim['calls']:,} calls)</span>"
+        out.append(f"<tr><td>{name}</td><td class=n>{cost}</td><td class=n>{p50}</td><td></td><td></td><td></td></tr>")
     out.append("</table>" + _h2("changes") + "<table><tr><th></th><th>baseline</th><th>candidate (95% CI)</th></tr>")
     for row in a.changes():
         if row["kind"] == "behaviour":

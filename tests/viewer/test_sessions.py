@@ -65,3 +65,6 @@ def test_the_html_report_shows_a_session_as_two_transcripts(session_run: Path) -
     assert "<span class='src src-recorded'>recorded</span>" in html
     assert "<span class='src src-llm'>simulated by the tool model</span>" in html
     assert "<div class=side>" not in html  # no turn-level pair layout
+    calls = de.open_result(session_run).counts.simulating
+    for role, label in (("user_simulator", "user simulator"), ("tool_simulator", "tool simulator")):
+        assert f"<tr><td>{label} <span class=muted>({calls[role].calls:,} calls)</span>" in html
