@@ -108,9 +108,6 @@ def _record_estimate(
 ) -> None:
     """Keep the cost estimate of the whole sample in the manifest as the run begins (once per run), for the report
     to set beside what the run cost. An estimate that cannot be made is a note, never the run's failure."""
-    if config.mode == "session":  # the estimate counts recorded turns; a session's length is only known once rolled
-        notes.append("no cost estimate: sessions are not estimated yet")
-        return
     try:
         estimated = estimate_sample(config, source, sample)
     except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
@@ -267,6 +264,7 @@ def session_stages(
             stop_tools=s.stop_tools,
             custom_tools=tool_simulator,
             tool_model=tools,
+            prices=c.all_prices,
         )
         for key, replayer in turns.items()
     }

@@ -6,7 +6,7 @@ Layout::
       manifest.json            config, versions, seed, start/end, status, counts (see manifest.py)
       replays/part-000001.parquet
       verdicts/part-000001.parquet
-      judgements/ errors/ conversations/ strata/
+      judgements/ simulator_calls/ errors/ conversations/ strata/
       media/                   the bytes of each distinct media part, once (see media.py)
       _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists; it also
                                carries the run's identity, so a damaged manifest is rebuilt from the commits
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 #: The datasets that hold rows of pairs: one candidate's are its pairs' (:meth:`RunFolder.read_candidate`).
-PER_PAIR = ("verdicts", "replays", "judgements", "errors")
+PER_PAIR = ("verdicts", "replays", "judgements", "simulator_calls", "errors")
 
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
@@ -458,7 +458,7 @@ class RunFolder:
         run's identity from the last commit record that carries it, the counts from the committed rows. What only
         the manifest held (earlier sessions, what reading and sampling found) is lost, and its notes say so.
         ``None`` when no intact commit carries the run's identity (commits written before they did)."""
-        from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, RunCounts
+        from delta_eval.store.manifest import JUDGEMENT_COLUMNS, SIMULATOR_COLUMNS, VERDICT_COLUMNS, RunCounts
 
         commits = self.commits()
         headers = [c["run"] for c in commits if isinstance(c.get("run"), dict)]
@@ -471,7 +471,7 @@ class RunFolder:
         manifest.batches = max((int(c["batch"]) for c in commits), default=0)
         manifest.counts = RunCounts.tally(
             self.read("verdicts", VERDICT_COLUMNS), self.read("errors", ["stage"]),
-            self.read("judgements", JUDGEMENT_COLUMNS),
+            self.read("judgements", JUDGEMENT_COLUMNS), self.read("simulator_calls", SIMULATOR_COLUMNS),
         )  # fmt: skip
         manifest.notes.append(
             f"{REBUILT_NOTE} from {len(commits)} commit files: its {MANIFEST} was damaged ({problem[:200]}); earlier "
