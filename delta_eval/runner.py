@@ -253,7 +253,7 @@ def session_stages(
     simulator, and the cascade behind the sessions' outcome check."""
     s = c.session
     user = pool.client(s.user, s.user_options, label="user") if s.user is not None else None
-    tools = pool.client(s.tool_model, label="tools") if s.tool_model is not None else None
+    tools = pool.client(s.tool_model, s.tool_options, label="tools") if s.tool_model is not None else None
     simulator = UserSimulator(user, goal=s.goal, seed=c.seed, prices=c.all_prices)
     sides: dict[str, SupportsReplay] = {
         key: SessionReplayer(
