@@ -256,3 +256,37 @@ def test_a_sessions_invalid_calls_and_silent_turns_add_up_over_its_turns() -> No
     assert got["text_instead_of_action"] is False
     assert got["matches_recorded"] is False
     assert session_checks(turns[:1], on_recording=True)["no_decision"] is False
+
+
+def test_sessions_repeat_over_epochs_and_stop_early_as_turn_runs_do(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    sample = airline[:6]
+    epochs = de.run(session_config(tmp_path / "epochs").model_copy(update={"epochs": 2}), conversations=sample,
+                    progress=False)  # fmt: skip
+    con = de.open_run(tmp_path / "epochs")
+    assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+    per_epoch = con.execute("SELECT epoch, count(*) FROM verdicts GROUP BY epoch ORDER BY epoch").fetchall()
+    assert per_epoch == [(1, len(sample)), (2, len(sample))]  # one session per conversation and epoch
+    assert set(epochs.decision().epochs) == {1, 2}
+
+    stopped = de.run(session_config(tmp_path / "stop").model_copy(update={"stop_early": True}), conversations=sample,
+                     progress=False)  # fmt: skip
+    assert stopped.status == "completed"
+    assert 0 < stopped.counts.pairs <= len(sample)
+
+
+def test_a_screened_session_run_checks_its_gates_on_the_first_sessions(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    passing = {"conversations": 3, "gates": [{"metric": "error_rate", "max": 0.5, "test": "point"}]}
+    failing = {"conversations": 3, "gates": [{"metric": "latency_p95_s", "max": 0.0, "test": "point"}]}
+    counts = {}
+    for name, screen in (("passing", passing), ("failing", failing)):
+        config = session_config(tmp_path / name).model_copy(update={"screen": de.Screen.model_validate(screen)})
+        result = de.run(config, conversations=airline[:6], progress=False)
+        con = de.open_run(tmp_path / name)
+        assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+        counts[name] = (con.execute("SELECT count(*) FROM verdicts").fetchone(), bool(result.manifest.screened_out))
+    assert counts["passing"] == ((6,), False)  # passed the screen: every session
+    assert counts["failing"] == ((3,), True)  # stopped after the sessions of the screen
