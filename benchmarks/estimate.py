@@ -11,6 +11,7 @@ Prints, per part and in total: the estimate with its range, the actual cost and 
 
     python benchmarks/estimate.py                      # 20 conversations, rule judges
     python benchmarks/estimate.py -n 40 --judges llm --pilot 8   # the funnel's shares from an 8-conversation pilot
+    python benchmarks/estimate.py --mode session       # whole sessions: gpt-4.1-mini plays the user
 """
 
 from __future__ import annotations
@@ -31,8 +32,15 @@ from delta_eval.testing.servers.openai import FakeOpenAIServer
 BASELINE, CANDIDATE = "openai:gpt-4.1-mini", "openai:gpt-4.1"
 
 
-def config_for(server: FakeOpenAIServer, out: Path, *, n: int, seed: int, judges: str) -> de.RunConfig:
-    """The demo's sample on gpt-4.1-mini (baseline) and gpt-4.1 (candidate, reworded prompt) behind ``server``."""
+READS = ["get_*", "search_*", "list_*", "calculate", "think"]
+
+
+def config_for(
+    server: FakeOpenAIServer, out: Path, *, n: int, seed: int, judges: str, mode: str = "turn"
+) -> de.RunConfig:
+    """The demo's sample on gpt-4.1-mini (baseline) and gpt-4.1 (candidate, reworded prompt) behind ``server``; in
+    session mode gpt-4.1-mini plays the user (its goal summarised from the recording; the fake server answers as the
+    simulated user does)."""
     options: dict[str, Any] = {"base_url": server.base_url, "api_key": "bench-key-for-the-fake-server"}
     chosen = Judges()
     if judges == "llm":
@@ -48,7 +56,12 @@ def config_for(server: FakeOpenAIServer, out: Path, *, n: int, seed: int, judges
         ),
         judges=chosen,
     )
-    return demo_config(out, n=n, seed=seed, models=models)
+    config = demo_config(out, n=n, seed=seed, models=models)
+    if mode == "session":
+        # No tool model: a session's tool_model takes no provider options (no base_url for the fake server).
+        session = de.Session(user=BASELINE, user_options=options, scripted=False, expected="actions", ignore=READS)
+        config = config.model_copy(update={"mode": "session", "session": session, "max_tool_rounds": 10})
+    return config
 
 
 def actual_costs(result: de.RunResult) -> dict[str, float | None]:
@@ -67,11 +80,20 @@ def actual_costs(result: de.RunResult) -> dict[str, float | None]:
     if "judge" in judging or "audit" in judging:
         parts = [judging[k].cost_usd for k in ("judge", "audit") if k in judging]
         costs["stage 3 judge"] = None if None in parts else sum(p for p in parts if p is not None)
+    for role, spend in result.counts.simulating.items():  # a session run's user and tool simulators
+        costs[role.replace("_", " ")] = spend.cost_usd
     return costs
 
 
 def compare(
-    out: Path, *, n: int = 20, seed: int = 7, judges: str = "rule", latency_ms: float = 0.0, pilot: int = 0
+    out: Path,
+    *,
+    n: int = 20,
+    seed: int = 7,
+    judges: str = "rule",
+    latency_ms: float = 0.0,
+    pilot: int = 0,
+    mode: str = "turn",
 ) -> dict[str, Any]:
     """Estimate, then run, the same config; the estimate, the actual costs and the run's result. With ``pilot``,
     a pilot run of that many conversations (another seed) first, whose funnel the estimate assumes."""
@@ -80,11 +102,11 @@ def compare(
     demo = behaviours(seed, latency_ms, "changed")
     behaviour = {BASELINE.partition(":")[2]: demo["baseline"], CANDIDATE.partition(":")[2]: demo["candidate"]}
     with FakeOpenAIServer(recordings=conversations, behaviour=behaviour) as server:
-        config = config_for(server, out, n=n, seed=seed, judges=judges)
+        config = config_for(server, out, n=n, seed=seed, judges=judges, mode=mode)
         pilot_dir = None
         if pilot:
             pilot_dir = out.parent / "pilot"
-            pilot_config = config_for(server, pilot_dir, n=pilot, seed=seed + 1, judges=judges)
+            pilot_config = config_for(server, pilot_dir, n=pilot, seed=seed + 1, judges=judges, mode=mode)
             de.run(pilot_config, conversations=demo_conversations(), progress=False)
         estimated = de.estimate(config, conversations=demo_conversations(), pilot=pilot_dir)
         result = de.run(config, conversations=demo_conversations(), progress=False)
@@ -117,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--judges", choices=["rule", "llm"], default="rule")
     parser.add_argument("--pilot", type=int, default=0, help="run a pilot of this many conversations first")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="the fake server's latency per call")
+    parser.add_argument("--mode", choices=["turn", "session"], default="turn", help="replay turns or roll sessions")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="delta-eval-estimate-") as tmp:
         figures = compare(
@@ -126,10 +149,12 @@ def main(argv: list[str] | None = None) -> None:
             judges=args.judges,
             latency_ms=args.latency_ms,
             pilot=args.pilot,
+            mode=args.mode,
         )
     print(figures["estimate"])
     print()
-    print(f"estimate vs actual ({BASELINE} vs {CANDIDATE} on the fake OpenAI server, {args.judges} judges):")
+    print(f"estimate vs actual ({BASELINE} vs {CANDIDATE} on the fake OpenAI server, {args.judges} judges, "
+          f"{args.mode} mode):")  # fmt: skip
     print("\n".join(gap_lines(figures["estimate"], figures["actual"])))
 
 

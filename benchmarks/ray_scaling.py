@@ -10,7 +10,9 @@ count attempts per request), so that it takes no CPU from the client measured.
 The ideal of a run is its model calls at full concurrency: the calls the busier model answered, times 200 ms,
 over its 256 slots (a lower bound: a turn's tool rounds are calls one after the other). When the client is the
 bottleneck (one event loop parsing and writing every answer), the one-process run is many times its ideal; the
-Ray run spreads that work over two processes.
+Ray run spreads that work over two processes. The last line says what the machine allows at all: the client's and
+the fake server's CPU time over its cores (on two cores shared by the server, the client's CPU per call bounds
+every executor).
 
     python benchmarks/ray_scaling.py                     # 2,000 pairs, 200 ms, concurrency 512
     python benchmarks/ray_scaling.py --pairs 500 --latency-ms 100 --repeats 3
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -63,9 +66,11 @@ def _serve(pairs: int, latency_ms: float, conn: Connection) -> None:
 
     with FakeOpenAIServer(recordings=conversations(pairs), behaviour=behaviours(7, latency_ms, "changed")) as server:
         conn.send(server.base_url)
+        start = time.process_time()
         conn.recv()
+        cpu = time.process_time() - start
         served = Counter(str(r.json().get("model")) for r in server.requests if r.path.endswith("/chat/completions"))
-    conn.send(dict(served))
+    conn.send((dict(served), cpu))
 
 
 def config(out: Path, base_url: str, concurrency: int) -> de.RunConfig:
@@ -93,11 +98,11 @@ def measure(pairs: int, latency_ms: float, concurrency: int, out: Path, executor
     try:
         base_url = mine.recv()
         convs = conversations(pairs)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = de.run(config(out, base_url, concurrency), conversations=convs, progress=False, executor=executor)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         mine.send("stop")
-        served: dict[str, int] = mine.recv()
+        served, server_cpu = mine.recv()
     finally:
         server.join(timeout=30)
         if server.is_alive():
@@ -110,6 +115,8 @@ def measure(pairs: int, latency_ms: float, concurrency: int, out: Path, executor
         "ideal": ideal,
         "calls": sum(served.values()),
         "verdicts": sorted(tuple(v.values()) for v in verdicts),
+        "client_cpu": cpu,  # this process's: all of the client's work only when no executor shards it
+        "server_cpu": server_cpu,
     }
 
 
@@ -133,6 +140,8 @@ def compare(
             "pairs": rows[0]["pairs"],
             "calls": rows[0]["calls"],
             "same_verdicts": all(r["verdicts"] == reference for r in rows),
+            "client_cpu": statistics.median(r["client_cpu"] for r in rows),
+            "server_cpu": statistics.median(r["server_cpu"] for r in rows),
         }
         for kind, rows in runs.items()
     }
@@ -167,6 +176,15 @@ def main(argv: list[str] | None = None) -> None:
         r = got[kind]
         print(f"{label:<28}{r['seconds']:>9.1f}{r['ideal']:>8.1f}{r['ratio']:>9.2f}  {r['same_verdicts']}")
     print(f"Ray / 1 process wall time: {got['sharded']['seconds'] / one['seconds']:.2f}")
+    # What this machine allows at all: the client's and the fake server's CPU (both measured in the one-process run)
+    # spread over every core, however the client is sharded.
+    cores = os.cpu_count() or 1
+    floor = (one["client_cpu"] + one["server_cpu"]) / cores
+    print(
+        f"CPU floor on this machine: client {one['client_cpu']:.1f} s + fake server {one['server_cpu']:.1f} s over"
+        f" {cores} cores = {floor:.1f} s, {floor / one['ideal']:.2f}x the ideal (target for Ray: 1.3x; reachable only"
+        f" where the floor is below it)"
+    )
 
 
 if __name__ == "__main__":

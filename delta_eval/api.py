@@ -99,7 +99,7 @@ def run(
 
     ``executor`` shards the pairs by conversation over every core (:class:`ProcessExecutor`) or a Ray cluster
     (:class:`RayExecutor`), with the same verdicts as a run in this process (see :mod:`delta_eval.executors`);
-    a sharded run's counters are added up as its shards end.
+    a sharded run's counters are added up live, as its shards publish them (every second), and exactly as they end.
     """
     if progress_every <= 0:
         raise ConfigError(f"progress_every must be a number of seconds above 0, got {progress_every!r}")

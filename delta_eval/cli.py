@@ -10,9 +10,10 @@
                                            run (or resume) the evaluation a TOML/YAML file describes; its exit
                                            status gates a merge (below), with a Markdown summary and JUnit XML;
                                            sharded over N processes, or the tasks of a Ray cluster
-    delta-eval estimate CONFIG [--pilot RUN_DIR] [--json]
+    delta-eval estimate CONFIG [--pilot RUN_DIR] [--json] [--mode turn|session]
                                            what the run a config describes will cost, per side and judge stage
-                                           with a low-high range, before any model is called
+                                           (and session simulator) with a low-high range, before any model is
+                                           called
     delta-eval report RUN_DIR [--noise-floor AA_RUN_DIR] [--html [PATH]] [--fail-on ...] [--summary PATH]
                               [--junit PATH]
                                            print the report of a run folder (beside an A/A run's win rate), or
@@ -133,6 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     est.add_argument("config", type=Path, help="a TOML or YAML run configuration")
     est.add_argument("--pilot", type=Path, help="a pilot run folder: the judging funnel's shares to assume")
     est.add_argument("--json", action="store_true", help="print JSON")
+    est.add_argument(
+        "--mode", choices=["turn", "session"], help="estimate replayed turns or whole sessions (overrides the config's)"
+    )
 
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=Path)
@@ -247,9 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sessions = 0
     try:
         if args.command == "estimate":
+            from delta_eval.api import make_config
             from delta_eval.estimate import estimate
 
-            estimated = estimate(args.config, pilot=args.pilot)
+            estimated = estimate(make_config(args.config, mode=args.mode), pilot=args.pilot)
             _print(json.dumps(estimated.to_dict(), indent=1) if args.json else estimated)
             return 0
         if args.command == "report" and args.html:

@@ -82,7 +82,8 @@ class Session(BaseModel):
     - ``goal``: the metadata path of the user's goal (a task instruction); ``None``: the user's model summarises the
       recorded conversation once (cached).
     - ``stop_tools``: tools (glob patterns) whose call ends the session (a transfer to a human).
-    - ``tool_model``: an LLM that plays the tools for calls the recording never made (``None``: the failure result).
+    - ``tool_model``: an LLM that plays the tools for calls the recording never made (``None``: the failure result);
+      ``tool_options``: its provider options (a ``base_url``, a key's environment variable).
     - ``expected``: the metadata path of the actions that reach the goal (``[{name, kwargs}]``), checked per side;
       ``ignore``: tools (glob patterns) whose expected actions are not required (reads).
     """
@@ -97,6 +98,7 @@ class Session(BaseModel):
     goal: str | None = None
     stop_tools: tuple[str, ...] = ()
     tool_model: str | None = None
+    tool_options: dict[str, Any] = Field(default_factory=dict)
     expected: str | None = None
     ignore: tuple[str, ...] = ()
 

@@ -31,6 +31,17 @@ applied) and adds up, without calling any model:
   (and the sides', with ``batch.replays``) to a provider with a batch API are at
   :data:`~delta_eval.adapters.batch.BATCH_DISCOUNT` of that price, as the run prices them.
 
+- **Sessions** (``mode="session"``). Each sampled conversation is one session per side, rolled forward from its
+  opening: the estimate takes its agent turns from the recording (at most ``session.max_turns``), each turn's calls
+  as a turn-level replay's (its recorded tool rounds, plus the reply), sent the opening and the recorded transcript
+  before it. The user simulator writes the user's goal once per conversation when no ``goal`` field names it, and
+  answers after every agent turn but the cap's (the recorded user's message standing in for its answer), each side
+  on its own (the range's low end: the sides stay alike and share every answer; with ``scripted``, none at all).
+  The LLM tool simulator (``tool_model``) answers :data:`TOOL_SIMULATED_SHARE` of the sides' tool calls (the calls
+  a side makes that the recording never made: the recording cannot say how many). The judges see whole
+  transcripts, the recorded one standing in for both. A rolled session may be shorter or longer than its recording:
+  each side's range spans :data:`SESSION_LENGTH_RANGE` of it. The notes say what was assumed.
+
 Each part gets a low-high range: input tokens ±15% for the approximation (±3% with a tokenizer), output tokens
 ×0.7 to ×1.5 of the recorded length (another model writes more or less), no cache hit at all (high: a provider's
 cache is best effort), and for judges the funnel's range (:data:`DEFAULT_FUNNEL`).
@@ -75,9 +86,19 @@ from delta_eval.judges.prompts import (
     render_pairwise_pair,
 )
 from delta_eval.memo import PrefixFold
+from delta_eval.paths import MISSING, get_path
 from delta_eval.pricing import Price, price_for
 from delta_eval.replay.points import count_turns, epochs, recorded_calls, replay_points, select_turns
 from delta_eval.replay.render import build_request
+from delta_eval.replay.session import (
+    TOOL_INSTRUCTIONS,
+    recorded_turn_points,
+    session_point,
+    tool_prompt,
+    transcript_messages,
+)
+from delta_eval.replay.session import recorded_calls as session_calls
+from delta_eval.replay.user_simulator import SUMMARY_INSTRUCTIONS, USER_INSTRUCTIONS, reply_prompt, summary_prompt
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -86,8 +107,11 @@ from delta_eval.store.folder import RunFolder
 
 __all__ = [
     "DEFAULT_FUNNEL",
+    "GOAL_OUTPUT_TOKENS",
     "JUDGE_OUTPUT_TOKENS",
     "REASONING_TOKENS",
+    "SESSION_LENGTH_RANGE",
+    "TOOL_SIMULATED_SHARE",
     "CostEstimate",
     "EstimatePart",
     "Funnel",
@@ -109,6 +133,17 @@ _PER_REQUEST = 3
 REASONING_TOKENS = (0, 300, 2_000)
 #: Output tokens of a stage-2 and a stage-3 judge answer: low, expected, high (the answer's JSON, its rationale).
 JUDGE_OUTPUT_TOKENS = {"equivalence": (40, 80, 200), "judge": (250, 500, 1_200)}
+#: The share of a session side's tool calls the recording has no equivalent of, answered by the LLM tool simulator:
+#: low, expected, high (how far a side strays from the recording is known only once it is rolled).
+TOOL_SIMULATED_SHARE = (0.0, 0.1, 0.5)
+#: How long a rolled session is against its recording, low and high: a side that strays, or a simulated user who is
+#: satisfied sooner or pushes back longer, ends elsewhere (measured with ``benchmarks/estimate.py --mode session``: a
+#: candidate that skips calls rolled 0.6 of the recorded calls). The range of each side's part is scaled by it.
+SESSION_LENGTH_RANGE = (0.5, 1.5)
+#: Output tokens of the user simulator's summary of the user's goal (at most 150 words): low, expected, high.
+GOAL_OUTPUT_TOKENS = (100, 200, 300)
+#: Output tokens of the user simulator's last answer, the stop token (the recording has no message for it).
+_STOP_TOKENS = 8
 #: Providers that cache prompts (by themselves, or with the breakpoints the Anthropic adapter adds).
 _CACHING = {"openai", "openai-responses", "azure", "gemini", "gemini-vertex", "anthropic", "anthropic-bedrock",
             "anthropic-vertex"}  # fmt: skip
@@ -238,7 +273,8 @@ class CostEstimate:
         return _sum(p.high_usd for p in self.parts)
 
     def part(self, name: str) -> EstimatePart:
-        """The part named ``name`` (``baseline``, ``candidate``, ``stage 2 equivalence``, ``stage 3 judge``)."""
+        """The part named ``name`` (``baseline``, ``candidate``, ``stage 2 equivalence``, ``stage 3 judge``, and in
+        session mode ``user simulator``, ``tool simulator``)."""
         for p in self.parts:
             if p.part == name:
                 return p
@@ -463,6 +499,130 @@ class _SideCount:
         return _finish(self.name, self.model, self.t, price, spread, writes_cache=self.provider in _WRITES_CACHE)
 
 
+@dataclass
+class _Calls:
+    """One simulator's calls at the low, expected and high end: calls, input and output tokens."""
+
+    calls: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    inputs: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    outputs: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    sessions: float = 0.0
+
+    def add(self, times: tuple[float, ...], tokens_in: float, tokens_out: tuple[float, ...]) -> None:
+        for k in range(3):
+            self.calls[k] += times[k]
+            self.inputs[k] += times[k] * tokens_in
+            self.outputs[k] += times[k] * tokens_out[k]
+
+
+class _SimulatorCount:
+    """The calls of a session run's user simulator and LLM tool simulator, counted a session at a time from its
+    recording (see the module docstring). No prompt cache is assumed for them."""
+
+    def __init__(self, c: RunConfig, sides: int, tokenizer: Tokenizer | None) -> None:
+        self.c, self.sides, self.tokenizer = c, sides, tokenizer
+        s = c.session
+        self.user = _Counter(s.user.partition(":")[0], tokenizer) if s.user is not None else None
+        self.tool = _Counter(s.tool_model.partition(":")[0], tokenizer) if s.tool_model is not None else None
+        self.user_calls, self.tool_calls = _Calls(), _Calls()
+        self.goals: set[str] = set()
+        self.missing_goal = 0
+
+    def _prompt(self, count: _Counter, instructions: str, body: str) -> int:
+        return _PER_REQUEST + 2 * _PER_MESSAGE + count.text(instructions) + count.text(body)
+
+    def add(self, point: ReplayPoint, turns: list[tuple[ReplayPoint, Step | None]]) -> None:
+        """Count the simulators' calls of the session of ``point`` (``turns``: its recorded agent turns)."""
+        s, n = self.c.session, float(self.sides)
+        if self.user is not None:
+            self.user_calls.sessions += 1
+            goal_tokens = float(GOAL_OUTPUT_TOKENS[1])
+            if s.goal is not None:
+                value = get_path(point.metadata, s.goal)
+                self.missing_goal += value is MISSING or value in (None, "")
+                goal_tokens = float(self.user.text(str(value))) if value is not MISSING else 0.0
+            elif point.conversation_id not in self.goals:  # written once per conversation, for every side and epoch
+                self.goals.add(point.conversation_id)
+                body = summary_prompt([*point.context, *transcript_messages(point.recorded)])
+                lo, mid, hi = GOAL_OUTPUT_TOKENS
+                written = (float(lo), float(mid), float(hi))
+                self.user_calls.add((1.0, 1.0, 1.0), self._prompt(self.user, SUMMARY_INSTRUCTIONS, body), written)
+            # An answer after every agent turn but the cap's; the last recorded turn's is the stop token.
+            low = 0.0 if s.scripted else 1.0
+            for turn, answered in turns[: s.max_turns - 1]:
+                said = answered.user if answered is not None else None
+                after = [*turn.context, *transcript_messages(turn.recorded)]
+                tokens_in = self._prompt(self.user, USER_INSTRUCTIONS, reply_prompt("", after)) + goal_tokens
+                out_tokens = float(self.user.text(said)) if said is not None else float(_STOP_TOKENS)
+                rng = (out_tokens * _OUTPUT_RANGE[0], out_tokens, out_tokens * _OUTPUT_RANGE[1])
+                self.user_calls.add((low, n, n), tokens_in, rng)
+                if said is None:
+                    break
+        if self.tool is not None:
+            self.tool_calls.sessions += 1
+            recorded = session_calls(point)
+            specs = {t.name: t.model_dump() for t in point.tools}
+            for turn, _ in turns:
+                for step in turn.recorded.steps:
+                    results = {r.call_id: r.content for r in step.tool_results}
+                    for call in step.tool_calls:
+                        body = tool_prompt(call, specs.get(call.name), recorded)
+                        tokens_in = self._prompt(self.tool, TOOL_INSTRUCTIONS, body)
+                        result = float(self.tool.text(results.get(call.id, "")))
+                        rng = (result * _OUTPUT_RANGE[0], result, result * _OUTPUT_RANGE[1])
+                        self.tool_calls.add(tuple(n * x for x in TOOL_SIMULATED_SHARE), tokens_in, rng)
+
+    def parts(self, prices: Mapping[str, Price]) -> list[EstimatePart]:
+        """The simulators' parts of the estimate."""
+        s = self.c.session
+        spread = _INPUT_SPREAD_TOKENIZER if self.tokenizer is not None else _INPUT_SPREAD
+        out = []
+        for name, model, calls in (("user simulator", s.user, self.user_calls),
+                                   ("tool simulator", s.tool_model, self.tool_calls)):  # fmt: skip
+            if model is None:
+                continue
+            info = model_info(model, self.c.models)
+            price = price_for(model, prices, info=info)
+            low, mid, high = (0, 1, 2)
+            t = _Tally(calls=calls.calls[mid], pairs=calls.sessions, uncached=calls.inputs[mid],
+                       output=calls.outputs[mid], output_low=calls.outputs[low],
+                       output_high=calls.outputs[high])  # fmt: skip
+            part = _finish(name, model, t, price, spread, writes_cache=False)
+            if price is not None:
+                part.low_usd = _cost(price, calls.inputs[low] * (1 - spread), 0, calls.outputs[low], writes_cache=False)
+                part.high_usd = _cost(
+                    price, calls.inputs[high] * (1 + spread), 0, calls.outputs[high], writes_cache=False
+                )
+            out.append(part)
+        return out
+
+    def notes(self) -> list[str]:
+        """What the simulators' parts assumed."""
+        s = self.c.session
+        out = []
+        if self.user is not None:
+            how = (
+                "the recorded user answers while a side stays on the recording: the user model is assumed to answer "
+                "from the first turn (none at the range's low end)"
+                if s.scripted
+                else "every answer from the user model"
+            )
+            goal = f"the goal read from {s.goal!r}" if s.goal is not None else "the goal summarised once a conversation"
+            out.append(
+                f"user simulator: an answer after every recorded agent turn but the cap's, each side asking its own "
+                f"({how}); {goal}; no prompt cache"
+            )
+            if self.missing_goal:
+                out.append(f"{self.missing_goal} sessions have no {s.goal!r}: they will end in an error")
+        if self.tool is not None:
+            lo, mid, hi = TOOL_SIMULATED_SHARE
+            out.append(
+                f"tool simulator: {mid:.0%} of the sides' tool calls (range {lo:.0%}-{hi:.0%}) assumed to leave the "
+                "recording and be answered by the tool model, at the recorded result's length"
+            )
+        return out
+
+
 def _at_batch_price(part: EstimatePart, model: str) -> EstimatePart:
     """``part`` as its provider's batch API prices it (unchanged for a provider without one)."""
     batched = model.partition(":")[0] in BATCH_PROVIDERS
@@ -593,27 +753,66 @@ def estimate_sample(
     prices = c.all_prices
     counts = {side: _SideCount(side, v.model, v.params, c, tokenizer, prices) for side, v in sides.items()}
     judging = _JudgeCounts(c.judges, tokenizer, c.models)
-    conversations = points = skipped = 0
+    sessions = _SimulatorCount(c, len(sides), tokenizer) if c.mode == "session" else None
+    conversations = points = skipped = turns_total = 0
+
+    def build(point: ReplayPoint) -> dict[str, ModelRequest | None]:
+        nonlocal skipped
+        built: dict[str, ModelRequest | None] = {}
+        for side, variant in sides.items():
+            try:
+                built[side] = build_request(point, variant, source.name)
+            except RecordError:
+                built[side] = None
+                skipped += 1
+            counts[side].add(point, built[side])
+        return built
+
     for _, conv in iter_selected(source, sample.selected):
         conversations += 1
-        every = list(replay_points(conv, greetings=c.replay_greetings))
-        for point in epochs(select_turns(every, c.max_turns_per_conversation, c.seed), c.epochs):
+        if sessions is not None:
+            start = session_point(conv, c.session.start)
+            chosen = [start] if start is not None else []
+        else:
+            chosen = select_turns(list(replay_points(conv, greetings=c.replay_greetings)),
+                                  c.max_turns_per_conversation, c.seed)  # fmt: skip
+        for point in epochs(chosen, c.epochs):
             points += 1
-            built: dict[str, ModelRequest | None] = {}
-            for side, variant in sides.items():
-                try:
-                    built[side] = build_request(point, variant, source.name)
-                except RecordError:
-                    built[side] = None
-                    skipped += 1
-                counts[side].add(point, built[side])
+            if sessions is not None:
+                # A session: each side's agent turns as the recording has them; the simulators' calls around them.
+                turns = recorded_turn_points(point, c.session.max_turns)
+                turns_total += len(turns)
+                first = [build(turn) for turn, _ in turns][:1]
+                built = first[0] if first else dict.fromkeys(sides)
+                sessions.add(point, turns)
+            else:
+                built = build(point)
             for side in list(sides)[1:]:  # each candidate's pair is judged against the baseline
                 base = SideView(output=point.recorded, request=built["baseline"])
                 judging.add(PairView(point=point, a=base, b=SideView(output=point.recorded, request=built[side])))
     if skipped:
-        notes.append(f"{skipped} replays cannot be built (their variant does not apply): they will be error rows")
+        what = "agent turns" if sessions is not None else "replays"
+        notes.append(f"{skipped} {what} cannot be built (their variant does not apply): they will be error rows")
+    if sessions is not None:
+        for count in counts.values():
+            count.t.pairs = points  # a side's part works on sessions, not turns
+        short, long = SESSION_LENGTH_RANGE
+        mean = turns_total / points if points else 0.0
+        notes.append(
+            f"session mode: {points} sessions of {mean:.1f} agent turns on average, as recorded (at most "
+            f"{c.session.max_turns}), each turn's calls as its recorded tool rounds plus the reply; a rolled session "
+            "that strays from the recording may be longer or shorter"
+        )
+        notes.append(f"the sides' ranges span rolled sessions of {short:.1f} to {long:.1f} times the recorded length")
+        notes += sessions.notes()
+        notes.append("judges: whole transcripts, the recorded one standing in for both sides' (outcome checks free)")
     batch_replays = c.batch is not None and c.batch.replays
     parts = [count.part() for count in counts.values()]
+    if sessions is not None:
+        for part in parts:
+            low, high = part.low_usd, part.high_usd
+            part.low_usd = None if low is None else low * SESSION_LENGTH_RANGE[0]
+            part.high_usd = None if high is None else high * SESSION_LENGTH_RANGE[1]
     if batch_replays:
         parts = [_at_batch_price(part, v.model) for part, v in zip(parts, sides.values(), strict=True)]
     funnel = Funnel.of_pilot(pilot) if pilot is not None else DEFAULT_FUNNEL
@@ -624,6 +823,8 @@ def estimate_sample(
         notes.append(f"batch: the {which} calls to a provider with a batch API are priced at {BATCH_DISCOUNT:.0%} "
                      "of the interactive price")  # fmt: skip
     parts += judged
+    if sessions is not None:
+        parts += sessions.parts(prices)
     for p in parts:
         if p.cost_usd is None:
             notes.append(f"{p.model} has no known price: pass prices= (or [prices] in the config) to include it")
@@ -655,6 +856,8 @@ def estimate(
         raise ConfigError("no conversations given and the config has no [source]")
 
     def n_pairs(conv: Conversation) -> int:
+        if c.mode == "session":
+            return c.epochs * (session_point(conv, c.session.start) is not None)
         n = count_turns(conv, greetings=c.replay_greetings)
         return c.epochs * (n if c.max_turns_per_conversation is None else min(n, c.max_turns_per_conversation))
 

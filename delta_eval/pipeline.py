@@ -106,7 +106,10 @@ def _as_pair(side: SideReplay, point: ReplayPoint) -> SideReplay:
     if side.replay.pair_id == point.pair_id:
         return side
     error = side.error.model_copy(update={"pair_id": point.pair_id}) if side.error is not None else None
-    return replace(side, replay=side.replay.model_copy(update={"pair_id": point.pair_id}), error=error)
+    calls = tuple(c.model_copy(update={"pair_id": point.pair_id}) for c in side.simulator_calls)
+    return replace(
+        side, replay=side.replay.model_copy(update={"pair_id": point.pair_id}), error=error, simulator_calls=calls
+    )
 
 
 @dataclass
@@ -249,6 +252,10 @@ class Stages:
                 done = pair.replays[key] = await sides[key].replay(pair.of(key) if side == "candidate" else pair.point,
                                                                    side)  # fmt: skip
                 self.progress.add_spend(done.replay.usage, done.replay.cost_usd)
+                for call in done.simulator_calls:
+                    # The other side's asking of the same question was answered by this call, from the cache.
+                    if not call.cached:
+                        self.progress.add_spend(call.usage, call.cost_usd)
                 if len(pair.replays) == 1 + len(pair.candidates):
                     self.progress.replayed += len(pair.candidates)
                     await send.send(pair)
@@ -341,6 +348,7 @@ class Stages:
                             self.progress.phase = "stopped early"
                             self.wake.set()
                         folder.add("judgements", decision.judgements)
+                        folder.add("simulator_calls", [*base.simulator_calls, *cand.simulator_calls])
                         errors = [e for e in (base.error, cand.error) if e is not None] + decision.errors
                         folder.add("errors", errors)
                         self.progress.error_rows += len(errors)

@@ -85,6 +85,7 @@ class RunResult:
             verdicts,
             self.table("errors"),
             self.table("judgements"),
+            self.table("simulator_calls"),
             **{k: getattr(manifest.counts, k) for k in _SAMPLE_COUNTS},
             pairs_planned=self._planned(manifest, verdicts.num_rows),
             calls=manifest.counts.calls,
@@ -115,12 +116,16 @@ class RunResult:
         return self.manifest.counts
 
     def table(
-        self, name: Literal["replays", "verdicts", "judgements", "errors", "conversations", "strata", "media"]
+        self,
+        name: Literal[
+            "replays", "verdicts", "judgements", "simulator_calls", "errors", "conversations", "strata", "media"
+        ],
     ) -> pa.Table:
         """One dataset of the run as an Arrow table (``.to_pandas()`` for a DataFrame). The messages of
         ``conversations`` name their media by hash; ``media`` holds the bytes, once each
         (:meth:`delta_eval.store.folder.RunFolder.read_conversations` joins them back). For one candidate of several,
-        ``verdicts``, ``replays``, ``judgements`` and ``errors`` hold only its pairs (and the errors of no pair)."""
+        ``verdicts``, ``replays``, ``judgements``, ``simulator_calls`` and ``errors`` hold only its pairs (and the
+        errors of no pair)."""
         if self.candidate is None:
             return self._folder.read(name)
         return self._folder.read_candidate(name, self.candidate)

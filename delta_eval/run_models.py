@@ -17,6 +17,7 @@ from delta_eval.config import RunConfig
 from delta_eval.judges.cascade import JudgeCascade
 from delta_eval.judges.config import build_cascade
 from delta_eval.judges.context import JudgeContext
+from delta_eval.judges.session import SESSION_RUBRIC
 from delta_eval.replay.engine import Replayer
 from delta_eval.replay.tools import RecordedToolSimulator, ToolSimulator
 
@@ -69,9 +70,10 @@ async def build_models(
             )
             for side, v in c.sides().items()
         }
-        cascade = build_cascade(
-            c.judges, JudgeContext(pool=pool, prices=c.all_prices, seed=c.seed, match=c.judges.match)
-        )
+        # Whole sessions are judged on what they did for the customer (a judge given no rubric of its own).
+        rubric = SESSION_RUBRIC if c.mode == "session" else None
+        judging = JudgeContext(pool=pool, prices=c.all_prices, seed=c.seed, match=c.judges.match, rubric=rubric)
+        cascade = build_cascade(c.judges, judging)
     except BaseException:
         await pool.aclose()
         raise

@@ -25,6 +25,7 @@ from delta_eval.config import RunConfig
 from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
+from delta_eval.executors.live import ShardWatch
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
@@ -107,9 +108,6 @@ def _record_estimate(
 ) -> None:
     """Keep the cost estimate of the whole sample in the manifest as the run begins (once per run), for the report
     to set beside what the run cost. An estimate that cannot be made is a note, never the run's failure."""
-    if config.mode == "session":  # the estimate counts recorded turns; a session's length is only known once rolled
-        notes.append("no cost estimate: sessions are not estimated yet")
-        return
     try:
         estimated = estimate_sample(config, source, sample)
     except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
@@ -218,9 +216,18 @@ async def _run_sharded(
         for k, positions in enumerate(q for q in deal(sizes, n) if q)
     ]
     p.phase, p.replay_started = "replaying", time.monotonic()
+    # While the shards run, the session's progress shows what they publish in the folder; their reports, exact,
+    # replace it once they are done.
+    watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats)
+    own_calls, p.call_stats = p.call_stats, watch.calls
     try:
-        reports = await executor.run(shards, pool.limits())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch.watch)
+            reports = await executor.run(shards, pool.limits())
+            tg.cancel_scope.cancel()
     finally:
+        watch.restore()
+        p.call_stats = own_calls
         folder.catch_up()  # the shards' batches are counted in the manifest
     out = _Sharded()
     for r in reports:
@@ -246,7 +253,7 @@ def session_stages(
     simulator, and the cascade behind the sessions' outcome check."""
     s = c.session
     user = pool.client(s.user, s.user_options, label="user") if s.user is not None else None
-    tools = pool.client(s.tool_model, label="tools") if s.tool_model is not None else None
+    tools = pool.client(s.tool_model, s.tool_options, label="tools") if s.tool_model is not None else None
     simulator = UserSimulator(user, goal=s.goal, seed=c.seed, prices=c.all_prices)
     sides: dict[str, SupportsReplay] = {
         key: SessionReplayer(
@@ -257,6 +264,7 @@ def session_stages(
             stop_tools=s.stop_tools,
             custom_tools=tool_simulator,
             tool_model=tools,
+            prices=c.all_prices,
         )
         for key, replayer in turns.items()
     }

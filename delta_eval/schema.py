@@ -47,6 +47,8 @@ __all__ = [
     "SampledConversation",
     "Severity",
     "Side",
+    "SimulatorCall",
+    "SimulatorRole",
     "Stage",
     "Step",
     "Stratum",
@@ -69,6 +71,8 @@ Outcome = Literal["equivalent", "candidate", "baseline", "tie", "error"]
 ResultSource = Literal["recorded", "simulated", "custom", "llm"]
 #: Where a user message of a session came from: the recording (``recorded``) or a user simulator (``simulated``).
 UserSource = Literal["recorded", "simulated"]
+#: Which simulator of a session made a call: the model playing the user, or the LLM playing a tool.
+SimulatorRole = Literal["user_simulator", "tool_simulator"]
 #: How bad the worse side's failure was: ``critical`` is e.g. a hallucinated fact or a wrong irreversible action.
 Severity = Literal["none", "minor", "critical"]
 ErrorStage = Literal["ingest", "sample", "replay", "judge", "run"]
@@ -651,6 +655,33 @@ class Judgement(_Frozen):
     latency_ms: float = 0.0
     answered_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     error: str | None = None
+
+
+class SimulatorCall(_Frozen):
+    """One call of a session's user simulator or LLM tool simulator, made while rolling one side forward: a row of
+    the run's ``simulator_calls`` table (their calls are not the sides' and are not in the replays' cost).
+
+    ``purpose`` is what was asked (``goal``: the summary of the user's goal; ``reply``: the user's next message; a
+    tool's name for the tool simulator). ``request_key`` identifies the request (its response-cache key): both sides
+    of a session ask the same question while their transcripts are the same, and are answered by one call, so a
+    run's simulator spend counts each key once (the first side to ask it pays; ``cached`` marks an answer that came
+    from the response cache). The other fields are those of :class:`Judgement`, for this one call.
+    """
+
+    pair_id: str
+    conversation_id: str
+    turn_index: int
+    epoch: int = 1
+    side: Side
+    role: SimulatorRole
+    model: str
+    purpose: str
+    request_key: str
+    cached: bool = False
+    usage: Usage | None = Usage()
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    answered_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
 class ErrorRecord(_Frozen):

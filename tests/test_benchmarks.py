@@ -197,6 +197,8 @@ def test_ray_scaling_benchmark_compares_the_same_run_both_ways(monkeypatch: pyte
     assert one["calls"] == sharded["calls"] > 0
     assert one["ideal"] > 0
     assert sharded["same_verdicts"] is True
+    assert one["client_cpu"] > 0
+    assert one["server_cpu"] > 0  # the CPU floor the benchmark prints adds both
 
 
 @pytest.mark.slow

@@ -12,7 +12,9 @@ import pytest
 import delta_eval as de
 from delta_eval.adapters.limits import ModelLimiter, ModelLimits
 from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.executors import live
 from delta_eval.executors.base import SplitLimiters, deal
+from delta_eval.progress import RunProgress
 from delta_eval.schema import Verdict
 from delta_eval.store.folder import RunFolder
 
@@ -44,6 +46,39 @@ def test_a_sharded_run_gives_the_verdicts_of_a_one_process_run(tmp_path: Path) -
     assert sum(s.answered for s in session.calls.values()) > 0
     assert session.pairs_decided == len(got)
     assert RunFolder(tmp_path / "sharded").damage() == []
+
+
+def test_a_sharded_run_shows_its_progress_while_its_shards_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "EVERY_S", 0.02)
+    config = demo_config(tmp_path / "run", n=12, latency_ms=40.0).model_copy(
+        update={"flush_every": 4, "concurrency": 2}
+    )
+    tracker = RunProgress()
+    seen: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append((tracker.decided, tracker.calls().answered))
+            done.wait(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = de.run(
+            config, conversations=demo_conversations(), progress=tracker, progress_every=3600,
+            executor=de.InProcessExecutor(2),
+        )  # fmt: skip
+    finally:
+        done.set()
+        watcher.join()
+    total = result.counts.pairs
+    assert total > 4
+    # Pairs decided and calls answered grew while the shards ran, not only once they ended.
+    assert any(0 < decided < total for decided, _ in seen)
+    assert any(answered > 0 for decided, answered in seen if decided < total)
+    assert tracker.decided == total  # the reports' exact figures at the end
+    assert not (tmp_path / "run" / "_progress").exists()  # the live counters are removed
 
 
 def test_a_sharded_rerun_recomputes_only_what_is_missing_from_the_cache(tmp_path: Path) -> None:
@@ -135,3 +170,16 @@ def test_a_run_over_processes_gives_the_verdicts_of_a_one_process_run(tmp_path: 
     )
     assert result.status == "completed"
     assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
+
+
+def test_a_reset_removes_live_counters_a_killed_session_left_and_nothing_else(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path / "run")
+    folder.mark()
+    counters = tmp_path / "run" / "_progress"
+    counters.mkdir()
+    (counters / "3-1.json").write_text("{}")
+    (counters / ".3-1.json.0123456789abcdef0123456789abcdef.tmp").write_text("{")
+    (counters / "notes.txt").write_text("mine")
+    removed = folder.reset()
+    assert {p.name for p in removed} >= {"3-1.json", ".3-1.json.0123456789abcdef0123456789abcdef.tmp"}
+    assert [p.name for p in counters.iterdir()] == ["notes.txt"]

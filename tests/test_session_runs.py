@@ -177,3 +177,64 @@ ignore = ["get_*", "search_*", "list_*", "calculate", "think"]
     assert result.counts.pairs == 4  # one pair per conversation
     con = result.connect()
     assert con.execute("SELECT count(DISTINCT pair_id) FROM replays WHERE pair_id LIKE '%#session'").fetchone() == (4,)
+
+
+@pytest.mark.parametrize(("mode", "dimensions"), [
+    ("session", ("goal_reached", "correctness", "policy", "efficiency", "tone")),
+    ("turn", None),
+])  # fmt: skip
+def test_a_session_run_s_judges_score_whole_sessions_unless_given_a_rubric(
+    mode: str, dimensions: tuple[str, ...] | None, tmp_path: Path
+) -> None:
+    import anyio
+
+    from delta_eval.judges.llm import LLMPairwiseJudge
+    from delta_eval.judges.prompts import Rubric
+    from delta_eval.run_models import build_models
+
+    where = {"base_url": "http://127.0.0.1:9/v1", "api_key": "k"}
+    models = demo_models("openai", where, latency_ms=0.0)
+    config = de.RunConfig(
+        baseline=models.baseline, candidate=models.candidate, judges=models.judges, models=models.models,
+        mode=mode, session=de.Session(user="openai:user", user_options=where), out=tmp_path / "run",
+    )  # fmt: skip
+
+    async def judges() -> list[LLMPairwiseJudge]:
+        built = await build_models(config, "source", None)
+        try:
+            return [j for j in built.cascade._judges if isinstance(j, LLMPairwiseJudge)]
+        finally:
+            await built.aclose()
+
+    found = anyio.run(judges)
+    assert found  # the demo's stage-3 judge is an LLM's
+    expected = dimensions or Rubric.default().dimensions
+    assert all(j.rubric.dimensions == expected for j in found)
+
+
+def test_the_llm_tool_simulator_takes_its_own_provider_options(tmp_path: Path) -> None:
+    conversations = airline(4)
+    prefix, server_class = WIRES["openai"]
+    from delta_eval.adapters.simulated import SimulatedBehaviour
+
+    # A candidate that changes arguments: calls the recording never made, which the tool model answers.
+    behaviour = {**behaviours(7, 0.0, "changed"), "candidate": SimulatedBehaviour(change_args_rate=0.5, seed=7)}
+    with server_class(recordings=conversations, behaviour=behaviour) as server:
+        where = {"base_url": server.base_url, "api_key": "k"}
+        models = demo_models(prefix, where, latency_ms=0.0)
+        config = de.RunConfig(
+            baseline=models.baseline, candidate=models.candidate, judges=models.judges, models=models.models,
+            mode="session", session=de.Session(
+                user=f"{prefix}:user", user_options=where, scripted=False, goal="instruction",
+                tool_model=f"{prefix}:tools", tool_options=where, expected="actions", ignore=READS,
+            ),
+            max_tool_rounds=10, out=tmp_path / "run",
+        )  # fmt: skip
+        de.run(config, conversations=conversations, progress=False)
+        asked = [r for r in server.requests if r.path.endswith("/chat/completions")]
+    con = de.open_run(tmp_path / "run")
+    assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+    simulated = con.execute("SELECT count(*) FROM simulator_calls WHERE role = 'tool_simulator'").fetchone()
+    assert simulated is not None
+    assert simulated[0] > 0  # the tool model answered through the fake server named by its options
+    assert any(r.json().get("model") == "tools" for r in asked)

@@ -79,6 +79,9 @@ class Limiter(Protocol):
     def on_rate_limited(self, signal: RateLimitSignal | None = None, ticket: Ticket | None = None) -> None:
         """Record a 429."""
 
+    async def aclose(self) -> None:
+        """The run is done with this model: give back whatever is held for other processes."""
+
 
 class ModelLimiter:
     """Admits calls to one model within its limits.
@@ -147,6 +150,20 @@ class ModelLimiter:
     def release(self, owner: object) -> None:
         """Give back ``owner``'s slot."""
         self._capacity.release_on_behalf_of(owner)
+
+    async def aclose(self) -> None:
+        """Nothing to give back: the limiter is this process's own."""
+
+    def ready(self) -> bool:
+        """Whether :meth:`acquire` would let a call through now without waiting: a slot free with no one queued
+        for it, the request rate and the provider's budget not spent, no pause."""
+        return (
+            self._capacity.available_tokens >= 1
+            and self._capacity.statistics().tasks_waiting == 0
+            and (self._rate is None or self._rate.has_capacity())
+            and not self._admit.locked()
+            and self.wait_s() <= 0
+        )
 
     async def _admitted(self) -> float:
         """Wait until the provider has a request left (as far as its headers tell), and count this one."""

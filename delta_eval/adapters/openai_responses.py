@@ -30,7 +30,7 @@ import openai
 from openai.types.responses import Response, ResponseStreamEvent
 
 from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
-from delta_eval.adapters.errors import connection_error, is_transport_error
+from delta_eval.adapters.errors import sdk_errors
 from delta_eval.adapters.media import NO_BYTES, Note, placeholder, with_text
 from delta_eval.adapters.openai_common import (
     REQUEST_OPTIONS,
@@ -44,7 +44,7 @@ from delta_eval.adapters.prompt_cache import prompt_cache_key
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
-from delta_eval.exceptions import BadRequestError, TransientError
+from delta_eval.exceptions import BadRequestError, ProviderError, TransientError
 from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
 __all__ = ["PROVIDER", "ResponsesAdapter", "create", "decode_usage", "encode_input", "encode_media"]
@@ -231,7 +231,9 @@ class ResponsesAdapter(ModelAdapter):
         kwargs = self.encode(request)
         start = time.perf_counter()
         ttft: float | None = None
-        try:
+        summary = kwargs.get("reasoning", {}).get("summary")
+        with sdk_errors(openai.OpenAIError, lambda exc: self._mapped(exc, summary), model=self.model,
+                        secrets=self.options.secrets):  # fmt: skip
             if request.params.stream:
                 final: Any = None
                 stream = await self.clients.next().post(
@@ -255,22 +257,18 @@ class ResponsesAdapter(ModelAdapter):
                     "/responses", content=json_body(kwargs), cast_to=Response, options=REQUEST_OPTIONS
                 )
                 request_id = final._request_id
-        except openai.OpenAIError as exc:
-            error = map_openai_error(exc, model=self.model, secrets=self.options.secrets())
-            summary = kwargs.get("reasoning", {}).get("summary")
-            if isinstance(error, BadRequestError) and summary is not None and "summar" in str(error).lower():
-                error = BadRequestError(
-                    f"the provider refused params.reasoning_summary={summary!r} (OpenAI gives reasoning summaries only "
-                    f"to verified organisations): unset reasoning_summary or verify the organisation. {error}",
-                    model=self.model,
-                    status=error.status,
-                )
-            raise error from None
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise connection_error(exc, model=self.model, secrets=self.options.secrets()) from None
         return self.decode(final, request_id=request_id, ttft_ms=ttft)
+
+    def _mapped(self, exc: openai.OpenAIError, summary: str | None) -> ProviderError:
+        error = map_openai_error(exc, model=self.model, secrets=self.options.secrets())
+        if isinstance(error, BadRequestError) and summary is not None and "summar" in str(error).lower():
+            return BadRequestError(
+                f"the provider refused params.reasoning_summary={summary!r} (OpenAI gives reasoning summaries only "
+                f"to verified organisations): unset reasoning_summary or verify the organisation. {error}",
+                model=self.model,
+                status=error.status,
+            )
+        return error
 
     def decode(self, response: Any, *, request_id: str | None, ttft_ms: float | None = None) -> ModelResponse:
         """The canonical response of a Responses API ``Response``."""

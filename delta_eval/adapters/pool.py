@@ -172,6 +172,8 @@ class ModelPool:
         with anyio.CancelScope(shield=True):
             for adapter in self.adapters:
                 await adapter.aclose()
+            for limiter in self._limiters.values():
+                await limiter.aclose()
 
     async def __aenter__(self) -> ModelPool:
         return self

@@ -35,6 +35,7 @@ from delta_eval.analysis.pair_filter import PairFilter, create_index
 from delta_eval.analysis.sections import diff_sections, prompt_sections
 from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes
+from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.metrics.counted import Counted, counted, counted_with_total
 from delta_eval.metrics.decision import DecisionRule
@@ -164,9 +165,9 @@ class Analysis:
     def summary(self, *, decision: bool = True) -> dict[str, Any]:
         """The run in one dict: what was compared, the funnel (pairs by stage, errors), the win rate over all pairs
         and over judged pairs with a cluster-robust 95% interval (the figures of ``RunResult.win_rate``), per stratum
-        too, cost, tokens and latency per side, judge spend per stage, and the decision with its gates
-        (:meth:`decision`; ``decision=False`` leaves it out). Everything is computed in DuckDB over the run's files,
-        whatever its size."""
+        too, cost, tokens and latency per side, judge spend per stage, a session run's simulator spend per role, and
+        the decision with its gates (:meth:`decision`; ``decision=False`` leaves it out). Everything is computed in
+        DuckDB over the run's files, whatever its size."""
         m = self.result.manifest
         cached = self._load(f"summary-{int(decision)}.json")
         if cached is not None:
@@ -209,6 +210,7 @@ class Analysis:
                 for side, n, cost, priced, counted, tin, tout, p50, p90, cap, errs in sides
             },
             "judging": {stage: spend.model_dump() for stage, spend in m.counts.judging.items()},
+            "simulating": {role: spend.model_dump() for role, spend in m.counts.simulating.items()},
             "damage": [str(d) for d in self.result.damage],
         }
         if decision:
@@ -379,7 +381,8 @@ class Analysis:
         pair_ids: list[str] | None = None,
         limit: int = 5,
     ) -> list[dict[str, Any]]:
-        """Pairs with both outputs side by side (text and tool calls, the recorded turn too) and the judge's
+        """Pairs with both outputs side by side (text and tool calls, the recorded turn too; in a session run each
+        side's ``transcript``, see :func:`~delta_eval.analysis.transcripts.transcript_entries`) and the judge's
         verdict: those of a theme (``theme``, of :meth:`themes` for ``outcome``), or the given ``pair_ids``, or
         the first pairs with that outcome."""
         if theme is not None:
@@ -406,6 +409,7 @@ class Analysis:
                 params=wanted,
             )
         ).to_pylist()
+        session = self.result.manifest.config.get("mode") == "session"
         sides: dict[str, dict[str, Any]] = {}
         for r in replays:
             calls = [f"{c['name']}({c['arguments']})" for step in r["steps"] or [] for c in step["tool_calls"] or []]
@@ -414,10 +418,13 @@ class Analysis:
                 "text": r["final_text"],
                 "hit_tool_cap": r["hit_tool_cap"],
                 "error": r["error"],
+                # A session's whole transcript, each user message and tool result with its source.
+                **({"transcript": transcript_entries(r["steps"] or [])} if session else {}),
             }
         by_id = {v["pair_id"]: v for v in verdicts}
         asked = self._user_messages(verdicts)
-        return [{**by_id[p], "user": asked.get(p), **sides.get(p, {})} for p in wanted if p in by_id]
+        return [{**by_id[p], "user": asked.get(p), "session": session, **sides.get(p, {})}
+                for p in wanted if p in by_id]  # fmt: skip
 
     def _user_messages(self, verdicts: list[dict[str, Any]]) -> dict[str, str | None]:
         """Each pair's last user message before its turn (as text, media as placeholders), from the stored

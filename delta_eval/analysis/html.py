@@ -2,7 +2,9 @@
 ``delta-eval report RUN_DIR --html``: the decision and the pairs behind each of its gates, win rates overall and per
 stratum with their intervals drawn, the funnel, cost and latency per side, what changed, and the themes with every
 pair (collapsed: the user message, both sides with what only one of them said marked, the recorded turn), under a
-table of contents; long outputs wrap inside the page rather than widen it. The pairs behind a gate are those the
+table of contents; long outputs wrap inside the page rather than widen it. In a session run a pair is a whole
+session: the baseline's and the candidate's transcripts side by side, each user message marked simulated or
+recorded and each tool result with its source (:func:`session_html`). The pairs behind a gate are those the
 viewer's link from that gate lists (the same filter, :mod:`delta_eval.analysis.evidence`).
 
 Example::
@@ -19,11 +21,12 @@ from typing import Any
 from delta_eval.analysis.analyze import Analysis
 from delta_eval.analysis.diff import Segment, word_diff
 from delta_eval.analysis.evidence import decision_view
-from delta_eval.analysis.report import render_report
+from delta_eval.analysis.report import SIMULATOR_PARTS, render_report
 from delta_eval.analysis.themes import section_label
+from delta_eval.analysis.transcripts import SOURCE_LABELS, USER_LABELS
 from delta_eval.store import safe_paths
 
-__all__ = ["pair_html", "render_html", "write_html"]
+__all__ = ["pair_html", "render_html", "session_html", "write_html"]
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
@@ -37,6 +40,11 @@ pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere;
 details{margin:.3em 0}summary{cursor:pointer;overflow-wrap:anywhere}nav ol{columns:2}
 ins{background:#d9f2df;text-decoration:none}del{background:#fbe0dd;text-decoration:none}
 .pass{color:#17803d}.fail{color:#b42318}.user{background:#eef3fb}
+.side2{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:8px}.transcript pre{margin:.2em 0}
+.call{border-left:3px solid #3b6fb6;padding-left:.4em;margin:.3em 0}
+.said{border-left:3px solid #17803d;padding-left:.4em}.said-simulated{border-color:#b54708}
+.src{font-size:11px;padding:0 4px;border-radius:3px;background:#e6f0e6}
+.src-llm,.src-simulated,.src-custom{background:#fdf0d5;color:#8a5300}
 """
 
 
@@ -115,10 +123,58 @@ def pair_html(p: dict[str, Any], *, open: bool = False, styled: bool = False) ->
     return f"{style}{details}<summary>{head}</summary>{user}<div class=side>{boxes}</div></details>"
 
 
+def _entry_html(e: dict[str, Any]) -> str:
+    """One entry of a session transcript: the agent's text, a tool call with its result and the result's source,
+    or a user message with its source."""
+    if e["kind"] == "agent":
+        return f"<pre class=agent>{escape(str(e['text']))}</pre>"
+    if e["kind"] == "user":
+        source = str(e.get("source") or "")
+        label = USER_LABELS.get(source, source)
+        text = escape(str(e["text"]))
+        return f"<div class='said said-{escape(source)}'><b>{escape(label)}</b><pre>{text}</pre></div>"
+    source = str(e.get("source") or "")
+    mark = (f" <span class='src src-{escape(source)}'>{escape(SOURCE_LABELS.get(source, source))}</span>"
+            if e.get("result") is not None else " <span class=muted>(no result)</span>")  # fmt: skip
+    result = f"<pre>{escape(str(e['result']))}</pre>" if e.get("result") is not None else ""
+    return (f"<div class=call><b>{escape(str(e['name']))}</b>(<code>{escape(str(e['arguments']))}</code>){mark}"
+            f"{result}</div>")  # fmt: skip
+
+
+def session_html(p: dict[str, Any], *, open: bool = False) -> str:
+    """One session pair of :meth:`Analysis.pairs <delta_eval.analysis.analyze.Analysis.pairs>` as HTML, collapsed
+    (``open``: expanded): the judge's summary as its title; inside, the opening user message, then the baseline's
+    and the candidate's transcripts side by side, every user message and tool result marked with where it came from.
+
+    Example:
+        >>> side = {"transcript": [{"kind": "agent", "text": "Your id?"},
+        ...                        {"kind": "user", "text": "mia", "source": "simulated"}]}
+        >>> page = session_html({"pair_id": "c1#session", "outcome": "baseline", "baseline": side, "candidate": side})
+        >>> "<b>simulated user</b>" in page
+        True
+    """
+    cols = []
+    for name in ("baseline", "candidate"):
+        side = p.get(name) or {}
+        body = "".join(_entry_html(e) for e in side.get("transcript") or []) or "<p class=muted>(nothing)</p>"
+        error = f"<p class=fail>{escape(str(side['error']))}</p>" if side.get("error") else ""
+        cols.append(f"<div class=transcript data-side={name}><b>{name}</b>{body}{error}</div>")
+    user = f"<pre class=user>{escape(p['user'])}</pre>" if p.get("user") else ""
+    said = f"{p.get('outcome')}" + (f", {p['severity']}" if p.get("severity") else "")
+    head = f"{escape(p['pair_id'])} <span class=muted>({escape(said)})</span>: {escape((p.get('summary') or '')[:200])}"
+    details = "<details open>" if open else "<details>"
+    return f"{details}<summary>{head}</summary>{user}<div class=side2>{''.join(cols)}</div></details>"
+
+
+def _pair(p: dict[str, Any]) -> str:
+    """A pair as the page shows it: a session's two transcripts, or a turn's sides."""
+    return session_html(p) if p.get("session") else pair_html(p)
+
+
 def _pairs_of(a: Analysis, query: str, limit: int) -> list[str]:
     """The pairs a pair-list query selects, collapsed, and a line naming how many more the viewer shows."""
     found = a.filtered(query, limit=limit)
-    out = [pair_html(p) for p in a.pairs(pair_ids=found["pair_ids"], limit=limit)]
+    out = [_pair(p) for p in a.pairs(pair_ids=found["pair_ids"], limit=limit)]
     if not found["total"]:
         out.append("<p class=muted>no pair</p>")
     elif found["total"] > limit:
@@ -281,6 +337,11 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
         out.append(f"<tr><td>{escape(side)}</td><td class=n>{cost}</td><td class=n>{v['latency_ms_p50']} ms</td>"
                    f"<td class=n>{v['latency_ms_p90']} ms</td><td class=n>{v['hit_tool_cap']:.3f}</td>"
                    f"<td class=n>{v['errors']}</td></tr>")  # fmt: skip
+    for role, sim in (s.get("simulating") or {}).items():  # a session run's simulators: their calls, not a side's
+        cost = f"{sim['cost_usd']:.4f}" if sim["cost_usd"] is not None else "unknown"
+        p50 = f"{sim['latency_ms_p50']} ms" if sim["latency_ms_p50"] is not None else "n/a"
+        name = f"{escape(SIMULATOR_PARTS.get(role, role))} <span class=muted>({sim['calls']:,} calls)</span>"
+        out.append(f"<tr><td>{name}</td><td class=n>{cost}</td><td class=n>{p50}</td><td></td><td></td><td></td></tr>")
     out.append("</table>" + _h2("changes") + "<table><tr><th></th><th>baseline</th><th>candidate (95% CI)</th></tr>")
     for row in a.changes():
         if row["kind"] == "behaviour":
@@ -301,7 +362,7 @@ def render_html(a: Analysis, *, outcome: str = "baseline", pairs_per_theme: int 
         section = f" &middot; prompt section: <i>{escape(section_label(t))}</i>" if t.get("section") else ""
         out.append(f"<h3>#{t['id']} {escape(t['name'])} <span class=muted>{t['size']} pairs "
                    f"({100 * t['share']:.0f}%)</span>{section}</h3>")  # fmt: skip
-        out += [pair_html(p) for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme)]  # type: ignore[arg-type]
+        out += [_pair(p) for p in a.pairs(theme=t["id"], outcome=outcome, limit=pairs_per_theme)]  # type: ignore[arg-type]
         if t["size"] > pairs_per_theme:
             out.append(f"<p class=muted>{t['size'] - pairs_per_theme:,} more pairs: delta-eval view "
                        f"{escape(str(a.path))}</p>")  # fmt: skip

@@ -26,8 +26,10 @@ __all__ = [
     "judge_check_lines",
     "model_family",
     "render_report",
+    "run_cost",
     "self_preference_warnings",
     "simulated_parts",
+    "simulator_lines",
 ]
 
 
@@ -148,9 +150,41 @@ def funnel_lines(result: RunResult, con: Any) -> list[str]:
     return lines
 
 
+#: The report's (and a cost estimate's) name of each session simulator's part.
+SIMULATOR_PARTS = {"user_simulator": "user simulator", "tool_simulator": "tool simulator"}
+
+
+def simulator_lines(result: RunResult) -> list[str]:
+    """What a session run's simulators used, per role: the sessions they served, their calls (each request once:
+    both sides asking the same question were answered by one call), tokens, dollars and latency. Nothing for a
+    run without them."""
+    spend = result.counts.simulating
+    if not spend:
+        return []
+    lines = ["session simulators  sessions    calls  tokens in/out           cost USD  p50 ms/call"]
+    for role, s in spend.items():
+        p50 = f"{s.latency_ms_p50:11.1f}" if s.latency_ms_p50 is not None else "        n/a"
+        lines.append(
+            f"  {SIMULATOR_PARTS.get(role, role):18s} {s.pairs:8d} {s.calls:8d}  "
+            f"{_tokens(s.input_tokens, 10)}/{_tokens(s.output_tokens, -10)} {_money(s.cost_usd)} {p50}"
+        )
+    total = total_cost(s.cost_usd for s in spend.values())
+    lines.append(f"  simulator cost     {'unknown' if total is None else f'{total:.4f} USD'}")
+    return lines
+
+
+def run_cost(result: RunResult, con: Any) -> float | None:
+    """What the whole run cost: both sides' replays, every judge call, and a session run's simulators (``None``
+    when some call's price or usage is unknown)."""
+    spent = actual_spend(result, con)
+    # A rule-based judge calls no model: it has no part here, and costs nothing.
+    return total_cost(cost for cost, _ in spent.values())
+
+
 def actual_spend(result: RunResult, con: Any) -> dict[str, tuple[float | None, int | None]]:
     """What the run cost and its input tokens, by the parts a cost estimate names: each side's replays, stage 2's
-    and stage 3's calls (the audit of stage 2 with stage 3). ``None`` where a call's price or usage is unknown."""
+    and stage 3's calls (the audit of stage 2 with stage 3), and a session run's simulators. ``None`` where a call's
+    price or usage is unknown."""
     rows = con.execute(
         """
         SELECT side, list(cost_usd), CASE WHEN count(input_tokens) = count(*) THEN sum(input_tokens) END
@@ -166,6 +200,8 @@ def actual_spend(result: RunResult, con: Any) -> dict[str, tuple[float | None, i
         tokens = [s.input_tokens for s in stage3]
         known = None if None in tokens else sum(t for t in tokens if t is not None)
         spent["stage 3 judge"] = (total_cost(s.cost_usd for s in stage3), known)
+    for role, sim in result.counts.simulating.items():
+        spent[SIMULATOR_PARTS.get(role, role)] = (sim.cost_usd, sim.input_tokens)
     return spent
 
 
@@ -343,6 +379,9 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
         lines += funnel_lines(result, con)
     finally:
         con.close()
+    simulators = simulator_lines(result)
+    if simulators:
+        lines += ["", *simulators]
     checks = judge_check_lines(result)
     if checks:
         lines += ["", *checks]
@@ -409,6 +448,11 @@ def _render(result: RunResult, *, by_stratum: bool, noise_floor: str | Path | No
                 + (f"  no decision {silent}" if silent else "")
             )
         lines += ["", *spend_lines(side_spend(con, m.config.get("prices")))]
+        whole = run_cost(result, con)
+        lines.append(
+            f"run cost     {'unknown' if whole is None else f'{whole:.4f} USD'} (both sides, the judges"
+            + (", the session simulators)" if counts.simulating else ")")
+        )
         lines += estimate_lines(result, con)
         errors = con.execute("SELECT stage, count(*) FROM errors GROUP BY stage ORDER BY stage").fetchall()
     finally:

@@ -3,17 +3,20 @@
 Each shard is one Ray task (one CPU) running :func:`~delta_eval.executors.shard.run_shard` in its own event loop
 on whichever node Ray places it; every node must see the run folder at the same path (a local folder for a cluster
 on one machine, a shared file system across machines). A model's limits stay global: one Ray actor per model holds
-its :class:`~delta_eval.adapters.limits.ModelLimiter`, and every call of every shard takes its slot there (a round
-trip to the actor per call, against the provider's hundreds of milliseconds). A worker that dies mid-shard has its
-task retried by Ray (``max_retries``): the retry skips the pairs the dead one committed, takes the answers it had
-from the response cache, and the slots the dead one held are given back when the retry starts.
+its :class:`~delta_eval.adapters.limits.ModelLimiter`, and every call of every shard holds a slot taken there
+(leased a batch at a time, see :class:`RemoteLimiter`). A worker that dies mid-shard has its task retried by Ray
+(``max_retries``): the retry skips the pairs the dead one committed, takes the answers it had from the response
+cache, and the slots the dead one held are given back when the retry starts.
 
 Ray is imported only when a :class:`RayExecutor` is used: the library does not need it otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -40,85 +43,202 @@ def _ray() -> Any:
 
 
 class LimiterActor:
-    """The limiter of one model for every shard of a run (run as a Ray actor): slots are held per shard, so that a
-    shard started again after its worker died first gives back what the dead one held (:meth:`forget`)."""
+    """The limiter of one model for every shard of a run (run as a Ray actor).
+
+    Slots are held per *holder*, one per shard attempt (:meth:`open`): a shard started again after its worker died
+    opens a new holder, which gives back what the dead attempt held and any slot the actor grants it later.
+    """
 
     def __init__(self, limits: ModelLimits) -> None:
         assert limits.max_concurrency is not None
         self.limiter = ModelLimiter(limits.max_concurrency, limits.requests_per_minute, adaptive=limits.adaptive)
         self._next = 0
-        self._held: dict[int, set[int]] = {}
+        self._held: dict[str, set[int]] = {}
+        self._shard_of: dict[str, int] = {}
+        self._closed: set[str] = set()
 
-    async def acquire(self, shard: int) -> tuple[int, float]:
-        """A slot for a call of ``shard``: its token and when it was let through (for :meth:`release`)."""
-        self._next += 1
-        owner = self._next
-        ticket = await self.limiter.acquire(owner)
-        self._held.setdefault(shard, set()).add(owner)
-        return owner, ticket.sent_at
+    async def open(self, shard: int, holder: str) -> None:
+        """Start ``holder``, the slots of an attempt at ``shard``: every earlier attempt's are given back."""
+        for other, of in list(self._shard_of.items()):
+            if of == shard and other != holder:
+                await self.close(other)
+        self._shard_of[holder] = shard
+        self._held.setdefault(holder, set())
 
-    async def release(self, taken: tuple[int, float], shard: int) -> None:
-        """Give back the slot ``taken`` (what :meth:`acquire` returned)."""
-        if taken[0] in self._held.get(shard, set()):
-            self._held[shard].discard(taken[0])
-            self.limiter.release(taken[0])
+    async def acquire_many(self, holder: str, want: int) -> list[tuple[int, float]]:
+        """Slots for ``holder``: wait for one, then take up to ``want`` in all while more are free at once. Each
+        is its token and when it was let through. A holder closed meanwhile gets none (they are given back)."""
+        got: list[tuple[int, float]] = []
+        while not got or (len(got) < want and self.limiter.ready()):
+            self._next += 1
+            owner = self._next
+            ticket = await self.limiter.acquire(owner)
+            got.append((owner, ticket.sent_at))
+            if holder in self._closed:
+                for taken, _ in got:
+                    self.limiter.release(taken)
+                return []
+            self._held.setdefault(holder, set()).add(owner)
+        return got
 
-    async def forget(self, shard: int) -> None:
-        """Give back every slot ``shard`` holds (its earlier worker died holding them)."""
-        for owner in self._held.pop(shard, set()):
+    async def settle(self, holder: str, released: list[int], outcomes: list[tuple[str, Any, Any]]) -> None:
+        """What ``holder`` sends in one message: the outcomes of its calls (``("on_success" | "on_rate_limited" |
+        "observe", signal, ticket)``, in order), then the slots it gives back."""
+        for kind, signal, ticket in outcomes:
+            if kind in ("on_success", "on_rate_limited", "observe"):
+                getattr(self.limiter, kind)(signal, ticket)
+        held = self._held.get(holder, set())
+        for owner in released:
+            if owner in held:
+                held.discard(owner)
+                self.limiter.release(owner)
+
+    async def close(self, holder: str) -> None:
+        """Give back every slot ``holder`` holds; slots granted to it later are given back as they are taken."""
+        self._closed.add(holder)
+        self._shard_of.pop(holder, None)
+        for owner in self._held.pop(holder, set()):
             self.limiter.release(owner)
-
-    async def observe(self, signal: RateLimitSignal | None, ticket: Ticket | None) -> None:
-        """See :meth:`ModelLimiter.observe`."""
-        self.limiter.observe(signal, ticket)
-
-    async def on_success(self, signal: RateLimitSignal | None, ticket: Ticket | None) -> None:
-        """See :meth:`ModelLimiter.on_success`."""
-        self.limiter.on_success(signal, ticket)
-
-    async def on_rate_limited(self, signal: RateLimitSignal | None, ticket: Ticket | None) -> None:
-        """See :meth:`ModelLimiter.on_rate_limited`."""
-        self.limiter.on_rate_limited(signal, ticket)
 
     async def concurrency(self) -> int:
         """The current concurrency cap."""
         return self.limiter.concurrency
 
+    async def borrowed(self) -> int:
+        """How many slots are held now, by every holder."""
+        return sum(len(h) for h in self._held.values())
 
-@dataclass
+
+#: How many calls of a shard one slot taken from the actor may serve in turn, when the model has neither a request
+#: rate nor an adaptive cap (the slot is then only a count, so passing it on keeps the model's limit): the shard
+#: asks the actor once per this many calls. A bound, so that slots flow back and every shard gets its share.
+LEASE_REUSES = 16
+#: The most slots a shard asks the actor for in one message.
+LEASE_BATCH = 64
+#: Seconds a shard gathers the slots it gives back and its calls' outcomes before sending them in one message.
+SETTLE_S = 0.005
+
+
+@dataclass(slots=True)
+class _Lease:
+    owner: int
+    sent_at: float
+    uses: int
+
+
 class RemoteLimiter:
-    """A model's limiter as one shard sees it: each slot is taken from the model's :class:`LimiterActor`; outcomes
-    are sent to it without waiting."""
+    """A model's limiter as one shard sees it: slots leased from the model's :class:`LimiterActor`.
 
-    actor: Any
-    shard: int
+    A round trip to the actor per call would cost more CPU than the call's own HTTP work, so the shard asks for as
+    many slots as it has calls waiting in one message, passes a slot from one of its calls to the next waiting one
+    (up to :data:`LEASE_REUSES` calls, only where the slot is a mere count), and sends the slots it gives back and
+    the outcomes the actor adapts to every :data:`SETTLE_S` seconds in one message. Never more calls in flight
+    than the actor's cap: a slot serves one call at a time.
+
+    Ray's object refs are awaited on asyncio, the shard's event loop.
+    """
+
+    def __init__(self, actor: Any, holder: str, limits: ModelLimits) -> None:
+        self.actor = actor
+        self.holder = holder
+        self.reuses = LEASE_REUSES if limits.requests_per_minute is None and not limits.adaptive else 1
+        self.reports = limits.adaptive  # a model that does not adapt takes nothing from its calls' outcomes
+        self._waiters: deque[asyncio.Future[_Lease]] = deque()
+        self._fetcher: asyncio.Task[None] | None = None
+        self._released: list[int] = []
+        self._outcomes: list[tuple[str, Any, Any]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Ticket]:
-        """A slot from the actor, held for one call."""
-        ref = self.actor.acquire.remote(self.shard)
+        """A slot (leased from the actor, or passed on from a call of this shard that ended), held for one call."""
+        lease = await self._take()
         try:
-            taken = await ref
-        except BaseException:
-            # Cancelled while the actor was admitting it: the slot is given back once it is taken.
-            self.actor.release.remote(ref, self.shard)
-            raise
-        try:
-            yield Ticket(taken[1])
+            yield Ticket(lease.sent_at)
         finally:
-            self.actor.release.remote(taken, self.shard)
+            lease.uses -= 1
+            self._give_back(lease)
 
     def observe(self, signal: RateLimitSignal | None, ticket: Ticket | None = None) -> None:
-        """Send the call's rate-limit headers to the actor."""
-        self.actor.observe.remote(signal, ticket)
+        """Send the call's rate-limit headers to the actor (with the next message)."""
+        self._report("observe", signal, ticket)
 
     def on_success(self, signal: RateLimitSignal | None = None, ticket: Ticket | None = None) -> None:
-        """Send a success to the actor."""
-        self.actor.on_success.remote(signal, ticket)
+        """Send a success to the actor (with the next message)."""
+        self._report("on_success", signal, ticket)
 
     def on_rate_limited(self, signal: RateLimitSignal | None = None, ticket: Ticket | None = None) -> None:
-        """Send a 429 to the actor."""
-        self.actor.on_rate_limited.remote(signal, ticket)
+        """Send a 429 to the actor (with the next message)."""
+        self._report("on_rate_limited", signal, ticket)
+
+    async def aclose(self) -> None:
+        """Give every slot back and send what is gathered: the shard is done with this model."""
+        self._closed = True
+        if self._fetcher is not None and not self._fetcher.done():
+            self._fetcher.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        outcomes, self._outcomes, self._released = self._outcomes, [], []
+        await self.actor.settle.remote(self.holder, [], outcomes)
+        await self.actor.close.remote(self.holder)
+
+    async def _take(self) -> _Lease:
+        if self._closed:
+            raise RuntimeError(f"the limiter of {self.holder} is closed: its shard is done with the model")
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[_Lease] = loop.create_future()
+        self._waiters.append(waiter)
+        if self._fetcher is None or self._fetcher.done():
+            self._fetcher = loop.create_task(self._fetch())
+        try:
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._give_back(waiter.result())  # handed a slot just as it was cancelled: pass it on
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    async def _fetch(self) -> None:
+        """Ask the actor for slots while calls wait for one."""
+        try:
+            while self._waiters and not self._closed:
+                want = min(len(self._waiters), LEASE_BATCH)
+                for owner, sent_at in await self.actor.acquire_many.remote(self.holder, want):
+                    self._give_back(_Lease(owner, sent_at, self.reuses))
+        except Exception as exc:  # the actor is gone: every waiting call fails with why
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(exc)
+
+    def _give_back(self, lease: _Lease) -> None:
+        """Pass ``lease`` to the next waiting call while it has uses left, else give it back to the actor."""
+        while lease.uses > 0 and self._waiters and not self._closed:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(lease)
+                return
+        self._released.append(lease.owner)
+        self._schedule()
+
+    def _report(self, kind: str, signal: RateLimitSignal | None, ticket: Ticket | None) -> None:
+        if self.reports and not self._closed:
+            self._outcomes.append((kind, signal, ticket))
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if self._timer is None and not self._closed:
+            self._timer = asyncio.get_running_loop().call_later(SETTLE_S, self._settle)
+
+    def _settle(self) -> None:
+        self._timer = None
+        released, self._released = self._released, []
+        outcomes, self._outcomes = self._outcomes, []
+        if released or outcomes:
+            self.actor.settle.remote(self.holder, released, outcomes)
 
 
 @dataclass(frozen=True)
@@ -135,8 +255,9 @@ class RayLimiters:
         if actor is None:
             return SplitLimiters(self.shards)(model, limits)
         ray = _ray()
-        ray.get(actor.forget.remote(self.shard))  # before this shard's first call
-        return RemoteLimiter(actor, self.shard)
+        holder = f"{self.shard}-{uuid.uuid4().hex}"
+        ray.get(actor.open.remote(self.shard, holder))  # before this shard's first call
+        return RemoteLimiter(actor, holder, limits)
 
 
 class RayExecutor(Executor):

@@ -14,6 +14,7 @@ import time
 import anyio
 
 from delta_eval.executors.base import COUNTERS, Shard, ShardReport
+from delta_eval.executors.live import publish
 from delta_eval.ingest.source import ConversationSource
 from delta_eval.interrupts import handle_signals
 from delta_eval.pipeline import Stages, run_stages
@@ -64,7 +65,11 @@ async def arun_shard(shard: Shard) -> ShardReport:
                 c, source, folder, state, progress, models.recordings, None, last_commit=time.monotonic(),
                 conversations=shard.conversations,
             )  # fmt: skip
-            await run_stages(stages, shard.sample, models.sides, models.cascade)
+            async with anyio.create_task_group() as tg:
+                # The counters the session shows while the shards run (see delta_eval.executors.live).
+                tg.start_soon(publish, folder.path, shard.session, shard.index, progress, models.pool.stats)
+                await run_stages(stages, shard.sample, models.sides, models.cascade)
+                tg.cancel_scope.cancel()
             report = ShardReport(
                 shard.index,
                 counters={name: getattr(progress, name) for name in COUNTERS},

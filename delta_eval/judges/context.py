@@ -38,12 +38,15 @@ class JudgeContext:
     - ``prices``: the run's price overrides (see :func:`cost_of`).
     - ``seed``: the run's seed, for judges that draw anything at random.
     - ``match``: the run's deterministic matching tolerances.
+    - ``rubric``: the Markdown rubric of a stage-3 judge given none (``None``: the package's; a session run's is
+      :data:`~delta_eval.judges.session.SESSION_RUBRIC`).
     """
 
     pool: ModelPool = field(default_factory=ModelPool)
     prices: Mapping[str, Price] = field(default_factory=dict)
     seed: int = 0
     match: MatchOptions = DEFAULT_MATCH
+    rubric: str | None = None
 
     def client(
         self, model: str, options: Mapping[str, Any] | None = None, limits: ModelLimits | None = None

@@ -28,6 +28,7 @@ from delta_eval.schema import (
     Replay,
     ReplayPoint,
     Side,
+    SimulatorCall,
     Step,
     ToolCall,
     TurnOutput,
@@ -54,11 +55,13 @@ def recorded_replay(point: ReplayPoint) -> Replay:
 
 @dataclass(frozen=True)
 class SideReplay:
-    """One side's replay of a point, the request it started from (what a judge is shown), and its error row."""
+    """One side's replay of a point, the request it started from (what a judge is shown), its error row, and in a
+    session the calls its simulators made (rows of ``simulator_calls``)."""
 
     replay: Replay
     request: ModelRequest | None = None
     error: ErrorRecord | None = None
+    simulator_calls: tuple[SimulatorCall, ...] = ()
 
 
 class SupportsReplay(Protocol):

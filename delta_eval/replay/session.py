@@ -18,8 +18,11 @@ recorded results of that tool (cached; marked ``llm``), else the failure result 
 
 A session is stored as one :class:`~delta_eval.schema.Replay` per side: its ``output`` is the whole transcript
 (each agent turn's steps, the user's answer on the turn's last step), ``finish_reason`` how it ended
-(:data:`SESSION_ENDS`), usage, cost and latency summed over its agent turns. The recorded rest of the conversation,
-in the same shape, is the point's ``recorded`` output.
+(:data:`SESSION_ENDS`), usage, cost and latency summed over its agent turns, and each turn's deterministic checks
+added up (:func:`session_checks`). The calls of the user simulator and the LLM tool simulator are not the side's:
+they are rows of ``simulator_calls`` (:class:`~delta_eval.replay.simulator_log.SimulatorLog`, on the side's
+:class:`~delta_eval.replay.engine.SideReplay`). The recorded rest of the conversation, in the same shape, is the
+point's ``recorded`` output.
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ from delta_eval.adapters.client import ModelClient
 from delta_eval.calls import ModelRequest
 from delta_eval.exceptions import ProviderError
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions, calls_equivalent
-from delta_eval.pricing import Spend
+from delta_eval.pricing import Price, Spend
+from delta_eval.replay.checks import MAX_PROBLEMS
 from delta_eval.replay.engine import Replayer, SideReplay
 from delta_eval.replay.points import _turn
+from delta_eval.replay.simulator_log import SimulatorLog
 from delta_eval.replay.tools import ToolContext, ToolSimulator, diverged_content, run_simulator
 from delta_eval.replay.user_simulator import UserSimulator, UserTurn, parse_reply
 from delta_eval.schema import (
@@ -60,9 +65,13 @@ __all__ = [
     "SessionReplayer",
     "SessionTools",
     "recorded_calls",
+    "recorded_turn_points",
+    "session_checks",
     "session_point",
     "session_turns",
+    "tool_prompt",
     "transcript",
+    "transcript_messages",
 ]
 
 #: How a session ends: the user said the stop token; the agent called a stop tool; the turn cap; the side left the
@@ -162,6 +171,37 @@ def session_point(conversation: Conversation, start: int = 1) -> ReplayPoint | N
     )
 
 
+def recorded_turn_points(point: ReplayPoint, max_turns: int | None = None) -> list[tuple[ReplayPoint, Step | None]]:
+    """The agent turns of the session of ``point`` as the recording has them (at most ``max_turns``), each as the
+    turn-level point a side on the recording is asked (the opening and the recorded transcript before it as its
+    context), with the step carrying the recorded user's answer to it (``None``: nobody answered)."""
+    messages: list[Message] = list(point.context)
+    out: list[tuple[ReplayPoint, Step | None]] = []
+    for k, (turn, answered) in enumerate(session_turns(point.recorded)[:max_turns]):
+        turn_point = ReplayPoint(
+            pair_id=f"{point.pair_id}/t{k}",
+            conversation_id=point.conversation_id,
+            turn_index=point.turn_index + k,
+            message_index=len(messages),
+            epoch=point.epoch,
+            context=tuple(messages),
+            recorded=turn,
+            tools=point.tools,
+            metadata=point.metadata,
+        )
+        out.append((turn_point, answered))
+        messages += _messages(turn)
+        if answered is not None and answered.user is not None:
+            messages.append(Message(role="user", content=answered.user))
+    return out
+
+
+def transcript_messages(out: TurnOutput) -> list[Message]:
+    """The messages a session transcript (or one turn) adds to its conversation: the assistant's, its tools'
+    results and the user's answers."""
+    return _messages(out, users=True)
+
+
 def recorded_calls(point: ReplayPoint) -> list[tuple[ToolCall, str]]:
     """Every tool call recorded in the conversation of a session point (opening and recorded transcript), with its
     result, in order."""
@@ -185,6 +225,20 @@ is in <call>. Answer with only the result the tool would return, in the format o
 succeed (unknown identifiers, invalid arguments), return the error the tool would return."""
 
 
+def tool_prompt(call: ToolCall, spec: Mapping[str, Any] | None, recorded: Sequence[tuple[ToolCall, str]]) -> str:
+    """What the LLM tool simulator is asked for ``call`` (after :data:`TOOL_INSTRUCTIONS`): the tool's ``spec``,
+    up to three results of the tool in ``recorded`` (the conversation's calls and results) as examples, the call."""
+    examples = [json.dumps({"arguments": c.parsed_arguments, "result": r}, ensure_ascii=False, default=str)
+                for c, r in recorded if c.name == call.name][:3]  # fmt: skip
+    return "\n\n".join(
+        [
+            section("tool", escape(json.dumps(spec or {"name": call.name}, ensure_ascii=False))),
+            section("examples", escape("\n".join(examples)) or "(none recorded)"),
+            section("call", escape(json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False))),
+        ]
+    )
+
+
 @dataclass
 class SessionTools:
     """The tool simulator of one side's session (see the module docstring); built per session by
@@ -196,7 +250,8 @@ class SessionTools:
     tools: Mapping[str, Any] = field(default_factory=dict)
     match: MatchOptions = DEFAULT_MATCH
     namespace: str = ""
-    spend: Spend = field(default_factory=Spend)
+    log: SimulatorLog | None = None
+    prices: Mapping[str, Price] | None = None
     _used: set[int] = field(default_factory=set)
 
     async def __call__(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
@@ -214,26 +269,18 @@ class SessionTools:
 
     async def _llm(self, call: ToolCall) -> ToolResult:
         assert self.llm is not None
-        spec = self.tools.get(call.name)
-        examples = [json.dumps({"arguments": c.parsed_arguments, "result": r}, ensure_ascii=False, default=str)
-                    for c, r in self.recorded if c.name == call.name][:3]  # fmt: skip
-        body = "\n\n".join(
-            [
-                section("tool", escape(json.dumps(spec or {"name": call.name}, ensure_ascii=False))),
-                section("examples", escape("\n".join(examples)) or "(none recorded)"),
-                section(
-                    "call", escape(json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False))
-                ),
-            ]
-        )
+        body = tool_prompt(call, self.tools.get(call.name), self.recorded)
         request = ModelRequest(
             model=self.llm.model,
             messages=(Message(role="system", content=TOOL_INSTRUCTIONS), Message(role="user", content=body)),
         )
-        result = await self.llm.generate(request, namespace=f"tool:{self.namespace}")
-        r = result.response
-        self.spend.add(r.usage, cost_usd=None, latency_ms=r.latency_ms, cached=result.cached)
-        return ToolResult(call_id=call.id, name=call.name, content=r.message.content or "", source="llm")
+        namespace = f"tool:{self.namespace}"
+        result = await self.llm.generate(request, namespace=namespace)
+        if self.log is not None:
+            key = request.cache_key(namespace=namespace)
+            self.log.add("tool_simulator", call.name, self.llm, key, result, self.prices)
+        content = result.response.message.content or ""
+        return ToolResult(call_id=call.id, name=call.name, content=content, source="llm")
 
 
 @dataclass
@@ -256,9 +303,12 @@ class SessionReplayer:
     stop_tools: tuple[str, ...] = ()
     custom_tools: ToolSimulator | None = None
     tool_model: ModelClient | None = None
+    #: Prices of the simulators' models, overriding the catalogue's (the run's ``prices``).
+    prices: Mapping[str, Price] | None = None
 
     async def replay(self, point: ReplayPoint, side: Side) -> SideReplay:
         """The session of ``point`` on this side; a failure ends it with an error row, never an exception."""
+        log = SimulatorLog(point, side)
         sim = SessionTools(
             recorded_calls(point),
             self.custom_tools,
@@ -266,13 +316,16 @@ class SessionReplayer:
             {t.name: t.model_dump() for t in point.tools},
             self.turns.match,
             namespace=f"{point.conversation_id}@{point.epoch}",
+            log=log,
+            prices=self.prices,
         )
         turns = replace(self.turns, simulator=sim)
         recorded = session_turns(point.recorded)
         messages: list[Message] = list(point.context)
         steps: list[Step] = []
-        spend, user_spend = Spend(), Spend()
+        spend = Spend()
         first: SideReplay | None = None
+        rolled: list[Replay] = []  # each agent turn's replay, with its deterministic checks
         last: SideReplay | None = None
         end = "turn_cap"
         on_recording = True
@@ -294,6 +347,7 @@ class SessionReplayer:
             done = await turns.replay(turn_point, side)
             first = first or done
             last = done
+            rolled.append(done.replay)
             r = done.replay
             spend.add(r.usage, cost_usd=r.cost_usd, latency_ms=r.latency_ms)
             spend.calls += r.model_calls - 1  # add() counted one call for the turn
@@ -313,14 +367,14 @@ class SessionReplayer:
             if k == self.max_turns - 1:
                 break  # the cap: nobody answers the last turn
             try:
-                said = await self._answer(point, rec_user, on_recording, messages, user_spend, goal)
+                said = await self._answer(point, rec_user, on_recording, messages, log, goal)
             except (ProviderError, KeyError) as exc:
                 error, end = exc, "error"
                 break
             if isinstance(said, str):  # the goal, now known
                 goal = said
                 try:
-                    said = await self._answer(point, rec_user, on_recording, messages, user_spend, goal)
+                    said = await self._answer(point, rec_user, on_recording, messages, log, goal)
                 except ProviderError as exc:
                     error, end = exc, "error"
                     break
@@ -336,7 +390,11 @@ class SessionReplayer:
             if said.stop:
                 end = "user_stop"
                 break
-        return self._done(point, side, steps, spend, user_spend, end, first, last, error)
+        failed = error is not None or last is None or last.replay.error is not None
+        # On the recording to the end: every recorded turn made again, none left out.
+        whole = on_recording and len(rolled) == len(recorded)
+        checks = {} if failed else session_checks(rolled, whole)
+        return self._done(point, side, steps, spend, log, end, first, last, error, checks)
 
     async def _answer(
         self,
@@ -344,7 +402,7 @@ class SessionReplayer:
         recorded: Step | None,
         on_recording: bool,
         messages: list[Message],
-        spend: Spend,
+        log: SimulatorLog,
         goal: str | None,
     ) -> UserTurn | str:
         """The user's next message; the goal (a string) when the simulator needs it first."""
@@ -357,8 +415,8 @@ class SessionReplayer:
             return UserTurn(None, "recorded", stop=recorded is None and on_recording)
         if goal is None:
             whole = [*point.context, *_messages(point.recorded, users=True)]
-            return await self.user.goal_of(point, whole, spend)
-        return await self.user.reply(point, goal, messages, spend)
+            return await self.user.goal_of(point, whole, log)
+        return await self.user.reply(point, goal, messages, log)
 
     def _done(
         self,
@@ -366,11 +424,12 @@ class SessionReplayer:
         side: Side,
         steps: list[Step],
         spend: Spend,
-        user_spend: Spend,
+        log: SimulatorLog,
         end: str,
         first: SideReplay | None,
         last: SideReplay | None,
         error: Exception | None,
+        checks: dict[str, Any],
     ) -> SideReplay:
         output = TurnOutput(steps=tuple(steps))
         base = last.replay if last is not None else None
@@ -398,6 +457,7 @@ class SessionReplayer:
             cached_calls=spend.cached_calls,
             served_model=base.served_model if base is not None else None,
             finished_at=datetime.now(UTC),
+            **checks,
             error=message if failed else None,
             error_type=(type(error).__name__ if error is not None else base.error_type if base is not None else None)
             if failed
@@ -415,7 +475,32 @@ class SessionReplayer:
             )
         elif last is not None and last.error is not None:
             row = last.error.model_copy(update={"pair_id": point.pair_id, "record": point.pair_id})
-        return SideReplay(replay, first.request if first is not None else None, row)
+        return SideReplay(replay, first.request if first is not None else None, row, tuple(log.calls))
+
+
+def session_checks(turns: Sequence[Replay], on_recording: bool) -> dict[str, Any]:
+    """The deterministic checks of a session's agent turns (:mod:`delta_eval.replay.checks`, run on each turn
+    against its recorded turn) as the session's own, so that the decision's check rates and gates count sessions:
+    ``invalid_tool_calls`` their number over every turn, with each problem prefixed by its turn; ``text_instead_of_
+    action`` and ``no_decision`` whether any turn did so; ``matches_recorded`` whether the side stayed on the
+    recording to its end (``on_recording``: every recorded turn made again with the recorded calls).
+
+    Example:
+        >>> t = [Replay(pair_id="p", conversation_id="c", turn_index=k, side="candidate", variant="v", model="m",
+        ...             output=TurnOutput(), finish_reason="stop", invalid_tool_calls=k,
+        ...             tool_call_problems=("f: no such tool",) * k, no_decision=False) for k in range(3)]
+        >>> c = session_checks(t, on_recording=False)
+        >>> c["invalid_tool_calls"], c["tool_call_problems"][0], c["no_decision"], c["matches_recorded"]
+        (3, 'turn 2: f: no such tool', False, False)
+    """
+    problems = [f"turn {k + 1}: {p}" for k, r in enumerate(turns) for p in r.tool_call_problems]
+    return {
+        "invalid_tool_calls": sum(r.invalid_tool_calls for r in turns),
+        "tool_call_problems": tuple(problems[:MAX_PROBLEMS]),
+        "matches_recorded": on_recording,
+        "text_instead_of_action": any(r.text_instead_of_action for r in turns),
+        "no_decision": any(bool(r.no_decision) for r in turns),
+    }
 
 
 def _messages(out: TurnOutput, *, users: bool = False) -> list[Message]:

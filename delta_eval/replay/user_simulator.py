@@ -40,11 +40,21 @@ from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.simulated_user import STOP
 from delta_eval.calls import ModelRequest
 from delta_eval.paths import MISSING, get_path
-from delta_eval.pricing import Price, Spend, cost, price_for
+from delta_eval.pricing import Price
+from delta_eval.replay.simulator_log import SimulatorLog
 from delta_eval.schema import Message, ReplayPoint, UserSource
 from delta_eval.tagged import section, segment
 
-__all__ = ["STOP", "USER_INSTRUCTIONS", "UserSimulator", "UserTurn", "render_transcript"]
+__all__ = [
+    "STOP",
+    "SUMMARY_INSTRUCTIONS",
+    "USER_INSTRUCTIONS",
+    "UserSimulator",
+    "UserTurn",
+    "render_transcript",
+    "reply_prompt",
+    "summary_prompt",
+]
 
 USER_INSTRUCTIONS = f"""You play the customer in a conversation with a customer-service agent, to test the agent.
 Your goal and what you know are in <goal>; the conversation so far is in <transcript>.
@@ -84,6 +94,18 @@ def render_transcript(messages: Sequence[Message]) -> str:
     return section("transcript", "\n".join(segment(who, text) for who, text in _visible(messages)))
 
 
+def summary_prompt(recorded: Sequence[Message]) -> str:
+    """What the user simulator's model is asked (after :data:`SUMMARY_INSTRUCTIONS`) to summarise the user's goal
+    from: the user-visible messages of the recorded conversation."""
+    return section("conversation", "\n".join(segment(w, t) for w, t in _visible(recorded)))
+
+
+def reply_prompt(goal: str, messages: Sequence[Message]) -> str:
+    """What the user simulator's model is asked (after :data:`USER_INSTRUCTIONS`) for the user's next message: the
+    goal and the user-visible transcript of ``messages``."""
+    return "\n\n".join([section("goal", goal), render_transcript(messages)])
+
+
 def parse_reply(text: str | None) -> tuple[str | None, bool]:
     """The user's message without the stop token, and whether it ended the session.
 
@@ -120,21 +142,20 @@ class UserSimulator:
             conversation_id=conversation_id,
         )
 
-    async def goal_of(self, point: ReplayPoint, recorded: Sequence[Message], spend: Spend) -> str:
+    async def goal_of(self, point: ReplayPoint, recorded: Sequence[Message], log: SimulatorLog) -> str:
         """The user's goal in the session of ``point``: its metadata field, else a summary of ``recorded`` (the
-        whole recorded conversation). Raises ``KeyError`` naming a missing field, ``ProviderError`` from the
-        model."""
+        whole recorded conversation; the call is recorded in ``log``). Raises ``KeyError`` naming a missing field,
+        ``ProviderError`` from the model."""
         if self.goal is not None:
             value = get_path(point.metadata, self.goal)
             if value is MISSING or value is None or value == "":
                 raise KeyError(f"conversation {point.conversation_id} has no {self.goal!r} (the user's goal)")
             return str(value)
-        conversation = section("conversation", "\n".join(segment(w, t) for w, t in _visible(recorded)))
-        request = self._request(SUMMARY_INSTRUCTIONS, conversation, point.conversation_id)
-        result = await self._generate(request, f"goal:{self.seed}:{point.conversation_id}", spend)
+        request = self._request(SUMMARY_INSTRUCTIONS, summary_prompt(recorded), point.conversation_id)
+        result = await self._generate(request, f"goal:{self.seed}:{point.conversation_id}", log, "goal")
         return result or ""
 
-    async def _generate(self, request: ModelRequest, namespace: str, spend: Spend) -> str | None:
+    async def _generate(self, request: ModelRequest, namespace: str, log: SimulatorLog, purpose: str) -> str | None:
         assert self.client is not None
         # Both sides of a session ask the same question while their transcripts are the same, often at once: the
         # second waits for the first's answer and finds it in the response cache, instead of paying for it again.
@@ -150,16 +171,14 @@ class UserSimulator:
                 del self._asking[key]
             else:
                 self._asking[key] = (lock, waiting - 1)
-        r = result.response
-        price = price_for(self.client.model, self.prices, info=self.client.adapter.info)
-        spend.add(r.usage, cost_usd=cost(r.usage, price), latency_ms=r.latency_ms, cached=result.cached)
-        return r.message.content
+        log.add("user_simulator", purpose, self.client, key, result, self.prices)
+        return result.response.message.content
 
-    async def reply(self, point: ReplayPoint, goal: str, messages: Sequence[Message], spend: Spend) -> UserTurn:
-        """The simulated user's next message after ``messages`` (the session so far, opening included)."""
-        body = "\n\n".join([section("goal", goal), render_transcript(messages)])
-        request = self._request(USER_INSTRUCTIONS, body, point.conversation_id)
+    async def reply(self, point: ReplayPoint, goal: str, messages: Sequence[Message], log: SimulatorLog) -> UserTurn:
+        """The simulated user's next message after ``messages`` (the session so far, opening included; the call is
+        recorded in ``log``)."""
+        request = self._request(USER_INSTRUCTIONS, reply_prompt(goal, messages), point.conversation_id)
         # Keyed by the session, not the side: the same transcript gets the same answer on both sides.
-        text = await self._generate(request, f"user:{self.seed}:{point.conversation_id}@{point.epoch}", spend)
+        text = await self._generate(request, f"user:{self.seed}:{point.conversation_id}@{point.epoch}", log, "reply")
         said, stop = parse_reply(text)
         return UserTurn(said, "simulated", stop)

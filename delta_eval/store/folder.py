@@ -6,7 +6,7 @@ Layout::
       manifest.json            config, versions, seed, start/end, status, counts (see manifest.py)
       replays/part-000001.parquet
       verdicts/part-000001.parquet
-      judgements/ errors/ conversations/ strata/
+      judgements/ simulator_calls/ errors/ conversations/ strata/
       media/                   the bytes of each distinct media part, once (see media.py)
       _commits/000001.json     the files of batch 1: a batch counts only once its commit file exists; it also
                                carries the run's identity, so a damaged manifest is rebuilt from the commits
@@ -15,6 +15,7 @@ Layout::
       .lock                    held (an OS lock) by the one process writing the folder
       .commit-lock             held while a batch is numbered, when several processes (a run's shards) commit
       _sent/2                  one byte per model call session 2 sent (see sent.py)
+      _progress/2-0.json       live counters of shard 0 of session 2, while a sharded session runs (live_files.py)
       .reserve                 space set aside for the manifest's last write on a full disk (see session.py)
 
 Nothing is written or deleted through a symbolic link inside the folder (see :mod:`delta_eval.store.safe_paths`).
@@ -55,6 +56,7 @@ from delta_eval.exceptions import RunFolderChangedError, RunFolderError, RunFold
 from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.schema import SampledConversation
 from delta_eval.store import safe_paths
+from delta_eval.store.live_files import PROGRESS_DIR, remove_progress
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.media import restore_media, split_media
 from delta_eval.store.sent import SENT_DIR, remove_journals
@@ -78,7 +80,7 @@ __all__ = [
 ]
 
 #: The datasets that hold rows of pairs: one candidate's are its pairs' (:meth:`RunFolder.read_candidate`).
-PER_PAIR = ("verdicts", "replays", "judgements", "errors")
+PER_PAIR = ("verdicts", "replays", "judgements", "simulator_calls", "errors")
 
 MANIFEST = "manifest.json"
 MARKER = ".delta_eval"
@@ -96,7 +98,8 @@ _COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
 _COMMITTED = re.compile(r"^\d{6}\.json$")
 _COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
 #: What the library writes or deletes in a run folder, by name: none of them may be a symbolic link.
-WRITTEN = (_LOCK, COMMIT_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, SENT_DIR, *DATASETS, "analysis", "report.html")
+WRITTEN = (_LOCK, COMMIT_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, SENT_DIR, PROGRESS_DIR, *DATASETS, "analysis",
+           "report.html")  # fmt: skip
 #: The fields of a manifest that identify its run, kept in every commit record (see :attr:`RunFolder.header`).
 HEADER_FIELDS = frozenset(RunManifest.model_fields) - {
     "status", "stopped_early", "failure", "ended_at", "sessions", "batches", "counts", "notes", "estimate"
@@ -455,7 +458,7 @@ class RunFolder:
         run's identity from the last commit record that carries it, the counts from the committed rows. What only
         the manifest held (earlier sessions, what reading and sampling found) is lost, and its notes say so.
         ``None`` when no intact commit carries the run's identity (commits written before they did)."""
-        from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, RunCounts
+        from delta_eval.store.manifest import JUDGEMENT_COLUMNS, SIMULATOR_COLUMNS, VERDICT_COLUMNS, RunCounts
 
         commits = self.commits()
         headers = [c["run"] for c in commits if isinstance(c.get("run"), dict)]
@@ -468,7 +471,7 @@ class RunFolder:
         manifest.batches = max((int(c["batch"]) for c in commits), default=0)
         manifest.counts = RunCounts.tally(
             self.read("verdicts", VERDICT_COLUMNS), self.read("errors", ["stage"]),
-            self.read("judgements", JUDGEMENT_COLUMNS),
+            self.read("judgements", JUDGEMENT_COLUMNS), self.read("simulator_calls", SIMULATOR_COLUMNS),
         )  # fmt: skip
         manifest.notes.append(
             f"{REBUILT_NOTE} from {len(commits)} commit files: its {MANIFEST} was damaged ({problem[:200]}); earlier "
@@ -599,6 +602,7 @@ class RunFolder:
         for f in removed:
             safe_paths.unlink(self.path, f)
         removed += remove_journals(self.path)
+        removed += remove_progress(self.path)
         for name in (*DATASETS, _COMMITS):
             folder = self.path / name
             if folder.is_dir() and not any(folder.iterdir()):

@@ -104,9 +104,10 @@ class Session(_Model):
 
 
 class StageSpend(_Model):
-    """The judge calls of one stage (``equivalence``, ``judge``, or ``audit``: stage-3 calls auditing stage 2): the
-    pairs they were made for, the calls and failed calls, tokens (``None`` when some call reported no usage),
-    dollars (``None`` when some call's price or usage is unknown) and the median latency of a call."""
+    """The judge calls of one stage (``equivalence``, ``judge``, or ``audit``: stage-3 calls auditing stage 2), or
+    a session simulator's calls (``user_simulator``, ``tool_simulator``): the pairs they were made for, the calls
+    and failed calls, tokens (``None`` when some call reported no usage), dollars (``None`` when some call's price
+    or usage is unknown) and the median latency of a call."""
 
     pairs: int = 0
     calls: int = 0
@@ -148,6 +149,9 @@ def _known_sum(values: Iterable[int | None]) -> int | None:
 #: The judgements columns :meth:`RunCounts.tally` reads.
 JUDGEMENT_COLUMNS = ["pair_id", "stage", "audit", "answer", "input_tokens", "output_tokens", "reasoning_tokens",
                      "cost_usd", "latency_ms"]  # fmt: skip
+#: The simulator_calls columns :meth:`RunCounts.tally` reads.
+SIMULATOR_COLUMNS = ["pair_id", "role", "request_key", "input_tokens", "output_tokens", "reasoning_tokens",
+                     "cost_usd", "latency_ms"]  # fmt: skip
 #: The verdicts columns :meth:`RunCounts.tally` reads.
 VERDICT_COLUMNS = ["stage", "outcome", "conversation_id", "orders_agree", "audit_outcome", "details"]
 
@@ -175,6 +179,7 @@ class RunCounts(_Model):
     errors_by_stage: dict[str, int] = Field(default_factory=dict)
     calls: CallStats = Field(default_factory=CallStats)
     judging: dict[str, StageSpend] = Field(default_factory=dict)
+    simulating: dict[str, StageSpend] = Field(default_factory=dict)
     orders_compared: int = 0
     orders_disagree: int = 0
     one_order: int = 0
@@ -182,15 +187,24 @@ class RunCounts(_Model):
     audit_found_difference: int = 0
 
     @classmethod
-    def tally(cls, verdicts: pa.Table, errors: pa.Table, judgements: pa.Table | None = None, **read: Any) -> RunCounts:
-        """The counts of a run's ``verdicts`` (:data:`VERDICT_COLUMNS`), ``errors`` (``stage``) and ``judgements``
-        (:data:`JUDGEMENT_COLUMNS`), with what reading and sampling found (``read``, ``sampled``, ...).
+    def tally(
+        cls,
+        verdicts: pa.Table,
+        errors: pa.Table,
+        judgements: pa.Table | None = None,
+        simulator_calls: pa.Table | None = None,
+        **read: Any,
+    ) -> RunCounts:
+        """The counts of a run's ``verdicts`` (:data:`VERDICT_COLUMNS`), ``errors`` (``stage``), ``judgements``
+        (:data:`JUDGEMENT_COLUMNS`) and ``simulator_calls`` (:data:`SIMULATOR_COLUMNS`), with what reading and
+        sampling found (``read``, ``sampled``, ...).
 
-        ``judging`` is the judge calls per stage; ``orders_compared`` / ``orders_disagree`` the pairs stage 3 judged
-        in both orders (audits included) and those whose orders disagreed; ``one_order`` the pairs meant to be
-        judged in both orders that only one order answered; ``audited`` /
-        ``audit_found_difference`` the stage-2 "equivalent" pairs audited by stage 3, and those where stage 3
-        preferred one side (a false equivalence).
+        ``judging`` is the judge calls per stage; ``simulating`` the session simulators' calls per role, each request
+        once (both sides asking the same question were answered by one call); ``orders_compared`` / ``orders_disagree``
+        the pairs stage 3 judged in both orders (audits included) and those whose orders disagreed; ``one_order`` the
+        pairs meant to be judged in both orders that only one order answered; ``audited`` / ``audit_found_difference``
+        the stage-2 "equivalent" pairs audited by stage 3, and those where stage 3 preferred one side (a false
+        equivalence).
         """
         stages = errors.column("stage").to_pylist()
         names = set(verdicts.column_names)
@@ -203,6 +217,12 @@ class RunCounts(_Model):
             for stage in ("equivalence", "judge", "audit")
             if (own := [r for r in rows if ("audit" if r["audit"] else r["stage"]) == stage])
         }
+        asked: dict[str, list[dict[str, Any]]] = {}
+        seen: set[tuple[str, str]] = set()
+        for r in simulator_calls.to_pylist() if simulator_calls is not None else []:
+            if (r["role"], r["request_key"]) not in seen:
+                seen.add((r["role"], r["request_key"]))
+                asked.setdefault(r["role"], []).append({**r, "answer": "ok"})  # a failed call ends its session
         return cls(
             **read,
             pairs=verdicts.num_rows,
@@ -212,6 +232,7 @@ class RunCounts(_Model):
             errors=len(stages),
             errors_by_stage=dict(Counter(stages)),
             judging=judging,
+            simulating={role: StageSpend.of(rows) for role, rows in sorted(asked.items())},
             orders_compared=sum(a is not None for a in agree),
             orders_disagree=sum(a is False for a in agree),
             one_order=sum('"one_order"' in (d or "") for d in details),

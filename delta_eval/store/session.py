@@ -30,7 +30,15 @@ from delta_eval.fingerprint import comparable
 from delta_eval.store import safe_paths
 from delta_eval.store.cache import SQLiteCache, refuse_linked_cache
 from delta_eval.store.folder import HEADER_FIELDS, REBUILT_NOTE, RESERVE, WRITTEN, Damage, RunFolder
-from delta_eval.store.manifest import JUDGEMENT_COLUMNS, VERDICT_COLUMNS, CacheStats, RunCounts, RunManifest, RunStatus
+from delta_eval.store.manifest import (
+    JUDGEMENT_COLUMNS,
+    SIMULATOR_COLUMNS,
+    VERDICT_COLUMNS,
+    CacheStats,
+    RunCounts,
+    RunManifest,
+    RunStatus,
+)
 from delta_eval.store.sent import SentJournal, sent_by
 
 #: The space :meth:`FolderSession._reserve` sets aside: many times a manifest's size.
@@ -297,6 +305,7 @@ class FolderSession:
             self.folder.read("verdicts", VERDICT_COLUMNS),
             self.folder.read("errors", ["stage"]),
             self.folder.read("judgements", JUDGEMENT_COLUMNS),
+            self.folder.read("simulator_calls", SIMULATOR_COLUMNS),
             **read,
         )
         cache = CacheStats(hits=self.cache.hits, misses=self.cache.misses, writes=self.cache.writes)

@@ -3,6 +3,8 @@
 - ``replays``: three rows a pair (baseline, candidate, and the recorded production turn), steps as nested lists;
 - ``verdicts``: one row a pair, with the stage that decided it;
 - ``judgements``: one row per judge call (stage 2 and 3), so both-order judging and panels keep every answer;
+- ``simulator_calls``: one row per call of a session's user simulator or LLM tool simulator, per side (their
+  tokens and cost, apart from the sides' own);
 - ``errors``: one row per failure, naming source, record and field;
 - ``conversations``: one row per sampled conversation, with its stratum, weight and content (messages as JSON,
   media parts by reference only);
@@ -21,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from delta_eval.schema import ErrorRecord, Judgement, Replay, SampledConversation, Stratum, Verdict
+from delta_eval.schema import ErrorRecord, Judgement, Replay, SampledConversation, SimulatorCall, Stratum, Verdict
 from delta_eval.store.media import StoredMedia
 from delta_eval.store.rows import Computed, Table
 
@@ -35,6 +37,7 @@ TABLES: dict[str, Table[Any]] = {
     ),
     "verdicts": Table(Verdict, flatten={"judge_usage": "judge_"}),
     "judgements": Table(Judgement, flatten={"usage": ""}),
+    "simulator_calls": Table(SimulatorCall, flatten={"usage": ""}),
     "errors": Table(ErrorRecord),
     "conversations": Table(SampledConversation, as_json=("messages", "tools", "calls")),
     "strata": Table(Stratum),

@@ -1,8 +1,8 @@
 """DuckDB views over a run folder.
 
 :func:`open_run` returns an in-memory DuckDB connection with one view per dataset (``replays``, ``verdicts``,
-``judgements``, ``errors``, ``conversations``, ``strata``, ``media``; see :mod:`delta_eval.store.tables`) over the
-committed Parquet files, and two conveniences:
+``judgements``, ``simulator_calls``, ``errors``, ``conversations``, ``strata``, ``media``; see
+:mod:`delta_eval.store.tables`) over the committed Parquet files, and two conveniences:
 
 - ``pairs``: one row per pair, the verdict beside the baseline, candidate and recorded final texts, tool-call
   counts, costs and latencies;
@@ -140,7 +140,7 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     if candidate is not None:
         mine = quote_literal(candidate)
         con.execute(f"CREATE VIEW verdicts AS SELECT * FROM all_verdicts WHERE candidate = {mine}")
-        for name in ("replays", "judgements"):
+        for name in ("replays", "judgements", "simulator_calls"):
             con.execute(
                 f"CREATE VIEW {name} AS SELECT * FROM all_{name} WHERE pair_id IN (SELECT pair_id FROM verdicts)"
             )

@@ -5,7 +5,8 @@ Routes (``i`` is the run's place on the command line, from 0):
 
 - ``/``: one run: its page; several: their decisions side by side, and a link to the pairs where they differ;
 - ``/run/{i}``: the decision, each gate and test linking to its pairs, and the pair list (filters in the query);
-- ``/run/{i}/pair?id=PAIR&pos=N&...``: one pair; the list's query rides along so that j/k walk the same list;
+- ``/run/{i}/pair?id=PAIR&pos=N&...``: one pair (in a session run, the two sides' transcripts side by side); the
+  list's query rides along so that j/k walk the same list;
 - ``POST /run/{i}/label``: a label (``pair_id``, ``label``, ``note``), then back to the pair;
 - ``/compare``: the pairs whose outcome differs between the runs;
 - ``/static/...``: the stylesheet and script shipped in the package (nothing is fetched from elsewhere).
@@ -39,9 +40,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from delta_eval.analysis.evidence import decision_view
+from delta_eval.analysis.transcripts import SOURCE_LABELS, USER_LABELS
 from delta_eval.store.labels import LABELS, Label, write_labels
 from delta_eval.viewer.compare import Comparison
-from delta_eval.viewer.pages import message_view, rounds
+from delta_eval.viewer.pages import message_view, rounds, session_view
 from delta_eval.viewer.queries import FLAGS, PAGE_SIZE, SORTS, PairFilter, RunView
 
 __all__ = ["ALLOWED_HOSTS", "create_app"]
@@ -135,6 +137,8 @@ class _Viewer:
             pos = 0
         pos, before, after = run.neighbours(f, pair_id, pos)
         point = pair["point"]
+        # A session shows its two rolled transcripts; a turn, the recorded one beside them.
+        shown = ("baseline", "candidate") if pair["session"] else ("baseline", "candidate", "recorded")
         context = [message_view(m) for m in point.context] if point else []
         last_user = max((k for k, m in enumerate(context) if m["role"] == "user"), default=None)
         return self.render(
@@ -153,8 +157,13 @@ class _Viewer:
             user_message=context[last_user] if last_user is not None else None,
             after_user=context[last_user + 1 :] if last_user is not None else [],
             tools=[(t.name, t.description, t.parameters) for t in point.tools] if point else [],
-            rounds=rounds(pair["sides"]),
-            sides=[s for s in ("baseline", "candidate", "recorded") if s in pair["sides"]],
+            rounds=[] if pair["session"] else rounds(pair["sides"]),
+            session=session_view({k: r for k, r in pair["sides"].items() if k != "recorded"})
+            if pair["session"]
+            else None,
+            source_labels=SOURCE_LABELS,
+            user_labels=USER_LABELS,
+            sides=[s for s in shown if s in pair["sides"]],
             label_choices=LABELS,
             user=self.user,
             nav=lambda pid, p: urlencode({"id": pid, "pos": p}) + ("&" + f.query() if f.query() else ""),

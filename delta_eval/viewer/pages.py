@@ -1,5 +1,7 @@
 """What the viewer's pages show, computed from the queries' rows: a pair laid out in rounds with the two sides'
-differences marked (the decision's lines and the pairs behind them: :mod:`delta_eval.analysis.evidence`).
+differences marked, or a session's two transcripts side by side, agent turn by agent turn, each user message and
+tool result marked with where it came from (the decision's lines and the pairs behind them:
+:mod:`delta_eval.analysis.evidence`).
 
 Nothing here writes HTML: the templates do, with autoescaping, so model output is always shown as text.
 
@@ -11,9 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from delta_eval.analysis.diff import Segment, json_diff, pretty_json, word_diff
+from delta_eval.replay.session import session_turns
 from delta_eval.schema import Message, Replay, Step, ToolCall, ToolResult
 
-__all__ = ["CallView", "RoundView", "message_view", "rounds"]
+__all__ = [
+    "CallView",
+    "RoundView",
+    "SessionTurnView",
+    "message_view",
+    "rounds",
+    "session_view",
+]
 
 
 @dataclass
@@ -103,6 +113,47 @@ def rounds(sides: dict[str, Replay]) -> list[RoundView]:
             view.text.setdefault(side, _plain(text))
             view.reasoning[side] = sides[side].output.final_reasoning
             view.calls[side] = []
+        out.append(view)
+    return out
+
+
+@dataclass
+class SessionTurnView:
+    """The k-th agent turn of a session on each side, with the user's answer to it: the turn's rounds (as
+    :func:`rounds` lays out a turn, the two sides' texts and arguments diffed), and per side the user's message
+    and where it came from (``None``: the side had no such turn, or nobody answered it)."""
+
+    index: int
+    rounds: list[RoundView] = field(default_factory=list)
+    user: dict[str, str | None] = field(default_factory=dict)
+    user_source: dict[str, str | None] = field(default_factory=dict)
+
+
+def session_view(sides: dict[str, Replay]) -> list[SessionTurnView]:
+    """The transcripts of a session pair's sides, agent turn by agent turn (the k-th turn of each side on one row,
+    whatever each said), each turn's steps as rounds (tool results with their sources) and the user's answer.
+
+    Example:
+        >>> from delta_eval.schema import TurnOutput
+        >>> r = Replay(pair_id="c#session", conversation_id="c", turn_index=0, side="baseline", variant="b", model="m",
+        ...            output=TurnOutput(steps=(Step(text="Your id?", user="mia", user_source="simulated"),
+        ...                                     Step(text="Done."))), finish_reason="user_stop")
+        >>> [(t.index, t.user["baseline"], t.user_source["baseline"]) for t in session_view({"baseline": r})]
+        [(1, 'mia', 'simulated'), (2, None, None)]
+    """
+    split = {side: session_turns(r.output) for side, r in sides.items()}
+    n = max((len(turns) for turns in split.values()), default=0)
+    out = []
+    for k in range(n):
+        view = SessionTurnView(index=k + 1)
+        here: dict[str, Replay] = {}
+        for side, turns in split.items():
+            turn, answered = turns[k] if k < len(turns) else (None, None)
+            if turn is not None:
+                here[side] = sides[side].model_copy(update={"output": turn})
+            view.user[side] = answered.user if answered is not None else None
+            view.user_source[side] = answered.user_source if answered is not None else None
+        view.rounds = rounds(here)
         out.append(view)
     return out
 

@@ -21,6 +21,7 @@ from delta_eval.analysis.pair_filter import FILTERS, FLAGS, LIST_COLUMNS, SORTS,
 from delta_eval.analysis.themes import section_label
 from delta_eval.metrics import Decision
 from delta_eval.replay.points import point_at
+from delta_eval.replay.session import session_point
 from delta_eval.result import RunResult
 from delta_eval.store.labels import latest_labels
 from delta_eval.store.tables import TABLES
@@ -213,7 +214,8 @@ class RunView:
 
     def pair(self, pair_id: str) -> dict[str, Any] | None:
         """Everything about one pair: the verdict, each side's replay, every judge answer, the conversation so far
-        and the replayed turn's context and tools (``None`` when the run has no such pair)."""
+        and the replayed turn's context and tools, or a session's opening (``session``; ``None`` when the run has
+        no such pair)."""
         with self.cursor() as cur:
             verdicts = _dicts(cur.execute("SELECT * FROM verdicts WHERE pair_id = ?", [pair_id]))
             if not verdicts:
@@ -228,7 +230,13 @@ class RunView:
             )
             conversation = _dicts(conversations)
         stored = TABLES["conversations"].parse(conversation[0]) if conversation else None
-        point = point_at(stored.conversation(), int(verdict["turn_index"])) if stored is not None else None
+        session = self.is_session
+        point = None
+        if stored is not None:
+            # A session's point is its opening; a turn's, the recorded context before it.
+            start = int((self.result.manifest.config.get("session") or {}).get("start", 1))
+            whole = stored.conversation()
+            point = session_point(whole, start) if session else point_at(whole, int(verdict["turn_index"]))
         for j in judgements:
             j["raw"] = _json(j.get("raw"))
         return {
@@ -238,8 +246,14 @@ class RunView:
             "replay_rows": replays,
             "judgements": judgements,
             "point": point,
+            "session": session,
             "labels": self.labels(pair_id),
         }
+
+    @property
+    def is_session(self) -> bool:
+        """Whether the run rolled whole sessions (``mode="session"``): a pair is a session, not a turn."""
+        return self.result.manifest.config.get("mode") == "session"
 
     def labels(self, pair_id: str) -> list[dict[str, Any]]:
         """Each person's newest label of the pair."""

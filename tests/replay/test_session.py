@@ -161,3 +161,132 @@ async def test_a_call_made_again_gets_the_next_recorded_result_and_an_unrecorded
     assert other.content == '{"error": "not found"}'  # the simulated tool simulator: no recorded example of it
     again = await tools(ToolCall(id="4", name="get", arguments='{"id": "Y"}'), ctx)
     assert (again.content, again.source) == ("old", "llm")  # a result shaped as the recorded ones
+
+
+def test_the_simulators_calls_are_priced_as_their_own_roles_once_each_and_counted_in_the_run_cost(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    from delta_eval.analysis.report import render_report
+
+    sample = [c for c in airline if _recorded_write(c)][:4]
+    prices = {"simulated:user": {"input": 1.0, "output": 4.0}, "simulated:tools": {"input": 2.0, "output": 8.0}}
+    config = session_config(tmp_path / "run", tool_model="simulated:tools").model_copy(
+        update={
+            "candidate": de.Variant(model="simulated:candidate", provider_options={"change_args_rate": 0.5}),
+            "prices": prices,
+        }
+    )
+    result = de.run(config, conversations=sample, progress=False)
+    con = de.open_run(tmp_path / "run")
+    assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+    rows = con.execute(
+        "SELECT role, side, request_key, cached, input_tokens, output_tokens, cost_usd FROM simulator_calls"
+    ).fetchall()
+    roles = {r[0] for r in rows}
+    assert roles == {"user_simulator", "tool_simulator"}
+    for role, _, _, _, tin, tout, usd in rows:  # priced at the run's prices for the simulator's own model
+        p = prices["simulated:user" if role == "user_simulator" else "simulated:tools"]
+        assert usd == pytest.approx((tin * p["input"] + tout * p["output"]) / 1e6)
+    # Both sides asked the user the same first question: one call, asked by each side, counted once.
+    keys = [(r[0], r[2]) for r in rows]
+    assert len(set(keys)) < len(keys)
+    counted = result.counts.simulating
+    for role in roles:
+        distinct = {k: usd for (rl, _, k, _, _, _, usd) in rows if rl == role}
+        assert counted[role].calls == len(distinct)
+        assert counted[role].cost_usd == pytest.approx(sum(distinct.values()))
+        assert counted[role].pairs == len(sample) if role == "user_simulator" else counted[role].pairs >= 1
+    # The sides' own costs leave them out (the simulated sides cost nothing); the run's cost has them.
+    assert con.execute("SELECT sum(cost_usd) FROM replays").fetchone() == (0.0,)
+    text = render_report(result)
+    whole = sum(s.cost_usd or 0.0 for s in counted.values())
+    assert whole > 0
+    assert f"run cost     {whole:.4f} USD (both sides, the judges, the session simulators)" in text
+    assert "  user simulator " in text
+    assert "  tool simulator " in text
+    summary = de.analyze(tmp_path / "run").summary(decision=False)
+    assert set(summary["simulating"]) == roles
+
+
+def test_each_turns_checks_are_the_sessions_own_so_the_gates_count_sessions(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    from delta_eval.metrics.decision import DecisionRule
+    from delta_eval.metrics.gates import Gate
+
+    booked = [c for c in airline if _recorded_write(c)][:6]
+    # Scripted: the recorded user answers while a side makes the recorded calls; the candidate never writes, so at
+    # the turn the recording wrote it answers in text (text instead of action), and leaves the recording there.
+    result = de.run(session_config(tmp_path / "run", scripted=True), conversations=booked, progress=False)
+    rows = {(r.conversation_id, r.side): r for r in _replays(tmp_path / "run")}
+    for conv in booked:
+        base, cand = rows[(conv.id, "baseline")], rows[(conv.id, "candidate")]
+        assert (base.matches_recorded, base.text_instead_of_action, base.no_decision) == (True, False, False)
+        assert (cand.matches_recorded, cand.text_instead_of_action, cand.no_decision) == (False, True, False)
+        assert cand.invalid_tool_calls == base.invalid_tool_calls == 0
+    gate = Gate(metric="text_instead_of_action_rate", max=0.0)
+    decision = result.decision(DecisionRule(gates=(gate,)))
+    sides = decision.sides
+    assert sides["candidate"].turns == sides["baseline"].turns == len(booked)  # sessions are the units
+    assert sides["candidate"].text_instead_of_action_rate.value == 1.0
+    assert sides["baseline"].text_instead_of_action_rate.value == 0.0
+    assert sides["baseline"].matches_recorded_rate.value == 1.0
+    (checked,) = decision.gates
+    assert checked.passed is False
+    assert decision.outcome == "REJECTED"
+
+
+def test_a_sessions_invalid_calls_and_silent_turns_add_up_over_its_turns() -> None:
+    from delta_eval.replay.session import session_checks
+    from delta_eval.schema import TurnOutput
+
+    def turn(k: int, **checks: Any) -> Replay:
+        return Replay(pair_id="p", conversation_id="c", turn_index=k, side="candidate", variant="v", model="m",
+                      output=TurnOutput(), finish_reason="stop", **checks)  # fmt: skip
+
+    turns = [
+        turn(0, invalid_tool_calls=1, tool_call_problems=("book: no such tool",), no_decision=False),
+        turn(1, no_decision=True, matches_recorded=True),
+        turn(2, invalid_tool_calls=2, tool_call_problems=("a: x", "b: y"), no_decision=False),
+    ]
+    got = session_checks(turns, on_recording=False)
+    assert got["invalid_tool_calls"] == 3
+    assert got["tool_call_problems"] == ("turn 1: book: no such tool", "turn 3: a: x", "turn 3: b: y")
+    assert got["no_decision"] is True
+    assert got["text_instead_of_action"] is False
+    assert got["matches_recorded"] is False
+    assert session_checks(turns[:1], on_recording=True)["no_decision"] is False
+
+
+def test_sessions_repeat_over_epochs_and_stop_early_as_turn_runs_do(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    sample = airline[:6]
+    epochs = de.run(session_config(tmp_path / "epochs").model_copy(update={"epochs": 2}), conversations=sample,
+                    progress=False)  # fmt: skip
+    con = de.open_run(tmp_path / "epochs")
+    assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+    per_epoch = con.execute("SELECT epoch, count(*) FROM verdicts GROUP BY epoch ORDER BY epoch").fetchall()
+    assert per_epoch == [(1, len(sample)), (2, len(sample))]  # one session per conversation and epoch
+    assert set(epochs.decision().epochs) == {1, 2}
+
+    stopped = de.run(session_config(tmp_path / "stop").model_copy(update={"stop_early": True}), conversations=sample,
+                     progress=False)  # fmt: skip
+    assert stopped.status == "completed"
+    assert 0 < stopped.counts.pairs <= len(sample)
+
+
+def test_a_screened_session_run_checks_its_gates_on_the_first_sessions(
+    airline: list[Conversation], tmp_path: Path
+) -> None:
+    passing = {"conversations": 3, "gates": [{"metric": "error_rate", "max": 0.5, "test": "point"}]}
+    failing = {"conversations": 3, "gates": [{"metric": "latency_p95_s", "max": 0.0, "test": "point"}]}
+    counts = {}
+    for name, screen in (("passing", passing), ("failing", failing)):
+        config = session_config(tmp_path / name).model_copy(update={"screen": de.Screen.model_validate(screen)})
+        result = de.run(config, conversations=airline[:6], progress=False)
+        con = de.open_run(tmp_path / name)
+        assert con.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+        counts[name] = (con.execute("SELECT count(*) FROM verdicts").fetchone(), bool(result.manifest.screened_out))
+    assert counts["passing"] == ((6,), False)  # passed the screen: every session
+    assert counts["failing"] == ((3,), True)  # stopped after the sessions of the screen

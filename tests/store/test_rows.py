@@ -19,6 +19,7 @@ from delta_eval.schema import (
     ReasoningState,
     Replay,
     SampledConversation,
+    SimulatorCall,
     Step,
     Stratum,
     ToolCall,
@@ -71,6 +72,12 @@ judgements = st.builds(
     reasoning=text, raw=json_objects, usage=usages, cost_usd=st.none() | reals, latency_ms=reals,
     error=st.none() | text,
 )  # fmt: skip
+simulator_calls = st.builds(
+    SimulatorCall, pair_id=text, conversation_id=text, turn_index=counts,
+    side=st.sampled_from(["baseline", "candidate"]), role=st.sampled_from(["user_simulator", "tool_simulator"]),
+    model=text, purpose=text, request_key=text, cached=st.booleans(), usage=st.none() | usages,
+    cost_usd=st.none() | reals, latency_ms=reals, answered_at=st.datetimes(timezones=st.just(UTC)),
+)  # fmt: skip
 errors = st.builds(
     ErrorRecord, stage=st.sampled_from(["ingest", "sample", "replay", "judge", "run"]), message=text, source=text,
     record=text, field=text, conversation_id=st.none() | text, pair_id=st.none() | text, error_type=text,
@@ -97,6 +104,7 @@ BY_DATASET: dict[str, Any] = {
     "replays": replays,
     "verdicts": verdicts,
     "judgements": judgements,
+    "simulator_calls": simulator_calls,
     "errors": errors,
     "conversations": conversations,
     "strata": strata,

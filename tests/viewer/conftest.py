@@ -73,3 +73,35 @@ def demo_client(demo_run: Path) -> TestClient:
 @pytest.fixture
 def synthetic_client(synthetic: Path) -> TestClient:
     return client_of(synthetic)
+
+
+@pytest.fixture(scope="session")
+def session_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session run on the airline conversations that need a write: the simulated user plays the user, a tool
+    model answers the calls the recording never made (the candidate changes arguments), and the candidate never
+    writes (it loses on the goal)."""
+    from tests.test_session_runs import READS, airline
+
+    out = tmp_path_factory.mktemp("viewer") / "sessions"
+    writes = ["book_reservation", "cancel_reservation", "update_reservation_flights", "update_reservation_baggages",
+              "update_reservation_passengers", "send_certificate"]  # fmt: skip
+    conversations = [c for c in airline(40) if any(a["name"] in writes for a in c.metadata["actions"])][:4]
+    config = de.RunConfig(
+        baseline=de.Variant(model="simulated:baseline"),
+        candidate=de.Variant(
+            model="simulated:candidate", provider_options={"skip_tools": writes, "change_args_rate": 0.3}
+        ),
+        mode="session",
+        session=de.Session(
+            user="simulated:user",
+            scripted=False,
+            goal="instruction",
+            tool_model="simulated:tools",
+            expected="actions",
+            ignore=READS,
+        ),
+        max_tool_rounds=10,
+        out=out,
+    )
+    de.run(config, conversations=conversations, progress=False)
+    return out

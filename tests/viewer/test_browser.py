@@ -108,3 +108,42 @@ def test_hostile_output_is_text_in_the_rendered_page(page: Any, synthetic: Path)
         assert page.locator("img[src=x]").count() == 0
         assert page.evaluate("document.querySelectorAll('script:not([src])').length") == 0
     assert page.dialogs == []  # no alert() ran
+
+
+def test_a_session_page_shows_the_two_transcripts_side_by_side_with_their_sources(page: Any, session_run: Path) -> None:
+    con = de.open_run(session_run)
+    pair_id, answered = con.execute(
+        'SELECT pair_id, count(*) FILTER (WHERE "user" IS NOT NULL) AS n FROM transcripts '
+        "WHERE side = 'candidate' GROUP BY pair_id ORDER BY n DESC, pair_id LIMIT 1"
+    ).fetchone()
+    llm = con.execute(
+        "SELECT count(*) FROM tool_calls WHERE pair_id = ? AND side <> 'recorded' AND result_source = 'llm'", [pair_id]
+    ).fetchone()[0]
+    with Server([session_run], user="browser-tester") as server:
+        page.goto(server.url + "/run/0")
+        page.click(f"a.pair-link:text-is('{pair_id}')")
+        page.wait_for_selector("#session")
+        assert page.locator("#pair-id").inner_text() == pair_id
+        headers = page.locator("#session thead th").all_inner_texts()
+        assert [h.split("\n")[0] for h in headers[1:]] == ["baseline", "candidate"]
+        # the two transcripts are laid out side by side: the same turn's cells on one row, baseline left
+        left = page.locator('#session td[data-side="baseline"][data-turn="1"]').bounding_box()
+        right = page.locator('#session td[data-side="candidate"][data-turn="1"]').bounding_box()
+        assert left is not None
+        assert right is not None
+        assert left["x"] + left["width"] <= right["x"] + 1
+        assert abs(left["y"] - right["y"]) < 1
+        # every user message of the candidate's transcript is marked as the simulated user's
+        said = page.locator('#session td[data-side="candidate"] .msg.user')
+        assert said.count() == answered > 0
+        assert set(said.locator(".role").all_text_contents()) == {"simulated user"}
+        # tool results say where they came from, and open to show the result
+        marks = page.locator("#session .src")
+        assert page.locator('#session .src[data-source="llm"]').count() == llm
+        sources = set(marks.all_inner_texts())
+        assert "recorded" in sources
+        result = page.locator("#session details.result").first
+        assert not result.evaluate("d => d.open")
+        result.locator("summary").click()
+        assert result.evaluate("d => d.open")
+    assert page.dialogs == []

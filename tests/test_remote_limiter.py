@@ -1,0 +1,176 @@
+"""A model's limiter shared by the shards of a Ray run (delta_eval.executors.ray_cluster), without Ray: the actor
+runs in this event loop behind a handle whose ``.remote`` calls run as tasks, as Ray runs an async actor's methods.
+
+Slots are leased in batches and passed from call to call within a shard, so these hold the guarantees that leasing
+must keep: never more calls in flight than the model's cap across every shard, every slot given back, a cancelled
+call or a dead attempt holding nothing, each shard getting its share, outcomes reaching the actor when it adapts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from delta_eval.adapters.limits import ModelLimits
+from delta_eval.executors.ray_cluster import LEASE_REUSES, LimiterActor, RemoteLimiter
+
+
+class _Handle:
+    """An actor handle: ``handle.method.remote(*args)`` starts the method as a task (it runs whether or not it is
+    awaited) and counts the messages sent."""
+
+    def __init__(self, actor: LimiterActor) -> None:
+        self.actor = actor
+        self.sent: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        method: Callable[..., Awaitable[Any]] = getattr(self.actor, name)
+        sent = self.sent
+
+        class _Method:
+            @staticmethod
+            def remote(*args: Any) -> asyncio.Future[Any]:
+                sent[name] += 1
+                return asyncio.ensure_future(method(*args))
+
+        return _Method
+
+
+async def _holders(limits: ModelLimits, n: int) -> tuple[LimiterActor, _Handle, list[RemoteLimiter]]:
+    actor = LimiterActor(limits)
+    handle = _Handle(actor)
+    limiters = []
+    for shard in range(n):
+        await handle.open.remote(shard, f"{shard}-a")
+        limiters.append(RemoteLimiter(handle, f"{shard}-a", limits))
+    return actor, handle, limiters
+
+
+def test_leased_slots_never_exceed_the_cap_across_shards_and_all_come_back() -> None:
+    async def main() -> None:
+        limits = ModelLimits(max_concurrency=8, adaptive=False)
+        actor, handle, limiters = await _holders(limits, 3)
+        rng = random.Random(5)
+        flight, peak, done = 0, 0, Counter[int]()
+
+        async def call(k: int, limiter: RemoteLimiter) -> None:
+            nonlocal flight, peak
+            async with limiter.slot():
+                flight += 1
+                peak = max(peak, flight)
+                await anyio.sleep(rng.random() * 0.004)
+                flight -= 1
+            done[k] += 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(600):
+                k = i % 3
+                tg.start_soon(call, k, limiters[k])
+        for limiter in limiters:
+            await limiter.aclose()
+        assert peak == 8  # the cap is used, and never passed
+        assert done == {0: 200, 1: 200, 2: 200}
+        assert await actor.borrowed() == 0
+        assert actor.limiter._capacity.borrowed_tokens == 0
+        # Leasing: far fewer messages asking for slots than calls made.
+        assert handle.sent["acquire_many"] <= 600 / 4
+
+    anyio.run(main)
+
+
+def test_a_shard_saturating_the_model_does_not_starve_another() -> None:
+    async def main() -> None:
+        limits = ModelLimits(max_concurrency=4, adaptive=False)
+        _, _, (busy, late) = await _holders(limits, 2)
+        finished: list[str] = []
+
+        async def call(name: str, limiter: RemoteLimiter) -> None:
+            async with limiter.slot():
+                await anyio.sleep(0.001)
+            finished.append(name)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(400):
+                tg.start_soon(call, "busy", busy)
+            await anyio.sleep(0.005)  # the busy shard holds every slot and has hundreds of calls waiting
+            for _ in range(10):
+                tg.start_soon(call, "late", late)
+        # Each slot goes back to the actor after LEASE_REUSES calls, so the late shard is served long before the
+        # busy one is done.
+        assert finished.index("late") < 400 - 4 * LEASE_REUSES
+        await busy.aclose()
+        await late.aclose()
+
+    anyio.run(main)
+
+
+def test_a_cancelled_call_and_a_dead_attempt_hold_nothing() -> None:
+    async def main() -> None:
+        limits = ModelLimits(max_concurrency=2, adaptive=False)
+        actor, handle, (limiter,) = await _holders(limits, 1)
+        entered = anyio.Event()
+
+        async def hold() -> None:
+            async with limiter.slot():
+                entered.set()
+                await anyio.sleep_forever()
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(hold)  # two hold the slots, three wait
+            await entered.wait()
+            await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+        await anyio.sleep(0.02)  # the gathered releases are sent
+        assert await actor.borrowed() == 0
+
+        # An attempt whose worker died holding slots, and asking for more: the retry of its shard opens a new
+        # holder, which gives back what the dead one held and what the actor grants it afterwards.
+        dead = RemoteLimiter(handle, "0-a", limits)
+        dead_slots = [dead.slot() for _ in range(3)]
+        await dead_slots[0].__aenter__()
+        await dead_slots[1].__aenter__()
+        pending = asyncio.ensure_future(dead_slots[2].__aenter__())
+        await anyio.sleep(0.01)
+        assert await actor.borrowed() == 2
+        assert not pending.done()
+        await handle.open.remote(0, "0-b")
+        retry = RemoteLimiter(handle, "0-b", limits)
+        with anyio.fail_after(2):
+            async with retry.slot(), retry.slot():
+                assert await actor.borrowed() == 2  # both slots are the retry's
+        pending.cancel()
+        await retry.aclose()
+        await anyio.sleep(0.01)  # the dead attempt's last ask is granted, and given back at once
+        assert await actor.borrowed() == 0
+        assert actor.limiter._capacity.borrowed_tokens == 0
+
+    anyio.run(main)
+
+
+def test_an_adaptive_model_s_outcomes_reach_the_actor_and_its_slots_serve_one_call() -> None:
+    async def main() -> None:
+        limits = ModelLimits(max_concurrency=16, adaptive=True)
+        actor, handle, (limiter,) = await _holders(limits, 1)
+        assert limiter.reuses == 1  # a slot a call: the cap may shrink, and the ticket places the call's headers
+        for _ in range(10):
+            async with limiter.slot() as ticket:
+                limiter.on_rate_limited(None, ticket)
+        await anyio.sleep(0.02)
+        assert actor.limiter.rate_limited == 10
+        assert await actor.concurrency() < 16  # sustained 429s cut the shared cap
+        assert handle.sent["settle"] < 10  # gathered, not one message a call
+        await limiter.aclose()
+
+    anyio.run(main)
+
+
+def test_a_model_with_a_request_rate_takes_a_slot_from_the_actor_for_every_call() -> None:
+    limits = ModelLimits(max_concurrency=4, requests_per_minute=6000, adaptive=False)
+    assert RemoteLimiter(object(), "0-a", limits).reuses == 1  # every call counted against the rate there
+    assert RemoteLimiter(object(), "0-a", ModelLimits(max_concurrency=4, adaptive=False)).reuses == LEASE_REUSES
