@@ -48,11 +48,13 @@ from delta_eval.metrics.decision_sql import (
     check_rates_of,
     consistency_of,
     gate_results,
+    goal_rates_of,
     side_metrics_of,
 )
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.frames import Rows, rows_of, to_arrow
 from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
+from delta_eval.metrics.goals import goal_rates, goal_sums
 from delta_eval.metrics.paired import (
     NetPreference,
     NonInferiority,
@@ -152,6 +154,8 @@ class Decision(BaseModel):
     epochs: dict[int, Outcome] = {}
     consistency: dict[str, Consistency] = {}
     audit: dict[str, int] = {}
+    #: In a session run whose export records the expected actions: each side's share of goals reached.
+    goals: dict[str, Rate] = {}
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
@@ -219,6 +223,10 @@ class Decision(BaseModel):
                 f"  {side} consistency over {c.epochs} epochs: two epochs give the same answer at "
                 f"{c.agreement} of point pairs; the same answer in every epoch at {c.consistent} of {c.points} points"
             )
+        if self.goals:
+            n = next(iter(self.goals.values())).n
+            said = ", ".join(f"{side} {r}" for side, r in self.goals.items())
+            out.append(f"  goal reached ({n:g} sessions checked): {said}")
         for side, m in self.sides.items():
             out.append(f"  {side}: {m.summary()}")
             for name, r in self.checks.get(side, {}).items():
@@ -295,6 +303,7 @@ def _decide_source(src: Source, r: DecisionRule) -> Decision:
         epochs=epochs,
         consistency=consistency_of(src) if src.replays is not None and len(seen) > 1 else {},
         audit=audit_of(src),
+        goals=goal_rates_of(src, counted.weighted, r.confidence),
     )  # fmt: skip
 
 
@@ -330,6 +339,7 @@ def _decide_rows(verdicts: Rows, replays: Rows | None, r: DecisionRule) -> Decis
         epochs=epochs,
         consistency=consistency(replay_rows) if replay_rows is not None and len(seen) > 1 else {},
         audit=_audit(rows),
+        goals=goal_rates(goal_sums(rows, _weight if counted.weighted else _unit), r.confidence),
     )  # fmt: skip
 
 
@@ -367,9 +377,17 @@ def _decision(r: DecisionRule, e: Estimand, counted: Counted, ni: NonInferiority
     )
 
 
-#: The verdict columns the gates, the epochs and the audit read.
+#: The verdict columns the gates, the epochs, the audit and the goals read.
 _GATE_COLUMNS = ["pair_id", "conversation_id", "outcome", "severity", "weight", "error", "error_side", "epoch",
-                 "stage", "audit_outcome"]  # fmt: skip
+                 "stage", "audit_outcome", "candidate_scores", "baseline_scores"]  # fmt: skip
+
+
+def _weight(v: Mapping[str, Any]) -> float:
+    return float(v.get("weight") or 1.0)
+
+
+def _unit(v: Mapping[str, Any]) -> float:
+    return 1.0
 
 
 def _table(verdicts: Rows) -> Any:

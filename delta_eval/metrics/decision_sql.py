@@ -22,16 +22,17 @@ from delta_eval.metrics.consistency import Consistency, consistency
 from delta_eval.metrics.estimand import sql_error_side
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
+from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
 from delta_eval.metrics.sides import Rate, SideMetrics, quantile_interval
 from delta_eval.metrics.sql_sums import Metric, paired_sums
 from delta_eval.sql import quote_ident, quote_literal
 
-__all__ = ["Source", "audit_of", "check_rates_of", "gate_results", "side_metrics_of"]
+__all__ = ["Source", "audit_of", "check_rates_of", "gate_results", "goal_rates_of", "side_metrics_of"]
 
 _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
                   "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
                   "epoch": "BIGINT", "stage": "VARCHAR", "audit_outcome": "VARCHAR", "stratum": "VARCHAR",
-                  "_row": "BIGINT"}  # fmt: skip
+                  "_row": "BIGINT", "candidate_scores": "VARCHAR", "baseline_scores": "VARCHAR"}  # fmt: skip
 _REPLAY_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "side": "VARCHAR", "error": "VARCHAR",
                  "latency_ms": "DOUBLE", "cost_usd": "DOUBLE", "n_tool_calls": "BIGINT",
                  "invalid_tool_calls": "BIGINT", "matches_recorded": "BOOLEAN", "text_instead_of_action": "BOOLEAN",
@@ -215,7 +216,7 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
     """:func:`~delta_eval.metrics.gates.evaluate_gates` on the source: each gate's result. ``checks`` names a table
     of the rule's check results (``check``, ``pair_id``, ``side``, ``passed``), ``check_names`` the rule's checks."""
     w = _WEIGHT if weighted else "1.0"
-    verdict_side = {g.metric for g in gates} & {"critical_rate", "severity_rate", "undecided_rate"}
+    verdict_side = {g.metric for g in gates} & {"critical_rate", "severity_rate", "undecided_rate", GOAL_METRIC}
     found: dict[str, tuple[Any, str]] = {}
     if verdict_side:
         found.update(_verdict_gates(src, verdict_side, w))
@@ -247,6 +248,8 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
     for m in metrics:
         if m == "undecided_rate":
             wanted[m] = Metric(a=f"outcome = 'error' AND {side} = 'judge'", binary=True)
+        elif m == GOAL_METRIC:
+            wanted[m] = GOAL_SQL
         else:
             bad = f"severity IN {_SEVERITIES[m]}"
             wanted[m] = Metric(a=f"outcome = 'baseline' AND {bad}", b=f"outcome = 'candidate' AND {bad}",
@@ -261,6 +264,8 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
         s = sums[m]
         if m == "undecided_rate":
             out[m] = (s, "") if total else (None, "no verdicts")
+        elif m == GOAL_METRIC:
+            out[m] = (s, "") if s.pairs else (None, NO_GOALS)
         elif losses and unknown == losses:
             out[m] = (None, f"no severity on any of the {losses} judged losses")
         elif s.pairs == 0:
@@ -341,6 +346,16 @@ def check_rates_of(src: Source, checks: str, names: Sequence[str], confidence: f
         for side in ("baseline", "candidate"):
             out.setdefault(side, {})[name] = _rate(sums.get(f"{name}\x00{side}", {}).get("fails"), confidence)
     return out
+
+
+def goal_rates_of(src: Source, weighted: bool, confidence: float = 0.95) -> dict[str, Rate]:
+    """:func:`~delta_eval.metrics.goals.goal_rates` on the source (a turn-level run's verdicts, which score no goal,
+    are told apart by one look at their scores before any JSON is read)."""
+    v = src.verdicts
+    if not src.db.execute(f"SELECT 1 FROM {v} WHERE candidate_scores LIKE '%goal_reached%' LIMIT 1").fetchall():
+        return {}
+    sums = paired_sums(src.db, v, {"g": GOAL_SQL}, cluster=_CLUSTER, weight=_WEIGHT if weighted else "1.0")[""]["g"]
+    return goal_rates(sums, confidence)
 
 
 def audit_of(src: Source) -> dict[str, int]:

@@ -28,6 +28,8 @@ Metrics:
   production acted; ``no_decision_rate``: turns that neither called a tool nor wrote any text (over replays that did
   not fail).
 - ``check:<name>``: the share of replays failing one of the rule's own checks (:mod:`delta_eval.metrics.checks`).
+- ``goal_missed_rate``: sessions where a side did not reach the user's goal, over the sessions of a session run
+  where it was checked for both sides (:mod:`delta_eval.metrics.goals`).
 - ``latency_p95_s`` (absolute): the 95th percentile of the candidate's turn latency, in seconds.
 - ``cost_ratio`` (absolute, it is already relative): cost per conversation over the baseline's.
 
@@ -48,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import error_side
+from delta_eval.metrics.goals import GOAL_METRIC, NO_GOALS, goal_sums
 from delta_eval.metrics.sides import SideMetrics, cost_ratio, no_decision_of
 
 __all__ = [
@@ -70,6 +73,7 @@ METRICS = (
     "invalid_tool_call_rate",
     "text_instead_of_action_rate",
     "no_decision_rate",
+    GOAL_METRIC,
     "latency_p95_s",
     "cost_ratio",
 )
@@ -308,6 +312,9 @@ def _evaluate(
 
     if metric in ("latency_p95_s", "cost_ratio"):
         return side_gate(gate, sides)
+    if metric == GOAL_METRIC:
+        sums = goal_sums(verdicts, weight)
+        return gate_result(gate, sums, "" if sums is not None else NO_GOALS, confidence)
     if metric in ("critical_rate", "severity_rate", "undecided_rate"):
         pairs, note = _verdict_pairs(metric, verdicts, weight)
     else:

@@ -22,6 +22,8 @@ OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
 ERRORS = [None, "baseline replay failed: 500", "candidate replay failed: timeout",
           "baseline replay failed; candidate replay failed", "judge answer malformed"]  # fmt: skip
 TEXTS = [None, "", "  \n", "\u3000", "ok", "Yes.", "not ok"]
+SCORES = (None, "", "{}", '{"goal_reached": 1.0}', '{"goal_reached": 0.0, "tone": 3.0}', '{"goal_reached": 1}',
+          "not json")  # fmt: skip
 CHECKS = (Check(name="says_ok", text_matches="ok"), Check(name="no_calls", tool_not_called="cancel"))
 
 
@@ -56,6 +58,8 @@ def runs(draw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             "stage": stage,
             "audit_outcome": draw(st.sampled_from([None, "candidate", "baseline", "tie"])) if stage == "equivalence"
             else None,
+            # A session's goal, checked or not, as the scores' JSON text holds it (or text that is not JSON).
+            "candidate_scores": draw(st.sampled_from(SCORES)), "baseline_scores": draw(st.sampled_from(SCORES)),
         })  # fmt: skip
         for side in ("baseline", "candidate", "recorded"):
             if draw(st.integers(0, 9)) == 0 or (side == "recorded" and draw(st.booleans())):

@@ -114,7 +114,19 @@ def test_a_candidate_that_skips_the_write_action_loses_on_the_goal_and_the_decis
         assert outcome == "baseline"
         assert '"goal_reached":0.0' in cand_scores
         assert '"goal_reached":1.0' in base_scores
-    assert result.decision().outcome == "REJECTED"
+    decision = result.decision()
+    assert decision.outcome == "REJECTED"
+    # Each side's share of goals reached, over the sessions where both were checked, and a gate on it.
+    goals = decision.goals
+    assert goals["candidate"].value == 0.0
+    assert goals["baseline"].value is not None
+    assert goals["baseline"].value >= len(lost) / len(booked)
+    assert goals["baseline"].n == len(booked)
+    assert "goal reached" in str(decision)
+    gated = result.decision(de.DecisionRule(gates=[de.Gate(metric="goal_missed_rate", max=0.0)]))
+    [gate] = gated.gates
+    assert gate.passed is False
+    assert gated.decided_by == "gate goal_missed_rate: candidate - baseline <= 0"
 
 
 def test_sides_that_do_the_same_are_equivalent_and_every_tool_result_says_its_source(
