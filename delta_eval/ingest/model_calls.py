@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from delta_eval.schema import CallContext, Message, ReasoningState, Role, ToolCall, ToolSpec
 
@@ -86,7 +86,8 @@ def message_of(m: DraftMessage) -> Message:
         True
     """
     role, content, calls, call_id, name, reasoning = m
-    # The reader checked each field when it drafted it: validating them again took half the time of assembling.
+    # The reader checked each field when it drafted it. (One message at a time; assemble validates a conversation's
+    # messages all at once, which is faster still.)
     tool_calls = tuple(
         unchecked_model(ToolCall, {"id": c[0], "name": c[1], "arguments": c[2]}, set(_CALL_FIELDS)) for c in calls
     )
@@ -126,73 +127,91 @@ def _canonical_arguments(text: str) -> str:
         return text
 
 
-def _key(m: Message) -> tuple[object, ...]:
-    """What makes two records of a message the same message (tool-call ids and spacing aside)."""
-    calls = [(c.name, _canonical_arguments(c.arguments)) for c in m.tool_calls]
-    return (m.role, (m.content or "").strip(), tuple(calls), m.tool_call_id if m.role == "tool" else None)
+def _key(m: Message | DraftMessage) -> tuple[object, ...]:
+    """What makes two records of a message the same message (tool-call ids and spacing aside); a draft and the
+    model made of it have the same key."""
+    if type(m) is tuple:
+        role, content, calls, call_id = m[0], m[1], [(c[1], _canonical_arguments(c[2])) for c in m[2]], m[3]
+    else:
+        role, content, call_id = m.role, m.content, m.tool_call_id  # type: ignore[union-attr]
+        calls = [(c.name, _canonical_arguments(c.arguments)) for c in m.tool_calls]  # type: ignore[union-attr]
+    return (role, (content or "").strip(), tuple(calls), call_id if role == "tool" else None)
 
 
-def _system_of(inputs: list[Message], system: str | None) -> str | None:
-    parts = [system] if system else []
-    parts += [m.content for m in inputs if m.role == "system" and m.content]
-    return "\n\n".join(parts) if parts else None
-
-
-def _new_messages(sent: list[Message], history: list[Message]) -> tuple[list[Message], bool]:
-    """The messages of ``sent`` this conversation does not have yet, and whether ``sent`` is the history as is."""
+def _new_messages(sent: list[Any], history: list[Any]) -> tuple[list[Any], bool]:
+    """The messages of ``sent`` this conversation does not have yet, and whether ``sent`` is the history as is
+    (messages as drafts or models)."""
     # A reader that shares the messages a call re-sends makes most of them the same object, and the answer a call
-    # re-sends is mostly equal to the one recorded: no key to compute.
-    if len(sent) >= len(history) and all(
-        a is b or a == b or _key(a) == _key(b) for a, b in zip(sent, history, strict=False)
-    ):
-        return sent[len(history) :], True
+    # re-sends is mostly equal to the one recorded (drafts compare as tuples, in C): no key to compute. (A draft is
+    # never equal to a model: those two are compared by key.)
+    if len(sent) >= len(history):
+        for a, b in zip(sent, history, strict=False):  # sent is the longer
+            if a is not b and a != b and _key(a) != _key(b):
+                break
+        else:
+            return sent[len(history) :], True
     # The history was filtered or rewritten: what is new comes after the last message already had (or after the
     # agent's last answer in what was sent, when none is).
     known = {_key(m) for m in history}
     last_known = max((i for i, m in enumerate(sent) if _key(m) in known), default=-1)
-    last_answer = max((i for i, m in enumerate(sent) if m.role == "assistant"), default=-1)
+    last_answer = max((i for i, m in enumerate(sent) if _role(m) == "assistant"), default=-1)
     return sent[max(last_known, last_answer) + 1 :], False
 
 
-def _models(messages: tuple[Message | DraftMessage, ...], built: dict[int, Message]) -> list[Message]:
-    """``messages`` as models, each draft built once: the drafts a conversation's calls share (the history each
-    call re-sends) are the same objects, so ``built`` (by object id) makes them the same model, as a reader of
-    models would have shared them."""
-    out = []
-    for m in messages:
-        if type(m) is tuple:
-            model = built.get(id(m))
-            if model is None:
-                model = built[id(m)] = message_of(m)
-            out.append(model)
-        else:
-            out.append(m)  # type: ignore[arg-type]  # a Message (mypy cannot narrow a tuple alias by type())
-    return out
+def _role(m: Message | DraftMessage) -> str:
+    return m[0] if type(m) is tuple else m.role  # type: ignore[union-attr]
+
+
+def _fields(m: Message | DraftMessage) -> Message | dict[str, Any]:
+    """A draft as the fields of its message, those :func:`message_of` sets (to be validated with the rest of the
+    conversation); a model as it is."""
+    if type(m) is not tuple:
+        return m  # type: ignore[return-value]  # a Message (mypy cannot narrow a tuple alias by type())
+    role, content, calls, call_id, name, reasoning = m
+    tool_calls = [{"id": c[0], "name": c[1], "arguments": c[2]} for c in calls] if calls else ()
+    return {"role": role, "content": content, "tool_calls": tool_calls, "tool_call_id": call_id, "name": name,
+            "reasoning": reasoning}  # fmt: skip
+
+
+#: A conversation's messages and calls, validated at once: pydantic's own code makes every model in one call, in
+#: C, faster than making them one by one in Python without validating (:func:`message_of`).
+_ASSEMBLED = TypeAdapter(tuple[tuple[Message, ...], tuple[CallContext, ...]])
 
 
 def assemble(calls: Sequence[RecordedCall]) -> tuple[tuple[Message, ...], tuple[CallContext, ...]]:
     """The messages of a conversation made of ``calls`` (in the order they were made) and the context of each call
     that answered: the first call's system prompt opens the messages; a call whose system prompt, tools or history
     differ from that carries them in its :class:`~delta_eval.schema.CallContext`."""
-    history: list[Message] = []
+    # The messages stay as the calls hold them (drafts or models) until the end, when those kept become models: a
+    # draft's role and content are read by index, and drafts compare as tuples, in C.
+    history: list[Message | DraftMessage] = []
     opening: str | None = None
-    contexts: list[CallContext] = []
-    built: dict[int, Message] = {}  # the calls hold their drafts until the end: ids stay theirs
+    contexts: list[dict[str, Any]] = []
     for n, call in enumerate(calls):
-        inputs = _models(call.input, built)
-        system = _system_of(inputs, call.system)
+        system_parts = [call.system] if call.system else []
+        sent: list[Message | DraftMessage] = []
+        for m in call.input:
+            if type(m) is tuple:
+                role, content = m[0], m[1]
+            else:
+                role, content = m.role, m.content  # type: ignore[union-attr]
+            if role != "system":
+                sent.append(m)
+            elif content:
+                system_parts.append(content)
+        system = "\n\n".join(system_parts) if system_parts else None
         if n == 0:
             opening = system
-        sent = [m for m in inputs if m.role != "system"]
         new, as_is = _new_messages(sent, history)
         history.extend(new)
-        answer = [m for m in _models(call.output, built) if m.role == "assistant"][:1]
-        if not answer:
+        answer = next((m for m in call.output if _role(m) == "assistant"), None)
+        if answer is None:
             continue  # nothing to replay against; what it sent is kept for the calls after it
         index = len(history) + (1 if opening is not None else 0)
-        contexts.append(
-            CallContext(message_index=index, system=system, tools=call.tools, input=None if as_is else tuple(sent))
-        )
-        history.extend(answer)
-    head = (Message(role="system", content=opening),) if opening is not None else ()
-    return (*head, *history), tuple(contexts)
+        contexts.append({"message_index": index, "system": system, "tools": call.tools,
+                         "input": None if as_is else [_fields(m) for m in sent]})  # fmt: skip
+        history.append(answer)
+    head = [{"role": "system", "content": opening}] if opening is not None else []
+    assembled: tuple[tuple[Message, ...], tuple[CallContext, ...]]
+    assembled = _ASSEMBLED.validate_python((head + [_fields(m) for m in history], contexts))
+    return assembled

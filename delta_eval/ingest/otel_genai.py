@@ -384,14 +384,14 @@ def _otlp_span(raw: Any, resource: dict[str, Any]) -> _Span:
 
 def _typed_span(raw: SpanStruct, resource: dict[str, Any]) -> _Span:
     """:func:`_otlp_span` of a span decoded as a :class:`~delta_eval.ingest.otlp_json.Span` struct."""
-    return _Span(
-        trace_id=_hex_id(raw.traceId, "traceId"),
-        span_id=_hex_id(raw.spanId, "spanId"),
-        name=str(raw.name or ""),
-        start=_nanos(raw.startTimeUnixNano, "startTimeUnixNano"),
-        attributes=_typed_attributes(raw.attributes, "attributes"),
-        resource=resource,
-        events=_span_events(raw.events, "events"),
+    return _Span(  # trace_id, span_id, name, start, attributes, resource, events (positional: faster to call)
+        _hex_id(raw.traceId, "traceId"),
+        _hex_id(raw.spanId, "spanId"),
+        str(raw.name or ""),
+        _nanos(raw.startTimeUnixNano, "startTimeUnixNano"),
+        _typed_attributes(raw.attributes, "attributes"),
+        resource,
+        _span_events(raw.events, "events") if raw.events else [],
     )
 
 
@@ -528,7 +528,7 @@ class _Reader:
         raw = _json(raw, field)
         if raw is None:
             return []
-        if not isinstance(raw, Sequence) or isinstance(raw, str):
+        if type(raw) is not list and (not isinstance(raw, Sequence) or isinstance(raw, str)):
             raise _Bad(field, f"expected a list of messages, not {type(raw).__name__}")
         out: list[DraftMessage] = []
         for i, m in enumerate(raw, offset):
@@ -600,6 +600,10 @@ class _Reader:
             parts = [{"type": "text", "content": m["content"]}] if isinstance(m["content"], str) else m["content"]
         if type(parts) is not list and (not isinstance(parts, Sequence) or isinstance(parts, str)):
             raise _Bad(f"{field}.parts", "a message needs a list of parts")
+        if len(parts) == 1 and (role == "user" or role == "assistant"):  # most messages: what the loop makes of them
+            p = parts[0]
+            if type(p) is dict and p.get("type") == "text" and type(text := p.get("content", p.get("text"))) is str:
+                return [("user" if role == "user" else "assistant", text, (), None, None, None)]
         texts: list[str] = []
         calls: list[DraftToolCall] = []
         results: list[DraftMessage] = []
@@ -830,16 +834,17 @@ class _Reader:
                 inputs.put(key, remembered)
             output, made = attrs.get(_OUTPUT), self.made_ids
             drafted = self.parts_messages(output, _OUTPUT)
-            answers = [m for m in drafted if m[0] == "assistant"][:1]
+            answer = next((m for m in drafted if m[0] == "assistant"), None)
             # The next call re-sends this answer: it can take it as read here unless reading it depends on this span
             # (a call id made from the span's id, reasoning naming the span's model).
-            if (remembered is not None and isinstance(output, str) and len(drafted) == 1 and answers
-                    and answers[0][5] is None and self.made_ids == made):  # fmt: skip
+            if (remembered is not None and answer is not None and len(drafted) == 1 and answer[5] is None
+                    and self.made_ids == made and isinstance(output, str)):  # fmt: skip
                 text = _resent(output)
-                remembered.answer = (text, answers[0]) if text is not None else None
+                remembered.answer = (text, answer) if text is not None else None
             tools = self.once(_TOOLS, attrs.get(_TOOLS), self.tools, inputs)
             system = self.once(_SYSTEM, attrs.get(_SYSTEM), self.system_instructions, inputs)
-            return RecordedCall(input=tuple(sent), output=tuple(answers), system=system, tools=tools)
+            # input, output, system, tools (positional: faster to call)
+            return RecordedCall(tuple(sent), (answer,) if answer is not None else (), system, tools)
         details = [e for e in self.span.events if e.name == _DETAILS]
         if details:
             return self.call(details[0].attributes)
@@ -904,35 +909,37 @@ class _Calls:
         self.logs: dict[str, _Pending] = {}
         self.inputs = _Inputs()
 
-    def traced(self, span: _Span, call: RecordedCall, label: str) -> TracedCall:
+    def traced(self, span: _Span, call: RecordedCall, label: str, key: str | None = None) -> TracedCall:
         self.seq += 1
         # The messages are read: their text need not stay in memory until the conversation is assembled.
+        attributes = span.attributes
         for name in _MESSAGE_ATTRIBUTES:
-            span.attributes.pop(name, None)
+            if name in attributes:
+                del attributes[name]
         span.events = []
-        fields = _Fields(span.trace_id, span.span_id, span.name, span.attributes, span.resource)
-        return TracedCall(_conversation_key(span), (span.start, self.seq), label, call, fields)
+        fields = _Fields(span.trace_id, span.span_id, span.name, attributes, span.resource)
+        key = _conversation_key(span) if key is None else key
+        return TracedCall(key, (span.start, self.seq), label, call, fields)
 
-    def span(self, make: Callable[[], _Span], label: str) -> Iterator[TracedCall | RecordError]:
-        """The call of one span (``make()`` builds it), an error naming its field, or nothing for another span."""
+    def span(self, make: Callable[[], _Span], label: str) -> TracedCall | RecordError | None:
+        """The call of one span (``make()`` builds it), an error naming its field, or ``None`` for another span
+        (or one whose call waits for its log records)."""
         try:
             span = make()
             if not _is_model_call(span):
-                return
+                return None
             label = f"{label} (span id {span.span_id})"
-            err = Err(self.source, label, "")
-            call = _Reader(span, err).call(span.attributes, self.inputs, _conversation_key(span))
+            key = _conversation_key(span)
+            call = _Reader(span, Err(self.source, label, "")).call(span.attributes, self.inputs, key)
         except _Bad as exc:
-            yield RecordError(self.source, label, exc.field, exc.reason)
-            return
+            return RecordError(self.source, label, exc.field, exc.reason)
         except (RecordError, ValueError) as exc:  # a message the schema refuses (pydantic's error is a ValueError)
-            yield exc if isinstance(exc, RecordError) else RecordError(self.source, label, "", str(exc))
-            return
+            return exc if isinstance(exc, RecordError) else RecordError(self.source, label, "", str(exc))
         if call is None:
             self.waiting[span.span_id] = (span, label)
-            return
+            return None
         self.done.add(_done_key(span.span_id))
-        yield self.traced(span, call, label)
+        return self.traced(span, call, label, key)
 
     def log(self, raw: Any, label: str) -> RecordError | None:
         """Keep a log record of the older event form (or the details event) until the source has been read."""
@@ -1006,7 +1013,8 @@ def calls(records: Iterable[tuple[str, Any]], source: str) -> Iterator[TracedCal
         if type(record) is ExportRecord or "resourceSpans" in record or "resourceLogs" in record:
             yield from _otlp_calls(state, record, label)
         else:
-            yield from state.span(partial(_flat_span, record), label)
+            if (item := state.span(partial(_flat_span, record), label)) is not None:
+                yield item
     yield from state.leftovers()
 
 
@@ -1033,7 +1041,8 @@ def _otlp_items(state: _Calls, doc: Mapping[str, Any], label: str) -> Iterator[T
             continue
         for ss in rs.get("scopeSpans") or ():
             for raw in ss.get("spans") or ():
-                yield from state.span(partial(_otlp_span, raw, resource), f"{label}, span {n}")
+                if (item := state.span(partial(_otlp_span, raw, resource), f"{label}, span {n}")) is not None:
+                    yield item
                 n += 1
     yield from _log_records(state, doc.get("resourceLogs"), label)
 
@@ -1052,8 +1061,10 @@ def _typed_spans(
             continue
         for ss in rs.scopeSpans or ():
             for raw in ss.spans or ():
-                if not _other_operation(raw):
-                    yield from state.span(partial(_typed_span, raw, resource), f"{label}, span {n}")
+                if _other_operation(raw):
+                    pass
+                elif (item := state.span(partial(_typed_span, raw, resource), f"{label}, span {n}")) is not None:
+                    yield item
                 n += 1
 
 

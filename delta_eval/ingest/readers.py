@@ -52,7 +52,9 @@ def _open_binary(path: Path) -> Any:
         import gzip
 
         return gzip.open(path, "rb")
-    return path.open("rb")
+    # A large buffer: a trace file's lines (an OTLP export request) are often hundreds of kilobytes, read a buffer
+    # at a time.
+    return path.open("rb", buffering=1 << 20)
 
 
 def parse_json(text: str | bytes) -> Any:

@@ -189,10 +189,12 @@ class _Spill:
         """A conversation's calls as bytes: marshalled tuples where they have a plain form, else pickled."""
         try:
             tools: dict[int, Any] = {}
-            rows = [(c.conversation, c.order, c.label, _drafts(c.call.input), _drafts(c.call.output), c.call.system,
+            rows = [(c.conversation, c.order, c.label, c.call.input, c.call.output, c.call.system,
                      self._plain_tools(c.call.tools, tools), self._plain_fields(c.fields)) for c in calls]  # fmt: skip
             return b"m" + marshal.dumps(rows, 4)
-        except (_NotPlain, ValueError):  # marshal's ValueError: a value of no builtin type in a dict or the order
+        # marshal's ValueError: a value of no builtin type (marshal takes only exact builtin types, so what it takes
+        # comes back as it was): a model among the messages (a reader's Message, a draft's reasoning), in a dict...
+        except (_NotPlain, ValueError):
             return b"p" + _dumps(calls)
 
     def unpack(self, data: bytes) -> list[TracedCall]:
@@ -253,14 +255,6 @@ class _Spill:
     def close(self) -> None:
         self._db.close()
         self._dir.cleanup()
-
-
-def _drafts(messages: tuple[Any, ...]) -> tuple[Any, ...]:
-    # Drafts without reasoning are plain tuples already (the same objects, so shared messages stay shared).
-    for m in messages:
-        if type(m) is not tuple or m[5] is not None:
-            raise _NotPlain
-    return messages
 
 
 #: The fields of a call that is not its conversation's first (nothing reads them).
