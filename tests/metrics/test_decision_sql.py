@@ -165,3 +165,18 @@ def test_the_decision_on_views_of_parquet_files_is_the_decision_on_rows(tmp_path
     # The views it made are gone: the connection is the caller's.
     assert {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()} == {
         "verdicts", "replays"}  # fmt: skip
+
+
+def test_a_source_that_cannot_be_made_leaves_no_view_in_the_callers_connection() -> None:
+    """The replays named are not there: the error reaches the caller, and the view made of the verdicts first is
+    dropped (the connection is the caller's)."""
+    con = duckdb.connect()
+    con.register("verdicts", pa.Table.from_pylist([{"pair_id": "p", "conversation_id": "c", "outcome": "tie"}]))
+    try:
+        decide("verdicts", "no_such_replays", DecisionRule(), con=con)
+    except duckdb.CatalogException:
+        pass
+    else:
+        raise AssertionError("a missing table of replays was not reported")
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert views == {"verdicts"}  # the registered table alone
