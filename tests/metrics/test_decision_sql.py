@@ -180,3 +180,13 @@ def test_a_source_that_cannot_be_made_leaves_no_view_in_the_callers_connection()
         raise AssertionError("a missing table of replays was not reported")
     views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
     assert views == {"verdicts"}  # the registered table alone
+
+
+def test_an_empty_table_of_no_columns_is_decided_as_its_rows_are() -> None:
+    """``pa.Table.from_pylist([])`` (no rows, so no columns) for the replays, or the verdicts: the decision of the
+    empty rows, not DuckDB refusing to register a table without columns."""
+    verdicts = [{"pair_id": "p", "conversation_id": "c", "outcome": "tie"}]
+    for v, r in ((verdicts, []), ([], []), ([], None)):
+        mine = decide(v, r, DecisionRule())
+        sql = decide(pa.Table.from_pylist(v), None if r is None else pa.Table.from_pylist(r), DecisionRule())
+        _close(sql.model_dump(), mine.model_dump())
