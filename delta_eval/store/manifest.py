@@ -150,8 +150,8 @@ def _known_sum(values: Iterable[int | None]) -> int | None:
 JUDGEMENT_COLUMNS = ["pair_id", "stage", "audit", "answer", "input_tokens", "output_tokens", "reasoning_tokens",
                      "cost_usd", "latency_ms"]  # fmt: skip
 #: The simulator_calls columns :meth:`RunCounts.tally` reads.
-SIMULATOR_COLUMNS = ["pair_id", "role", "request_key", "cached", "input_tokens", "output_tokens",
-                     "reasoning_tokens", "cost_usd", "latency_ms"]  # fmt: skip
+SIMULATOR_COLUMNS = ["pair_id", "role", "request_key", "cached", "side", "answered_at", "input_tokens",
+                     "output_tokens", "reasoning_tokens", "cost_usd", "latency_ms"]  # fmt: skip
 #: The verdicts columns :meth:`RunCounts.tally` reads.
 VERDICT_COLUMNS = ["stage", "outcome", "conversation_id", "orders_agree", "audit_outcome", "details"]
 
@@ -220,12 +220,15 @@ class RunCounts(_Model):
         }
         # Each request as often as the provider answered it: every answer not from the response cache (both sides
         # asking at once, before either answer was cached, are two calls), or once when every one was cached (a
-        # resumed session answered from the cache of the one that paid for it).
-        by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # resumed session answered from the cache of the one that paid for it). One call is one answer however
+        # many pairs hold its row (a baseline session shared by the pairs of several candidates).
+        by_key: dict[tuple[str, str], dict[tuple[Any, ...], dict[str, Any]]] = {}
         for r in simulator_calls.to_pylist() if simulator_calls is not None else []:
-            by_key.setdefault((r["role"], r["request_key"]), []).append({**r, "answer": "ok"})  # a failure ends it
+            call = (r.get("side"), r.get("answered_at"), r.get("cached"))
+            by_key.setdefault((r["role"], r["request_key"]), {}).setdefault(call, {**r, "answer": "ok"})
         asked: dict[str, list[dict[str, Any]]] = {}
-        for (role, _), same in by_key.items():
+        for (role, _), calls in by_key.items():
+            same = list(calls.values())  # a failed call ends its session: every row is an answer
             asked.setdefault(role, []).extend([r for r in same if not r.get("cached")] or same[:1])
         return cls(
             **read,

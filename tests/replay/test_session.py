@@ -326,3 +326,8 @@ async def test_both_sides_asking_the_tool_model_the_same_call_at_once_are_counte
                               simulator_calls=table).simulating["tool_simulator"]  # fmt: skip
     assert len(rows) == 2
     assert counted.calls == client.stats.made
+    # A call's row held by several pairs (a baseline session shared by several candidates' pairs) is one call.
+    shared = [c.model_copy(update={"pair_id": f"c#session~{k}"}) for c in logs["baseline"].calls for k in "ab"]
+    again = RunCounts.tally(TABLES["verdicts"].to_arrow([]), TABLES["errors"].to_arrow([]),
+                            simulator_calls=TABLES["simulator_calls"].to_arrow(shared)).simulating  # fmt: skip
+    assert again["tool_simulator"].calls == 1
