@@ -23,17 +23,20 @@ CONNECTION_OPTIONS = frozenset(
     {"base_url", "endpoint", "timeout", "connection_pools", "headers", "api_key", "ad_token", "access_token",
      "aws_access_key", "aws_secret_key", "aws_session_token", "aws_profile", "organization"}
 )  # fmt: skip
+#: The provider options of a model: a side's or judge's, and a session's user and tool simulators'.
+_OPTIONS = frozenset({"provider_options", "user_options", "tool_options"})
 #: Options naming the environment variable a credential is read from (``api_key_env``, ``ad_token_env``, ...).
 _ENV_NAME = re.compile(r"_env$")
 
 
 def comparable(fingerprint: Any) -> Any:
     """``fingerprint`` without the connection settings of every ``provider_options`` in it (the sides', the
-    judges'): what two sessions of one run must agree on."""
+    judges'), and of a session's ``user_options`` and ``tool_options``: what two sessions of one run must agree
+    on."""
     if isinstance(fingerprint, dict):
         out = {}
         for key, value in fingerprint.items():
-            if key == "provider_options" and isinstance(value, dict):
+            if key in _OPTIONS and isinstance(value, dict):
                 value = {k: v for k, v in value.items() if k not in CONNECTION_OPTIONS and not _ENV_NAME.search(k)}
                 if not value:
                     continue  # all connection: as if none were given

@@ -220,11 +220,19 @@ async def _run_sharded(
     # replace it once they are done.
     watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats)
     own_calls, p.call_stats = p.call_stats, watch.calls
+    failed: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch.watch)
-            reports = await executor.run(shards, pool.limits())
+            try:
+                reports = await executor.run(shards, pool.limits())
+            except BaseException as exc:
+                # Raised as it is below, not wrapped in the task group's ExceptionGroup: the executor's own error
+                # (ShardFailedError) is what a caller catches. A cancellation is raised again by the group itself.
+                failed = exc
             tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
     finally:
         watch.restore()
         p.call_stats = own_calls

@@ -664,8 +664,8 @@ class SimulatorCall(_Frozen):
     ``purpose`` is what was asked (``goal``: the summary of the user's goal; ``reply``: the user's next message; a
     tool's name for the tool simulator). ``request_key`` identifies the request (its response-cache key): both sides
     of a session ask the same question while their transcripts are the same, and are answered by one call, so a
-    run's simulator spend counts each key once (the first side to ask it pays; ``cached`` marks an answer that came
-    from the response cache). The other fields are those of :class:`Judgement`, for this one call.
+    run's simulator spend counts the answers of a key that did not come from the response cache (``cached``), or
+    one when all did. The other fields are those of :class:`Judgement`, for this one call.
     """
 
     pair_id: str

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,22 @@ def test_secrets_are_redacted_wherever_they_nest() -> None:
         "api_key_env": "KEY",
         "n": [{"token": "***"}],
     }
+
+
+def test_how_the_session_simulators_are_reached_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
+    """A session run resumed with its user or tool simulator on another URL or key variable (a fake server on a
+    new port) is the same run, as it is for the sides' and judges' ``provider_options``; what the simulator is asked
+    (a model option) still is part of it."""
+    from delta_eval.demo import demo_config
+
+    def config(**session: Any) -> de.RunConfig:
+        base = demo_config(tmp_path / "run", n=2, latency_ms=0.0)
+        s = de.Session(user="simulated:user", tool_model="simulated:tools", **session)
+        return base.model_copy(update={"mode": "session", "session": s})
+
+    first = config(user_options={"base_url": "http://127.0.0.1:1/v1", "api_key_env": "A"},
+                   tool_options={"base_url": "http://127.0.0.1:1/v1", "api_key": "k1"})  # fmt: skip
+    moved = config(user_options={"base_url": "http://127.0.0.1:2/v1", "api_key_env": "B"},
+                   tool_options={"base_url": "http://127.0.0.1:2/v1", "api_key": "k2"})  # fmt: skip
+    assert first.fingerprint() == moved.fingerprint()
+    assert config(tool_options={"temperature": 0.5}).fingerprint() != config().fingerprint()

@@ -183,3 +183,19 @@ def test_a_reset_removes_live_counters_a_killed_session_left_and_nothing_else(tm
     removed = folder.reset()
     assert {p.name for p in removed} >= {"3-1.json", ".3-1.json.0123456789abcdef0123456789abcdef.tmp"}
     assert [p.name for p in counters.iterdir()] == ["notes.txt"]
+
+
+def test_a_failed_shard_reaches_the_caller_as_the_executors_own_error(tmp_path: Path) -> None:
+    """What an executor raises (a shard failed in its process or on the cluster) is what ``de.run`` raises, not
+    wrapped in a group by the watch on the shards' live counters beside it."""
+
+    class Failing(de.Executor):
+        def shard_count(self) -> int:
+            return 2
+
+        async def run(self, shards: list[Any], limits: dict[str, ModelLimits]) -> list[Any]:
+            raise de.ShardFailedError("shard 1: boom (rerun the same command to resume)")
+
+    with pytest.raises(de.ShardFailedError, match="boom"):
+        de.run(_config(tmp_path / "run"), conversations=demo_conversations(), progress=False, executor=Failing())
+    assert de.open_result(tmp_path / "run").status == "failed"

@@ -174,3 +174,26 @@ def test_a_model_with_a_request_rate_takes_a_slot_from_the_actor_for_every_call(
     limits = ModelLimits(max_concurrency=4, requests_per_minute=6000, adaptive=False)
     assert RemoteLimiter(object(), "0-a", limits).reuses == 1  # every call counted against the rate there
     assert RemoteLimiter(object(), "0-a", ModelLimits(max_concurrency=4, adaptive=False)).reuses == LEASE_REUSES
+
+
+def test_a_holder_closed_while_the_actor_grants_it_a_batch_gives_each_slot_back_once() -> None:
+    """A batch being granted (one slot held, the next being taken) when the holder is closed (its shard's retry
+    opened a new one): close gives back what was held, the batch only the slot it was taking. Giving the held one
+    back twice made the actor raise and lose the slot being taken for good."""
+
+    async def main() -> None:
+        actor = LimiterActor(ModelLimits(max_concurrency=4, adaptive=False))
+        await actor.open(0, "0-a")
+        batch = asyncio.ensure_future(actor.acquire_many("0-a", 4))
+        for _ in range(1000):  # until the first slot is held and the second being taken
+            if actor._held.get("0-a"):
+                break
+            await asyncio.sleep(0)
+        assert actor._held["0-a"]
+        assert not batch.done()
+        await actor.open(0, "0-b")  # the retry: the dead attempt's holder is closed
+        assert await batch == []
+        assert await actor.borrowed() == 0
+        assert actor.limiter._capacity.borrowed_tokens == 0
+
+    anyio.run(main)

@@ -155,9 +155,9 @@ SIMULATOR_PARTS = {"user_simulator": "user simulator", "tool_simulator": "tool s
 
 
 def simulator_lines(result: RunResult) -> list[str]:
-    """What a session run's simulators used, per role: the sessions they served, their calls (each request once:
-    both sides asking the same question were answered by one call), tokens, dollars and latency. Nothing for a
-    run without them."""
+    """What a session run's simulators used, per role: the sessions they served, their calls (as the provider
+    answered them: both sides asking the same question were answered by one call and the cache), tokens, dollars
+    and latency. Nothing for a run without them."""
     spend = result.counts.simulating
     if not spend:
         return []

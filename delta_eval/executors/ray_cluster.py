@@ -75,8 +75,8 @@ class LimiterActor:
             ticket = await self.limiter.acquire(owner)
             got.append((owner, ticket.sent_at))
             if holder in self._closed:
-                for taken, _ in got:
-                    self.limiter.release(taken)
+                # The batch's earlier slots were the holder's, and close gave them back: only this one is left.
+                self.limiter.release(owner)
                 return []
             self._held.setdefault(holder, set()).add(owner)
         return got

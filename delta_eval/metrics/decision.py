@@ -264,6 +264,8 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
             table = table.drop_columns(["_row"])
         db.register("verdicts", table.append_column("_row", pa.array(np.arange(table.num_rows, dtype=np.int64))))
         if replay_table is not None:
+            if replay_table.num_columns == 0:  # no rows, so no columns (``from_pylist([])``): DuckDB needs one
+                replay_table = pa.table({"pair_id": pa.nulls(replay_table.num_rows, pa.string())})
             db.register("replays", replay_table)
         src = Source(db, "verdicts", "replays" if replay_table is not None else None)
         return _decide_source(src, r)

@@ -59,8 +59,12 @@ class Source:
         self._known: dict[str, set[str]] = {}
         #: The replays as stored (every column: what the rule's own checks and consistency read).
         self.raw_replays = raw_replays or replays
-        self.verdicts = self._view(verdicts, _VERDICT_TYPES)
-        self.replays = self._view(replays, _REPLAY_TYPES) if replays is not None else None
+        try:
+            self.verdicts = self._view(verdicts, _VERDICT_TYPES)
+            self.replays = self._view(replays, _REPLAY_TYPES) if replays is not None else None
+        except BaseException:
+            self.close()  # the caller gets no source to close: the views made so far are dropped here
+            raise
         #: Whether the replays have final texts (without, a replay's "no decision" is unknown unless stored).
         self.final_text = replays is not None and "final_text" in self._columns(replays)
 

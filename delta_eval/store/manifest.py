@@ -150,8 +150,8 @@ def _known_sum(values: Iterable[int | None]) -> int | None:
 JUDGEMENT_COLUMNS = ["pair_id", "stage", "audit", "answer", "input_tokens", "output_tokens", "reasoning_tokens",
                      "cost_usd", "latency_ms"]  # fmt: skip
 #: The simulator_calls columns :meth:`RunCounts.tally` reads.
-SIMULATOR_COLUMNS = ["pair_id", "role", "request_key", "input_tokens", "output_tokens", "reasoning_tokens",
-                     "cost_usd", "latency_ms"]  # fmt: skip
+SIMULATOR_COLUMNS = ["pair_id", "role", "request_key", "cached", "side", "answered_at", "input_tokens",
+                     "output_tokens", "reasoning_tokens", "cost_usd", "latency_ms"]  # fmt: skip
 #: The verdicts columns :meth:`RunCounts.tally` reads.
 VERDICT_COLUMNS = ["stage", "outcome", "conversation_id", "orders_agree", "audit_outcome", "details"]
 
@@ -200,7 +200,8 @@ class RunCounts(_Model):
         sampling found (``read``, ``sampled``, ...).
 
         ``judging`` is the judge calls per stage; ``simulating`` the session simulators' calls per role, each request
-        once (both sides asking the same question were answered by one call); ``orders_compared`` / ``orders_disagree``
+        as often as the provider answered it (both sides asking the same question were answered by one call and the
+        response cache, unless they asked at once); ``orders_compared`` / ``orders_disagree``
         the pairs stage 3 judged in both orders (audits included) and those whose orders disagreed; ``one_order`` the
         pairs meant to be judged in both orders that only one order answered; ``audited`` / ``audit_found_difference``
         the stage-2 "equivalent" pairs audited by stage 3, and those where stage 3 preferred one side (a false
@@ -217,12 +218,18 @@ class RunCounts(_Model):
             for stage in ("equivalence", "judge", "audit")
             if (own := [r for r in rows if ("audit" if r["audit"] else r["stage"]) == stage])
         }
-        asked: dict[str, list[dict[str, Any]]] = {}
-        seen: set[tuple[str, str]] = set()
+        # Each request as often as the provider answered it: every answer not from the response cache (both sides
+        # asking at once, before either answer was cached, are two calls), or once when every one was cached (a
+        # resumed session answered from the cache of the one that paid for it). One call is one answer however
+        # many pairs hold its row (a baseline session shared by the pairs of several candidates).
+        by_key: dict[tuple[str, str], dict[tuple[Any, ...], dict[str, Any]]] = {}
         for r in simulator_calls.to_pylist() if simulator_calls is not None else []:
-            if (r["role"], r["request_key"]) not in seen:
-                seen.add((r["role"], r["request_key"]))
-                asked.setdefault(r["role"], []).append({**r, "answer": "ok"})  # a failed call ends its session
+            call = (r.get("side"), r.get("answered_at"), r.get("cached"))
+            by_key.setdefault((r["role"], r["request_key"]), {}).setdefault(call, {**r, "answer": "ok"})
+        asked: dict[str, list[dict[str, Any]]] = {}
+        for (role, _), calls in by_key.items():
+            same = list(calls.values())  # a failed call ends its session: every row is an answer
+            asked.setdefault(role, []).extend([r for r in same if not r.get("cached")] or same[:1])
         return cls(
             **read,
             pairs=verdicts.num_rows,

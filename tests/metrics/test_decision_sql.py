@@ -169,3 +169,28 @@ def test_the_decision_on_views_of_parquet_files_is_the_decision_on_rows(tmp_path
     # The views it made are gone: the connection is the caller's.
     assert {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()} == {
         "verdicts", "replays"}  # fmt: skip
+
+
+def test_a_source_that_cannot_be_made_leaves_no_view_in_the_callers_connection() -> None:
+    """The replays named are not there: the error reaches the caller, and the view made of the verdicts first is
+    dropped (the connection is the caller's)."""
+    con = duckdb.connect()
+    con.register("verdicts", pa.Table.from_pylist([{"pair_id": "p", "conversation_id": "c", "outcome": "tie"}]))
+    try:
+        decide("verdicts", "no_such_replays", DecisionRule(), con=con)
+    except duckdb.CatalogException:
+        pass
+    else:
+        raise AssertionError("a missing table of replays was not reported")
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert views == {"verdicts"}  # the registered table alone
+
+
+def test_an_empty_table_of_no_columns_is_decided_as_its_rows_are() -> None:
+    """``pa.Table.from_pylist([])`` (no rows, so no columns) for the replays, or the verdicts: the decision of the
+    empty rows, not DuckDB refusing to register a table without columns."""
+    verdicts = [{"pair_id": "p", "conversation_id": "c", "outcome": "tie"}]
+    for v, r in ((verdicts, []), ([], []), ([], None)):
+        mine = decide(v, r, DecisionRule())
+        sql = decide(pa.Table.from_pylist(v), None if r is None else pa.Table.from_pylist(r), DecisionRule())
+        _close(sql.model_dump(), mine.model_dump())

@@ -302,3 +302,44 @@ def test_a_screened_session_run_checks_its_gates_on_the_first_sessions(
         counts[name] = (con.execute("SELECT count(*) FROM verdicts").fetchone(), bool(result.manifest.screened_out))
     assert counts["passing"] == ((6,), False)  # passed the screen: every session
     assert counts["failing"] == ((3,), True)  # stopped after the sessions of the screen
+
+
+@pytest.mark.anyio
+async def test_both_sides_asking_the_tool_model_the_same_call_at_once_are_counted_as_the_calls_paid(
+    tmp_path: Path,
+) -> None:
+    """Both sides make the same call the recording never made, at the same moment: the tool model is asked twice
+    (neither answer is in the response cache yet), so the run's simulator spend counts two calls, not one."""
+    import anyio
+
+    from delta_eval.replay.simulator_log import SimulatorLog
+    from delta_eval.store.cache import SQLiteCache
+    from delta_eval.store.manifest import RunCounts
+
+    client = ModelClient(SimulatedAdapter("simulated:tools"), ModelLimiter(4), RetryPolicy(),
+                         SQLiteCache(tmp_path / "cache.sqlite"))  # fmt: skip
+    point = session_point(Conversation(id="c", messages=(de.Message(role="user", content="hi"),
+                                                         de.Message(role="assistant", content="hello"))))  # fmt: skip
+    assert point is not None
+    logs: dict[str, SimulatorLog] = {"baseline": SimulatorLog(point, "baseline"),
+                                     "candidate": SimulatorLog(point, "candidate")}  # fmt: skip
+    call = ToolCall(id="1", name="cancel", arguments='{"id": "X"}')
+
+    async def side(name: str) -> None:
+        tools = SessionTools([], llm=client, namespace="c@1", log=logs[name])
+        await tools(call, ToolContext(point=point, position=0))
+
+    async with anyio.create_task_group() as tg:
+        for name in logs:
+            tg.start_soon(side, name)
+    rows = [c.model_dump() for log in logs.values() for c in log.calls]
+    table = TABLES["simulator_calls"].to_arrow([c for log in logs.values() for c in log.calls])
+    counted = RunCounts.tally(TABLES["verdicts"].to_arrow([]), TABLES["errors"].to_arrow([]),
+                              simulator_calls=table).simulating["tool_simulator"]  # fmt: skip
+    assert len(rows) == 2
+    assert counted.calls == client.stats.made
+    # A call's row held by several pairs (a baseline session shared by several candidates' pairs) is one call.
+    shared = [c.model_copy(update={"pair_id": f"c#session~{k}"}) for c in logs["baseline"].calls for k in "ab"]
+    again = RunCounts.tally(TABLES["verdicts"].to_arrow([]), TABLES["errors"].to_arrow([]),
+                            simulator_calls=TABLES["simulator_calls"].to_arrow(shared)).simulating  # fmt: skip
+    assert again["tool_simulator"].calls == 1
