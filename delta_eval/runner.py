@@ -46,6 +46,7 @@ from delta_eval.schema import Conversation
 from delta_eval.store import safe_paths
 from delta_eval.store.batches import BatchJournal
 from delta_eval.store.folder import RunFolder
+from delta_eval.store.live_files import remove_progress
 from delta_eval.store.manifest import RunManifest, RunStatus
 from delta_eval.store.session import FolderSession
 
@@ -218,6 +219,7 @@ async def _run_sharded(
     p.phase, p.replay_started = "replaying", time.monotonic()
     # While the shards run, the session's progress shows what they publish in the folder; their reports, exact,
     # replace it once they are done.
+    remove_progress(folder.path)  # what a session killed before it was recorded left under the same number
     watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats)
     own_calls, p.call_stats = p.call_stats, watch.calls
     failed: BaseException | None = None

@@ -197,3 +197,24 @@ def test_a_holder_closed_while_the_actor_grants_it_a_batch_gives_each_slot_back_
         assert actor.limiter._capacity.borrowed_tokens == 0
 
     anyio.run(main)
+
+
+def test_an_attempt_replaced_by_a_newer_one_fails_its_waiting_calls_instead_of_asking_forever() -> None:
+    async def main() -> None:
+        limits = ModelLimits(max_concurrency=1, adaptive=False)
+        _, handle, (old,) = await _holders(limits, 1)
+        async with old.slot():
+            waiting = asyncio.ensure_future(old.slot().__aenter__())
+            await anyio.sleep(0.01)
+            await handle.open.remote(0, "0-b")  # the retry of shard 0: the old holder is closed
+            with anyio.fail_after(2):
+                try:
+                    await waiting
+                except Exception as exc:
+                    failed = exc
+                else:
+                    raise AssertionError("the replaced attempt's call got a slot")
+        assert "replaced" in str(failed)
+        assert handle.sent["acquire_many"] <= 3  # it asked once or twice, not in a loop
+
+    anyio.run(main)

@@ -206,9 +206,12 @@ class RemoteLimiter:
         try:
             while self._waiters and not self._closed:
                 want = min(len(self._waiters), LEASE_BATCH)
-                for owner, sent_at in await self.actor.acquire_many.remote(self.holder, want):
+                granted = await self.actor.acquire_many.remote(self.holder, want)
+                if not granted:  # the actor closed this holder: a newer attempt at the shard replaced this one
+                    raise ShardFailedError(f"shard attempt {self.holder} was replaced by a newer one; it stops here")
+                for owner, sent_at in granted:
                     self._give_back(_Lease(owner, sent_at, self.reuses))
-        except Exception as exc:  # the actor is gone: every waiting call fails with why
+        except Exception as exc:  # the actor is gone, or this attempt replaced: every waiting call fails with why
             while self._waiters:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
