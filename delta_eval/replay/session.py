@@ -72,6 +72,7 @@ __all__ = [
     "tool_prompt",
     "transcript",
     "transcript_messages",
+    "turn_point",
 ]
 
 #: How a session ends: the user said the stop token; the agent called a stop tool; the turn cap; the side left the
@@ -171,6 +172,22 @@ def session_point(conversation: Conversation, start: int = 1) -> ReplayPoint | N
     )
 
 
+def turn_point(point: ReplayPoint, k: int, messages: Sequence[Message], recorded: TurnOutput) -> ReplayPoint:
+    """Agent turn ``k`` of the session of ``point`` as a turn-level point: ``messages`` so far as its context,
+    ``recorded`` as what production did there (empty once a side has left the recording)."""
+    return ReplayPoint(
+        pair_id=f"{point.pair_id}/t{k}",
+        conversation_id=point.conversation_id,
+        turn_index=point.turn_index + k,
+        message_index=len(messages),
+        epoch=point.epoch,
+        context=tuple(messages),
+        recorded=recorded,
+        tools=point.tools,
+        metadata=point.metadata,
+    )
+
+
 def recorded_turn_points(point: ReplayPoint, max_turns: int | None = None) -> list[tuple[ReplayPoint, Step | None]]:
     """The agent turns of the session of ``point`` as the recording has them (at most ``max_turns``), each as the
     turn-level point a side on the recording is asked (the opening and the recorded transcript before it as its
@@ -178,18 +195,7 @@ def recorded_turn_points(point: ReplayPoint, max_turns: int | None = None) -> li
     messages: list[Message] = list(point.context)
     out: list[tuple[ReplayPoint, Step | None]] = []
     for k, (turn, answered) in enumerate(session_turns(point.recorded)[:max_turns]):
-        turn_point = ReplayPoint(
-            pair_id=f"{point.pair_id}/t{k}",
-            conversation_id=point.conversation_id,
-            turn_index=point.turn_index + k,
-            message_index=len(messages),
-            epoch=point.epoch,
-            context=tuple(messages),
-            recorded=turn,
-            tools=point.tools,
-            metadata=point.metadata,
-        )
-        out.append((turn_point, answered))
+        out.append((turn_point(point, k, messages, turn), answered))
         messages += _messages(turn)
         if answered is not None and answered.user is not None:
             messages.append(Message(role="user", content=answered.user))
@@ -333,18 +339,7 @@ class SessionReplayer:
         error: Exception | None = None
         for k in range(self.max_turns):
             rec_turn, rec_user = recorded[k] if on_recording and k < len(recorded) else (TurnOutput(), None)
-            turn_point = ReplayPoint(
-                pair_id=f"{point.pair_id}/t{k}",
-                conversation_id=point.conversation_id,
-                turn_index=point.turn_index + k,
-                message_index=len(messages),
-                epoch=point.epoch,
-                context=tuple(messages),
-                recorded=rec_turn,
-                tools=point.tools,
-                metadata=point.metadata,
-            )
-            done = await turns.replay(turn_point, side)
+            done = await turns.replay(turn_point(point, k, messages, rec_turn), side)
             first = first or done
             last = done
             rolled.append(done.replay)
