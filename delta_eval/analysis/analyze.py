@@ -37,7 +37,7 @@ from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes
 from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
-from delta_eval.metrics.counted import Counted, counted, counted_with_total
+from delta_eval.metrics.counted import Counted, counted, counted_with_total, weights_vary_sql
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
@@ -140,11 +140,8 @@ class Analysis:
         rule = DecisionRule.model_validate(self.result.manifest.config.get("decision") or {})
         e = rule.estimand if over is None else rule.estimand.model_copy(update={"over": over})
         if e.weighted == "auto":
-            _, _, counted = sql_contribution(e, has_error_side=self._error_side_column)
-            spread = self.con.execute(f"SELECT max(weight) - min(weight), max(abs(weight)) FROM verdicts "
-                                      f"WHERE {counted}").fetchone()  # fmt: skip
-            varies = bool(spread and spread[0] is not None and spread[0] > 1e-9 * max(spread[1] or 1.0, 1.0))
-            e = e.model_copy(update={"weighted": varies})
+            _, _, counted_where = sql_contribution(e, has_error_side=self._error_side_column)
+            e = e.model_copy(update={"weighted": weights_vary_sql(self.con, "verdicts", counted_where)})
         return e
 
     @functools.cached_property

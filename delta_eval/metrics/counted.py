@@ -34,7 +34,7 @@ from delta_eval.metrics.estimand import (
 )
 from delta_eval.metrics.frames import Rows, rows_of, to_arrow
 
-__all__ = ["OUTCOMES", "Counted", "counted", "counted_of", "counted_rows", "counted_with_total"]
+__all__ = ["OUTCOMES", "Counted", "counted", "counted_of", "counted_rows", "counted_with_total", "weights_vary_sql"]
 
 #: The outcomes every count names, even at 0.
 OUTCOMES = ("candidate", "baseline", "tie", "equivalent", "error")
@@ -107,6 +107,15 @@ def _weight(has_weight: bool) -> str:
     )
 
 
+def weights_vary_sql(db: Any, source: str, where: str = "true", *, has_weight: bool = True) -> bool:
+    """Whether the sampling weights of the rows of ``source`` (a table or view of ``db``) that ``where`` keeps
+    differ, read as every estimate reads them (a missing or zero weight is 1): what ``weighted="auto"`` settles on."""
+    spread = db.execute(f"SELECT max({_weight(has_weight)}), min({_weight(has_weight)}) FROM {source} "
+                        f"WHERE {where}").fetchone()  # fmt: skip
+    hi, lo = (spread or (None, None))[:2]
+    return hi is not None and hi - lo > 1e-9 * max(abs(hi), 1.0)
+
+
 def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None = None, null: str = "",
             con: Any = None, total: dict[str, Counted] | None = None) -> dict[str, Counted]:  # fmt: skip
     """The counted pairs of ``verdicts`` under ``estimand`` (default: :class:`Estimand`'s defaults), by the value of
@@ -142,10 +151,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     a, b, where = sql_contribution(e, has_error_side="error_side" in names)
     side = sql_error_side(has_error_side="error_side" in names)
     if e.weighted == "auto":
-        spread = db.execute(f"SELECT max({_weight('weight' in names)}), min({_weight('weight' in names)}) "
-                            f"FROM src WHERE {where}").fetchone()  # fmt: skip
-        hi, lo = (spread or (None, None))[:2]
-        weighted = hi is not None and hi - lo > 1e-9 * max(abs(hi), 1.0)
+        weighted = weights_vary_sql(db, "src", where, has_weight="weight" in names)
     else:
         weighted = bool(e.weighted)
     w = _weight("weight" in names) if weighted else "1.0::DOUBLE"

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import Phase, given, seed, settings
 from hypothesis import strategies as st
 
@@ -142,3 +143,20 @@ def test_the_total_from_the_grouped_pass_is_the_total_of_its_own(rows: list[dict
     np.testing.assert_array_equal(total.sums.seen, alone.sums.seen)
     np.testing.assert_array_equal(total.sums.strata, alone.sums.strata)
     np.testing.assert_allclose(total.balance, alone.balance, atol=1e-12)
+
+
+@pytest.mark.parametrize(("weights", "varies"), [
+    ([2.0, 2.0, None], True),  # a missing weight is 1: they vary
+    ([1.0, 0.0, None], False),  # a zero or missing weight is 1: they do not
+    ([0.5, 0.5, 0.5], False),
+])  # fmt: skip
+def test_whether_weights_vary_is_read_as_every_estimate_reads_weights(weights: list[Any], varies: bool) -> None:
+    import duckdb
+
+    from delta_eval.metrics.counted import weights_vary_sql
+    from delta_eval.metrics.estimand import weights_vary
+
+    db = duckdb.connect()
+    db.register("v", pa.table({"weight": pa.array(weights, pa.float64())}))
+    assert weights_vary_sql(db, "v") is varies
+    assert weights_vary([w or 1.0 for w in weights]) is varies  # the rows path's reading
