@@ -85,6 +85,7 @@ from delta_eval.judges.prompts import (
     render_equivalence_pair,
     render_pairwise_pair,
 )
+from delta_eval.judges.session import SESSION_RUBRIC
 from delta_eval.memo import PrefixFold
 from delta_eval.paths import MISSING, get_path
 from delta_eval.pricing import Price, price_for
@@ -649,7 +650,13 @@ class _JudgeCounts:
     """Stage-2 and stage-3 calls, from their prompts rendered on the sample's pairs (one at a time) and the funnel's
     expected shares."""
 
-    def __init__(self, judges: Judges, tokenizer: Tokenizer | None, models: Mapping[str, ModelOverride]) -> None:
+    def __init__(
+        self,
+        judges: Judges,
+        tokenizer: Tokenizer | None,
+        models: Mapping[str, ModelOverride],
+        default_rubric: str | None = None,
+    ) -> None:
         self.judges, self.tokenizer, self.models = judges, tokenizer, models
         self.pairs = 0
         self.notes: list[str] = []
@@ -666,7 +673,9 @@ class _JudgeCounts:
                     continue
                 count = _Counter(spec.model.partition(":")[0], tokenizer)
                 if isinstance(spec, PairwiseJudge):
-                    instructions = pairwise_instructions(Rubric.load(spec.rubric), reference=spec.reference).text
+                    # As the run builds it: a judge given no rubric of its own takes the mode's default.
+                    rubric = Rubric.load(spec.rubric, default=default_rubric)
+                    instructions = pairwise_instructions(rubric, reference=spec.reference).text
                     render: Callable[[PairView], str] = functools.partial(
                         render_pairwise_pair, reference=spec.reference
                     )
@@ -752,7 +761,7 @@ def estimate_sample(
     sides = c.sides()  # baseline, then the candidate (or each candidate by name)
     prices = c.all_prices
     counts = {side: _SideCount(side, v.model, v.params, c, tokenizer, prices) for side, v in sides.items()}
-    judging = _JudgeCounts(c.judges, tokenizer, c.models)
+    judging = _JudgeCounts(c.judges, tokenizer, c.models, SESSION_RUBRIC if c.mode == "session" else None)
     sessions = _SimulatorCount(c, len(sides), tokenizer) if c.mode == "session" else None
     conversations = points = skipped = turns_total = 0
 

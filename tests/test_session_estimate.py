@@ -156,3 +156,20 @@ def test_what_a_session_run_on_real_model_ids_costs_is_inside_the_estimates_rang
         assert spent is not None
         assert part.low_usd <= spent <= part.high_usd, (part.part, part.low_usd, spent, part.high_usd)
     assert figures["result"].manifest.estimate["total_usd"] == pytest.approx(est.total_usd, rel=1e-4)
+
+
+def test_the_estimate_prices_a_session_run_s_judges_with_the_rubric_the_run_gives_them() -> None:
+    from delta_eval.estimate import _JudgeCounts
+    from delta_eval.judges.prompts import Rubric, pairwise_instructions
+    from delta_eval.judges.session import SESSION_RUBRIC
+
+    judges = de.Judges(equivalence=None, judge=de.PairwiseJudge(model="openai:gpt-4.1"))
+    turn = _JudgeCounts(judges, None, {})
+    session = _JudgeCounts(judges, None, {}, SESSION_RUBRIC)
+    [t], [s] = turn.prompts, session.prompts
+    said = {
+        "turn": t.count.text(pairwise_instructions(Rubric.default()).text),
+        "session": s.count.text(pairwise_instructions(Rubric.parse(SESSION_RUBRIC)).text),
+    }
+    assert said["turn"] != said["session"]
+    assert s.fixed - t.fixed == said["session"] - said["turn"]  # the same framing, the session rubric's instructions

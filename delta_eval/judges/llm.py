@@ -238,8 +238,7 @@ class LLMPairwiseJudge:
     def __init__(self, settings: PairwiseJudge, client: ModelClient, context: JudgeContext) -> None:
         self.name = settings.label
         try:
-            given = settings.rubric is None and context.rubric is not None
-            self.rubric = Rubric.parse(context.rubric) if given and context.rubric else Rubric.load(settings.rubric)
+            self.rubric = Rubric.load(settings.rubric, default=context.rubric)
         except OSError as exc:
             raise ConfigError(f"cannot read the rubric of judge {self.name}: {exc}") from None
         self.reference = settings.reference

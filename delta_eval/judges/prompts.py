@@ -130,10 +130,11 @@ class Rubric:
         return cls(text=text.strip(), dimensions=tuple(dims))
 
     @classmethod
-    def load(cls, path: str | Path | None) -> Rubric:
-        """The rubric in the Markdown file at ``path`` (``None``: the default)."""
+    def load(cls, path: str | Path | None, default: str | None = None) -> Rubric:
+        """The rubric in the Markdown file at ``path`` (``None``: ``default``, Markdown text such as a session run's
+        :data:`~delta_eval.judges.session.SESSION_RUBRIC`, else the package's)."""
         if path is None:
-            return cls.default()
+            return cls.parse(default) if default else cls.default()
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"rubric file not found: {p}")
