@@ -17,17 +17,16 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import anthropic
 from anthropic.types.messages import MessageBatchIndividualResponse
 
-from delta_eval.adapters.batch import Ended, Outcome
+from delta_eval.adapters.batch import Ended, HeldRequests, Outcome
 from delta_eval.adapters.errors import sdk_errors, status_error
 from delta_eval.calls import ModelRequest, ModelResponse
-from delta_eval.exceptions import BadRequestError, ProviderError, TransientError
+from delta_eval.exceptions import ProviderError, TransientError
 
 __all__ = ["AnthropicBatches", "MessagesAdapter"]
 
@@ -65,7 +64,7 @@ class AnthropicBatches:
 
     def __init__(self, adapter: MessagesAdapter) -> None:
         self.adapter = adapter
-        self._held: dict[str, list[dict[str, Any]]] = {}
+        self._held = HeldRequests[dict[str, Any]]()
 
     async def _sdk(self, call: Callable[[], Awaitable[T]]) -> T:
         a = self.adapter
@@ -75,17 +74,13 @@ class AnthropicBatches:
     async def upload(self, items: Sequence[tuple[str, ModelRequest]]) -> str:
         """Hold the batch's requests (custom id: the cache key) until :meth:`create`; what names them."""
         requests = [{"custom_id": key, "params": self.adapter.encode(request)} for key, request in items]
-        name = "held-" + hashlib.sha256("\n".join(key for key, _ in items).encode()).hexdigest()[:32]
-        self._held[name] = requests
-        return name
+        return self._held.hold([key for key, _ in items], requests)
 
     async def create(self, file: str) -> str:
         """Create the batch of held requests ``file``; its id."""
-        requests = self._held.get(file)
-        if requests is None:
-            raise BadRequestError(f"the requests of {file} are no longer held", model=self.adapter.model)
+        requests = self._held.get(file, model=self.adapter.model)
         batch = await self._sdk(lambda: self.adapter.client.messages.batches.create(requests=requests))  # type: ignore[arg-type]
-        del self._held[file]
+        self._held.take(file, model=self.adapter.model)  # kept until the batch exists: a failed create is retried
         return batch.id
 
     async def find(self, file: str) -> str | None:

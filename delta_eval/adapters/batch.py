@@ -28,18 +28,19 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from delta_eval.adapters.retry import RetryPolicy, call_with_retry
 from delta_eval.calls import ModelRequest, ModelResponse
-from delta_eval.exceptions import ProviderError, TransientError
+from delta_eval.exceptions import BadRequestError, ProviderError, TransientError
 
 __all__ = [
     "BATCH_DISCOUNT",
@@ -49,6 +50,7 @@ __all__ = [
     "BatchQueue",
     "BatchSettings",
     "Ended",
+    "HeldRequests",
     "Outcome",
     "PendingBatch",
     "batch_cost",
@@ -77,6 +79,7 @@ def batch_cost(dollars: float | None, batch: bool) -> float | None:
 BATCH_PROVIDERS = frozenset({"openai", "anthropic", "gemini"})
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: One request's outcome in a finished batch.
 Outcome = ModelResponse | ProviderError
@@ -142,6 +145,41 @@ class BatchJournal(Protocol):
 
     def done(self, batch: str) -> None:
         """The results of ``batch`` are kept."""
+
+
+class HeldRequests(Generic[R]):
+    """The requests of batches not created yet, for a provider that takes them in the create call (``stores_input``
+    true): :meth:`hold` keeps them under a name made of their keys (what ``upload`` returns), :meth:`take` gives them
+    to ``create`` once.
+
+    Example:
+        >>> held = HeldRequests[str]()
+        >>> name = held.hold(["k1", "k2"], ["r1", "r2"])
+        >>> name.startswith("held-"), held.take(name, model="m")
+        (True, ['r1', 'r2'])
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[R]] = {}
+
+    def hold(self, keys: Sequence[str], requests: list[R]) -> str:
+        """Keep ``requests`` (their cache ``keys``, in order) until :meth:`take`; the name they are held under."""
+        name = "held-" + hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+        self._held[name] = requests
+        return name
+
+    def get(self, name: str, *, model: str) -> list[R]:
+        """The requests held under ``name`` (still held); a :class:`BadRequestError` when none are."""
+        requests = self._held.get(name)
+        if requests is None:
+            raise BadRequestError(f"the requests of {name} are no longer held", model=model)
+        return requests
+
+    def take(self, name: str, *, model: str) -> list[R]:
+        """The requests held under ``name``, no longer held."""
+        requests = self.get(name, model=model)
+        del self._held[name]
+        return requests
 
 
 class BatchBackend(Protocol):

@@ -20,14 +20,13 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 from google import genai
 from google.genai import errors, types
 
-from delta_eval.adapters.batch import Ended, Outcome
+from delta_eval.adapters.batch import Ended, HeldRequests, Outcome
 from delta_eval.adapters.errors import sdk_errors, status_error
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ProviderError, TransientError
@@ -72,7 +71,7 @@ class GeminiBatches:
 
     def __init__(self, adapter: GenerateAdapter) -> None:
         self.adapter = adapter
-        self._held: dict[str, list[types.InlinedRequest]] = {}
+        self._held = HeldRequests[types.InlinedRequest]()
 
     async def _sdk(self, call: Callable[[], Awaitable[T]]) -> T:
         a = self.adapter
@@ -88,15 +87,11 @@ class GeminiBatches:
                 # Per-request HTTP options (extra body fields) have no place in a batch line.
                 config = config.model_copy(update={"http_options": None})
             held.append(types.InlinedRequest(contents=cast(Any, contents), config=config, metadata={"key": key}))
-        name = "held-" + hashlib.sha256("\n".join(key for key, _ in items).encode()).hexdigest()[:32]
-        self._held[name] = held
-        return name
+        return self._held.hold([key for key, _ in items], held)
 
     async def create(self, file: str) -> str:
         """Create the batch of held requests ``file``; its name (``batches/...``)."""
-        held = self._held.get(file)
-        if held is None:
-            raise BadRequestError(f"the requests of {file} are no longer held", model=self.adapter.model)
+        held = self._held.get(file, model=self.adapter.model)
         job = await self._sdk(
             lambda: self.adapter.clients.next().aio.batches.create(
                 model=self.adapter.wire_model,
@@ -104,7 +99,7 @@ class GeminiBatches:
                 config=types.CreateBatchJobConfig(display_name=f"delta-eval-{file}"),
             )
         )
-        del self._held[file]
+        self._held.take(file, model=self.adapter.model)  # kept until the batch exists: a failed create is retried
         if not job.name:
             raise TransientError("the batch was created without a name", model=self.adapter.model)
         return job.name
