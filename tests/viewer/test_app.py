@@ -166,6 +166,12 @@ def test_a_pair_page_shows_the_context_both_sides_and_every_judge_answer(
     baseline_calls = sql(demo_run, "SELECT name FROM tool_calls WHERE pair_id = ? AND side = 'baseline'", [pair])
     for (name,) in baseline_calls:
         assert f"<b>{name}</b>" in page
+    # Every tool result is marked with where it came from, as in a session's page (one template serves both).
+    query = "SELECT result_source, count(*) FROM tool_calls WHERE pair_id = ? AND result IS NOT NULL GROUP BY ALL"
+    stored = dict(sql(demo_run, query, [pair]))
+    shown = re.findall(r'class="src src-(\w+)" data-source="\w+"', page)
+    assert sum(stored.values()) > 0
+    assert {s: shown.count(s) for s in set(shown)} == stored
     assert demo_client.get("/run/0/pair", params={"id": "no such pair"}).status_code == 404
     assert demo_client.get("/run/7").status_code == 404
 
