@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import anyio
+
 from delta_eval.adapters.base import ModelAdapter
 from delta_eval.adapters.batch import BatchQueue
 from delta_eval.adapters.limits import Limiter
@@ -70,6 +72,7 @@ class ModelClient:
     on_send: Callable[[], None] | None = None
     #: Where cache misses go when the run batches this client's calls (``None``: each is made at once).
     batch: BatchQueue | None = None
+    _asking: dict[str, anyio.Event] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def model(self) -> str:
@@ -77,18 +80,42 @@ class ModelClient:
         return self.adapter.model
 
     async def generate(self, request: ModelRequest, *, namespace: str = "") -> CallResult:
-        """The response to ``request``; raises :class:`ProviderError` once retries are exhausted."""
+        """The response to ``request``; raises :class:`ProviderError` once retries are exhausted.
+
+        With a cache, a request already in flight through this client is not sent again: the second caller waits
+        for the first's answer and takes it from the cache (both sides of a session asking the simulated user or the
+        tool model the same thing at the same moment pay once). If the first fails, the next waiter sends it."""
         key = request.cache_key(namespace=namespace, identity=self.adapter.cache_identity())
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is None and getattr(self.cache, "holds_v1_keys", False):
-                # A cache written before key version 2: its answer, if any, is kept under the new key too.
-                hit = self.cache.get(request.cache_key_v1(namespace=namespace, identity=self.adapter.cache_identity()))
-                if hit is not None:
-                    self.cache.put(key, self.model, hit)
+        if self.cache is None:
+            return await self._fetch(key, request)
+        while True:
+            hit = self._cached(key, request, namespace)
             if hit is not None:
                 self.stats.cached += 1
                 return CallResult(hit, cached=True)
+            asking = self._asking.get(key)
+            if asking is None:
+                break
+            await asking.wait()
+        done = self._asking[key] = anyio.Event()
+        try:
+            return await self._fetch(key, request)
+        finally:
+            del self._asking[key]
+            done.set()
+
+    def _cached(self, key: str, request: ModelRequest, namespace: str) -> ModelResponse | None:
+        assert self.cache is not None
+        hit = self.cache.get(key)
+        if hit is None and getattr(self.cache, "holds_v1_keys", False):
+            # A cache written before key version 2: its answer, if any, is kept under the new key too.
+            hit = self.cache.get(request.cache_key_v1(namespace=namespace, identity=self.adapter.cache_identity()))
+            if hit is not None:
+                self.cache.put(key, self.model, hit)
+        return hit
+
+    async def _fetch(self, key: str, request: ModelRequest) -> CallResult:
+        """``request`` from the provider (or its batch API), cached as ``key``."""
         if self.batch is not None:
             try:
                 batched = await self.batch.generate(key, request)

@@ -32,9 +32,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-
-import anyio
+from dataclasses import dataclass
 
 from delta_eval.adapters.client import ModelClient
 from delta_eval.adapters.simulated_user import STOP
@@ -132,7 +130,6 @@ class UserSimulator:
     goal: str | None = None
     seed: int = 0
     prices: Mapping[str, Price] | None = None
-    _asking: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict, init=False, repr=False)
 
     def _request(self, system: str, body: str, conversation_id: str) -> ModelRequest:
         assert self.client is not None
@@ -157,20 +154,9 @@ class UserSimulator:
 
     async def _generate(self, request: ModelRequest, namespace: str, log: SimulatorLog, purpose: str) -> str | None:
         assert self.client is not None
-        # Both sides of a session ask the same question while their transcripts are the same, often at once: the
-        # second waits for the first's answer and finds it in the response cache, instead of paying for it again.
+        # Both sides of a session often ask the same question at once: the client sends it once (see generate).
+        result = await self.client.generate(request, namespace=namespace)
         key = request.cache_key(namespace=namespace)
-        lock, waiting = self._asking.get(key, (anyio.Lock(), 0))
-        self._asking[key] = (lock, waiting + 1)
-        try:
-            async with lock:
-                result = await self.client.generate(request, namespace=namespace)
-        finally:
-            lock, waiting = self._asking[key]
-            if waiting == 1:
-                del self._asking[key]
-            else:
-                self._asking[key] = (lock, waiting - 1)
         log.add("user_simulator", purpose, self.client, key, result, self.prices)
         return result.response.message.content
 

@@ -81,6 +81,49 @@ def test_cache_hit_skips_the_adapter_and_survives_reopening(tmp_path: Path) -> N
     reopened.close()
 
 
+def test_the_same_request_in_flight_twice_is_sent_once_and_a_failed_one_is_sent_by_the_next_caller(
+    tmp_path: Path,
+) -> None:
+    """Five callers ask the same thing at once: one call is made, four answers come from the cache. When that call
+    fails, a waiting caller sends it again (nobody is left with nothing); other requests are never held."""
+
+    class Slow(ScriptedAdapter):
+        async def generate(self, request: ModelRequest) -> de.ModelResponse:
+            await anyio.sleep(0.02)
+            return await super().generate(request)
+
+    other = REQUEST.model_copy(update={"messages": (Message(role="user", content="other"),)})
+    outcomes: list[object] = []
+
+    async def ask(client: ModelClient, request: ModelRequest) -> None:
+        try:
+            outcomes.append((await client.generate(request)).cached)
+        except ProviderError as exc:
+            outcomes.append(exc)
+
+    async def main(client: ModelClient, requests: list[ModelRequest]) -> None:
+        async with anyio.create_task_group() as tg:
+            for request in requests:
+                tg.start_soon(ask, client, request)
+
+    shared = ModelClient(Slow("scripted:m", lambda r: "x"), ModelLimiter(8), cache=SQLiteCache(tmp_path / "a.sqlite"))
+    anyio.run(main, shared, [REQUEST] * 5 + [other])
+    assert (shared.stats.made, shared.stats.cached) == (2, 4)
+    assert sorted(map(str, outcomes)) == ["False", "False", "True", "True", "True", "True"]
+
+    outcomes.clear()
+    failing = Slow("scripted:m", [AuthenticationError("bad key", status=401), "y"])
+    retried = ModelClient(failing, ModelLimiter(8), cache=SQLiteCache(tmp_path / "b.sqlite"))
+    anyio.run(main, retried, [REQUEST] * 3)
+    assert (retried.stats.made, retried.stats.failed, retried.stats.cached) == (2, 1, 1)
+    assert [type(o).__name__ for o in outcomes] == ["AuthenticationError", "bool", "bool"]
+
+    # Without a cache there is nowhere to find the first answer: each caller makes its own call.
+    uncached = ModelClient(Slow("scripted:m", lambda r: "z"), ModelLimiter(8))
+    anyio.run(main, uncached, [REQUEST] * 3)
+    assert uncached.stats.made == 3
+
+
 def test_cache_key_covers_request_and_namespace() -> None:
     other = REQUEST.model_copy(update={"params": de.GenerateParams(temperature=0.5)})
     assert REQUEST.cache_key() == REQUEST.model_copy().cache_key()

@@ -305,11 +305,12 @@ def test_a_screened_session_run_checks_its_gates_on_the_first_sessions(
 
 
 @pytest.mark.anyio
-async def test_both_sides_asking_the_tool_model_the_same_call_at_once_are_counted_as_the_calls_paid(
+async def test_both_sides_asking_the_tool_model_the_same_call_at_once_pay_once_and_are_counted_so(
     tmp_path: Path,
 ) -> None:
-    """Both sides make the same call the recording never made, at the same moment: the tool model is asked twice
-    (neither answer is in the response cache yet), so the run's simulator spend counts two calls, not one."""
+    """Both sides make the same call the recording never made, at the same moment: the tool model is asked once
+    (the second side waits for the first's answer), both sides log it, and the run's simulator spend counts the
+    one call paid."""
     import anyio
 
     from delta_eval.replay.simulator_log import SimulatorLog
@@ -337,7 +338,7 @@ async def test_both_sides_asking_the_tool_model_the_same_call_at_once_are_counte
     counted = RunCounts.tally(TABLES["verdicts"].to_arrow([]), TABLES["errors"].to_arrow([]),
                               simulator_calls=table).simulating["tool_simulator"]  # fmt: skip
     assert len(rows) == 2
-    assert counted.calls == client.stats.made
+    assert counted.calls == client.stats.made == 1
     # A call's row held by several pairs (a baseline session shared by several candidates' pairs) is one call.
     shared = [c.model_copy(update={"pair_id": f"c#session~{k}"}) for c in logs["baseline"].calls for k in "ab"]
     again = RunCounts.tally(TABLES["verdicts"].to_arrow([]), TABLES["errors"].to_arrow([]),
