@@ -70,7 +70,7 @@ class FakeAnthropicServer(FakeProviderServer):
             return platform
         if request.path.rstrip("/") not in ("/v1/messages", "/messages"):
             return None
-        body = request.json() or {}
+        body = request.data or {}
         return Route(str(body.get("model", "")), bool(body.get("stream")))
 
     async def handle(self, request: Request) -> Reply:
@@ -114,7 +114,7 @@ class FakeAnthropicServer(FakeProviderServer):
         return JSONReply(body, status=status, headers={"request-id": f"req_err{len(self.requests)}"})
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
-        body = request.json() or {}
+        body = request.data or {}
         if "max_tokens" not in body:
             raise WireError("max_tokens: Field required")
         if request.headers.get("anthropic-version", "") >= "2026-10-21":
@@ -176,7 +176,7 @@ class FakeAnthropicServer(FakeProviderServer):
     def cache_usage(self, request: Request, canonical: ModelRequest, usage: Usage, ready_in_s: float) -> Usage:
         """Anthropic's explicit cache: prefixes up to the request's ``cache_control`` breakpoints."""
         assert self.prompt_cache is not None
-        blocks = anthropic_blocks(request.json() or {})
+        blocks = anthropic_blocks(request.data or {})
         return self.prompt_cache.anthropic(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def _check_thinking(self, index: int, blocks: list[dict[str, Any]], calls: tuple[ToolCall, ...]) -> None:

@@ -155,7 +155,7 @@ class FakeGeminiServer(FakeProviderServer):
         return self.prompt_cache.gemini(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
-        raw = request.json() or {}
+        raw = request.data or {}
         refusal = check_gemini_version(route.api, raw)
         body = normalise(raw)
         refusal = refusal or check_gemini(route.model, body)
