@@ -10,6 +10,7 @@ import pytest
 
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message
+from delta_eval.testing.servers.anthropic import FakeAnthropicServer
 from delta_eval.testing.servers.decoded import DecodedParts
 from delta_eval.testing.servers.http import parse_json
 from delta_eval.testing.servers.openai import FakeOpenAIServer
@@ -73,3 +74,26 @@ def test_the_repeated_history_of_a_conversation_decodes_to_the_same_objects() ->
     # The log keeps each request's bytes; its parsed body only while it was answered.
     assert "data" not in vars(server.requests[0])
     assert server.requests[0].json()["messages"] == history
+
+
+def test_anthropic_requests_sharing_a_history_decode_it_to_the_same_objects() -> None:
+    seen: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> Message:
+        seen.append(request)
+        return Message(role="assistant", content=f"answer {len(seen)}")
+
+    history = [{"role": "user", "content": "hi"}]
+    later = [*history, {"role": "assistant", "content": [{"type": "text", "text": "answer 1"}]},
+             {"role": "user", "content": "and?"}]  # fmt: skip
+    tools = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}]
+    with FakeAnthropicServer(respond=respond) as server:
+        for messages in (history, later):
+            body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.", "messages": messages,
+                    "tools": tools}  # fmt: skip
+            httpx.post(f"{server.url}/v1/messages", json=body).raise_for_status()
+    first, second = seen
+    assert second.messages[:2] == first.messages
+    assert all(a is b for a, b in zip(first.messages, second.messages[:2], strict=True))
+    assert second.tools is first.tools
+    assert second.params is first.params

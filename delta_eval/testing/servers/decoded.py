@@ -57,7 +57,8 @@ class DecodedParts(Generic[V]):
             return build()
         hit = self._items.get(key)
         if hit is not None and hit[0] == part:
-            self._items.move_to_end(key)
+            # Moved to the end: kept longest. Not move_to_end, which fails if another thread dropped it meanwhile.
+            self._items[key] = self._items.pop(key, hit)
             return hit[1]
         value = build()
         self._items[key] = (part, value)
