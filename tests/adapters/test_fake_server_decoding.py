@@ -12,6 +12,7 @@ from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message
 from delta_eval.testing.servers.anthropic import FakeAnthropicServer
 from delta_eval.testing.servers.decoded import DecodedParts
+from delta_eval.testing.servers.gemini import FakeGeminiServer
 from delta_eval.testing.servers.http import parse_json
 from delta_eval.testing.servers.openai import FakeOpenAIServer
 
@@ -92,6 +93,31 @@ def test_anthropic_requests_sharing_a_history_decode_it_to_the_same_objects() ->
             body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.", "messages": messages,
                     "tools": tools}  # fmt: skip
             httpx.post(f"{server.url}/v1/messages", json=body).raise_for_status()
+    first, second = seen
+    assert second.messages[:2] == first.messages
+    assert all(a is b for a, b in zip(first.messages, second.messages[:2], strict=True))
+    assert second.tools is first.tools
+    assert second.params is first.params
+
+
+def test_gemini_requests_sharing_a_history_decode_it_to_the_same_objects() -> None:
+    seen: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> Message:
+        seen.append(request)
+        return Message(role="assistant", content=f"answer {len(seen)}")
+
+    history = [{"role": "user", "parts": [{"text": "hi"}]}]
+    later = [
+        *history,
+        {"role": "model", "parts": [{"text": "answer 1"}]},
+        {"role": "user", "parts": [{"text": "and?"}]},
+    ]
+    tools = [{"function_declarations": [{"name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}]
+    with FakeGeminiServer(respond=respond) as server:
+        for contents in (history, later):
+            body = {"contents": contents, "system_instruction": {"parts": [{"text": "Be brief."}]}, "tools": tools}
+            httpx.post(f"{server.url}/v1beta/models/gemini-2.5-flash:generateContent", json=body).raise_for_status()
     first, second = seen
     assert second.messages[:2] == first.messages
     assert all(a is b for a, b in zip(first.messages, second.messages[:2], strict=True))
