@@ -9,7 +9,7 @@ import pytest
 
 from delta_eval.schema import Message
 from delta_eval.testing.servers import http
-from delta_eval.testing.servers.http import JSONReply
+from delta_eval.testing.servers.http import JSONReply, Reply, StreamReply
 from delta_eval.testing.servers.openai import FakeOpenAIServer
 
 PATH = "/v1/chat/completions"
@@ -54,7 +54,7 @@ EXCHANGES = {
 }
 
 
-def exchange(fast: bool, data: bytes, queued: tuple[JSONReply, ...] = ()) -> tuple[bytes, list[object]]:
+def exchange(fast: bool, data: bytes, queued: tuple[Reply, ...] = ()) -> tuple[bytes, list[object]]:
     """What the server sends back, and the requests it logged (path, headers, body)."""
     server = FakeOpenAIServer(respond=lambda request: Message(role="assistant", content="a fixed answer"))
     server.fast_path = fast
@@ -80,10 +80,12 @@ def test_the_fast_path_reads_and_writes_plain_requests_itself(monkeypatch: pytes
         raise AssertionError("h11 was used")
 
     monkeypatch.setattr(http.h11, "Connection", no_h11)
-    plain = ("two requests, pipelined", "a request with a credential", "Connection: keep-alive")
+    plain = ("two requests, pipelined", "a request with a credential", "Connection: keep-alive",
+             "a stream, then a plain request")  # fmt: skip
     got, requests = exchange(True, b"".join(EXCHANGES[name] for name in plain))
-    assert got.count(b"HTTP/1.1 200 \r\n") == 5
-    assert len(requests) == 5
+    assert got.count(b"HTTP/1.1 200 \r\n") == 7
+    assert b"Transfer-Encoding: chunked" in got
+    assert len(requests) == 7
 
 
 def test_queued_replies_with_headers_h11_has_rules_for_are_written_by_h11() -> None:
@@ -91,3 +93,19 @@ def test_queued_replies_with_headers_h11_has_rules_for_are_written_by_h11() -> N
     data = post(chat("hi")) + post(chat("again"))
     assert exchange(True, data, queued) == exchange(False, data, queued)
     assert exchange(True, data, queued)[0].count(b"HTTP/1.1") == 1  # closed after the first, as h11 does
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        StreamReply([b"data: 1\n\n", b"", b"data: 2\n\n"], headers={"x-request-id": "r1"}),
+        StreamReply([b"frame-1", b"frame-2"], headers={"Content-Type": "application/vnd.amazon.eventstream"}),
+        StreamReply([b"data: 1\n\n", b"data: 2\n\n"], drop=True),  # the connection ends mid-stream
+        StreamReply([b"data: {}\n\n"], status=500),
+        JSONReply({"error": "x"}, status=429, headers={"retry-after": "1", "X-Custom": "a b"}),
+        JSONReply({"a": 1}, headers={"x-bad": " leading space"}),  # h11 refuses it: the connection fails
+    ],
+)
+def test_queued_replies_are_written_as_h11_writes_them(reply: Reply) -> None:
+    data = post(chat("hi")) + post(chat("again"))
+    assert exchange(True, data, (reply,)) == exchange(False, data, (reply,))

@@ -139,10 +139,11 @@ Reply = JSONReply | StreamReply
 class FakeHTTPServer:
     """Base of the fake provider servers. Use as a context manager; nothing keeps running after it."""
 
-    #: Read plain requests and write plain JSON replies without h11 (which cost a fake server about a seventh of its
-    #: CPU time), byte for byte as h11 does; anything else on a connection (a chunked body, ``Expect``,
-    #: ``Connection``, HTTP/1.0, a stream, a malformed request) hands it to h11 from that request on. ``False``: every
-    #: connection through h11 from the start (what the fast path is checked against).
+    #: Read plain requests and write plain replies (JSON or streamed) without h11, which cost a fake server about a
+    #: seventh of its CPU time, byte for byte as h11 does; anything else on a connection (a chunked body, ``Expect``,
+    #: ``Connection: close``, HTTP/1.0, ``HEAD``, a malformed request, a reply header h11 has rules for) hands it to
+    #: h11 from that request on. ``False``: every connection through h11 from the start (what the fast path is
+    #: checked against).
     fast_path = True
 
     def __init__(self) -> None:
@@ -274,8 +275,9 @@ class FakeHTTPServer:
                     request.__dict__.pop("data", None)
                 if conn is None:
                     lines = _fast_head(reply)
-                    if isinstance(reply, JSONReply) and lines is not None:
-                        await self._write_fast(writer, reply, lines)
+                    if lines is not None:
+                        if not await self._write_fast(writer, reply, lines):
+                            break
                         continue
                     # A reply for h11 to write: h11 reads the request again, then serves the connection.
                     conn = self._to_h11(raw)
@@ -364,14 +366,39 @@ class FakeHTTPServer:
         return Request(first[1].decode(), target.path, query, headers, body, credentials), raw
 
     @staticmethod
-    async def _write_fast(writer: asyncio.StreamWriter, reply: JSONReply, lines: list[bytes]) -> None:
-        """Send a plain JSON reply (see :func:`_fast_head`) as h11 would: one write."""
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
-        data = json.dumps(reply.body).encode()
-        head = b"HTTP/1.1 %d \r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (reply.status, len(data))
-        writer.write(b"".join((head, *lines, b"\r\n", data)))
+    async def _write_fast(writer: asyncio.StreamWriter, reply: Reply, lines: list[bytes]) -> bool:
+        """Send a plain reply (see :func:`_fast_head`) as h11 would (as :meth:`_write` does through h11): a JSON
+        reply in one write, a stream with each event flushed; whether the connection may carry another request."""
+        if isinstance(reply, JSONReply):
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+            data = json.dumps(reply.body).encode()
+            head = b"HTTP/1.1 %d \r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (
+                reply.status,
+                len(data),
+            )
+            writer.write(b"".join((head, *lines, b"\r\n", data)))
+            await writer.drain()
+            return True
+        own_type = any(k.lower() == "content-type" for k in reply.headers)
+        # h11 frames a body of unknown length in chunks, and names that last among the headers.
+        start = [b"HTTP/1.1 %d \r\n" % reply.status, *([] if own_type else [b"content-type: text/event-stream\r\n"]),
+                 b"cache-control: no-cache\r\n", *lines, b"Transfer-Encoding: chunked\r\n\r\n"]  # fmt: skip
+        writer.write(b"".join(start))
         await writer.drain()
+        for k, event in enumerate(reply.events):
+            delay = reply.first_delay_s if k == 0 else reply.delay_s
+            if delay:
+                await asyncio.sleep(delay)
+            if event:  # an empty chunk would end the body
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        if reply.drop:
+            writer.transport.abort()
+            return False
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
 
     @staticmethod
     async def _read(conn: h11.Connection, reader: asyncio.StreamReader) -> Request | None:
@@ -438,9 +465,11 @@ class FakeHTTPServer:
 
 
 def _fast_head(reply: Reply) -> list[bytes] | None:
-    """The extra header lines of a JSON reply the fast path writes as h11 would, or ``None`` for a reply left to h11
-    (a stream, a status without a body, a header h11 has rules for or would refuse)."""
-    if not isinstance(reply, JSONReply) or type(reply.status) is not int or not 200 <= reply.status < 600:
+    """The extra header lines of a reply the fast path writes as h11 would, or ``None`` for a reply left to h11 (a
+    status without a body, a header h11 has rules for or would refuse, an event that is not bytes)."""
+    if type(reply.status) is not int or not 200 <= reply.status < 600:
+        return None
+    if isinstance(reply, StreamReply) and not all(type(event) is bytes for event in reply.events):
         return None
     if reply.status in (204, 304):
         return None
