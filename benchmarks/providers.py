@@ -13,7 +13,9 @@ medians are printed, with the ratios:
 
 - at 0 ms server latency and concurrency 64: pipeline requests/s over bare requests/s (target >= 0.8);
 - in every scenario: the client's CPU time per call (the child process's user + system time over its calls), of the
-  pipeline (target <= 1.5 ms) and of the bare loop;
+  pipeline (target <= 1.5 ms) and of the bare loop, and the fake server's over the same calls (its process's CPU
+  time while the client ran: what the server takes from the machine's cores; ``benchmarks/fake_servers.py``
+  measures it alone);
 - with a latency (200 ms and concurrency 256 by default): each one's wall time over the ideal, calls x latency /
   concurrency (target for the pipeline <= 2), and how many of the slots were busy on average (Little's law).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -167,6 +170,11 @@ class Server:
         assert self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().split(" on ")[1].split(" ")[0]
 
+    def cpu_seconds(self) -> float:
+        """The server process's CPU time so far (user + system, from ``/proc``: it is still running)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in clock ticks
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
@@ -190,9 +198,9 @@ def scenario(latency_ms: float, concurrency: int, export: Path, repeats: int, fo
     try:
         for k in range(repeats):
             for kind in ("bare", "pipeline"):
-                runs[kind].append(
-                    measure(kind, export, server.base_url, concurrency, folder / f"run-{latency_ms}-{kind}-{k}")
-                )
+                before = server.cpu_seconds()
+                run = measure(kind, export, server.base_url, concurrency, folder / f"run-{latency_ms}-{kind}-{k}")
+                runs[kind].append({**run, "server_cpu": server.cpu_seconds() - before})
     finally:
         server.close()
     print(f"\nserver latency {latency_ms:.0f} ms, concurrency {concurrency}, {repeats} repeats (medians)")
@@ -203,6 +211,7 @@ def scenario(latency_ms: float, concurrency: int, export: Path, repeats: int, fo
             "rate": statistics.median(r["calls"] / r["seconds"] for r in rows),
             "seconds": statistics.median(r["seconds"] for r in rows),
             "cpu_per_1000": statistics.median(r["cpu"] / r["calls"] * 1000 for r in rows),
+            "server_cpu_per_1000": statistics.median(r["server_cpu"] / r["calls"] * 1000 for r in rows),
             "rss_mb": statistics.median(r["rss_mb"] for r in rows),
             "errors": max(r["errors"] for r in rows),
             # Little's law: calls in flight on average = calls x latency / wall time.
@@ -222,6 +231,8 @@ def scenario(latency_ms: float, concurrency: int, export: Path, repeats: int, fo
     cpu_ms = pipe["cpu_per_1000"]  # s per 1,000 calls is ms per call
     print(f"  client CPU per call: pipeline {cpu_ms:.2f} ms{target(cpu_ms, CPU_TARGET_MS)}, bare SDK loop "
           f"{bare['cpu_per_1000']:.2f} ms, pipeline / bare {cpu_ms / bare['cpu_per_1000']:.2f}")  # fmt: skip
+    print(f"  fake server CPU per call: during the pipeline {pipe['server_cpu_per_1000']:.2f} ms, during the bare loop "
+          f"{bare['server_cpu_per_1000']:.2f} ms")  # fmt: skip
     if latency_ms:
         for kind in ("pipeline", "bare"):
             ideal = medians[kind]["calls"] * latency_ms / 1000 / concurrency

@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     cores = os.cpu_count() or 1
     floor = (one["client_cpu"] + one["server_cpu"]) / cores
     print(
-        f"CPU floor on this machine: client {one['client_cpu']:.1f} s + fake server {one['server_cpu']:.1f} s over"
+        f"CPU floor on this machine: client {one['client_cpu']:.1f} s + fake server {one['server_cpu']:.1f} s"
+        f" ({one['server_cpu'] / max(1, one['calls']) * 1000:.2f} ms a call) over"
         f" {cores} cores = {floor:.1f} s, {floor / one['ideal']:.2f}x the ideal (target for Ray: 1.3x; reachable only"
         f" where the floor is below it)"
     )

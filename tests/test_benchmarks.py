@@ -231,3 +231,19 @@ def test_sessions_benchmark_rolls_sessions_and_turns_of_the_same_conversations(t
     assert rolled["errors"] == turns["errors"] == 0
     assert rolled["side_calls"] > turns["side_calls"]
     assert rolled["sources"]["recorded"] > 0
+
+
+@pytest.mark.slow
+def test_fake_servers_benchmark_measures_the_server_on_the_same_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    fake_servers = load("fake_servers")
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["fake_servers.py", "--conversations", "2", "--repeats", "1", "--compare", str(ROOT)]
+    try:
+        fake_servers.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert "responses byte-identical between the two trees: yes" in out
+    assert "ms per request" in out

@@ -66,7 +66,7 @@ from delta_eval.adapters.simulated_tools import is_tool_simulator, tool_answer
 from delta_eval.adapters.simulated_user import is_user_simulator, user_answer
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.exceptions import BadRequestError, ConfigError, RateLimitError, TransientError
-from delta_eval.memo import PrefixFold
+from delta_eval.memo import IdentityMemo, PrefixFold
 from delta_eval.redact import describe_invalid
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 
@@ -166,10 +166,21 @@ def _tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
+def _count_tool_chars(tools: Iterable[ToolSpec]) -> int:
+    return sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in tools)
+
+
+#: A request's tools are one tuple for every call of a conversation (a fake server decodes them to the same one too):
+#: counted once while kept, not dumped to JSON on every call.
+_TOOL_CHARS = IdentityMemo[int](maxsize=256)
+
+
 def tool_chars(tools: Iterable[ToolSpec]) -> int:
     """The characters of the tool definitions a request sends: providers put them in the prompt and bill them as
     input tokens, so the simulated model counts them too."""
-    return sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in tools)
+    if isinstance(tools, tuple):  # immutable (of frozen specs): its count cannot change while it is kept
+        return _TOOL_CHARS.get(tools, _count_tool_chars)
+    return _count_tool_chars(tools)
 
 
 def _message_chars(m: Message) -> int:

@@ -28,10 +28,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from delta_eval.calls import ModelRequest
+from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
 from delta_eval.testing.servers import anthropic_platforms as platforms
 from delta_eval.testing.servers.anthropic_batch import MessageBatchAPI
+from delta_eval.testing.servers.decoded import DecodedParts, RequestFrames
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 from delta_eval.testing.servers.media import check_anthropic_block
 from delta_eval.testing.servers.model_rules import check_anthropic
@@ -59,6 +60,12 @@ class FakeAnthropicServer(FakeProviderServer):
         super().__init__(*args, **kwargs)
         self.api_key = api_key
         self._signatures: dict[str, set[str]] = {}  # tool_use id -> signatures of the thinking issued with it
+        # The canonical objects decoded from recent requests' parts (see .decoded), keyed with what they stand for.
+        self._messages = DecodedParts[Message]()
+        self._calls = DecodedParts[tuple[ToolCall, ...]]()
+        self._tools = DecodedParts[tuple[ToolSpec, ...]](maxsize=256)
+        self._formats = DecodedParts[GenerateParams](maxsize=256)
+        self._frames = RequestFrames()
         #: The Message Batches endpoints; each request of a batch is answered by this server's own flow.
         self.batch = MessageBatchAPI(lambda asked: FakeProviderServer.handle(self, asked), self.error, lambda: self.url)
 
@@ -70,7 +77,7 @@ class FakeAnthropicServer(FakeProviderServer):
             return platform
         if request.path.rstrip("/") not in ("/v1/messages", "/messages"):
             return None
-        body = request.json() or {}
+        body = request.data or {}
         return Route(str(body.get("model", "")), bool(body.get("stream")))
 
     async def handle(self, request: Request) -> Reply:
@@ -114,7 +121,7 @@ class FakeAnthropicServer(FakeProviderServer):
         return JSONReply(body, status=status, headers={"request-id": f"req_err{len(self.requests)}"})
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
-        body = request.json() or {}
+        body = request.data or {}
         if "max_tokens" not in body:
             raise WireError("max_tokens: Field required")
         if request.headers.get("anthropic-version", "") >= "2026-10-21":
@@ -130,7 +137,9 @@ class FakeAnthropicServer(FakeProviderServer):
         messages: list[Message] = []
         system = body.get("system")
         if system:
-            messages.append(Message(role="system", content=_text(system)))
+            messages.append(
+                self._messages.get(("system", system), lambda: Message(role="system", content=_text(system)))
+            )
         pending: list[str] = []
         for i, turn in enumerate(body.get("messages") or []):
             content = turn.get("content")
@@ -151,32 +160,51 @@ class FakeAnthropicServer(FakeProviderServer):
                     )
                 pending = []
                 for b in results:
-                    messages.append(Message(role="tool", tool_call_id=b["tool_use_id"], content=_text(b["content"])))
+                    messages.append(self._tool_result(b))
                 if len(blocks) > len(results):
-                    messages.append(Message(role="user", content=_text(blocks[len(results) :])))
+                    messages.append(self._user(blocks[len(results) :]))
             else:
-                calls = tuple(
-                    ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input", {})))
-                    for b in blocks
-                    if b.get("type") == "tool_use"
-                )
+                calls = self._tool_uses(blocks)
                 self._check_thinking(i, blocks, calls)
                 pending = [c.id for c in calls]
-                messages.append(Message(role="assistant", content=_text(blocks) or None, tool_calls=calls))
-        tools = [
+                messages.append(self._assistant(blocks, calls))
+        listed = body.get("tools") or []
+        tools = self._tools.get(listed, lambda: tuple(
             ToolSpec(name=t["name"], description=t.get("description") or "", parameters=t.get("input_schema") or {})
-            for t in body.get("tools") or []
-        ]
+            for t in listed
+        ))  # fmt: skip
         fmt = (body.get("output_config") or {}).get("format") or {}
         if fmt and (fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict)):
             raise WireError("output_config.format: expected {'type': 'json_schema', 'schema': {...}}")
-        params = schema_params(fmt.get("schema"))
-        return ModelRequest(model=route.model, messages=tuple(messages), tools=tuple(tools), params=params)
+        schema = fmt.get("schema")
+        params = self._formats.get(schema, lambda: schema_params(schema))
+        return self._frames.request(route.model, tuple(messages), tools, params)
+
+    # The canonical message of each part, built once while an equal part is kept (see .decoded).
+
+    def _user(self, blocks: list[dict[str, Any]]) -> Message:
+        return self._messages.get(("user", blocks), lambda: Message(role="user", content=_text(blocks)))
+
+    def _assistant(self, blocks: list[dict[str, Any]], calls: tuple[ToolCall, ...]) -> Message:
+        # ``calls`` are the blocks' own (see _tool_uses): the message depends on the blocks alone.
+        return self._messages.get(("assistant", blocks), lambda: Message(
+            role="assistant", content=_text(blocks) or None, tool_calls=calls))  # fmt: skip
+
+    def _tool_result(self, b: dict[str, Any]) -> Message:
+        return self._messages.get(("tool", b), lambda: Message(
+            role="tool", tool_call_id=b["tool_use_id"], content=_text(b["content"])))  # fmt: skip
+
+    def _tool_uses(self, blocks: list[dict[str, Any]]) -> tuple[ToolCall, ...]:
+        return self._calls.get(blocks, lambda: tuple(
+            ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input", {})))
+            for b in blocks
+            if b.get("type") == "tool_use"
+        ))  # fmt: skip
 
     def cache_usage(self, request: Request, canonical: ModelRequest, usage: Usage, ready_in_s: float) -> Usage:
         """Anthropic's explicit cache: prefixes up to the request's ``cache_control`` breakpoints."""
         assert self.prompt_cache is not None
-        blocks = anthropic_blocks(request.json() or {})
+        blocks = anthropic_blocks(request.data or {})
         return self.prompt_cache.anthropic(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def _check_thinking(self, index: int, blocks: list[dict[str, Any]], calls: tuple[ToolCall, ...]) -> None:

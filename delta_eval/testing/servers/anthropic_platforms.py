@@ -65,7 +65,7 @@ def authorised(request: Request, route: Route, bearer: str | None) -> bool:
 
 def body_problem(request: Request, route: Route) -> str | None:
     """Why the platform would refuse the body (400), or ``None``."""
-    body = request.json() or {}
+    body = request.data or {}
     if "model" in body:
         return "model: Extra inputs are not permitted (the model is named by the path)"
     expected = VERSIONS[route.api]

@@ -36,8 +36,9 @@ import json
 import re
 from typing import Any
 
-from delta_eval.calls import ModelRequest
+from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
+from delta_eval.testing.servers.decoded import DecodedParts, RequestFrames
 from delta_eval.testing.servers.gemini_batch import GeminiBatchAPI
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 from delta_eval.testing.servers.media import check_gemini_part
@@ -108,6 +109,12 @@ class FakeGeminiServer(FakeProviderServer):
         self.api_key = api_key
         self.access_token = access_token
         self._signatures: dict[str, set[bytes | None]] = {}  # a call (name, args) -> the signatures issued with it
+        # What recent requests' parts were decoded to (see .decoded), keyed with what they stand for.
+        self._normalised = DecodedParts[Any]()
+        self._messages = DecodedParts[Message]()
+        self._tools = DecodedParts[tuple[ToolSpec, ...]](maxsize=256)
+        self._formats = DecodedParts[GenerateParams](maxsize=256)
+        self._frames = RequestFrames()
         #: The batch endpoints; each inline request is answered by this server's own flow.
         self.batch = GeminiBatchAPI(lambda asked: FakeProviderServer.handle(self, asked), self.error)
 
@@ -155,16 +162,17 @@ class FakeGeminiServer(FakeProviderServer):
         return self.prompt_cache.gemini(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
-        raw = request.json() or {}
+        raw = request.data or {}
         refusal = check_gemini_version(route.api, raw)
-        body = normalise(raw)
+        body = self._normalise(raw)
         refusal = refusal or check_gemini(route.model, body)
         if refusal is not None:
             raise WireError(refusal.message)
         messages: list[Message] = []
         system = body.get("systemInstruction")
         if system:
-            messages.append(Message(role="system", content="".join(p.get("text", "") for p in system.get("parts", []))))
+            messages.append(self._messages.get(("system", system), lambda: Message(
+                role="system", content="".join(p.get("text", "") for p in system.get("parts", [])))))  # fmt: skip
         open_calls: list[ToolCall] = []
         contents = body.get("contents") or []
         # Signatures are checked in the current turn only: the calls after the last message the user wrote.
@@ -183,39 +191,75 @@ class FakeGeminiServer(FakeProviderServer):
                     "with one function response for each function call."
                 )
             if role == "model":
-                calls = [p for p in parts if "functionCall" in p]
                 if i > current:
                     self._check_signatures(i, parts)
-                open_calls = [
-                    ToolCall(id=c["functionCall"].get("id") or f"g{i}_{k}", name=c["functionCall"]["name"],
-                             arguments=json.dumps(c["functionCall"].get("args", {})))
-                    for k, c in enumerate(calls)
-                ]  # fmt: skip
-                text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
-                messages.append(Message(role="assistant", content=text or None, tool_calls=tuple(open_calls)))
+                message = self._model_turn(i, parts)
+                open_calls = list(message.tool_calls)
+                messages.append(message)
             else:
                 for call, response in zip(open_calls, responses, strict=False):
-                    output = response.get("response", {})
-                    content_text = output.get("output") if isinstance(output, dict) else None
-                    text = content_text if isinstance(content_text, str) else json.dumps(output)
-                    messages.append(Message(role="tool", tool_call_id=call.id, name=response.get("name"), content=text))
+                    messages.append(self._function_response(call.id, response))
                 open_calls = []
                 text = "".join(p.get("text", "") for p in parts if "text" in p)
                 if text or not responses:
-                    messages.append(Message(role="user", content=text))
-        tools = [
+                    messages.append(self._user(text))
+        listed = body.get("tools") or []
+        tools = self._tools.get(listed, lambda: tuple(
             ToolSpec(name=d["name"], description=d.get("description") or "",
                      parameters=d.get("parametersJsonSchema") or d.get("parameters") or {})
-            for tool in body.get("tools") or []
+            for tool in listed
             for d in tool.get("functionDeclarations") or []
-        ]  # fmt: skip
+        ))  # fmt: skip
         config = body.get("generationConfig") or {}
         schema = config.get("responseJsonSchema") or config.get("responseSchema")
         if schema is not None and config.get("responseMimeType") != "application/json":
             raise WireError("responseMimeType must be application/json when a response schema is set.")
-        return ModelRequest(
-            model=route.model, messages=tuple(messages), tools=tuple(tools), params=schema_params(schema)
-        )
+        params = self._formats.get(schema, lambda: schema_params(schema))
+        return self._frames.request(route.model, tuple(messages), tools, params)
+
+    def _normalise(self, raw: Any) -> Any:
+        # normalise(raw), each turn and each other top-level value normalised once while an equal one is kept.
+        if not isinstance(raw, dict):
+            return normalise(raw)
+        out: dict[str, Any] = {}
+        for key, sub in raw.items():
+            name = _camel(key)
+            if name in _OPAQUE or not isinstance(sub, dict | list):
+                out[name] = sub if name in _OPAQUE else normalise(sub)
+            elif name == "contents" and isinstance(sub, list):
+                out[name] = [self._normalised_part(c) for c in sub]
+            else:
+                out[name] = self._normalised_part(sub)
+        return out
+
+    def _normalised_part(self, part: Any) -> Any:
+        return self._normalised.get(part, lambda: normalise(part))
+
+    def _model_turn(self, index: int, parts: list[dict[str, Any]]) -> Message:
+        # A call without an id is named by its turn's index: the index is part of the key.
+        def build() -> Message:
+            calls = [p for p in parts if "functionCall" in p]
+            tool_calls = tuple(
+                ToolCall(id=c["functionCall"].get("id") or f"g{index}_{k}", name=c["functionCall"]["name"],
+                         arguments=json.dumps(c["functionCall"].get("args", {})))
+                for k, c in enumerate(calls)
+            )  # fmt: skip
+            text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+            return Message(role="assistant", content=text or None, tool_calls=tool_calls)
+
+        return self._messages.get(("model", index, parts), build)
+
+    def _user(self, text: str) -> Message:
+        return self._messages.get(("user", text), lambda: Message(role="user", content=text))
+
+    def _function_response(self, call_id: str, response: dict[str, Any]) -> Message:
+        def build() -> Message:
+            output = response.get("response", {})
+            content_text = output.get("output") if isinstance(output, dict) else None
+            text = content_text if isinstance(content_text, str) else json.dumps(output)
+            return Message(role="tool", tool_call_id=call_id, name=response.get("name"), content=text)
+
+        return self._messages.get(("tool", call_id, response), build)
 
     def _check_signatures(self, index: int, parts: list[dict[str, Any]]) -> None:
         first_call = next((p for p in parts if "functionCall" in p), None)

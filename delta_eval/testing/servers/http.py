@@ -21,15 +21,18 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import re
 import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import h11
+import msgspec
 
 __all__ = ["FakeHTTPServer", "JSONReply", "Reply", "Request", "StreamReply"]
 
@@ -41,6 +44,39 @@ SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api
 #: and the kernel drops connection attempts, which a client with a short connect timeout sees as failures (the
 #: kernel caps it at ``net.core.somaxconn``).
 BACKLOG = 4096
+
+_decode = msgspec.json.Decoder().decode
+
+# The plain requests and replies the fast path reads and writes (see FakeHTTPServer._serve), in h11's grammar.
+_TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
+_FIELD_VALUE = rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?"
+_REQUEST_LINE = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/1\.1" % _TOKEN)
+_HEADER_LINE = re.compile(rb"(%s):[ \t]*(%s)[ \t]*" % (_TOKEN, _FIELD_VALUE))
+_NAME, _VALUE = re.compile(_TOKEN), re.compile(_FIELD_VALUE)
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # where h11 ends a head (it takes bare LF line ends too)
+#: Headers h11 has rules for beyond a plain request (framing, expectations, protocol switches) or reply (framing,
+#: connection management), and methods whose replies have no body: left to h11.
+_H11_REQUEST_HEADERS = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
+_H11_REPLY_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+_H11_METHODS = frozenset({b"HEAD", b"CONNECT"})
+_MAX_HEAD = 16 * 1024  # h11's limit on a request's head
+
+
+class _ToH11:
+    """What the fast path reads from a request it leaves to h11."""
+
+
+_TO_H11 = _ToH11()
+
+
+def parse_json(data: bytes) -> Any:
+    """``json.loads(data)``, faster: msgspec parses what it accepts to the same values (the body of a fake server's
+    every request is parsed, a large part of its CPU time); the rest (``NaN``, ``1e400``, lone surrogates, a byte
+    order mark, invalid JSON) goes to ``json.loads``, so results and errors stay ``json.loads``'s."""
+    try:
+        return _decode(data)
+    except msgspec.DecodeError:
+        return json.loads(data)
 
 
 @dataclass(frozen=True)
@@ -61,7 +97,13 @@ class Request:
 
     def json(self) -> Any:
         """The body parsed as JSON (``None`` when empty)."""
-        return json.loads(self.body) if self.body else None
+        return parse_json(self.body) if self.body else None
+
+    @cached_property
+    def data(self) -> Any:
+        """The body parsed as JSON once (``None`` when empty), shared by every part of a server that reads it: read
+        it, never change it (:meth:`json` gives a copy of one's own)."""
+        return self.json()
 
 
 @dataclass
@@ -96,6 +138,13 @@ Reply = JSONReply | StreamReply
 
 class FakeHTTPServer:
     """Base of the fake provider servers. Use as a context manager; nothing keeps running after it."""
+
+    #: Read plain requests and write plain replies (JSON or streamed) without h11, which cost a fake server about a
+    #: seventh of its CPU time, byte for byte as h11 does; anything else on a connection (a chunked body, ``Expect``,
+    #: ``Connection: close``, HTTP/1.0, ``HEAD``, a malformed request, a reply header h11 has rules for) hands it to
+    #: h11 from that request on. ``False``: every connection through h11 from the start (what the fast path is
+    #: checked against).
+    fast_path = True
 
     def __init__(self) -> None:
         self.requests: list[Request] = []
@@ -199,14 +248,45 @@ class FakeHTTPServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        conn = h11.Connection(h11.SERVER)
+        conn = None if self.fast_path else h11.Connection(h11.SERVER)
+        buffer = bytearray()  # what the fast path has read and not yet consumed
+        raw = b""  # the bytes of the request the fast path read last
         try:
             while True:
-                request = await self._read(conn, reader)
-                if request is None:
-                    break
+                if conn is None:
+                    got = await self._read_fast(reader, buffer)
+                    if got is None:
+                        break
+                    if isinstance(got, _ToH11):
+                        conn = self._to_h11(bytes(buffer))
+                        buffer.clear()
+                        continue
+                    request, raw = got
+                else:
+                    parsed = await self._read(conn, reader)
+                    if parsed is None:
+                        break
+                    request = parsed
                 self.requests.append(request)
-                reply = self._queued.popleft() if self._queued else await self.handle(request)
+                try:
+                    reply = self._queued.popleft() if self._queued else await self.handle(request)
+                finally:
+                    # The log keeps every request; its parsed body (several times the bytes) only while answered.
+                    request.__dict__.pop("data", None)
+                if conn is None:
+                    lines = _fast_head(reply)
+                    if lines is not None:
+                        if not await self._write_fast(writer, reply, lines):
+                            break
+                        continue
+                    # A reply for h11 to write: h11 reads the request again, then serves the connection.
+                    conn = self._to_h11(raw)
+                    while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                        if event is h11.NEED_DATA:  # cannot be: the fast path read a whole request
+                            raise h11.RemoteProtocolError("request cut short", error_status_hint=400)
+                    if buffer:
+                        conn.receive_data(bytes(buffer))
+                        buffer.clear()
                 if not await self._write(conn, writer, reply) or conn.our_state is h11.MUST_CLOSE:
                     break
                 conn.start_next_cycle()
@@ -217,6 +297,108 @@ class FakeHTTPServer:
             writer.close()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
+
+    @staticmethod
+    def _to_h11(data: bytes) -> h11.Connection:
+        """An h11 connection that has received ``data`` (a request's start: nothing of it consumed yet)."""
+        conn = h11.Connection(h11.SERVER)
+        if data:  # empty data would tell h11 the peer closed
+            conn.receive_data(data)
+        return conn
+
+    @staticmethod
+    async def _read_fast(reader: asyncio.StreamReader, buffer: bytearray) -> tuple[Request, bytes] | _ToH11 | None:
+        """The next request and its bytes, ``None`` once the peer closed, or ``_TO_H11`` for a request that is not
+        plain: then ``buffer`` holds all of it that was read."""
+        while (blank := _BLANK_LINE.search(buffer)) is None:
+            if len(buffer) > _MAX_HEAD or buffer[:2] == b"\r\n":
+                return _TO_H11
+            data = await reader.read(65536)
+            if not data:  # closed: between requests, or in a head h11 would refuse
+                return _TO_H11 if buffer else None
+            buffer += data
+        end = blank.start() - 1  # where CRLF CRLF starts, if the head ends so
+        if buffer[end : blank.end()] != b"\r\n\r\n" or end + 4 > _MAX_HEAD or buffer[:2] == b"\r\n":
+            return _TO_H11
+        lines = bytes(buffer[:end]).split(b"\r\n")
+        first = _REQUEST_LINE.fullmatch(lines[0])
+        if first is None or first[1] in _H11_METHODS:
+            return _TO_H11
+        headers: dict[str, str] = {}
+        credentials: dict[str, str] = {}
+        length: int | None = None
+        hosts = 0
+        for line in lines[1:]:
+            field = _HEADER_LINE.fullmatch(line)
+            if field is None:
+                return _TO_H11
+            name, value = field[1].lower(), field[2]
+            if name in _H11_REQUEST_HEADERS:
+                return _TO_H11
+            if name == b"connection" and b"close" in (token.strip().lower() for token in value.split(b",")):
+                return (
+                    _TO_H11  # the last request of the connection (``keep-alive``, what clients send, changes nothing)
+                )
+            if name == b"content-length":
+                if length is not None or not value.isdigit() or len(value) > 20:
+                    return _TO_H11
+                length = int(value)
+            hosts += name == b"host"
+            key = name.decode("latin-1")
+            if key in SECRET_HEADERS:
+                headers[key] = "<redacted>"
+                credentials[key] = hashlib.sha256(value).hexdigest()
+            else:
+                headers[key] = value.decode("latin-1")
+        if hosts != 1:  # h11 refuses an HTTP/1.1 request without exactly one Host
+            return _TO_H11
+        start = end + 4
+        stop = start + (length or 0)
+        while len(buffer) < stop:
+            data = await reader.read(65536)
+            if not data:  # closed in the body: no request (h11 fails the connection the same way)
+                return None
+            buffer += data
+        raw, body = bytes(buffer[:stop]), bytes(buffer[start:stop])
+        del buffer[:stop]
+        target = urlsplit(first[2].decode("latin-1"))
+        query = {k: v[-1] for k, v in parse_qs(target.query).items()}
+        return Request(first[1].decode(), target.path, query, headers, body, credentials), raw
+
+    @staticmethod
+    async def _write_fast(writer: asyncio.StreamWriter, reply: Reply, lines: list[bytes]) -> bool:
+        """Send a plain reply (see :func:`_fast_head`) as h11 would (as :meth:`_write` does through h11): a JSON
+        reply in one write, a stream with each event flushed; whether the connection may carry another request."""
+        if isinstance(reply, JSONReply):
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+            data = json.dumps(reply.body).encode()
+            head = b"HTTP/1.1 %d \r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (
+                reply.status,
+                len(data),
+            )
+            writer.write(b"".join((head, *lines, b"\r\n", data)))
+            await writer.drain()
+            return True
+        own_type = any(k.lower() == "content-type" for k in reply.headers)
+        # h11 frames a body of unknown length in chunks, and names that last among the headers.
+        start = [b"HTTP/1.1 %d \r\n" % reply.status, *([] if own_type else [b"content-type: text/event-stream\r\n"]),
+                 b"cache-control: no-cache\r\n", *lines, b"Transfer-Encoding: chunked\r\n\r\n"]  # fmt: skip
+        writer.write(b"".join(start))
+        await writer.drain()
+        for k, event in enumerate(reply.events):
+            delay = reply.first_delay_s if k == 0 else reply.delay_s
+            if delay:
+                await asyncio.sleep(delay)
+            if event:  # an empty chunk would end the body
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        if reply.drop:
+            writer.transport.abort()
+            return False
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
 
     @staticmethod
     async def _read(conn: h11.Connection, reader: asyncio.StreamReader) -> Request | None:
@@ -256,9 +438,10 @@ class FakeHTTPServer:
                 await asyncio.sleep(reply.delay_s)
             data = json.dumps(reply.body).encode()
             head = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra]
-            writer.write(conn.send(h11.Response(status_code=reply.status, headers=head)))
-            writer.write(conn.send(h11.Data(data=data)))
-            writer.write(conn.send(h11.EndOfMessage()))
+            # One write (one send on the socket) for the whole response, not one per part.
+            response = conn.send(h11.Response(status_code=reply.status, headers=head))
+            writer.write(b"".join((response or b"", conn.send(h11.Data(data=data)) or b"",
+                                   conn.send(h11.EndOfMessage()) or b"")))  # fmt: skip
             await writer.drain()
             return True
         # A reply may name its own content type (Bedrock streams AWS event-stream frames, not server-sent events).
@@ -279,3 +462,23 @@ class FakeHTTPServer:
         writer.write(conn.send(h11.EndOfMessage()))
         await writer.drain()
         return True
+
+
+def _fast_head(reply: Reply) -> list[bytes] | None:
+    """The extra header lines of a reply the fast path writes as h11 would, or ``None`` for a reply left to h11 (a
+    status without a body, a header h11 has rules for or would refuse, an event that is not bytes)."""
+    if type(reply.status) is not int or not 200 <= reply.status < 600:
+        return None
+    if isinstance(reply, StreamReply) and not all(type(event) is bytes for event in reply.events):
+        return None
+    if reply.status in (204, 304):
+        return None
+    lines = []
+    for k, v in reply.headers.items():
+        name, value = k.encode(), v.encode()
+        if name.lower() in _H11_REPLY_HEADERS:
+            return None
+        if _NAME.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
+            return None
+        lines.append(b"%s: %s\r\n" % (name, value))
+    return lines

@@ -35,6 +35,7 @@ from typing import Any
 
 from delta_eval.calls import GenerateParams, ModelRequest
 from delta_eval.schema import Message, ToolCall, ToolSpec, Usage
+from delta_eval.testing.servers.decoded import DecodedParts, RequestFrames
 from delta_eval.testing.servers.http import JSONReply, Request
 from delta_eval.testing.servers.media import check_chat_part, check_responses_part
 from delta_eval.testing.servers.model_rules import azure_undeclared, check_openai
@@ -58,6 +59,7 @@ _AZURE_CHAT = re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/chat/compl
 _RESPONSES = re.compile(r"^(?:/openai)?(?:/v1)?/responses$")
 _EMBEDDINGS = re.compile(r"^(?:/openai)?(?:/v1)?/embeddings$")
 _CREATED = 1767225600
+_NO_FORMAT = GenerateParams()  # the parameters of every request that asks for no format (frozen: one object)
 
 
 def _text(content: Any) -> str | None:
@@ -87,6 +89,11 @@ class FakeOpenAIServer(FakeProviderServer):
         self.verified_organization = verified_organization
         # call_id -> the reasoning items issued with it (the seeded model may give two answers the same call id)
         self._reasoning_items: dict[str, set[str]] = {}
+        # The canonical objects decoded from recent requests' parts (each keyed with the API whose decoder built it).
+        self._messages = DecodedParts[Message]()
+        self._tools = DecodedParts[tuple[ToolSpec, ...]](maxsize=256)
+        self._formats = DecodedParts[GenerateParams](maxsize=256)
+        self._frames = RequestFrames()
         #: The Files and Batch endpoints; each batch line is answered by this server's own flow.
         self.batch = BatchAPI(lambda line: FakeProviderServer.handle(self, line), self.error)
 
@@ -105,7 +112,7 @@ class FakeOpenAIServer(FakeProviderServer):
     def route(self, request: Request) -> Route | None:
         if request.method != "POST":
             return None
-        body = request.json() or {}
+        body = request.data or {}
         # A chat stream carries usage only when the request asks for it, as OpenAI's does.
         usage = bool((body.get("stream_options") or {}).get("include_usage")) if body.get("stream") else True
         azure = _AZURE_CHAT.match(request.path)
@@ -130,7 +137,7 @@ class FakeOpenAIServer(FakeProviderServer):
     def embeddings(self, request: Request) -> JSONReply:
         """``POST /v1/embeddings``: a hashed bag of words per input (texts sharing words are close), as floats or,
         as the SDK asks by default, base64 of little-endian float32."""
-        body = request.json() or {}
+        body = request.data or {}
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else inputs
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
@@ -176,7 +183,7 @@ class FakeOpenAIServer(FakeProviderServer):
         return self.prompt_cache.openai(canonical.model, blocks, total=usage.input_tokens, ready_in_s=ready_in_s)
 
     def decode(self, request: Request, route: Route) -> ModelRequest:
-        body, model = request.json() or {}, route.model
+        body, model = request.data or {}, route.model
         if _AZURE_CHAT.match(request.path):
             undeclared = azure_undeclared(request.query.get("api-version", ""), body)
             if undeclared is not None:
@@ -190,10 +197,9 @@ class FakeOpenAIServer(FakeProviderServer):
             messages, tools = self._chat_messages(body), self._chat_tools(body)
         else:
             messages, tools = self._responses_input(body), self._responses_tools(body)
-        return ModelRequest(model=model, messages=tuple(messages), tools=tuple(tools), params=self._format(body, route))
+        return self._frames.request(model, tuple(messages), tools, self._format(body, route))
 
-    @staticmethod
-    def _format(body: dict[str, Any], route: Route) -> GenerateParams:
+    def _format(self, body: dict[str, Any], route: Route) -> GenerateParams:
         # Chat: response_format {type, json_schema: {name, schema, strict}}; Responses: text.format {type, name,
         # schema, strict}. A strict schema OpenAI would reject is a 400, as there.
         if route.api == "chat":
@@ -203,23 +209,37 @@ class FakeOpenAIServer(FakeProviderServer):
             fmt = (body.get("text") or {}).get("format") or {}
             spec = fmt if fmt.get("type") == "json_schema" else {}
         if not spec:
-            return GenerateParams()
+            return _NO_FORMAT
         if "schema" not in spec or "name" not in spec:
             raise WireError("Missing required parameter: 'response_format.json_schema.schema' / 'name'.")
         if spec.get("strict"):
             check_strict_schema(spec["schema"], spec["name"])
-        return schema_params(spec["schema"], spec["name"])
+        return self._formats.get(spec, lambda: schema_params(spec["schema"], spec["name"]))
 
-    @staticmethod
-    def _chat_tools(body: dict[str, Any]) -> list[ToolSpec]:
-        return [
+    def _chat_tools(self, body: dict[str, Any]) -> tuple[ToolSpec, ...]:
+        tools = body.get("tools") or []
+        return self._tools.get(("chat", tools), lambda: tuple(
             ToolSpec(name=t["function"]["name"], description=t["function"].get("description") or "",
                      parameters=t["function"].get("parameters") or {})
-            for t in body.get("tools") or []
-        ]  # fmt: skip
+            for t in tools
+        ))  # fmt: skip
 
-    @staticmethod
-    def _chat_messages(body: dict[str, Any]) -> list[Message]:
+    def _chat_message(self, m: dict[str, Any], role: str) -> Message:
+        # The canonical message of one Chat Completions message (``role`` read from it), built once while kept.
+        def build() -> Message:
+            if role == "assistant":
+                calls = tuple(
+                    ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
+                    for c in m.get("tool_calls") or []
+                )
+                return Message(role="assistant", content=_text(m.get("content")), tool_calls=calls)
+            if role == "tool":
+                return Message(role="tool", tool_call_id=m["tool_call_id"], content=_text(m.get("content")))
+            return Message(role=role, content=_text(m.get("content")) or "")
+
+        return self._messages.get(("chat", m), build)
+
+    def _chat_messages(self, body: dict[str, Any]) -> list[Message]:
         out: list[Message] = []
         open_calls: list[str] = []
         for i, m in enumerate(body.get("messages") or []):
@@ -233,30 +253,27 @@ class FakeOpenAIServer(FakeProviderServer):
                     f"'tool_call_id'. The following tool_call_ids did not have response messages: {open_calls[0]}"
                 )
             if role == "assistant":
-                calls = tuple(
-                    ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
-                    for c in m.get("tool_calls") or []
-                )
-                open_calls = [c.id for c in calls]
-                out.append(Message(role="assistant", content=_text(m.get("content")), tool_calls=calls))
+                message = self._chat_message(m, role)
+                open_calls = [c.id for c in message.tool_calls]
+                out.append(message)
             elif role == "tool":
                 if m.get("tool_call_id") not in open_calls:
                     raise WireError(f"messages[{i}]: tool message answers no open tool call")
                 open_calls.remove(m["tool_call_id"])
-                out.append(Message(role="tool", tool_call_id=m["tool_call_id"], content=_text(m.get("content"))))
+                out.append(self._chat_message(m, role))
             else:
-                out.append(Message(role=role, content=_text(m.get("content")) or ""))
+                out.append(self._chat_message(m, role))
         if open_calls:
             raise WireError(f"tool call {open_calls[0]} has no tool message answering it")
         return out
 
-    @staticmethod
-    def _responses_tools(body: dict[str, Any]) -> list[ToolSpec]:
-        return [
+    def _responses_tools(self, body: dict[str, Any]) -> tuple[ToolSpec, ...]:
+        tools = body.get("tools") or []
+        return self._tools.get(("responses", tools), lambda: tuple(
             ToolSpec(name=t["name"], description=t.get("description") or "", parameters=t.get("parameters") or {})
-            for t in body.get("tools") or []
+            for t in tools
             if t.get("type") == "function"
-        ]
+        ))  # fmt: skip
 
     def _responses_input(self, body: dict[str, Any]) -> list[Message]:
         out: list[Message] = []
@@ -395,7 +412,7 @@ class FakeOpenAIServer(FakeProviderServer):
         u = answer.usage
         # The Response echoes the request's settings (every field OpenAI's spec marks required is present); usage
         # comes once the response is done.
-        asked = (answer.request.json() if answer.request is not None else None) or {}
+        asked = (answer.request.data if answer.request is not None else None) or {}
         reasoning = asked.get("reasoning") or {}
         response: dict[str, Any] = {
             "id": f"resp_{answer.response_id}",

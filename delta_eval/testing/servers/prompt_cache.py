@@ -37,7 +37,8 @@ from typing import Any
 
 from delta_eval.adapters.simulated import tool_chars
 from delta_eval.calls import ModelRequest
-from delta_eval.schema import Usage
+from delta_eval.memo import IdentityMemo
+from delta_eval.schema import Message, ToolSpec, Usage
 
 __all__ = [
     "Block",
@@ -127,13 +128,25 @@ def anthropic_blocks(body: dict[str, Any]) -> list[Block]:
     return out
 
 
+def _tools_block(tools: tuple[ToolSpec, ...]) -> Block:
+    return Block(_key("tools", [t.model_dump(mode="json") for t in tools]), tool_chars(tools))
+
+
+def _message_block(m: Message) -> Block:
+    chars = len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls)
+    return Block(_key(m.role, m.model_dump(mode="json", exclude={"reasoning"})), chars)
+
+
+#: The blocks of the tool definitions and messages of recent requests, by identity: a fake server hands out the same
+#: objects for the parts a conversation's requests repeat (see :mod:`.decoded`), so each request builds only the
+#: blocks of what it adds (dumping each message of the history to JSON again was a large part of a server's CPU).
+_TOOLS = IdentityMemo[Block](maxsize=256)
+_MESSAGES = IdentityMemo[Block](maxsize=8192)
+
+
 def request_blocks(request: ModelRequest) -> list[Block]:
     """The blocks of a canonical request (tools, then each message), for the implicit caches."""
-    out = [Block(_key("tools", [t.model_dump(mode="json") for t in request.tools]), tool_chars(request.tools))]
-    for m in request.messages:
-        chars = len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls)
-        out.append(Block(_key(m.role, m.model_dump(mode="json", exclude={"reasoning"})), chars))
-    return out
+    return [_TOOLS.get(request.tools, _tools_block), *(_MESSAGES.get(m, _message_block) for m in request.messages)]
 
 
 def _prefixes(blocks: Iterable[Block], total: int) -> tuple[list[str], list[int]]:
