@@ -1,0 +1,252 @@
+"""A run folder in an object store (delta_eval.store.remote), against a real S3 protocol on 127.0.0.1 (moto's
+server) through pyarrow's S3 filesystem: the same results as a local run, read back from a fresh working copy,
+a batch visible only once whole, a killed run resumed on another working copy without asking again what it had
+uploaded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from moto.server import ThreadedMotoServer
+
+import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.exceptions import ConfigError, RunFolderError
+from delta_eval.schema import ErrorRecord
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.remote import RemoteFolder
+from delta_eval.uris import WORK_DIR_ENV, working_copy
+
+
+class S3:
+    """A bucket on a moto S3 server on 127.0.0.1, and pyarrow's filesystem on it."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.query = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+        self.fs = pafs.S3FileSystem(
+            endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1", access_key="testing",
+            secret_key="testing", allow_bucket_creation=True,
+        )  # fmt: skip
+        self.fs.create_dir("runs")
+
+    def uri(self, name: str) -> str:
+        return f"s3://runs/{name}?{self.query}"
+
+    def files(self, name: str) -> dict[str, int]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"runs/{name}", recursive=True, allow_not_found=True))
+        return {i.path.split("/", 2)[2]: int(i.size or 0) for i in infos if i.type == pafs.FileType.File}
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
+    """A fresh S3 server for the test (stopped at its end); working copies under ``tmp_path/work``."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    monkeypatch.setattr(logging.getLogger("werkzeug"), "level", logging.WARNING)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield S3(host, port)
+    finally:
+        server.stop()
+
+
+def _config(out: str | Path, **update: Any) -> de.RunConfig:
+    return demo_config(out, n=12, latency_ms=0.0).model_copy(update={"flush_every": 4, **update})
+
+
+def _verdicts(run: str | Path) -> list[tuple[Any, ...]]:
+    rows = de.open_result(run).table("verdicts").select(["pair_id", "outcome", "stage", "preference"]).to_pylist()
+    return sorted(tuple(r.values()) for r in rows)
+
+
+def _replays(run: str | Path) -> list[tuple[Any, ...]]:
+    columns = ["pair_id", "side", "final_text", "input_tokens", "output_tokens"]
+    rows = de.open_result(run).table("replays").select(columns).to_pylist()
+    return sorted(tuple(r.values()) for r in rows)
+
+
+def _keys(cache: Path) -> set[str]:
+    con = sqlite3.connect(cache)
+    try:
+        return {row[0] for row in con.execute("SELECT key FROM responses")}
+    finally:
+        con.close()
+
+
+def _uploaded_keys(s3: S3, name: str) -> set[str]:
+    keys: set[str] = set()
+    for rel in s3.files(name):
+        if rel.startswith("_cache/"):
+            with s3.fs.open_input_file(f"runs/{name}/{rel}") as f:
+                keys |= set(pq.read_table(f, columns=["key"]).column("key").to_pylist())
+    return keys
+
+
+def test_a_run_to_s3_equals_a_local_run_and_reads_back_on_a_fresh_working_copy(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    uri = s3.uri("a")
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert result.path == working_copy(uri)
+    files = s3.files("a")
+    records = sorted(rel for rel in files if rel.startswith("_commits/"))
+    assert len(records) > 2
+    assert {".delta_eval", "manifest.json"} <= set(files)
+    assert any(rel.startswith("verdicts/part-") for rel in files)
+    assert any(rel.startswith("_cache/") for rel in files)
+    # the URI is kept without its query (connection options) in the manifest
+    assert result.manifest.config["remote"] == "s3://runs/a"
+
+    # read back on another machine: a working copy of its own, pulled from the remote alone
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert not working_copy(uri).exists()
+    assert _verdicts(uri) == _verdicts(tmp_path / "local")
+    assert _replays(uri) == _replays(tmp_path / "local")
+    again = de.open_result(uri)
+    assert again.path == working_copy(uri)
+    assert again.path.is_relative_to(tmp_path / "elsewhere")
+    assert again.status == "completed"
+    assert again.damage == []
+    assert again.counts.pairs == de.open_result(tmp_path / "local").counts.pairs
+    summary, local = de.analyze(uri).summary(), de.analyze(tmp_path / "local").summary()
+    assert summary["run"] == str(again.path)
+    assert summary["damage"] == []
+    # what does not depend on the latencies measured as each run went (a latency gate's line does)
+    for key in ("pairs", "funnel", "outcomes", "win_rate", "by_stratum"):
+        assert summary[key] == local[key], key
+    assert summary["decision"]["outcome"] == local["decision"]["outcome"]
+
+    # resumed from the URI on that fresh copy: nothing left to do, nothing asked again
+    rerun = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    session = rerun.manifest.sessions[-1]
+    assert session.resumed_pairs == len(_verdicts(tmp_path / "local"))
+    assert sum(s.made for s in session.calls.values()) == 0
+    assert sorted(rel for rel in s3.files("a") if rel.startswith("_commits/")) == records
+
+
+def test_a_batch_is_on_the_remote_only_once_whole(s3: S3, tmp_path: Path) -> None:
+    """Its parts are uploaded before its record, and a pull ignores parts no record names."""
+    uri = s3.uri("b")
+    local = working_copy(uri)
+    folder = RunFolder(local)
+    folder.mark()
+    remote = RemoteFolder(uri, local)
+    remote.sync()
+    folder.mirror = remote
+    puts: list[str] = []
+    put, upload = remote._put, remote._upload
+
+    def record_put(rel: str, data: bytes) -> None:
+        puts.append(rel)
+        put(rel, data)
+
+    def record_upload(rel: str) -> None:
+        puts.append(rel)
+        upload(rel)
+
+    remote._put, remote._upload = record_put, record_upload  # type: ignore[method-assign]
+    folder.add("errors", [ErrorRecord(stage="replay", message="x")])
+    assert folder.commit() == 1
+    assert puts == ["errors/part-000001.parquet", "_commits/000001.json"]
+
+    # a batch cut short between its parts and its record: invisible, and a pull of a fresh copy leaves it out
+    s3.fs.delete_file("runs/b/_commits/000001.json")
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).commits() == []
+    assert RunFolder(fresh).read("errors").num_rows == 0
+
+
+def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
+    with s3.fs.open_output_stream("runs/c/notes.txt") as f:
+        f.write(b"someone else's")
+    with pytest.raises(RunFolderError, match="not a delta_eval run folder"):
+        de.run(_config(s3.uri("c")), conversations=demo_conversations(), progress=False)
+    assert s3.files("c") == {"notes.txt": 14}
+
+
+def test_a_ray_run_to_a_uri_is_refused_before_it_starts(s3: S3) -> None:
+    pytest.importorskip("ray")
+    with pytest.raises(ConfigError, match="object-store run folder"):
+        de.run(
+            _config(s3.uri("d")), conversations=demo_conversations(), progress=False,
+            executor=de.RayExecutor("127.0.0.1:1"),
+        )  # fmt: skip
+    assert s3.files("d") == {}
+
+
+def test_a_run_to_a_uri_over_processes_gives_the_verdicts_of_a_local_run(s3: S3, tmp_path: Path) -> None:
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    uri = s3.uri("e")
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False, executor=de.ProcessExecutor(2))
+    assert result.status == "completed"
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert _verdicts(fresh) == _verdicts(tmp_path / "local")
+    assert RunFolder(fresh).damage() == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL after some batches are uploaded; the run resumes on another working copy: every pair once, the
+    verdicts of a local run, and no answer the killed run had uploaded is asked again."""
+    uri = s3.uri("k")
+    cmd = [sys.executable, "-m", "delta_eval", "demo", "--out", uri, "-n", "30", "--latency-ms", "40",
+           "--no-progress"]  # fmt: skip
+    env = {**os.environ, WORK_DIR_ENV: str(tmp_path / "killed")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        # the population batch and at least two batches of pairs uploaded
+        while time.monotonic() < deadline and sum(r.startswith("_commits/") for r in s3.files("k")) < 3:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    uploaded = _uploaded_keys(s3, "k")
+    assert uploaded
+
+    # the same run, complete, in a local folder: what the resumed one must end as
+    config = demo_config(tmp_path / "reference", n=30, latency_ms=40.0)
+    de.run(config, conversations=demo_conversations(), progress=False)
+    every_answer = _keys(tmp_path / "reference" / "cache.sqlite")
+    assert uploaded < every_answer
+
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "fresh"))
+    result = de.run(demo_config(uri, n=30, latency_ms=40.0), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert result.path.is_relative_to(tmp_path / "fresh")
+    con = result.connect()
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
+    assert total == distinct == result.counts.pairs_planned
+    assert _verdicts(uri) == _verdicts(tmp_path / "reference")
+    assert [s.status for s in result.manifest.sessions] == ["killed", "completed"]
+    made = sum(s.made for s in result.manifest.sessions[-1].calls.values())
+    # every call the resumed run made was one the killed run had not uploaded, each made once
+    assert made == len(every_answer - uploaded)
+    assert _keys(result.path / "cache.sqlite") == every_answer
+    assert json.loads((result.path / "manifest.json").read_text())["status"] == "completed"
