@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     view = sub.add_parser("view", parents=[common], help="browse runs' pairs and label them, on 127.0.0.1")
-    view.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    view.add_argument("run_dirs", type=_folder, nargs="+", metavar="RUN_DIR")
     view.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765)")
     view.add_argument("--user", help="who labels (default: $USER)")
 
@@ -300,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(calibrate(open_result(args.run_dir), args.labels))
             return 0
         if args.command == "view":
-            return _view(args.run_dirs, args.port, args.user)
+            from delta_eval.store.remote import local_run
+
+            # A URI run is viewed from its working copy (labels are written there, not uploaded).
+            return _view([local_run(d) for d in args.run_dirs], args.port, args.user)
         if args.command == "models":
             from delta_eval.catalog.listing import models_json, models_text
 

@@ -89,6 +89,8 @@ def local_run(path: str | Path) -> Path:
         remote.pull()
     finally:
         lock.release()
+    if not (local / "manifest.json").is_file():
+        raise RunFolderError(f"{shown(uri)} holds no delta_eval run (no manifest.json)")
     return local
 
 
@@ -105,7 +107,7 @@ class RemoteFolder:
         self.local = Path(local)
         self.cache = cache
         try:
-            self.fs, root = pafs.FileSystem.from_uri(uri)
+            self.fs, root = _filesystem(uri)
         except (ValueError, OSError, pa.ArrowException) as exc:
             raise RunFolderError(f"cannot open the run folder {shown(uri)}: {exc}") from None
         self.root = root.rstrip("/")
@@ -146,12 +148,24 @@ class RemoteFolder:
 
     def _put(self, rel: str, data: bytes) -> None:
         """Write one object whole (a reader sees it all or not at all)."""
-        with self.fs.open_output_stream(self._at(rel)) as f:
-            f.write(data)
+        try:
+            with self.fs.open_output_stream(self._at(rel)) as f:
+                f.write(data)
+        except OSError as exc:
+            raise self._not_uploaded(rel, exc) from None
 
     def _upload(self, rel: str) -> None:
-        with open(self.local / rel, "rb") as src, self.fs.open_output_stream(self._at(rel)) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        try:
+            with open(self.local / rel, "rb") as src, self.fs.open_output_stream(self._at(rel)) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except OSError as exc:
+            raise self._not_uploaded(rel, exc) from None
+
+    def _not_uploaded(self, rel: str, exc: OSError) -> RunFolderError:
+        return RunFolderError(
+            f"cannot upload {rel} to {shown(self.uri)}: {exc}; the run stops, and its rerun recomputes what was not "
+            "uploaded (answers come from the response cache of the working copy)"
+        )
 
     def _download(self, rel: str) -> None:
         """Copy a remote file into the working copy: into a temporary file renamed over the old one."""
@@ -180,9 +194,7 @@ class RemoteFolder:
         marker is refused. The caller holds the working copy's lock."""
         listing = self._listing()
         self.local.mkdir(parents=True, exist_ok=True)
-        if not listing:
-            return
-        if _MARKER not in listing:
+        if listing and _MARKER not in listing:
             raise RunFolderError(
                 f"{shown(self.uri)} holds files and is not a delta_eval run folder; choose an empty or new 'out'"
             )
@@ -208,6 +220,8 @@ class RemoteFolder:
             if name in listing:
                 safe_paths.write_atomic(self.local, self.local / name, self._get(name))
             elif name == _MANIFEST:
+                # An empty remote (a new run, or one deleted there) leaves no run in the copy either: the copy's
+                # marker stays, so a run started here resets what is left (its cache stays, and answers).
                 safe_paths.unlink(self.local, self.local / name, missing_ok=True)
         self._import_cache(sorted(rel for rel in listing if _SEGMENT.match(rel)))
 
@@ -331,6 +345,17 @@ class RemoteFolder:
     def _save_state(self, state: dict[str, Any]) -> None:
         state["uri"] = shown(self.uri)
         safe_paths.write_atomic(self._state_path.parent, self._state_path, json.dumps(state).encode())
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem of ``uri`` and the folder's path in it. On S3, an object smaller than an upload part is
+    sent in one PUT (``allow_delayed_open``) rather than a multipart upload of three requests, unless the URI says
+    otherwise: every commit record, manifest and most parts are that small."""
+    found: tuple[pafs.FileSystem, str] | None = None
+    if uri.startswith("s3://") and "allow_delayed_open" not in uri:
+        with contextlib.suppress(pa.ArrowInvalid):  # a pyarrow without the option: multipart uploads, as atomic
+            found = pafs.FileSystem.from_uri(uri + ("&" if "?" in uri else "?") + "allow_delayed_open=true")
+    return found if found is not None else pafs.FileSystem.from_uri(uri)
 
 
 def _size(path: Path) -> int:

@@ -26,6 +26,7 @@ import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError
 from delta_eval.schema import ErrorRecord
+from delta_eval.store import remote as remote_module
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.uris import WORK_DIR_ENV, working_copy
@@ -245,8 +246,100 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
     assert total == distinct == result.counts.pairs_planned
     assert _verdicts(uri) == _verdicts(tmp_path / "reference")
     assert [s.status for s in result.manifest.sessions] == ["killed", "completed"]
-    made = sum(s.made for s in result.manifest.sessions[-1].calls.values())
-    # every call the resumed run made was one the killed run had not uploaded, each made once
-    assert made == len(every_answer - uploaded)
+    answered = sum(s.answered for s in result.manifest.sessions[-1].calls.values())
+    # every answer the resumed run got was one the killed run had not uploaded, each asked once
+    assert answered == len(every_answer - uploaded)
     assert _keys(result.path / "cache.sqlite") == every_answer
     assert json.loads((result.path / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    uri = "s3://bucket/runs/a?endpoint_override=127.0.0.1:9&scheme=http"
+    config = _config(uri)
+    assert config.remote == uri
+    assert config.out == working_copy(uri)
+    assert config.out.parent == tmp_path / "work"
+    assert working_copy("s3://bucket/runs/a") == config.out  # the endpoint is not the run
+    assert config.fingerprint() == _config(tmp_path / "local").fingerprint()
+    assert config.public_dump()["remote"] == "s3://bucket/runs/a"
+    local = _config(f"file://{tmp_path}/plain")
+    assert (local.out, local.remote) == (tmp_path / "plain", None)
+    again = de.RunConfig.model_validate(dict(config))  # what the runner does: the working copy stays
+    assert (again.out, again.remote) == (config.out, uri)
+    (tmp_path / "run.toml").write_text(
+        'out = "s3://bucket/runs/b"\n[baseline]\nmodel = "simulated:a"\n[candidate]\nmodel = "simulated:b"\n'
+    )
+    loaded = de.load_config(tmp_path / "run.toml")
+    assert loaded.remote == "s3://bucket/runs/b"  # not made relative to the file's folder
+
+
+def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
+    with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
+        de.open_result(s3.uri("none"))
+
+
+def test_a_run_deleted_from_the_remote_starts_afresh_answered_from_the_working_copys_cache(s3: S3) -> None:
+    uri = s3.uri("f")
+    first = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    for rel in s3.files("f"):
+        s3.fs.delete_file(f"runs/f/{rel}")
+    again = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    assert len(again.manifest.sessions) == 1  # the remote is the run: the copy's old batches are not brought back
+    assert again.manifest.sessions[0].resumed_pairs == 0
+    assert sum(s.made for s in again.manifest.sessions[0].calls.values()) == 0
+    assert _verdicts(uri) == _verdicts(first.path)
+    assert sorted(s3.files("f")) == sorted(rel for rel in s3.files("f"))
+
+
+def test_a_batch_committed_here_but_never_uploaded_is_recomputed_from_the_cache(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload that fails (the network, the store) fails the run, saying so; the rerun takes the batches the
+    working copy alone holds out of it and recomputes their pairs from the response cache: nothing asked twice,
+    no pair written twice."""
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    uri = s3.uri("g")
+    seen: list[str] = []
+
+    class Flaky:
+        """The store, failing the upload of every commit record from the third on (gone for good)."""
+
+        def __init__(self, fs: pafs.FileSystem) -> None:
+            self.fs = fs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+        def open_output_stream(self, path: str) -> Any:
+            if "/_commits/" in path:
+                seen.append(path.split("/", 2)[2])
+                if len(seen) >= 3:
+                    raise OSError("the object store went away")
+            return self.fs.open_output_stream(path)
+
+    opened = remote_module._filesystem
+    monkeypatch.setattr(remote_module, "_filesystem", lambda uri: (Flaky(opened(uri)[0]), opened(uri)[1]))
+    with pytest.raises(BaseException, match=r"cannot upload _commits/000003.json to s3://runs/g|unhandled errors"):
+        de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    manifest = json.loads((working_copy(uri) / "manifest.json").read_text())
+    assert manifest["failure"].startswith("cannot upload _commits/000003.json to s3://runs/g")
+    assert sorted(rel for rel in s3.files("g") if rel.startswith("_commits/")) == seen[:2]
+    assert (working_copy(uri) / "_commits" / "000003.json").is_file()  # committed here, never uploaded
+    monkeypatch.setattr(remote_module, "_filesystem", opened)
+
+    answered = _keys(working_copy(uri) / "cache.sqlite")
+    every_answer = _keys(tmp_path / "local" / "cache.sqlite")
+    assert answered < every_answer
+
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    # only what the failed run had not been answered is asked, once each
+    # (answered, not made: the simulated candidate fails some calls on purpose, and a failed call is made again)
+    assert sum(s.answered for s in result.manifest.sessions[-1].calls.values()) == len(every_answer - answered)
+    assert _keys(working_copy(uri) / "cache.sqlite") == every_answer
+    assert _verdicts(uri) == _verdicts(tmp_path / "local")
+    con = result.connect()
+    assert con.execute("SELECT count(*) = count(DISTINCT pair_id) FROM verdicts").fetchone() == (True,)
