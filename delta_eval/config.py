@@ -206,9 +206,15 @@ class RunConfig(BaseModel):
         # ``out="s3://..."``: the folder written is the URI's working copy, the URI is kept in ``remote``.
         if isinstance(data, Mapping) and is_uri(data.get("out")):
             uri = str(data["out"])
-            data = {**data, "out": working_copy(uri)}
-            if not uri.startswith("file://"):
-                data["remote"] = uri
+            data = {**data, "out": working_copy(uri), "remote": None if uri.startswith("file://") else uri}
+        elif (
+            isinstance(data, Mapping)
+            and data.get("remote")
+            and data.get("out") is not None
+            and Path(data["out"]) != working_copy(str(data["remote"]))
+        ):
+            # ``remote`` belongs to the working copy it was set with: another ``out`` given since leaves it.
+            data = {**data, "remote": None}
         return data
 
     @field_validator("batch", mode="before")

@@ -269,6 +269,8 @@ def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
     assert (local.out, local.remote) == (tmp_path / "plain", None)
     again = de.RunConfig.model_validate(dict(config))  # what the runner does: the working copy stays
     assert (again.out, again.remote) == (config.out, uri)
+    moved = de.RunConfig.model_validate({**dict(config), "out": tmp_path / "here"})  # de.run(config, out=...)
+    assert (moved.out, moved.remote) == (tmp_path / "here", None)
     (tmp_path / "run.toml").write_text(
         'out = "s3://bucket/runs/b"\n[baseline]\nmodel = "simulated:a"\n[candidate]\nmodel = "simulated:b"\n'
     )
