@@ -15,7 +15,7 @@ cache, the sent-call journals, the live counters. The run itself is the remote f
   state first (:meth:`RemoteFolder.pull`): committed batches it lacks are downloaded, and batches only the
   working copy holds (committed here, killed before their upload) are taken out of it; their pairs are then
   recomputed, their answers coming from the response cache. So a killed run resumes on any machine with the URI,
-  and a fresh working copy is rebuilt from the remote alone.
+  and a fresh working copy is rebuilt from the remote alone. Opening it again reads only the records changed since.
 - **Nothing paid twice**: the response cache's rows written since the last upload go up with each batch, before
   its commit record, and a pull adds the uploaded rows to the working copy's cache. A resume on another machine
   asks again only the answers obtained after the last batch uploaded (on the same machine: none).
@@ -128,15 +128,16 @@ class RemoteFolder:
     def _at(self, rel: str) -> str:
         return f"{self.root}/{rel}"
 
-    def _listing(self) -> dict[str, int]:
-        """Every file under the remote folder: its path relative to the folder, and its size."""
+    def _listing(self) -> dict[str, tuple[int, int | None]]:
+        """Every file under the remote folder: its path relative to the folder, its size and when it was last
+        written (nanoseconds; ``None`` where the store does not say)."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
         except OSError as exc:
             raise RunFolderError(f"cannot list the run folder {shown(self.uri)}: {exc}") from None
         prefix = self.root + "/"
         return {
-            info.path[len(prefix) :]: int(info.size or 0)
+            info.path[len(prefix) :]: (int(info.size or 0), info.mtime_ns)
             for info in infos
             if info.type == pafs.FileType.File and info.path.startswith(prefix)
         }
@@ -191,7 +192,12 @@ class RemoteFolder:
         batch's parts downloaded again whenever its record changed), the manifest, and the cache rows not yet
         added. Committed batches only the working copy holds are taken out of it (the remote is the run: they
         were never uploaded, or the run was since rewritten elsewhere). A remote folder holding files but no
-        marker is refused. The caller holds the working copy's lock."""
+        marker is refused. The caller holds the working copy's lock.
+
+        A commit record is read again only when its object changed since this copy took it (its size or the time
+        it was written, as the listing gives them): opening a run again costs one listing and two small reads. A
+        record rewritten elsewhere within the store's time resolution (a second on S3) at the same size would be
+        missed; the library rewrites a record only when a later session drops its batch."""
         listing = self._listing()
         self.local.mkdir(parents=True, exist_ok=True)
         if listing and _MARKER not in listing:
@@ -204,18 +210,26 @@ class RemoteFolder:
             for f in commits.iterdir():
                 if _RECORD.match(f"{_COMMITS}/{f.name}") and f"{_COMMITS}/{f.name}" not in listing:
                     safe_paths.unlink(self.local, f)
+        state = self._state()
+        seen: dict[str, list[Any]] = state.get("records", {})
         for rel in records:
-            data = self._get(rel)
             mine = self.local / rel
-            same = mine.is_file() and mine.read_bytes() == data
+            if seen.get(rel) == list(listing[rel]) and listing[rel][1] is not None and mine.is_file():
+                # The object this copy took last time, unchanged (same size, same time written): not read again.
+                data = mine.read_bytes()
+                same = True
+            else:
+                data = self._get(rel)
+                same = mine.is_file() and mine.read_bytes() == data
             for part in _parts_named(data):
                 # A changed record's parts are fetched again (a batch rewritten elsewhere keeps its part names).
-                if part in listing and (not same or _size(self.local / part) != listing[part]):
+                if part in listing and (not same or _size(self.local / part) != listing[part][0]):
                     self._download(part)
-            if same:
-                continue
-            safe_paths.mkdir(self.local, commits)
-            safe_paths.write_atomic(self.local, mine, data)
+            if not same:
+                safe_paths.mkdir(self.local, commits)
+                safe_paths.write_atomic(self.local, mine, data)
+        state["records"] = {rel: list(listing[rel]) for rel in records}
+        self._save_state(state)
         for name in (_MARKER, _MANIFEST):
             if name in listing:
                 safe_paths.write_atomic(self.local, self.local / name, self._get(name))
@@ -298,7 +312,7 @@ class RemoteFolder:
             if _PART.match(rel) and rel not in named:
                 self._delete(rel)
         for rel, data in local_records.items():
-            if rel not in listing or listing[rel] != len(data):
+            if rel not in listing or listing[rel][0] != len(data):
                 self._push_cache()
                 for part in _parts_named(data):
                     self._upload(part)

@@ -136,6 +136,14 @@ def test_a_run_to_s3_equals_a_local_run_and_reads_back_on_a_fresh_working_copy(
         assert summary[key] == local[key], key
     assert summary["decision"]["outcome"] == local["decision"]["outcome"]
 
+    # opened again: one listing, and only the marker and manifest read (records unchanged since are not)
+    got: list[str] = []
+    get = RemoteFolder._get
+    monkeypatch.setattr(RemoteFolder, "_get", lambda self, rel: got.append(rel) or get(self, rel))
+    assert _verdicts(uri) == _verdicts(tmp_path / "local")
+    assert sorted(got) == [".delta_eval", "manifest.json"]
+    monkeypatch.setattr(RemoteFolder, "_get", get)
+
     # resumed from the URI on that fresh copy: nothing left to do, nothing asked again
     rerun = de.run(_config(uri), conversations=demo_conversations(), progress=False)
     session = rerun.manifest.sessions[-1]
