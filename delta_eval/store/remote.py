@@ -143,9 +143,15 @@ class RemoteFolder:
         }
 
     def _get(self, rel: str) -> bytes:
-        with self.fs.open_input_stream(self._at(rel)) as f:
-            data: bytes = f.read()
+        try:
+            with self.fs.open_input_stream(self._at(rel)) as f:
+                data: bytes = f.read()
+        except OSError as exc:
+            raise self._not_read(rel, exc) from None
         return data
+
+    def _not_read(self, rel: str, exc: OSError) -> RunFolderError:
+        return RunFolderError(f"cannot read {rel} from {shown(self.uri)}: {exc}; try again")
 
     def _put(self, rel: str, data: bytes) -> None:
         """Write one object whole (a reader sees it all or not at all)."""
@@ -177,8 +183,12 @@ class RemoteFolder:
             with self.fs.open_input_stream(self._at(rel)) as src, open(tmp, "xb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
             safe_paths.replace(self.local, tmp, dest)
-        except BaseException:
+        except BaseException as exc:
             safe_paths.unlink(self.local, tmp, missing_ok=True)
+            if isinstance(exc, OSError):  # the store's read or the working copy's write
+                raise RunFolderError(
+                    f"cannot download {rel} from {shown(self.uri)} into {self.local}: {exc}; try again"
+                ) from None
             raise
 
     def _delete(self, rel: str) -> None:

@@ -136,6 +136,10 @@ def test_a_run_to_s3_equals_a_local_run_and_reads_back_on_a_fresh_working_copy(
         assert summary[key] == local[key], key
     assert summary["decision"]["outcome"] == local["decision"]["outcome"]
 
+    con = de.open_run(uri)
+    assert con.execute("SELECT count(*) FROM verdicts").fetchone() == (again.counts.pairs,)
+    con.close()
+
     # opened again: one listing, and only the marker and manifest read (records unchanged since are not)
     got: list[str] = []
     get = RemoteFolder._get
