@@ -21,10 +21,11 @@ cache, the sent-call journals, the live counters. The run itself is the remote f
   asks again only the answers obtained after the last batch uploaded (on the same machine: none).
 
 Not guaranteed: two machines writing the same URI at once (each holds only its own working copy's lock, so their
-batch numbers collide); a sharded run whose shards are on several machines (:class:`~delta_eval.executors.
-RayExecutor` with a URI is refused); a response cache configured outside the run folder (``cache=``) is not
-uploaded; provider batch jobs (``batch=``) and what readers write beside a run (analysis caches, ``report.html``,
-labels) stay in the working copy.
+batch numbers collide: a batch whose number the remote already holds is refused before anything of it is
+uploaded, which stops the second writer in most cases, not all); a sharded run whose shards are on several
+machines (:class:`~delta_eval.executors.RayExecutor` with a URI is refused); a response cache configured outside
+the run folder (``cache=``) is not uploaded; provider batch jobs (``batch=``), ``pseudonyms.json`` and what readers
+write beside a run (analysis caches, ``report.html``, labels) stay in the working copy.
 """
 
 from __future__ import annotations
@@ -286,10 +287,24 @@ class RemoteFolder:
         files, then its commit record (the batch is then visible, and whole)."""
         rel = f"{_COMMITS}/{batch:06d}.json"
         data = (self.local / rel).read_bytes()
+        self._refuse_taken(rel, data)
         self._push_cache()
         for part in _parts_named(data):
             self._upload(part)
         self._put(rel, data)
+
+    def _refuse_taken(self, rel: str, data: bytes) -> None:
+        """Refuse to upload a batch under a number the remote already has another record for (another process,
+        on another machine, writing the same URI): before any of its parts, which would replace that batch's."""
+        try:
+            found = self.fs.get_file_info(self._at(rel)).type != pafs.FileType.NotFound
+        except OSError as exc:
+            raise self._not_read(rel, exc) from None
+        if found and self._get(rel) != data:
+            raise RunFolderError(
+                f"{shown(self.uri)} already has a batch {rel.split('/')[-1][:6]} this run did not write: another "
+                "process is writing the same run folder (one writer per URI; nothing of this batch was uploaded)"
+            )
 
     def batch_dropped(self, batch: int) -> None:
         """Replace a dropped batch's record on the remote, then delete its parts there."""

@@ -189,6 +189,34 @@ def test_a_batch_is_on_the_remote_only_once_whole(s3: S3, tmp_path: Path) -> Non
     assert RunFolder(fresh).read("errors").num_rows == 0
 
 
+def test_a_second_writer_of_the_same_uri_is_stopped_before_it_replaces_a_batch(s3: S3, tmp_path: Path) -> None:
+    uri = s3.uri("two")
+
+    def machine(name: str) -> RunFolder:
+        folder = RunFolder(tmp_path / name)
+        remote = RemoteFolder(uri, folder.path)
+        remote.pull()
+        folder.mark()
+        remote.sync()
+        folder.recover()  # numbers the next batch after those pulled
+        folder.mirror = remote
+        return folder
+
+    a = machine("a")
+    a.add("errors", [ErrorRecord(stage="replay", message="a1")])
+    assert a.commit() == 1
+    b = machine("b")  # sees batch 1
+    a.add("errors", [ErrorRecord(stage="replay", message="a2")])
+    assert a.commit() == 2
+    b.add("errors", [ErrorRecord(stage="replay", message="b2")])
+    with pytest.raises(RunFolderError, match="another process is writing the same run folder"):
+        b.commit()
+    fresh = tmp_path / "reader"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).damage() == []
+    assert RunFolder(fresh).read("errors").column("message").to_pylist() == ["a1", "a2"]
+
+
 def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
     with s3.fs.open_output_stream("runs/c/notes.txt") as f:
         f.write(b"someone else's")
