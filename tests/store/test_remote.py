@@ -23,6 +23,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 import delta_eval as de
+from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError
 from delta_eval.schema import ErrorRecord
@@ -136,6 +137,8 @@ def test_a_run_to_s3_equals_a_local_run_and_reads_back_on_a_fresh_working_copy(
         assert summary[key] == local[key], key
     assert summary["decision"]["outcome"] == local["decision"]["outcome"]
 
+    assert cli_main(["report", uri]) == 0
+    assert cli_main(["analyze", uri, "--json"]) == 0
     con = de.open_run(uri)
     assert con.execute("SELECT count(*) FROM verdicts").fetchone() == (again.counts.pairs,)
     con.close()
