@@ -319,6 +319,9 @@ def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
     )
     loaded = de.load_config(tmp_path / "run.toml")
     assert loaded.remote == "s3://bucket/runs/b"  # not made relative to the file's folder
+    with pytest.raises(RunFolderError, match=r"cannot open the run folder foo://x/y: .*filesystem"):
+        de.run(_config("foo://x/y"), conversations=demo_conversations(), progress=False)
+    assert not (tmp_path / "work").exists()  # nothing written for a URI no filesystem reads
 
 
 def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
