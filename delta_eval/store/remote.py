@@ -259,6 +259,10 @@ class RemoteFolder:
         todo = [rel for rel in segments if rel not in done]
         if not todo:
             return
+        # This copy's rows not uploaded yet (a session killed here) go first: the rows added below move the mark
+        # of what was uploaded past them.
+        self._push_cache()
+        state = self._state()
         self.cache.parent.mkdir(parents=True, exist_ok=True)
         from delta_eval.store.cache import SQLiteCache
 
@@ -276,7 +280,7 @@ class RemoteFolder:
             uploaded = int(db.execute("SELECT coalesce(max(rowid), 0) FROM responses").fetchone()[0])
         finally:
             db.close()
-        state["imported"] = sorted(done | set(todo))
+        state["imported"] = sorted(set(state.get("imported", [])) | set(todo))
         state["cache_rowid"] = max(int(state.get("cache_rowid", 0)), uploaded)
         self._save_state(state)
 

@@ -28,6 +28,7 @@ from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError
 from delta_eval.schema import ErrorRecord
 from delta_eval.store import remote as remote_module
+from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.uris import WORK_DIR_ENV, working_copy
@@ -218,6 +219,44 @@ def test_a_second_writer_of_the_same_uri_is_stopped_before_it_replaces_a_batch(s
     RemoteFolder(uri, fresh).pull()
     assert RunFolder(fresh).damage() == []
     assert RunFolder(fresh).read("errors").column("message").to_pylist() == ["a1", "a2"]
+
+
+def test_answers_a_killed_session_left_unuploaded_go_up_before_another_machines_are_added(
+    s3: S3, tmp_path: Path
+) -> None:
+    uri = s3.uri("cache")
+
+    def copy(name: str) -> tuple[RemoteFolder, Path]:
+        local = tmp_path / name
+        cache = local / "cache.sqlite"
+        SQLiteCache(cache, root=local).close()
+        remote = RemoteFolder(uri, local, cache=cache)
+        RunFolder(local).mark()
+        remote.sync()
+        return remote, cache
+
+    def answer(cache: Path, key: str) -> None:
+        with sqlite3.connect(cache) as con:
+            con.execute("INSERT INTO responses VALUES (?, 'simulated:x', '{}', 0)", (key,))
+        con.close()
+
+    a, a_cache = copy("a")
+    answer(a_cache, "paid-by-a-and-uploaded")
+    a._push_cache()
+    answer(a_cache, "paid-by-a-then-killed")  # never uploaded: the session was killed
+    b, b_cache = copy("b")
+    answer(b_cache, "paid-by-b")
+    b._push_cache()
+
+    a.pull()  # the resume on machine a adds b's answers
+    assert _keys(a_cache) == {"paid-by-a-and-uploaded", "paid-by-a-then-killed", "paid-by-b"}
+    a._push_cache()  # and the next batch uploads what is new: nothing, all is up
+    assert _uploaded_keys(s3, "cache") == {"paid-by-a-and-uploaded", "paid-by-a-then-killed", "paid-by-b"}
+    assert len(_uploaded_keys(s3, "cache")) == sum(
+        pq.read_metadata(s3.fs.open_input_file(f"runs/cache/{rel}")).num_rows
+        for rel in s3.files("cache")
+        if rel.startswith("_cache/")
+    )  # each answer uploaded once
 
 
 def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
