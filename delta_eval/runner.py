@@ -26,6 +26,7 @@ from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
 from delta_eval.executors.live import ShardWatch
+from delta_eval.executors.ray_cluster import RayExecutor  # imports no Ray until one is used
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
@@ -167,7 +168,7 @@ async def _screen(
 
 def _refuse_sharding(c: RunConfig, on_verdict: VerdictCallback | None, executor: Executor) -> None:
     """What a sharded run does not do (yet): say so before anything starts."""
-    if c.remote is not None and type(executor).__name__ == "RayExecutor":
+    if c.remote is not None and isinstance(executor, RayExecutor):
         # Its shards may run on other machines, each with a working copy of its own: their batch numbers would
         # collide and none would see the others' answers.
         raise ConfigError(
