@@ -52,6 +52,22 @@ def test_cache_key_benchmark_compares_the_same_requests(capsys: pytest.CaptureFi
 
 
 @pytest.mark.slow
+def test_object_store_benchmark_counts_the_requests_of_a_run_and_of_its_opening(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    object_store = load("object_store")
+    monkeypatch.setattr("sys.argv", ["object_store.py", "-n", "6", "--repeats", "1"])
+    for name in ("DELTA_EVAL_WORK_DIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                 "AWS_EC2_METADATA_DISABLED"):  # fmt: skip
+        monkeypatch.setenv(name, "")  # the benchmark sets its own: restored when the test ends
+    object_store.main()
+    out = capsys.readouterr().out
+    assert "s3:// (moto)" in out
+    assert re.search(r"PUT record +[1-9]", out)
+    assert re.search(r"open again: +[0-9.]+ s wall, 5 requests", out)
+
+
+@pytest.mark.slow
 def test_judges_benchmark_measures_funnel_and_overlap(tmp_path: Path) -> None:
     judges = load("judges")
     llm = judges.one_run("openai", "llm", 6, 0.0, tmp_path / "llm")
@@ -232,19 +248,3 @@ def test_sessions_benchmark_rolls_sessions_and_turns_of_the_same_conversations(t
     assert rolled["errors"] == turns["errors"] == 0
     assert rolled["side_calls"] > turns["side_calls"]
     assert rolled["sources"]["recorded"] > 0
-
-
-@pytest.mark.slow
-def test_object_store_benchmark_counts_the_requests_of_a_run_and_of_its_opening(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    object_store = load("object_store")
-    monkeypatch.setattr("sys.argv", ["object_store.py", "-n", "6", "--repeats", "1"])
-    for name in ("DELTA_EVAL_WORK_DIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-                 "AWS_EC2_METADATA_DISABLED"):  # fmt: skip
-        monkeypatch.setenv(name, "")  # the benchmark sets its own: restored when the test ends
-    object_store.main()
-    out = capsys.readouterr().out
-    assert "s3:// (moto)" in out
-    assert re.search(r"PUT record +[1-9]", out)
-    assert re.search(r"open again: +[0-9.]+ s wall, 5 requests", out)
