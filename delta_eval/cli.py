@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.redact import scrub_known
+from delta_eval.uris import is_uri
 
 if TYPE_CHECKING:
     from delta_eval.executors import Executor
@@ -73,6 +74,12 @@ def _print(*values: object, sep: str = " ", end: str = "\n", file: TextIO | None
     print(scrub_known(sep.join(str(v) for v in values)), end=end, file=file, flush=flush)
 
 
+def _folder(value: str) -> str | Path:
+    """A run folder given on the command line: an object-store URI (``s3://bucket/prefix``) kept as it is, else a
+    path."""
+    return value if is_uri(value) else Path(value)
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subcommand's default must not undo a --debug given before it.
@@ -81,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", parents=[common], help="run the bundled tau-bench airline demo on simulated models")
-    demo.add_argument("--out", type=Path, help="run folder (default: runs/demo-<time>)")
+    demo.add_argument("--out", type=_folder, help="run folder: a path or a URI (default: runs/demo-<time>)")
     demo.add_argument("-n", type=int, default=100, help="conversations to sample (default 100)")
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--latency-ms", type=float, default=20.0, help="median simulated latency per call")
@@ -103,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run or resume the evaluation a config file describes")
     run.add_argument("config", type=Path, help="a TOML or YAML run configuration")
-    run.add_argument("--out", type=Path, help="run folder (overrides the config's 'out')")
+    run.add_argument("--out", type=_folder, help="run folder, a path or a URI (overrides the config's 'out')")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
                      help="without a terminal (CI logs), a progress line every SECONDS (default 10)")  # fmt: skip
@@ -139,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
-    report.add_argument("run_dir", type=Path)
+    report.add_argument("run_dir", type=_folder)
     report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
     report.add_argument("--candidate", help="in a run of several candidates, the one to report (default: the first)")
     report.add_argument(
@@ -152,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     _ci_options(report, None)
 
     an = sub.add_parser("analyze", parents=[common], help="what changed and why: summary, behaviours, themes")
-    an.add_argument("run_dir", type=Path)
+    an.add_argument("run_dir", type=_folder)
     an.add_argument("--candidate", help="in a run of several candidates, the one to analyse (default: the first)")
     an.add_argument("--json", action="store_true", help="one JSON document (for agents and scripts)")
     an.add_argument(
@@ -163,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     cmp = sub.add_parser("compare", parents=[common], help="runs side by side: decisions and the pairs that differ")
-    cmp.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="two or more run folders")
+    cmp.add_argument("run_dirs", type=_folder, nargs="+", metavar="RUN_DIR", help="two or more run folders")
     cmp.add_argument("--json", action="store_true", help="one JSON document {summary, differences}")
     cmp.add_argument("--limit", type=int, default=20, metavar="N", help="list up to N differing pairs (default 20)")
 
@@ -172,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     skills.add_argument("dir", type=Path, nargs="?", help="where to install them (e.g. .claude/skills)")
 
     cal = sub.add_parser("calibrate", parents=[common], help="compare a run's verdicts with human labels")
-    cal.add_argument("run_dir", type=Path)
+    cal.add_argument("run_dir", type=_folder)
     cal.add_argument(
         "labels",
         type=Path,
@@ -181,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     view = sub.add_parser("view", parents=[common], help="browse runs' pairs and label them, on 127.0.0.1")
-    view.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    view.add_argument("run_dirs", type=_folder, nargs="+", metavar="RUN_DIR")
     view.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765)")
     view.add_argument("--user", help="who labels (default: $USER)")
 
@@ -293,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(calibrate(open_result(args.run_dir), args.labels))
             return 0
         if args.command == "view":
-            return _view(args.run_dirs, args.port, args.user)
+            from delta_eval.store.remote import local_run
+
+            # A URI run is viewed from its working copy (labels are written there, not uploaded).
+            return _view([local_run(d) for d in args.run_dirs], args.port, args.user)
         if args.command == "models":
             from delta_eval.catalog.listing import models_json, models_text
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from delta_eval.adapters.batch import BatchSettings
 from delta_eval.adapters.retry import RetryPolicy
@@ -46,6 +46,7 @@ from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid, redact_secrets
 from delta_eval.sampling.stratified import Stratified
+from delta_eval.uris import is_uri, working_copy
 from delta_eval.variant import Variant
 
 __all__ = ["RunConfig", "Screen", "Session", "load_config"]
@@ -134,6 +135,10 @@ class RunConfig(BaseModel):
     - ``models``: per-model corrections of the model catalogue (what a model takes: reasoning efforts, a thinking
       budget's range, sampling parameters, ...; its price), keyed by model id; see
       :class:`~delta_eval.catalog.ModelOverride`. ``delta-eval models`` lists what the catalogue says.
+    - ``out``: the run folder: a local path, or an object-store URI (``s3://bucket/prefix``, ``gs://...``, any URI
+      :func:`pyarrow.fs.FileSystem.from_uri` reads, with its options in the query, e.g.
+      ``?endpoint_override=host:9000&scheme=http``); a URI run is written through a local working copy, which
+      ``out`` then names, and ``remote`` holds the URI (see :mod:`delta_eval.store.remote`).
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
     - ``overwrite``: start afresh in an ``out`` that holds a run of another configuration (only the library's files
@@ -166,6 +171,8 @@ class RunConfig(BaseModel):
     candidate: Variant | None = None
     candidates: tuple[Variant, ...] = ()
     out: Path
+    #: The object-store URI of the run folder (set from an ``out`` URI); ``out`` is then its working copy.
+    remote: str | None = None
     source: SourceConfig | None = None
     sample: Stratified | None = None
     judges: Judges = Judges()
@@ -192,6 +199,23 @@ class RunConfig(BaseModel):
     screen: Screen | None = None
     mode: Literal["turn", "session"] = "turn"
     session: Session = Session()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _out_uri(cls, data: Any) -> Any:
+        # ``out="s3://..."``: the folder written is the URI's working copy, the URI is kept in ``remote``.
+        if isinstance(data, Mapping) and is_uri(data.get("out")):
+            uri = str(data["out"])
+            data = {**data, "out": working_copy(uri), "remote": None if uri.startswith("file://") else uri}
+        elif (
+            isinstance(data, Mapping)
+            and data.get("remote")
+            and data.get("out") is not None
+            and Path(data["out"]) != working_copy(str(data["remote"]))
+        ):
+            # ``remote`` belongs to the working copy it was set with: another ``out`` given since leaves it.
+            data = {**data, "remote": None}
+        return data
 
     @field_validator("batch", mode="before")
     @classmethod
@@ -291,8 +315,8 @@ class RunConfig(BaseModel):
         left out, so that a later version adding an optional field can still resume this version's folders; so are
         the settings of a model's connection (see :mod:`delta_eval.fingerprint`).
         """
-        operational = {"out", "concurrency", "judge_concurrency", "flush_every", "cache", "retry", "description",
-                       "noise_floor", "decision", "stop_early", "overwrite", "retry_errors", "score",
+        operational = {"out", "remote", "concurrency", "judge_concurrency", "flush_every", "cache", "retry",
+                       "description", "noise_floor", "decision", "stop_early", "overwrite", "retry_errors", "score",
                        "batch"}  # fmt: skip
         data = self.model_dump(mode="json", exclude_defaults=True, exclude=operational)
         for side in ("baseline", "candidate"):
@@ -307,6 +331,8 @@ class RunConfig(BaseModel):
         """The whole configuration as JSON data with every secret redacted (see
         :func:`~delta_eval.redact.redact_secrets`): what a run folder keeps of it."""
         data: dict[str, Any] = redact_secrets(self.model_dump(mode="json"))
+        if self.remote is not None:
+            data["remote"] = self.remote.split("?", 1)[0]  # its query holds connection options, maybe keys
         return data
 
 
@@ -325,7 +351,7 @@ def _resolve_variant(side: str, given: Mapping[str, Any], rel: Any) -> dict[str,
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     def rel(value: Any) -> Any:
-        if isinstance(value, str) and value and not Path(value).is_absolute():
+        if isinstance(value, str) and value and not Path(value).is_absolute() and not is_uri(value):
             return str(base / value)
         return value
 

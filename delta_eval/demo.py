@@ -33,6 +33,7 @@ from delta_eval.testing.servers.anthropic import FakeAnthropicServer
 from delta_eval.testing.servers.gemini import FakeGeminiServer
 from delta_eval.testing.servers.openai import FakeOpenAIServer
 from delta_eval.testing.servers.provider import FakeProviderServer
+from delta_eval.uris import is_uri
 from delta_eval.variant import Variant
 
 __all__ = [
@@ -234,7 +235,7 @@ def demo_config(
     by default the simulated models (see :func:`demo_models`), or those given (e.g. from :func:`wire_models`)."""
     m = models or demo_models(seed=seed, latency_ms=latency_ms, candidate=candidate, judges=judges)
     return RunConfig(
-        out=Path(out),
+        out=out if is_uri(out) else Path(out),  # an object-store URI is the config's to resolve
         sample=Stratified(by=["task_type"], n=n, seed=seed, derived={"task_type": airline_task_type}),
         baseline=m.baseline,
         candidate=m.candidate,

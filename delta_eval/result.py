@@ -20,6 +20,7 @@ from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
+from delta_eval.store.remote import local_run
 from delta_eval.store.views import open_run
 
 __all__ = ["RunResult", "open_result"]
@@ -38,7 +39,8 @@ class RunResult:
     """
 
     def __init__(self, path: str | Path, candidate: str | None = None) -> None:
-        self.path = Path(path)
+        # An object-store URI is read from its local working copy, first brought up to date (store.remote).
+        self.path = local_run(path)
         self._folder = RunFolder(self.path)
         manifest = self._folder.manifest()
         if manifest is None:

@@ -26,6 +26,7 @@ from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
 from delta_eval.executors.live import ShardWatch
+from delta_eval.executors.ray_cluster import RayExecutor  # imports no Ray until one is used
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
@@ -48,7 +49,9 @@ from delta_eval.store.batches import BatchJournal
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.live_files import remove_progress
 from delta_eval.store.manifest import RunManifest, RunStatus
+from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.session import FolderSession
+from delta_eval.uris import shown
 
 __all__ = ["execute"]
 
@@ -163,8 +166,15 @@ async def _screen(
     stages.notes += [f"screening: {'candidate' if k == 'candidate' else k} {why}" for k, why in failed.items()]
 
 
-def _refuse_sharding(c: RunConfig, on_verdict: VerdictCallback | None) -> None:
+def _refuse_sharding(c: RunConfig, on_verdict: VerdictCallback | None, executor: Executor) -> None:
     """What a sharded run does not do (yet): say so before anything starts."""
+    if c.remote is not None and isinstance(executor, RayExecutor):
+        # Its shards may run on other machines, each with a working copy of its own: their batch numbers would
+        # collide and none would see the others' answers.
+        raise ConfigError(
+            f"a Ray run cannot write an object-store run folder ({shown(c.remote)}) yet: give 'out' a path every "
+            "node sees (a shared file system), or run it with a ProcessExecutor on one machine"
+        )
     said = {
         "stop_early": c.stop_early,  # its sequential test watches the verdicts in the order they are written
         "screen": c.screen is not None,
@@ -299,7 +309,7 @@ async def execute(
     # Validate again: a config changed with model_copy(update=...) skipped validation (and side naming).
     c = RunConfig.model_validate(dict(config))
     if executor is not None:
-        _refuse_sharding(c, on_verdict)
+        _refuse_sharding(c, on_verdict, executor)
     source = _source(c, conversations)
     p = progress or RunProgress()
     started, p.phase = time.monotonic(), "reading"
@@ -329,7 +339,14 @@ async def execute(
         cascade: SupportsDecide = judges
         if c.mode == "session":
             sides, cascade = session_stages(c, pool, turns, judges, tool_simulator)
-        session = FolderSession(folder, fresh, c.cache_path, overwrite=c.overwrite, retry_errors=c.retry_errors)
+        session = FolderSession(
+            folder,
+            fresh,
+            c.cache_path,
+            overwrite=c.overwrite,
+            retry_errors=c.retry_errors,
+            remote=RemoteFolder.of_run(c.remote, c.out, c.cache_path),
+        )
     except BaseException:
         await pool.aclose()
         raise

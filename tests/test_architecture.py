@@ -35,6 +35,7 @@ LAYER_OF = {
             "tagged",
             "sql",
             "fingerprint",
+            "uris",
         ),
         "core",
     ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -48,6 +49,22 @@ def test_cache_key_benchmark_compares_the_same_requests(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     for name in ("cache_key", "plain json", "sorted dict"):
         assert name in out
+
+
+@pytest.mark.slow
+def test_object_store_benchmark_counts_the_requests_of_a_run_and_of_its_opening(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    object_store = load("object_store")
+    monkeypatch.setattr("sys.argv", ["object_store.py", "-n", "6", "--repeats", "1"])
+    for name in ("DELTA_EVAL_WORK_DIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                 "AWS_EC2_METADATA_DISABLED"):  # fmt: skip
+        monkeypatch.setenv(name, "")  # the benchmark sets its own: restored when the test ends
+    object_store.main()
+    out = capsys.readouterr().out
+    assert "s3:// (moto)" in out
+    assert re.search(r"PUT record +[1-9]", out)
+    assert re.search(r"open again: +[0-9.]+ s wall, 5 requests", out)
 
 
 @pytest.mark.slow

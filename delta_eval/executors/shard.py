@@ -22,6 +22,7 @@ from delta_eval.progress import RunProgress
 from delta_eval.run_models import build_models
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
+from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.sent import SentJournal
 from delta_eval.store.session import Resume
 
@@ -43,6 +44,8 @@ async def arun_shard(shard: Shard) -> ShardReport:
     c = shard.config
     folder = RunFolder(c.out, shared=True)
     folder.header = shard.header
+    # A URI run folder: the shard uploads each batch it commits (its session pulled and synced the working copy).
+    folder.mirror = RemoteFolder.of_run(c.remote, c.out, c.cache_path)
     models = await build_models(c, shard.source_name, shard.tool_simulator, limiters=shard.limiters)
     progress = RunProgress()
     try:

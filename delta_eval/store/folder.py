@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,6 +73,7 @@ __all__ = [
     "WRITTEN",
     "Damage",
     "FolderLock",
+    "Mirror",
     "RunFolder",
     "Snapshot",
     "damage_message",
@@ -107,6 +108,20 @@ HEADER_FIELDS = frozenset(RunManifest.model_fields) - {
 #: How the note of a manifest rebuilt from the commit files begins.
 REBUILT_NOTE = "manifest rebuilt"
 _ROOT_TMP = re.compile(r"^\.(manifest\.json|\.delta_eval)\.[0-9a-f]{32}\.tmp$")
+
+
+class Mirror(Protocol):
+    """Where a run folder's writes are copied as they are made: the remote of a URI run folder (see
+    :class:`~delta_eval.store.remote.RemoteFolder`)."""
+
+    def batch_committed(self, batch: int) -> None:
+        """A batch was committed (its record is written)."""
+
+    def batch_dropped(self, batch: int) -> None:
+        """A batch was dropped (its dropped record is written, its parts deleted)."""
+
+    def manifest_written(self) -> None:
+        """The manifest was written."""
 
 
 @dataclass(frozen=True, order=True)
@@ -240,6 +255,8 @@ class RunFolder:
         self.header: dict[str, Any] | None = None
         # The hashes of the media already in the folder or queued (read from the folder when first needed).
         self._media: set[str] | None = None
+        #: Where each batch, dropped batch and manifest is copied once written (the remote of a URI run folder).
+        self.mirror: Mirror | None = None
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -559,6 +576,8 @@ class RunFolder:
         write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
         for part in parts:
             safe_paths.unlink(self.path, part, missing_ok=True)
+        if self.mirror is not None:
+            self.mirror.batch_dropped(batch)
         self._media = None  # the batch may have held media: read what is left when next needed
 
     def remove_rows(self, batch: int, column: str, values: set[Any], reason: str) -> int | None:
@@ -618,6 +637,8 @@ class RunFolder:
         """Replace the manifest."""
         self.path.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.path / MANIFEST, manifest.model_dump(mode="json"), root=self.path)
+        if self.mirror is not None:
+            self.mirror.manifest_written()
 
     def add(self, dataset: str, rows: Iterable[BaseModel]) -> None:
         """Queue rows (instances of the dataset's schema type) for the next batch.
@@ -687,6 +708,8 @@ class RunFolder:
                 **({"run": self.header} if self.header is not None else {}),
             }
             write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
+            if self.mirror is not None:  # under the commit lock: the shards' uploads never interleave
+                self.mirror.batch_committed(batch)
         self._next_batch = batch + 1
         return batch
 

@@ -39,6 +39,7 @@ from delta_eval.store.manifest import (
     RunManifest,
     RunStatus,
 )
+from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.sent import SentJournal, sent_by
 
 #: The space :meth:`FolderSession._reserve` sets aside: many times a manifest's size.
@@ -197,6 +198,7 @@ class FolderSession:
     Example::
 
         session = FolderSession(RunFolder(out), fresh_manifest, out / "cache.sqlite")
+        # a URI run folder: out is its working copy, remote=RemoteFolder(uri, out, cache=out / "cache.sqlite")
         ...  # the session's work, skipping session.state.done_pairs
         manifest = session.close("completed", pairs_decided=12, calls=pool.stats(), read={"read": 200})
     """
@@ -209,6 +211,7 @@ class FolderSession:
         *,
         overwrite: bool = False,
         retry_errors: bool = False,
+        remote: RemoteFolder | None = None,
     ) -> None:
         self.folder = folder
         # Before anything is written: a link where the library writes or deletes would lead it out of the folder.
@@ -218,8 +221,14 @@ class FolderSession:
         _check_writable(folder)
         self.lock = folder.lock().acquire()
         try:
+            if remote is not None:
+                # The remote is the run: the working copy first takes its state, then every write is copied there.
+                remote.pull()
+                folder.mirror = remote
             self.state = resume(folder, fresh, overwrite=overwrite, retry_errors=retry_errors)
             folder.mark()
+            if remote is not None:
+                remote.sync()  # what resuming reset or repaired
             self.manifest = self.state.manifest
             folder.header = self.manifest.model_dump(mode="json", include=set(HEADER_FIELDS))
             self.cache = SQLiteCache(cache_path, root=folder.path)

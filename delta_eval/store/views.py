@@ -27,6 +27,7 @@ from typing import Any
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.sql import quote_ident, quote_literal
 from delta_eval.store.folder import MANIFEST, PER_PAIR, RunFolder, Snapshot, damage_message
+from delta_eval.store.remote import local_run
 from delta_eval.store.tables import DATASETS, SCHEMAS
 
 __all__ = ["open_run"]
@@ -110,7 +111,7 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     """
     import duckdb
 
-    folder = RunFolder(Path(run_dir))
+    folder = RunFolder(local_run(run_dir))  # an object-store URI: its working copy, brought up to date
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
     folder.manifest()  # a damaged manifest is an error that names it

@@ -1,0 +1,53 @@
+"""Run folders named by a URI (``s3://bucket/prefix``, ``gs://...``): how a URI is told from a path, shown without
+its connection options, and where its local working copy lives (see :mod:`delta_eval.store.remote`).
+
+Example:
+    >>> is_uri("s3://bucket/runs/a"), is_uri("runs/a")
+    (True, False)
+    >>> shown("s3://b/run?endpoint_override=127.0.0.1:9000&scheme=http")
+    's3://b/run'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["WORK_DIR_ENV", "is_uri", "shown", "work_dir", "working_copy"]
+
+#: The environment variable naming where working copies of URI run folders are kept.
+WORK_DIR_ENV = "DELTA_EVAL_WORK_DIR"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(value: object) -> bool:
+    """Whether ``value`` is a URI (``scheme://...``) rather than a local path (a :class:`~pathlib.Path` never is)."""
+    return isinstance(value, str) and _SCHEME.match(value) is not None
+
+
+def shown(uri: str) -> str:
+    """A URI as messages and manifests show it: without its query (connection options, possibly credentials)."""
+    return uri.split("?", 1)[0].rstrip("/")
+
+
+def work_dir() -> Path:
+    """Where working copies are kept: ``$DELTA_EVAL_WORK_DIR``, else ``~/.cache/delta_eval/remote``."""
+    given = os.environ.get(WORK_DIR_ENV)
+    return Path(given) if given else Path.home() / ".cache" / "delta_eval" / "remote"
+
+
+def working_copy(uri: str) -> Path:
+    """The local folder of the run folder at ``uri``: a ``file://`` URI's own path; for any other, its working
+    copy under :func:`work_dir`, named by a hash of the URI without its query (the same run reached through
+    another endpoint setting has the same copy).
+
+    Example:
+        >>> working_copy("file:///tmp/runs/a").as_posix()
+        '/tmp/runs/a'
+    """
+    if uri.startswith("file://"):
+        return Path(unquote(urlsplit(uri).path))
+    return work_dir() / hashlib.sha256(shown(uri).encode()).hexdigest()[:24]

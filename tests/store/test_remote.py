@@ -1,0 +1,432 @@
+"""A run folder in an object store (delta_eval.store.remote), against a real S3 protocol on 127.0.0.1 (moto's
+server) through pyarrow's S3 filesystem: the same results as a local run, read back from a fresh working copy,
+a batch visible only once whole, a killed run resumed on another working copy without asking again what it had
+uploaded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from moto.server import ThreadedMotoServer
+
+import delta_eval as de
+from delta_eval.cli import main as cli_main
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.exceptions import ConfigError, RunFolderError
+from delta_eval.schema import ErrorRecord
+from delta_eval.store import remote as remote_module
+from delta_eval.store.cache import SQLiteCache
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.remote import RemoteFolder
+from delta_eval.uris import WORK_DIR_ENV, working_copy
+
+
+class S3:
+    """A bucket on a moto S3 server on 127.0.0.1, and pyarrow's filesystem on it."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.query = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+        self.fs = pafs.S3FileSystem(
+            endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1", access_key="testing",
+            secret_key="testing", allow_bucket_creation=True,
+        )  # fmt: skip
+        self.fs.create_dir("runs")
+
+    def uri(self, name: str) -> str:
+        return f"s3://runs/{name}?{self.query}"
+
+    def files(self, name: str) -> dict[str, int]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"runs/{name}", recursive=True, allow_not_found=True))
+        return {i.path.split("/", 2)[2]: int(i.size or 0) for i in infos if i.type == pafs.FileType.File}
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
+    """A fresh S3 server for the test (stopped at its end); working copies under ``tmp_path/work``."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    monkeypatch.setattr(logging.getLogger("werkzeug"), "level", logging.WARNING)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield S3(host, port)
+    finally:
+        server.stop()
+
+
+def _config(out: str | Path, **update: Any) -> de.RunConfig:
+    return demo_config(out, n=12, latency_ms=0.0).model_copy(update={"flush_every": 4, **update})
+
+
+def _verdicts(run: str | Path) -> list[tuple[Any, ...]]:
+    rows = de.open_result(run).table("verdicts").select(["pair_id", "outcome", "stage", "preference"]).to_pylist()
+    return sorted(tuple(r.values()) for r in rows)
+
+
+def _replays(run: str | Path) -> list[tuple[Any, ...]]:
+    columns = ["pair_id", "side", "final_text", "input_tokens", "output_tokens"]
+    rows = de.open_result(run).table("replays").select(columns).to_pylist()
+    return sorted(tuple(r.values()) for r in rows)
+
+
+def _keys(cache: Path) -> set[str]:
+    con = sqlite3.connect(cache)
+    try:
+        return {row[0] for row in con.execute("SELECT key FROM responses")}
+    finally:
+        con.close()
+
+
+def _uploaded_keys(s3: S3, name: str) -> set[str]:
+    keys: set[str] = set()
+    for rel in s3.files(name):
+        if rel.startswith("_cache/"):
+            with s3.fs.open_input_file(f"runs/{name}/{rel}") as f:
+                keys |= set(pq.read_table(f, columns=["key"]).column("key").to_pylist())
+    return keys
+
+
+def test_a_run_to_s3_equals_a_local_run_and_reads_back_on_a_fresh_working_copy(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    uri = s3.uri("a")
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert result.path == working_copy(uri)
+    files = s3.files("a")
+    records = sorted(rel for rel in files if rel.startswith("_commits/"))
+    assert len(records) > 2
+    assert {".delta_eval", "manifest.json"} <= set(files)
+    assert any(rel.startswith("verdicts/part-") for rel in files)
+    assert any(rel.startswith("_cache/") for rel in files)
+    # the URI is kept without its query (connection options) in the manifest
+    assert result.manifest.config["remote"] == "s3://runs/a"
+
+    # read back on another machine: a working copy of its own, pulled from the remote alone
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert not working_copy(uri).exists()
+    assert _verdicts(uri) == _verdicts(tmp_path / "local")
+    assert _replays(uri) == _replays(tmp_path / "local")
+    again = de.open_result(uri)
+    assert again.path == working_copy(uri)
+    assert again.path.is_relative_to(tmp_path / "elsewhere")
+    assert again.status == "completed"
+    assert again.damage == []
+    assert again.counts.pairs == de.open_result(tmp_path / "local").counts.pairs
+    summary, local = de.analyze(uri).summary(), de.analyze(tmp_path / "local").summary()
+    assert summary["run"] == str(again.path)
+    assert summary["damage"] == []
+    # what does not depend on the latencies measured as each run went (a latency gate's line does)
+    for key in ("pairs", "funnel", "outcomes", "win_rate", "by_stratum"):
+        assert summary[key] == local[key], key
+    assert summary["decision"]["outcome"] == local["decision"]["outcome"]
+
+    assert cli_main(["report", uri]) == 0
+    assert cli_main(["analyze", uri, "--json"]) == 0
+    con = de.open_run(uri)
+    assert con.execute("SELECT count(*) FROM verdicts").fetchone() == (again.counts.pairs,)
+    con.close()
+
+    # opened again: one listing, and only the marker and manifest read (records unchanged since are not)
+    got: list[str] = []
+    get = RemoteFolder._get
+    monkeypatch.setattr(RemoteFolder, "_get", lambda self, rel: got.append(rel) or get(self, rel))
+    assert _verdicts(uri) == _verdicts(tmp_path / "local")
+    assert sorted(got) == [".delta_eval", "manifest.json"]
+    monkeypatch.setattr(RemoteFolder, "_get", get)
+
+    # resumed from the URI on that fresh copy: nothing left to do, nothing asked again
+    rerun = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    session = rerun.manifest.sessions[-1]
+    assert session.resumed_pairs == len(_verdicts(tmp_path / "local"))
+    assert sum(s.made for s in session.calls.values()) == 0
+    assert sorted(rel for rel in s3.files("a") if rel.startswith("_commits/")) == records
+
+
+def test_a_batch_is_on_the_remote_only_once_whole(s3: S3, tmp_path: Path) -> None:
+    """Its parts are uploaded before its record, and a pull ignores parts no record names."""
+    uri = s3.uri("b")
+    local = working_copy(uri)
+    folder = RunFolder(local)
+    folder.mark()
+    remote = RemoteFolder(uri, local)
+    remote.sync()
+    folder.mirror = remote
+    puts: list[str] = []
+    put, upload = remote._put, remote._upload
+
+    def record_put(rel: str, data: bytes) -> None:
+        puts.append(rel)
+        put(rel, data)
+
+    def record_upload(rel: str) -> None:
+        puts.append(rel)
+        upload(rel)
+
+    remote._put, remote._upload = record_put, record_upload  # type: ignore[method-assign]
+    folder.add("errors", [ErrorRecord(stage="replay", message="x")])
+    assert folder.commit() == 1
+    assert puts == ["errors/part-000001.parquet", "_commits/000001.json"]
+
+    # a batch cut short between its parts and its record: invisible, and a pull of a fresh copy leaves it out
+    s3.fs.delete_file("runs/b/_commits/000001.json")
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).commits() == []
+    assert RunFolder(fresh).read("errors").num_rows == 0
+
+
+def test_a_second_writer_of_the_same_uri_is_stopped_before_it_replaces_a_batch(s3: S3, tmp_path: Path) -> None:
+    uri = s3.uri("two")
+
+    def machine(name: str) -> RunFolder:
+        folder = RunFolder(tmp_path / name)
+        remote = RemoteFolder(uri, folder.path)
+        remote.pull()
+        folder.mark()
+        remote.sync()
+        folder.recover()  # numbers the next batch after those pulled
+        folder.mirror = remote
+        return folder
+
+    a = machine("a")
+    a.add("errors", [ErrorRecord(stage="replay", message="a1")])
+    assert a.commit() == 1
+    b = machine("b")  # sees batch 1
+    a.add("errors", [ErrorRecord(stage="replay", message="a2")])
+    assert a.commit() == 2
+    b.add("errors", [ErrorRecord(stage="replay", message="b2")])
+    with pytest.raises(RunFolderError, match="another process is writing the same run folder"):
+        b.commit()
+    fresh = tmp_path / "reader"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).damage() == []
+    assert RunFolder(fresh).read("errors").column("message").to_pylist() == ["a1", "a2"]
+
+
+def test_answers_a_killed_session_left_unuploaded_go_up_before_another_machines_are_added(
+    s3: S3, tmp_path: Path
+) -> None:
+    uri = s3.uri("cache")
+
+    def copy(name: str) -> tuple[RemoteFolder, Path]:
+        local = tmp_path / name
+        cache = local / "cache.sqlite"
+        SQLiteCache(cache, root=local).close()
+        remote = RemoteFolder(uri, local, cache=cache)
+        RunFolder(local).mark()
+        remote.sync()
+        return remote, cache
+
+    def answer(cache: Path, key: str) -> None:
+        with sqlite3.connect(cache) as con:
+            con.execute("INSERT INTO responses VALUES (?, 'simulated:x', '{}', 0)", (key,))
+        con.close()
+
+    a, a_cache = copy("a")
+    answer(a_cache, "paid-by-a-and-uploaded")
+    a._push_cache()
+    answer(a_cache, "paid-by-a-then-killed")  # never uploaded: the session was killed
+    b, b_cache = copy("b")
+    answer(b_cache, "paid-by-b")
+    b._push_cache()
+
+    a.pull()  # the resume on machine a adds b's answers
+    assert _keys(a_cache) == {"paid-by-a-and-uploaded", "paid-by-a-then-killed", "paid-by-b"}
+    a._push_cache()  # and the next batch uploads what is new: nothing, all is up
+    assert _uploaded_keys(s3, "cache") == {"paid-by-a-and-uploaded", "paid-by-a-then-killed", "paid-by-b"}
+    assert len(_uploaded_keys(s3, "cache")) == sum(
+        pq.read_metadata(s3.fs.open_input_file(f"runs/cache/{rel}")).num_rows
+        for rel in s3.files("cache")
+        if rel.startswith("_cache/")
+    )  # each answer uploaded once
+
+
+def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
+    with s3.fs.open_output_stream("runs/c/notes.txt") as f:
+        f.write(b"someone else's")
+    with pytest.raises(RunFolderError, match="not a delta_eval run folder"):
+        de.run(_config(s3.uri("c")), conversations=demo_conversations(), progress=False)
+    assert s3.files("c") == {"notes.txt": 14}
+
+
+def test_a_ray_run_to_a_uri_is_refused_before_it_starts(s3: S3) -> None:
+    pytest.importorskip("ray")
+    with pytest.raises(ConfigError, match="object-store run folder"):
+        de.run(
+            _config(s3.uri("d")), conversations=demo_conversations(), progress=False,
+            executor=de.RayExecutor("127.0.0.1:1"),
+        )  # fmt: skip
+    assert s3.files("d") == {}
+
+
+def test_a_run_to_a_uri_over_processes_gives_the_verdicts_of_a_local_run(s3: S3, tmp_path: Path) -> None:
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    uri = s3.uri("e")
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False, executor=de.ProcessExecutor(2))
+    assert result.status == "completed"
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert _verdicts(fresh) == _verdicts(tmp_path / "local")
+    assert RunFolder(fresh).damage() == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL after some batches are uploaded; the run resumes on another working copy: every pair once, the
+    verdicts of a local run, and no answer the killed run had uploaded is asked again."""
+    uri = s3.uri("k")
+    cmd = [sys.executable, "-m", "delta_eval", "demo", "--out", uri, "-n", "30", "--latency-ms", "40",
+           "--no-progress"]  # fmt: skip
+    env = {**os.environ, WORK_DIR_ENV: str(tmp_path / "killed")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        # the population batch and at least two batches of pairs uploaded
+        while time.monotonic() < deadline and sum(r.startswith("_commits/") for r in s3.files("k")) < 3:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    uploaded = _uploaded_keys(s3, "k")
+    assert uploaded
+
+    # the same run, complete, in a local folder: what the resumed one must end as
+    config = demo_config(tmp_path / "reference", n=30, latency_ms=40.0)
+    de.run(config, conversations=demo_conversations(), progress=False)
+    every_answer = _keys(tmp_path / "reference" / "cache.sqlite")
+    assert uploaded < every_answer
+
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "fresh"))
+    result = de.run(demo_config(uri, n=30, latency_ms=40.0), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert result.path.is_relative_to(tmp_path / "fresh")
+    con = result.connect()
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
+    assert total == distinct == result.counts.pairs_planned
+    assert _verdicts(uri) == _verdicts(tmp_path / "reference")
+    assert [s.status for s in result.manifest.sessions] == ["killed", "completed"]
+    answered = sum(s.answered for s in result.manifest.sessions[-1].calls.values())
+    # every answer the resumed run got was one the killed run had not uploaded, each asked once
+    assert answered == len(every_answer - uploaded)
+    assert _keys(result.path / "cache.sqlite") == every_answer
+    assert json.loads((result.path / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    uri = "s3://bucket/runs/a?endpoint_override=127.0.0.1:9&scheme=http"
+    config = _config(uri)
+    assert config.remote == uri
+    assert config.out == working_copy(uri)
+    assert config.out.parent == tmp_path / "work"
+    assert working_copy("s3://bucket/runs/a") == config.out  # the endpoint is not the run
+    assert config.fingerprint() == _config(tmp_path / "local").fingerprint()
+    assert config.public_dump()["remote"] == "s3://bucket/runs/a"
+    local = _config(f"file://{tmp_path}/plain")
+    assert (local.out, local.remote) == (tmp_path / "plain", None)
+    again = de.RunConfig.model_validate(dict(config))  # what the runner does: the working copy stays
+    assert (again.out, again.remote) == (config.out, uri)
+    moved = de.RunConfig.model_validate({**dict(config), "out": tmp_path / "here"})  # de.run(config, out=...)
+    assert (moved.out, moved.remote) == (tmp_path / "here", None)
+    (tmp_path / "run.toml").write_text(
+        'out = "s3://bucket/runs/b"\n[baseline]\nmodel = "simulated:a"\n[candidate]\nmodel = "simulated:b"\n'
+    )
+    loaded = de.load_config(tmp_path / "run.toml")
+    assert loaded.remote == "s3://bucket/runs/b"  # not made relative to the file's folder
+    with pytest.raises(RunFolderError, match=r"cannot open the run folder foo://x/y: .*filesystem"):
+        de.run(_config("foo://x/y"), conversations=demo_conversations(), progress=False)
+    assert not (tmp_path / "work").exists()  # nothing written for a URI no filesystem reads
+
+
+def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
+    with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
+        de.open_result(s3.uri("none"))
+
+
+def test_a_run_deleted_from_the_remote_starts_afresh_answered_from_the_working_copys_cache(s3: S3) -> None:
+    uri = s3.uri("f")
+    first = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    for rel in s3.files("f"):
+        s3.fs.delete_file(f"runs/f/{rel}")
+    again = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    assert len(again.manifest.sessions) == 1  # the remote is the run: the copy's old batches are not brought back
+    assert again.manifest.sessions[0].resumed_pairs == 0
+    assert sum(s.made for s in again.manifest.sessions[0].calls.values()) == 0
+    assert _verdicts(uri) == _verdicts(first.path)
+    assert sorted(s3.files("f")) == sorted(rel for rel in s3.files("f"))
+
+
+def test_a_batch_committed_here_but_never_uploaded_is_recomputed_from_the_cache(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload that fails (the network, the store) fails the run, saying so; the rerun takes the batches the
+    working copy alone holds out of it and recomputes their pairs from the response cache: nothing asked twice,
+    no pair written twice."""
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    uri = s3.uri("g")
+    seen: list[str] = []
+
+    class Flaky:
+        """The store, failing the upload of every commit record from the third on (gone for good)."""
+
+        def __init__(self, fs: pafs.FileSystem) -> None:
+            self.fs = fs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+        def open_output_stream(self, path: str) -> Any:
+            if "/_commits/" in path:
+                seen.append(path.split("/", 2)[2])
+                if len(seen) >= 3:
+                    raise OSError("the object store went away")
+            return self.fs.open_output_stream(path)
+
+    opened = remote_module._filesystem
+    monkeypatch.setattr(remote_module, "_filesystem", lambda uri: (Flaky(opened(uri)[0]), opened(uri)[1]))
+    with pytest.raises(BaseException, match=r"cannot upload _commits/000003.json to s3://runs/g|unhandled errors"):
+        de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    manifest = json.loads((working_copy(uri) / "manifest.json").read_text())
+    assert manifest["failure"].startswith("cannot upload _commits/000003.json to s3://runs/g")
+    assert sorted(rel for rel in s3.files("g") if rel.startswith("_commits/")) == seen[:2]
+    assert (working_copy(uri) / "_commits" / "000003.json").is_file()  # committed here, never uploaded
+    monkeypatch.setattr(remote_module, "_filesystem", opened)
+
+    answered = _keys(working_copy(uri) / "cache.sqlite")
+    every_answer = _keys(tmp_path / "local" / "cache.sqlite")
+    assert answered < every_answer
+
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    # only what the failed run had not been answered is asked, once each
+    # (answered, not made: the simulated candidate fails some calls on purpose, and a failed call is made again)
+    assert sum(s.answered for s in result.manifest.sessions[-1].calls.values()) == len(every_answer - answered)
+    assert _keys(working_copy(uri) / "cache.sqlite") == every_answer
+    assert _verdicts(uri) == _verdicts(tmp_path / "local")
+    con = result.connect()
+    assert con.execute("SELECT count(*) = count(DISTINCT pair_id) FROM verdicts").fetchone() == (True,)
