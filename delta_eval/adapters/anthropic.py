@@ -487,7 +487,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> A
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=opts.base_url,
-            **sdk_client_options(opts, anthropic.DefaultAsyncHttpxClient),
+            **sdk_client_options(opts, anthropic),
         )
 
     return AnthropicAdapter(model, opts, ClientShards(client, opts.connection_pools))
