@@ -22,11 +22,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from delta_eval.adapters import harmony
-from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
+from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body, typed_body
 from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.errors import sdk_errors
 from delta_eval.adapters.media import NO_BYTES, Note, placeholder, subtype, with_text
@@ -228,10 +229,12 @@ class ChatCompletionsAdapter(ModelAdapter):
         with sdk_errors(openai.OpenAIError, self._mapped, model=self.model, secrets=self.options.secrets):
             if request.params.stream:
                 return await self._stream(body)
-            completion = await self.clients.next().post(
-                "/chat/completions", content=json_body(body), cast_to=ChatCompletion, options=REQUEST_OPTIONS
+            # The raw response, read into its type here (typed_body: one pass in pydantic-core, not the SDK's walk).
+            response = await self.clients.next().post(
+                "/chat/completions", content=json_body(body), cast_to=httpx2.Response, options=REQUEST_OPTIONS
             )
-        return self.decode(completion, request_id=completion._request_id)
+            completion = typed_body(ChatCompletion, response.content, model=self.model)
+        return self.decode(completion, request_id=response.headers.get("x-request-id"))
 
     def _mapped(self, exc: openai.OpenAIError) -> ProviderError:
         return map_openai_error(exc, model=self.model, secrets=self.options.secrets())

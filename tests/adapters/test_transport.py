@@ -5,12 +5,16 @@ skip the rate-limit header hooks), and uvloop's event loop for a run where uvloo
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+from openai.types.chat import ChatCompletion
 
 import delta_eval.adapters.base as base
 import delta_eval.sync as sync
+from delta_eval.adapters.base import typed_body
 from delta_eval.adapters.registry import create_adapter
+from delta_eval.exceptions import TransientError
 from delta_eval.sync import run_loop
 from delta_eval.testing import FakeAnthropicServer, FakeGeminiServer
 from delta_eval.testing.servers.openai import FakeOpenAIServer
@@ -58,3 +62,39 @@ def test_a_run_loop_is_uvloops_where_installed(monkeypatch: pytest.MonkeyPatch) 
     assert run_loop(loop_module).startswith("uvloop")
     monkeypatch.setattr(sync, "uvloop_installed", lambda: False)
     assert run_loop(loop_module).startswith("asyncio")
+
+
+COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1700000000,
+    "model": "baseline",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "look it up",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+}
+
+
+def test_a_response_body_reads_as_the_sdk_reads_it() -> None:
+    """The one-pass reading gives the SDK's own object, extra fields included; a body off the type is read the
+    SDK's lenient way, and one that is not a JSON object is a failed call."""
+    body = json.dumps(COMPLETION).encode()
+    fast = typed_body(ChatCompletion, body, model="openai:m")
+    assert fast == ChatCompletion.construct(**COMPLETION)
+    assert fast.choices[0].message.model_extra == {"reasoning_content": "look it up"}
+    odd = {**COMPLETION, "choices": [{**COMPLETION["choices"][0], "finish_reason": "eos"}]}  # type: ignore[dict-item]
+    assert typed_body(ChatCompletion, json.dumps(odd).encode(), model="openai:m").choices[0].finish_reason == "eos"
+    with pytest.raises(TransientError, match="not a JSON object"):
+        typed_body(ChatCompletion, b"<html>bad gateway</html>", model="openai:m")
