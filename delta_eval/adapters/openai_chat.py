@@ -45,6 +45,7 @@ from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
 from delta_eval.exceptions import ProviderError, TransientError
+from delta_eval.memo import IdentityMemo
 from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
 __all__ = ["ChatCompletionsAdapter", "create", "decode_usage", "encode_media", "encode_messages"]
@@ -114,6 +115,11 @@ def encode_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
         for t in tools
     ]
+
+
+#: The encoded tools of the requests seen lately, by the identity of their tuple: every call of a replayed turn sends
+#: the same tools, and encoding them is a fair share of encoding the request. Kept lists are never changed.
+_TOOLS = IdentityMemo[list[dict[str, Any]]](maxsize=256)
 
 
 def encode_tool_choice(choice: ToolChoice) -> Any:
@@ -192,7 +198,7 @@ class ChatCompletionsAdapter(ModelAdapter):
         p = request.params
         kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages, self.note)}
         if request.tools:
-            kwargs["tools"] = encode_tools(request.tools)
+            kwargs["tools"] = _TOOLS.get(request.tools, encode_tools)
             if p.parallel_tool_calls is not None and self.info.parallel_tool_calls:
                 kwargs["parallel_tool_calls"] = p.parallel_tool_calls
             elif p.parallel_tool_calls is not None:
