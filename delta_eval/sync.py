@@ -1,7 +1,8 @@
 """Running a coroutine to completion from synchronous code, also where an event loop is already running (Jupyter):
 there it gets a thread and a loop of its own. The loop is uvloop's where uvloop is installed (the ``fast`` extra):
 its loop, written in Cython on libuv, costs less CPU per socket operation and callback than asyncio's, and a run at
-hundreds of calls in flight spends a fair share of its client CPU there.
+hundreds of calls in flight spends a fair share of its client CPU there. The garbage collector runs less often
+meanwhile (:mod:`delta_eval.gc_thresholds`).
 
 Example:
     >>> async def answer() -> int:
@@ -21,6 +22,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from delta_eval.gc_thresholds import fewer_collections
+
 __all__ = ["run_loop", "run_sync", "uvloop_installed"]
 
 T = TypeVar("T")
@@ -33,8 +36,10 @@ def uvloop_installed() -> bool:
 
 
 def run_loop(main: Callable[[], Awaitable[T]]) -> T:
-    """``anyio.run(main)`` on asyncio, with uvloop's event loop where uvloop is installed."""
-    return anyio.run(main, backend_options={"use_uvloop": uvloop_installed()})
+    """``anyio.run(main)`` on asyncio, with uvloop's event loop where uvloop is installed, and fewer garbage
+    collections while it runs (:func:`~delta_eval.gc_thresholds.fewer_collections`)."""
+    with fewer_collections():
+        return anyio.run(main, backend_options={"use_uvloop": uvloop_installed()})
 
 
 def run_sync(main: Callable[[], Awaitable[T]]) -> T:
