@@ -30,6 +30,7 @@ LAYER_OF = {
             "allocation",
             "interrupts",
             "sync",
+            "gc_thresholds",
             "memo",
             "catalog",
             "tagged",

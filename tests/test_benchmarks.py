@@ -231,6 +231,7 @@ def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytes
         sys.argv = argv
     out = capsys.readouterr().out
     assert out.count("client CPU per call: pipeline") == 2
+    assert "pipeline client: the SDK on " in out
     assert "(target <= 1.5:" in out
     assert "pipeline wall time / ideal (calls x 0.05 s / 8" in out
     assert "(target <= 2:" in out

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import anthropic
+import httpx2
 from anthropic._types import RequestOptions
 from anthropic.lib.streaming import AsyncMessageStreamManager
 from anthropic.types import Message as AnthropicMessage
@@ -44,7 +45,14 @@ from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent
 from anthropic.types import Usage as WireUsage
 
 from delta_eval.adapters.anthropic_batch import AnthropicBatches
-from delta_eval.adapters.base import JSON_HEADERS, ClientShards, ModelAdapter, json_body, sdk_client_options
+from delta_eval.adapters.base import (
+    JSON_HEADERS,
+    ClientShards,
+    ModelAdapter,
+    json_body,
+    sdk_client_options,
+    typed_body,
+)
 from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.errors import connection_error, sdk_errors, status_error
 from delta_eval.adapters.media import NO_BYTES, Note, decoded, placeholder
@@ -412,10 +420,11 @@ class AnthropicAdapter(ModelAdapter):
                 if events.usage_missing:
                     message = message.model_copy(update={"usage": None})
             else:
-                message = await self.clients.next().post(
-                    "/v1/messages", **self.post_body(kwargs), cast_to=AnthropicMessage, options=_OPTIONS
+                response = await self.clients.next().post(
+                    "/v1/messages", **self.post_body(kwargs), cast_to=httpx2.Response, options=_OPTIONS
                 )
-                request_id = message._request_id
+                message = typed_body(AnthropicMessage, response.content, model=self.model)
+                request_id = response.headers.get("request-id")
         return self.decode(message, request_id=request_id, ttft_ms=ttft)
 
     def _error(self, exc: anthropic.AnthropicError) -> ProviderError:
@@ -487,7 +496,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> A
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=opts.base_url,
-            **sdk_client_options(opts, anthropic.DefaultAsyncHttpxClient),
+            **sdk_client_options(opts, anthropic),
         )
 
     return AnthropicAdapter(model, opts, ClientShards(client, opts.connection_pools))

@@ -113,7 +113,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> B
             aws_profile=opts.aws_profile,
             api_key=key,
             base_url=opts.base_url,
-            **sdk_client_options(opts, anthropic.DefaultAsyncHttpxClient),
+            **sdk_client_options(opts, anthropic),
         )
 
     try:

@@ -76,7 +76,7 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> V
             project_id=project,
             access_token=token,
             base_url=opts.base_url,
-            **sdk_client_options(opts, anthropic.DefaultAsyncHttpxClient),
+            **sdk_client_options(opts, anthropic),
         )
 
     # The adapter calls only what every Anthropic client has (post, base_url, close).

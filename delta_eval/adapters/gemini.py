@@ -50,7 +50,16 @@ from delta_eval.exceptions import BadRequestError, ConfigError, ContentFilterErr
 from delta_eval.redact import register_secrets
 from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
-__all__ = ["PROVIDER", "GeminiAdapter", "GeminiOptions", "create", "decode_usage", "encode_contents", "encode_media"]
+__all__ = [
+    "PROVIDER",
+    "GeminiAdapter",
+    "GeminiOptions",
+    "create",
+    "decode_usage",
+    "encode_contents",
+    "encode_media",
+    "http_options",
+]
 
 PROVIDER = "gemini"
 _FINISH: dict[str, FinishReason] = {"STOP": "stop", "MAX_TOKENS": "length", "CONTINUATION": "length"}
@@ -375,21 +384,41 @@ def _name(value: Any) -> str:
     return str(getattr(value, "value", value) or "")
 
 
+def http_options(opts: ProviderOptions, *, api_version: str | None) -> types.HttpOptions:
+    """The HTTP options of one ``genai.Client``: the options' timeout, endpoint and headers, and httpx2 with a
+    transport of the client's own (each client its own connection pool) on the shared TLS context, whose responses
+    hand their rate-limit headers to the call's limiter.
+
+    The transport is named because google-genai switches to aiohttp of its own accord where aiohttp is installed
+    (the ``openai`` and ``anthropic`` adapters use it), and its aiohttp path would skip the header hooks.
+    """
+    import httpx2  # the HTTP stack of the provider SDKs, installed with them
+
+    http: dict[str, Any] = {
+        "timeout": int(opts.timeout * 1000),
+        "async_client_args": {
+            "verify": tls_context(),
+            "event_hooks": header_hooks(),
+            "transport": httpx2.AsyncHTTPTransport(verify=tls_context()),
+        },
+    }
+    if opts.base_url:
+        http["base_url"] = opts.base_url
+    if api_version:
+        http["api_version"] = api_version
+    if opts.headers:
+        http["headers"] = opts.header_values()
+    return types.HttpOptions.model_validate(http)
+
+
 def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> GeminiAdapter:
     """The factory of ``gemini:`` model ids."""
     opts = parse_options(GeminiOptions, model, options)
     key = opts.key(None, model=model, required=False) or _google_key(model)
-    http: dict[str, Any] = {
-        "timeout": int(opts.timeout * 1000),
-        "async_client_args": {"verify": tls_context(), "event_hooks": header_hooks()},
-    }
-    if opts.base_url:
-        http["base_url"] = opts.base_url
-    http["api_version"] = opts.api_version
-    if opts.headers:
-        http["headers"] = opts.header_values()
-    options_ = types.HttpOptions.model_validate(http)
-    clients = ClientShards(lambda: genai.Client(api_key=key, http_options=options_), opts.connection_pools)
+    clients = ClientShards(
+        lambda: genai.Client(api_key=key, http_options=http_options(opts, api_version=opts.api_version)),
+        opts.connection_pools,
+    )
     return GeminiAdapter(model, opts, clients)
 
 

@@ -27,13 +27,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from google import genai
-from google.genai import types
 from google.oauth2.credentials import Credentials
 
-from delta_eval.adapters.base import ClientShards, tls_context
-from delta_eval.adapters.gemini import GeminiAdapter, GeminiOptions
+from delta_eval.adapters.base import ClientShards
+from delta_eval.adapters.gemini import GeminiAdapter, GeminiOptions, http_options
 from delta_eval.adapters.options import parse_options
-from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.vertex_auth import VertexAuthOptions
 
@@ -65,23 +63,13 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> V
     """The factory of ``vertex:`` model ids."""
     opts = parse_options(VertexGeminiOptions, model, options)
     key = opts.key(None, model=model, required=False)
-    http: dict[str, Any] = {
-        "timeout": int(opts.timeout * 1000),
-        "async_client_args": {"verify": tls_context(), "event_hooks": header_hooks()},
-    }
-    if opts.base_url:
-        http["base_url"] = opts.base_url
-    if opts.api_version:
-        http["api_version"] = opts.api_version
-    if opts.headers:
-        http["headers"] = opts.header_values()
-    http_options = types.HttpOptions.model_validate(http)
     if key is not None:
         # Express mode: the key alone names the project; project and location would be refused beside it.
         opts = opts.model_copy(update={"project": None, "location": None})
 
         def express() -> genai.Client:
-            return genai.Client(vertexai=True, api_key=key, http_options=http_options)
+            options_ = http_options(opts, api_version=opts.api_version)
+            return genai.Client(vertexai=True, api_key=key, http_options=options_)
 
         return VertexGeminiAdapter(model, opts, ClientShards(express, opts.connection_pools))
     project = opts.resolved_project(model)
@@ -93,7 +81,11 @@ def create(model: str, options: Mapping[str, Any], context: AdapterContext) -> V
 
     def client() -> genai.Client:
         return genai.Client(
-            vertexai=True, project=project, location=location, credentials=credentials, http_options=http_options
+            vertexai=True,
+            project=project,
+            location=location,
+            credentials=credentials,
+            http_options=http_options(opts, api_version=opts.api_version),
         )
 
     return VertexGeminiAdapter(model, opts, ClientShards(client, opts.connection_pools))

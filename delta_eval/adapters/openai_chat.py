@@ -22,11 +22,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from delta_eval.adapters import harmony
-from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
+from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body, typed_body
 from delta_eval.adapters.batch import BatchBackend
 from delta_eval.adapters.errors import sdk_errors
 from delta_eval.adapters.media import NO_BYTES, Note, placeholder, subtype, with_text
@@ -44,6 +45,7 @@ from delta_eval.adapters.registry import AdapterContext
 from delta_eval.adapters.thinking import refused
 from delta_eval.calls import FinishReason, ModelRequest, ModelResponse, ResponseFormat, ToolChoice, split_model_id
 from delta_eval.exceptions import ProviderError, TransientError
+from delta_eval.memo import IdentityMemo
 from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
 __all__ = ["ChatCompletionsAdapter", "create", "decode_usage", "encode_media", "encode_messages"]
@@ -113,6 +115,11 @@ def encode_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
         for t in tools
     ]
+
+
+#: The encoded tools of the requests seen lately, by the identity of their tuple: every call of a replayed turn sends
+#: the same tools, and encoding them is a fair share of encoding the request. Kept lists are never changed.
+_TOOLS = IdentityMemo[list[dict[str, Any]]](maxsize=256)
 
 
 def encode_tool_choice(choice: ToolChoice) -> Any:
@@ -191,7 +198,7 @@ class ChatCompletionsAdapter(ModelAdapter):
         p = request.params
         kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages, self.note)}
         if request.tools:
-            kwargs["tools"] = encode_tools(request.tools)
+            kwargs["tools"] = _TOOLS.get(request.tools, encode_tools)
             if p.parallel_tool_calls is not None and self.info.parallel_tool_calls:
                 kwargs["parallel_tool_calls"] = p.parallel_tool_calls
             elif p.parallel_tool_calls is not None:
@@ -228,10 +235,12 @@ class ChatCompletionsAdapter(ModelAdapter):
         with sdk_errors(openai.OpenAIError, self._mapped, model=self.model, secrets=self.options.secrets):
             if request.params.stream:
                 return await self._stream(body)
-            completion = await self.clients.next().post(
-                "/chat/completions", content=json_body(body), cast_to=ChatCompletion, options=REQUEST_OPTIONS
+            # The raw response, read into its type here (typed_body: one pass in pydantic-core, not the SDK's walk).
+            response = await self.clients.next().post(
+                "/chat/completions", content=json_body(body), cast_to=httpx2.Response, options=REQUEST_OPTIONS
             )
-        return self.decode(completion, request_id=completion._request_id)
+            completion = typed_body(ChatCompletion, response.content, model=self.model)
+        return self.decode(completion, request_id=response.headers.get("x-request-id"))
 
     def _mapped(self, exc: openai.OpenAIError) -> ProviderError:
         return map_openai_error(exc, model=self.model, secrets=self.options.secrets())

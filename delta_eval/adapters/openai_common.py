@@ -63,7 +63,7 @@ def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI
         base_url=options.base_url,
         organization=options.organization,
         project=options.project,
-        **sdk_client_options(options, openai.DefaultAsyncHttpxClient),
+        **sdk_client_options(options, openai),
     )
 
 

@@ -26,10 +26,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx2
 import openai
 from openai.types.responses import Response, ResponseStreamEvent
 
-from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body
+from delta_eval.adapters.base import ClientShards, ModelAdapter, json_body, typed_body
 from delta_eval.adapters.errors import sdk_errors
 from delta_eval.adapters.media import NO_BYTES, Note, placeholder, with_text
 from delta_eval.adapters.openai_common import (
@@ -253,10 +254,11 @@ class ResponsesAdapter(ModelAdapter):
                 if final is None:
                     raise TransientError("the stream ended before its last event", model=self.model)
             else:
-                final = await self.clients.next().post(
-                    "/responses", content=json_body(kwargs), cast_to=Response, options=REQUEST_OPTIONS
+                raw = await self.clients.next().post(
+                    "/responses", content=json_body(kwargs), cast_to=httpx2.Response, options=REQUEST_OPTIONS
                 )
-                request_id = final._request_id
+                final = typed_body(Response, raw.content, model=self.model)
+                request_id = raw.headers.get("x-request-id")
         return self.decode(final, request_id=request_id, ttft_ms=ttft)
 
     def _mapped(self, exc: openai.OpenAIError, summary: str | None) -> ProviderError:

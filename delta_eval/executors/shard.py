@@ -25,6 +25,7 @@ from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.sent import SentJournal
 from delta_eval.store.session import Resume
+from delta_eval.sync import run_loop
 
 __all__ = ["arun_shard", "run_shard"]
 
@@ -36,7 +37,7 @@ def run_shard(shard: Shard) -> ShardReport:
         with handle_signals():  # a stop signal (a cancelled task, Ctrl-C) commits the finished pairs, then stops
             return await arun_shard(shard)
 
-    return anyio.run(main)
+    return run_loop(main)
 
 
 async def arun_shard(shard: Shard) -> ShardReport:
