@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import (
@@ -32,7 +33,7 @@ from delta_eval.metrics.estimand import (
     sql_contribution,
     sql_error_side,
 )
-from delta_eval.metrics.frames import Rows, rows_of, to_arrow
+from delta_eval.metrics.frames import Rows, fetch_table, rows_of, to_arrow
 
 __all__ = ["OUTCOMES", "Counted", "counted", "counted_of", "counted_rows", "counted_with_total", "weights_vary_sql"]
 
@@ -155,7 +156,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     else:
         weighted = bool(e.weighted)
     w = _weight("weight" in names) if weighted else "1.0::DOUBLE"
-    cols = db.execute(_CLUSTERS.format(group=group, a=a, b=b, w=w, counted=where)).fetchnumpy()
+    cols = fetch_table(db, _CLUSTERS.format(group=group, a=a, b=b, w=w, counted=where))
     counts_rows = db.execute(_COUNTS.format(group=group, counted=where, side=side)).fetchall()
     if not isinstance(verdicts, str):
         db.close()
@@ -165,7 +166,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     out = _split(cols, counts_rows, groups, weighted)
     if total is not None:
         # Over every row: the groups' rows of each conversation added up, the counts of every group summed.
-        everything = {**cols, "grp": np.full(len(np.asarray(cols["grp"])), "", dtype=str)}
+        everything = cols.set_column(cols.schema.get_field_index("grp"), "grp", pa.repeat("", cols.num_rows))
         total.update(_split(everything, [("", *rest) for _, *rest in counts_rows], [""], weighted))
     return out
 
@@ -179,13 +180,16 @@ def counted_with_total(verdicts: Rows, estimand: Estimand | None = None, *, by: 
     return total[""], groups
 
 
-def _split(cols: dict[str, Any], counts_rows: list[Any], groups: list[str], weighted: bool) -> dict[str, Counted]:
+def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: bool) -> dict[str, Counted]:
     """The rows of the cluster query (per group, conversation and stratum) and of the counts query as the
     :class:`Counted` of each group."""
-    cols = _per_conversation(cols)
-    order = np.lexsort([np.asarray(cols[c]).astype(str) for c in ("cl", "first_st", "grp")])
-    cols = {k: np.asarray(v)[order] for k, v in cols.items()}
-    grp = cols["grp"].astype(str)
+    merged = _per_conversation(cols)
+    # By group, then first stratum, then name (Arrow sorts strings by their UTF-8 bytes: Python's order).
+    merged = merged.take(pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in ("grp", "first_st", "cl")]))
+    data = {name: merged.column(name).to_numpy(zero_copy_only=False) for name in merged.column_names}
+    for name in ("grp", "cl", "st"):
+        data[name] = np.asarray(data[name], dtype=str)
+    grp = data["grp"]
     out: dict[str, Counted] = {}
     for g in groups:
         counts = dict.fromkeys(OUTCOMES, 0)
@@ -195,35 +199,33 @@ def _split(cols: dict[str, Any], counts_rows: list[Any], groups: list[str], weig
                 counts[str(outcome)] = counts.get(str(outcome), 0) + int(n)
                 if lost is not None:
                     losses[str(lost)] = losses.get(str(lost), 0) + int(n)
-        out[g] = _counted(cols, grp == g, counts, losses, weighted)
+        lo, hi = np.searchsorted(grp, g, side="left"), np.searchsorted(grp, g, side="right")
+        out[g] = _counted(data, slice(int(lo), int(hi)), counts, losses, weighted)
     return out
 
 
-def _per_conversation(cols: dict[str, Any]) -> dict[str, np.ndarray]:
+def _per_conversation(cols: pa.Table) -> pa.Table:
     """Rows per (group, conversation, stratum) merged into one per (group, conversation): its sums added, its
     stratum the largest (``st``) and the first (``first_st``) it has."""
-    grp, cl, st = (np.asarray(cols[c]).astype(str) for c in ("grp", "cl", "st"))
-    order = np.lexsort([st, cl, grp])
-    grp, cl, st = grp[order], cl[order], st[order]
-    n = len(order)
+    cols = cols.take(pc.sort_indices(cols, sort_keys=[(c, "ascending") for c in ("grp", "cl", "st")]))
+    n = cols.num_rows
+    grp, cl, st = (cols.column(c).combine_chunks() for c in ("grp", "cl", "st"))
     new = np.ones(n, dtype=bool)
-    if n:
-        new[1:] = (grp[1:] != grp[:-1]) | (cl[1:] != cl[:-1])
+    if n > 1:
+        same = pc.and_(pc.equal(grp[1:], grp[:-1]), pc.equal(cl[1:], cl[:-1]))
+        new[1:] = ~same.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(new)
+    if len(starts) == n:  # one stratum per conversation (a sampled run): nothing to merge
+        return cols.append_column("first_st", st)
     ends = np.append(starts[1:], n).astype(np.int64) - 1
-    out: dict[str, np.ndarray] = {"grp": grp[starts], "cl": cl[starts], "first_st": st[starts],
-                                  "st": st[ends] if n else st}  # fmt: skip
-    for name, values in cols.items():
+    out: dict[str, Any] = {"grp": grp.take(starts), "cl": cl.take(starts), "first_st": st.take(starts),
+                           "st": st.take(ends)}  # fmt: skip
+    for name in cols.column_names:
         if name in out:
             continue
-        v = np.asarray(values)[order]
-        if len(starts) == n:  # one stratum per conversation (a sampled run): nothing to merge
-            out[name] = v
-        elif v.dtype == bool:
-            out[name] = np.logical_or.reduceat(v, starts) if n else v
-        else:
-            out[name] = np.add.reduceat(v, starts) if n else v
-    return out
+        v = cols.column(name).to_numpy(zero_copy_only=False)
+        out[name] = np.logical_or.reduceat(v, starts) if v.dtype == bool else np.add.reduceat(v, starts)
+    return pa.table(out)
 
 
 def _literal(text: str) -> str:
@@ -240,10 +242,10 @@ def _with_columns(table: pa.Table) -> pa.Table:
     return table
 
 
-def _counted(cols: dict[str, Any], mask: np.ndarray, counts: dict[str, int], losses: dict[str, int],
+def _counted(cols: dict[str, Any], rows: slice, counts: dict[str, int], losses: dict[str, int],
              weighted: bool) -> Counted:  # fmt: skip
     def pick(name: str, kind: Any = float) -> np.ndarray:
-        picked: np.ndarray = np.asarray(cols[name])[mask].astype(kind)
+        picked: np.ndarray = np.asarray(cols[name])[rows].astype(kind)
         return picked
 
     aa, at, tt, bb, bt, ab = (float(pick(c).sum()) for c in ("aa", "at", "tt", "bb", "bt", "ab"))
