@@ -36,10 +36,11 @@ def fetch_table(db: Any, sql: str, params: Sequence[Any] = ()) -> pa.Table:
     got = db.execute(sql, list(params)).fetchnumpy()
     columns = {}
     for name, values in got.items():
-        if isinstance(values, np.ma.MaskedArray):
-            columns[name] = pa.array(np.ma.getdata(values), mask=np.ma.getmaskarray(values))
-        else:
-            columns[name] = pa.array(values)
+        mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
+        data = np.ma.getdata(values)
+        # Text comes as Python objects: typed as text even when every value is null (or there are none).
+        kind = pa.string() if data.dtype == object else None
+        columns[name] = pa.array(data, type=kind, mask=mask)
     return pa.table(columns)
 
 
