@@ -274,16 +274,20 @@ def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: 
 def _per_conversation(cols: pa.Table) -> pa.Table:
     """Rows per (group, conversation, stratum) merged into one per (group, conversation): its sums added, its
     stratum the largest (``st``) and the first (``first_st``) it has."""
-    cols = cols.take(pc.sort_indices(cols, sort_keys=[(c, "ascending") for c in ("grp", "cl", "st")]))
     n = cols.num_rows
+    # One stratum per conversation (a sampled run): nothing to merge, and no sort (the caller sorts once).
+    key = cols.column("cl")
+    if pc.count_distinct(cols.column("grp")).as_py() > 1:
+        key = pc.binary_join_element_wise(cols.column("grp"), key, "\x00")  # distinct keys: distinct pairs
+    if pc.count_distinct(key).as_py() == n:
+        return cols.append_column("first_st", cols.column("st"))
+    cols = cols.take(pc.sort_indices(cols, sort_keys=[(c, "ascending") for c in ("grp", "cl", "st")]))
     grp, cl, st = (cols.column(c).combine_chunks() for c in ("grp", "cl", "st"))
     new = np.ones(n, dtype=bool)
     if n > 1:
         same = pc.and_(pc.equal(grp[1:], grp[:-1]), pc.equal(cl[1:], cl[:-1]))
         new[1:] = ~same.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(new)
-    if len(starts) == n:  # one stratum per conversation (a sampled run): nothing to merge
-        return cols.append_column("first_st", st)
     ends = np.append(starts[1:], n).astype(np.int64) - 1
     out: dict[str, Any] = {"grp": grp.take(starts), "cl": cl.take(starts), "first_st": st.take(starts),
                            "st": st.take(ends)}  # fmt: skip

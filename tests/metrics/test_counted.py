@@ -204,3 +204,21 @@ def test_the_decision_counts_a_run_view_by_its_name() -> None:
             assert src.counted_verdicts == (expected or src.verdicts)
         finally:
             src.close()
+
+
+def test_a_conversation_found_in_two_strata_is_one_cluster_as_on_rows() -> None:
+    """A conversation whose verdicts name two strata is one conversation of the total (its sums added, in the
+    order of its first stratum), as the rows path counts it; by stratum, one in each."""
+    rows = [{"pair_id": f"p{i}", "outcome": o, "conversation_id": c, "stratum": s, "weight": 1.0 + i % 2}
+            for i, (o, c, s) in enumerate([("candidate", "a", "s2"), ("baseline", "a", "s1"), ("tie", "b", "s1"),
+                                           ("candidate", "c", "s2"), ("baseline", "a", "s2")])]  # fmt: skip
+    for e in (Estimand(), Estimand(weighted=True), Estimand(soft=True)):
+        total, groups = counted_with_total(pa.Table.from_pylist(rows), e, by="stratum")
+        for sql, mine in ((total, counted_rows(rows, e)[""]), *((groups[g], counted_rows(rows, e, by="stratum")[g])
+                                                                for g in ("s1", "s2"))):  # fmt: skip
+            assert sql.clusters.tolist() == mine.clusters.tolist()
+            assert sql.sums.strata.tolist() == mine.sums.strata.tolist()
+            for name in ("a", "ta", "b", "tb", "seen", "iid"):
+                np.testing.assert_allclose(getattr(sql.sums, name), getattr(mine.sums, name))
+            assert sql.pairs == mine.pairs
+        assert total.clusters.tolist() == ["a", "b", "c"]
