@@ -130,11 +130,11 @@ class ClusteredMean:
 
 
 def clustered_mean(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
-    weights: Sequence[float] | None = None,
-    clusters: Sequence[str] | None = None,
-    strata: Sequence[str] | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
+    clusters: Sequence[str] | np.ndarray | None = None,
+    strata: Sequence[str] | np.ndarray | None = None,
 ) -> ClusteredMean:
     """The weighted mean of ``values`` and its linearised standard error under stratified cluster sampling.
 
