@@ -85,43 +85,45 @@ class Counted:
 
 # Per conversation (and group), the sums PairedSums reads; a row without a conversation is its own (named by its
 # position, as Components names it). A conversation's stratum is the largest it has (one, in a sampled run). The
-# CASE names only the rows without one (a concatenation on every row doubled the query's time); the rows are
-# sorted in numpy, which is faster than an ORDER BY here. Grouped by stratum too, and the (rare) conversation
-# found in two strata merged in numpy: cheaper than a min and a max of strings per conversation.
-_CLUSTERS = """
+# rows with a conversation are grouped by it as it is and the (rare) rows without one apart, by their name (a
+# name computed for every row cost a quarter of the query); the rows are sorted in numpy, which is faster than an
+# ORDER BY here. Grouped by stratum too, and the (rare) conversation found in two strata merged in numpy: cheaper
+# than a min and a max of strings per conversation.
+_ROWS = """
 WITH rows AS (
-    SELECT {group} AS grp, CASE WHEN conversation_id IS NULL OR conversation_id::VARCHAR = ''
-                THEN '#' || coalesce(_row::VARCHAR, pair_id) ELSE conversation_id::VARCHAR END AS cl,
+    SELECT {group} AS grp, conversation_id::VARCHAR AS conv, _row, pair_id,
            coalesce(stratum::VARCHAR, '') AS st, {a} AS a, {b} AS b,
            {w} AS w
     FROM src WHERE {counted}
-)
-SELECT grp, cl, st, count(*) AS n,
-       sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb, sum(a - b) AS balance,
-       bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
-       sum(w * w * a * a) AS aa, sum(w * w * a) AS at, sum(w * w) AS tt,
-       sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab
-FROM rows GROUP BY grp, cl, st
+)"""
+_GROUPED = """
+    SELECT grp, conv AS cl, st, count(*) AS n, {sums} FROM rows WHERE conv <> '' GROUP BY grp, conv, st
+    UNION ALL
+    SELECT grp, '#' || coalesce(_row::VARCHAR, pair_id) AS cl, st, count(*) AS n, {sums}
+    FROM rows WHERE conv IS NULL OR conv = '' GROUP BY grp, cl, st
 """
+_CLUSTERS = _ROWS + _GROUPED.replace(
+    "{sums}",
+    """sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb, sum(a - b) AS balance,
+       bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
+       sum(w * w * a * a) AS aa, sum(w * w * a) AS "at", sum(w * w) AS tt,
+       sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab""",
+)
 
 # The same for hard outcomes (``a`` and ``b`` are 0 or 1, never both): every product is one of a few sums, and
 # whether a win (or a non-win) occurred follows from the counts, so the query adds up 3 values per row unweighted,
 # 9 weighted, instead of 14 (each aggregate over a million rows costs about as much as grouping them).
-_CLUSTERS_HARD = """
-WITH rows AS (
-    SELECT {group} AS grp, CASE WHEN conversation_id IS NULL OR conversation_id::VARCHAR = ''
-                THEN '#' || coalesce(_row::VARCHAR, pair_id) ELSE conversation_id::VARCHAR END AS cl,
-           coalesce(stratum::VARCHAR, '') AS st, {a} AS a, {b} AS b,
-           {w} AS w
-    FROM src WHERE {counted}
-), sums AS (
-    SELECT grp, cl, st, count(*) AS n, {sums} FROM rows GROUP BY grp, cl, st
-)
+_CLUSTERS_HARD = (
+    _ROWS
+    + ", sums AS ("
+    + _GROUPED
+    + """)
 SELECT grp, cl, st, n, wa, wt, wb, ua - ub AS balance,
        ua > 0 AS a_seen, ua < n AS a_not, ub > 0 AS b_seen, ub < n AS b_not,
        w2a AS aa, w2a AS "at", tt, w2b AS bb, w2b AS bt, 0.0::DOUBLE AS ab
 FROM sums
 """
+)
 _HARD_SUMS = {
     False: "sum(a) AS ua, sum(b) AS ub, ua AS wa, ub AS wb, n::DOUBLE AS wt, ua AS w2a, wt AS tt, ub AS w2b",
     True: "sum(a) AS ua, sum(b) AS ub, sum(w * a) AS wa, sum(w * b) AS wb, sum(w) AS wt, sum(w * w * a) AS w2a, "
