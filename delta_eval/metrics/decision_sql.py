@@ -274,7 +274,7 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
         else:
             bad = f"severity IN {_SEVERITIES[m]}"
             wanted[m] = Metric(a=f"outcome = 'baseline' AND {bad}", b=f"outcome = 'candidate' AND {bad}",
-                               where="outcome IS DISTINCT FROM 'error'", binary=True)  # fmt: skip
+                               where="outcome IS DISTINCT FROM 'error'", binary=True, exclusive=True)  # fmt: skip
     sums = paired_sums(src.db, v, wanted, cluster=_CLUSTER, weight=w)[""]
     total, losses, unknown = src.db.execute(
         f"SELECT count(*), count(*) FILTER (WHERE outcome IN ('candidate', 'baseline')), "

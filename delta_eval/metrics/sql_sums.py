@@ -51,6 +51,9 @@ class Metric:
     where: str = "true"
     #: ``a`` and ``b`` are 0 or 1 (with ``ta`` and ``tb`` at 1): the query then needs only their counts.
     binary: bool = False
+    #: ``a`` and ``b`` are never both nonzero on a row (a loss of one side or of the other): their products add
+    #: up to 0, with no aggregate.
+    exclusive: bool = False
 
 
 def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster: str, weight: str = "1.0",
@@ -108,7 +111,8 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                     cols += [f"CASE WHEN {inn} THEN coalesce(({raw})::DOUBLE, 0.0) ELSE 0.0 END AS {values[inn, raw]}"]
                 factor[x] = values[inn, raw]
         # Counts as DOUBLE sums: exact below 2**53, and a sum of integers is a HUGEINT, several times slower.
-        mine: dict[str, Any] = {"n": agg(f"sum({one})")}
+        # Every row counts: its count is the group's (one aggregate for every such metric, and the cheapest).
+        mine: dict[str, Any] = {"n": agg("count(*)::DOUBLE" if m.where.strip() == "true" else f"sum({one})")}
         fa, fb = factor["a"], factor["b"]
         if m.binary and factor["ta"] == factor["tb"] == one and fa:
             # 0/1 events, one unit per row: every product is one of a few sums, and whether an event (or a
@@ -118,7 +122,7 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
             t = mine["n"] if unit else weighed(one, 1)
             aa, tt = (ua, mine["n"]) if unit else (weighed(fa, 2), weighed(one, 2))
             bb = (ub if unit else weighed(fb, 2)) if fb else ""
-            ab = weighed(f"{fa} * {fb}", 2) if fb else ""
+            ab = weighed(f"{fa} * {fb}", 2) if fb and not m.exclusive else ""
             mine.update(a=ua if unit else weighed(fa, 1), ta=t, b=(ub if unit else weighed(fb, 1)) if fb else "",
                         tb=t, seen0=(">0", ua), seen1=("gap", mine["n"], ua), seen2=(">0", ub) if fb else "",
                         seen3=("gap", mine["n"], ub) if fb else ("gap", mine["n"], ""))  # fmt: skip
@@ -137,7 +141,7 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
             mine[f"seen{2 * k + 1}"] = agg(f"bool_or({et} - {ex} > 0)" if ex else f"bool_or({et} > 0)") if et else ""
         for k, (x, y) in enumerate(_PRODUCTS):
             fx, fy = factor[x], factor[y]
-            if fx is None or fy is None:
+            if fx is None or fy is None or (m.exclusive and {x, y} == {"a", "b"}):
                 mine[f"p{k}"] = ""
             else:
                 # An indicator times another value of the same metric is that value (both are 0 off its rows).
