@@ -6,8 +6,9 @@ The run folder is synthetic (written straight as Parquet with the run's schemas,
 the candidate lost, whose reasons name what it did, as the judges' do. Printed, per size, medians of cold runs
 (nothing cached, a fresh connection each) of ``RunResult.win_rate()`` (target: <= 3x the plain query),
 ``RunResult.decision()`` and ``a.summary()`` (targets: < 1 s at 1M), each as a ratio to a plain DuckDB win-rate
-query over the same Parquet files (no interval, no clusters); then seconds for the themes (<= 60 s) beside one
-TF-IDF + k-means fit at the chosen k (what choosing k by silhouette costs on top).
+query over the same Parquet files (no interval, no clusters), in wall time and in CPU time (every thread's); then
+seconds for the themes (<= 60 s) beside one TF-IDF + k-means fit at the chosen k (what choosing k by silhouette
+costs on top).
 
     python benchmarks/analysis.py                         # 200,000 and 1,000,000 pairs, 20,000 reasons
     python benchmarks/analysis.py --pairs 100000 --reasons 2000
@@ -115,6 +116,14 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+def timed_cpu(fn: Any) -> tuple[float, float]:
+    """Wall seconds and this process's CPU seconds (every thread's: DuckDB's too) of one call: the CPU figure is
+    what a loaded machine disturbs least."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 #: A plain DuckDB win rate over the verdicts' Parquet files (no interval, no clusters): what the others are held to.
 PLAIN_SQL = """
 SELECT avg(CASE outcome WHEN 'candidate' THEN 1.0 WHEN 'baseline' THEN 0.0 ELSE 0.5 END)
@@ -148,16 +157,23 @@ def measure(run: Path, pairs: int, repeats: int) -> None:
     fns["plain SQL win rate"]()  # imports and the first connection are not what is measured
     fns["RunResult.win_rate()"]()
     times: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            times[name].append(timed(fn)[0])
+            wall, used = timed_cpu(fn)
+            times[name].append(wall)
+            cpu[name].append(used)
     plain = statistics.median(times["plain SQL win rate"])
     targets = {"RunResult.win_rate()": f"target <= 3x plain ({3 * plain:.2f} s)",
                "RunResult.decision()": "target < 1 s at 1M", "a.summary() (cold)": "target < 1 s at 1M"}  # fmt: skip
     print(f"{pairs:,} verdicts (median of {repeats}, cold):")
+    plain_cpu = statistics.median(cpu["plain SQL win rate"])
     for name, ts in times.items():
-        m = statistics.median(ts)
-        print(f"  {name:24s} {m:7.3f} s  ({m / plain:6.1f}x plain SQL)  {targets.get(name, '')}")
+        m, c = statistics.median(ts), statistics.median(cpu[name])
+        print(
+            f"  {name:24s} {m:7.3f} s  ({m / plain:6.1f}x plain SQL)   CPU {c:6.3f} s ({c / plain_cpu:6.1f}x)  "
+            f"{targets.get(name, '')}"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -37,7 +37,7 @@ from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes
 from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
-from delta_eval.metrics.counted import Counted, counted, counted_with_total, weights_vary_sql
+from delta_eval.metrics.counted import Counted, counted, counted_with_total, shared_sums, weights_vary_sql
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
@@ -165,10 +165,18 @@ class Analysis:
         too, cost, tokens and latency per side, judge spend per stage, a session run's simulator spend per role, and
         the decision with its gates (:meth:`decision`; ``decision=False`` leaves it out). Everything is computed in
         DuckDB over the run's files, whatever its size."""
-        m = self.result.manifest
         cached = self._load(f"summary-{int(decision)}.json")
         if cached is not None:
             return dict(cached)
+        # The decision reads the same sums as the win rates (over all pairs, per stratum, over judged pairs): the
+        # run's views do not change, so each query runs once.
+        with shared_sums():
+            data = self._summary(decision)
+        self._save(f"summary-{int(decision)}.json", data)
+        return data
+
+    def _summary(self, decision: bool) -> dict[str, Any]:
+        m = self.result.manifest
         con = self.con
         overall, by_stratum = self._win_rates(judged=False)
         funnel = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage ORDER BY stage").fetchall())
@@ -212,7 +220,6 @@ class Analysis:
         }
         if decision:
             data["decision"] = self.decision()
-        self._save(f"summary-{int(decision)}.json", data)
         return data
 
     def decision(self) -> dict[str, Any]:

@@ -17,11 +17,15 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import (
@@ -32,9 +36,18 @@ from delta_eval.metrics.estimand import (
     sql_contribution,
     sql_error_side,
 )
-from delta_eval.metrics.frames import Rows, rows_of, to_arrow
+from delta_eval.metrics.frames import Rows, fetch_table, rows_of, to_arrow
 
-__all__ = ["OUTCOMES", "Counted", "counted", "counted_of", "counted_rows", "counted_with_total", "weights_vary_sql"]
+__all__ = [
+    "OUTCOMES",
+    "Counted",
+    "counted",
+    "counted_of",
+    "counted_rows",
+    "counted_with_total",
+    "shared_sums",
+    "weights_vary_sql",
+]
 
 #: The outcomes every count names, even at 0.
 OUTCOMES = ("candidate", "baseline", "tie", "equivalent", "error")
@@ -72,24 +85,50 @@ class Counted:
 
 # Per conversation (and group), the sums PairedSums reads; a row without a conversation is its own (named by its
 # position, as Components names it). A conversation's stratum is the largest it has (one, in a sampled run). The
-# CASE names only the rows without one (a concatenation on every row doubled the query's time); the rows are
-# sorted in numpy, which is faster than an ORDER BY here. Grouped by stratum too, and the (rare) conversation
-# found in two strata merged in numpy: cheaper than a min and a max of strings per conversation.
-_CLUSTERS = """
+# rows with a conversation are grouped by it as it is and the (rare) rows without one apart, by their name (a
+# name computed for every row cost a quarter of the query); the rows are sorted in numpy, which is faster than an
+# ORDER BY here. Grouped by stratum too, and the (rare) conversation found in two strata merged in numpy: cheaper
+# than a min and a max of strings per conversation.
+_ROWS = """
 WITH rows AS (
-    SELECT {group} AS grp, CASE WHEN conversation_id IS NULL OR conversation_id::VARCHAR = ''
-                THEN '#' || coalesce(_row::VARCHAR, pair_id) ELSE conversation_id::VARCHAR END AS cl,
+    SELECT {group} AS grp, conversation_id::VARCHAR AS conv, _row, pair_id,
            coalesce(stratum::VARCHAR, '') AS st, {a} AS a, {b} AS b,
            {w} AS w
     FROM src WHERE {counted}
-)
-SELECT grp, cl, st, count(*) AS n,
-       sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb, sum(a - b) AS balance,
-       bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
-       sum(w * w * a * a) AS aa, sum(w * w * a) AS at, sum(w * w) AS tt,
-       sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab
-FROM rows GROUP BY grp, cl, st
+)"""
+_GROUPED = """
+    SELECT grp, conv AS cl, st, count(*) AS n, {sums} FROM rows WHERE conv <> '' GROUP BY grp, conv, st
+    UNION ALL
+    SELECT grp, '#' || coalesce(_row::VARCHAR, pair_id) AS cl, st, count(*) AS n, {sums}
+    FROM rows WHERE conv IS NULL OR conv = '' GROUP BY grp, cl, st
 """
+_CLUSTERS = _ROWS + _GROUPED.replace(
+    "{sums}",
+    """sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb, sum(a - b) AS balance,
+       bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
+       sum(w * w * a * a) AS aa, sum(w * w * a) AS "at", sum(w * w) AS tt,
+       sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab""",
+)
+
+# The same for hard outcomes (``a`` and ``b`` are 0 or 1, never both): every product is one of a few sums, and
+# whether a win (or a non-win) occurred follows from the counts, so the query adds up 3 values per row unweighted,
+# 9 weighted, instead of 14 (each aggregate over a million rows costs about as much as grouping them).
+_CLUSTERS_HARD = (
+    _ROWS
+    + ", sums AS ("
+    + _GROUPED
+    + """)
+SELECT grp, cl, st, n, wa, wt, wb, ua - ub AS balance,
+       ua > 0 AS a_seen, ua < n AS a_not, ub > 0 AS b_seen, ub < n AS b_not,
+       w2a AS aa, w2a AS "at", tt, w2b AS bb, w2b AS bt, 0.0::DOUBLE AS ab
+FROM sums
+"""
+)
+_HARD_SUMS = {
+    False: "sum(a) AS ua, sum(b) AS ub, ua AS wa, ub AS wb, n::DOUBLE AS wt, ua AS w2a, wt AS tt, ub AS w2b",
+    True: "sum(a) AS ua, sum(b) AS ub, sum(w * a) AS wa, sum(w * b) AS wb, sum(w) AS wt, sum(w * w * a) AS w2a, "
+    "sum(w * w) AS tt, sum(w * w * b) AS w2b",
+}
 
 _COUNTS = """
 SELECT {group} AS grp, coalesce(outcome, 'None') AS outcome,
@@ -147,7 +186,9 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
         names = set(table.column_names)
         db = duckdb.connect()
         db.register("src", _with_columns(table))
-    group = f"coalesce({by}::VARCHAR, {_literal(null)})" if by else "''"
+    # A null group is named in Python, so the queries are the same whatever its name (and shared, see
+    # shared_sums).
+    group = f"{by}::VARCHAR" if by else "''"
     a, b, where = sql_contribution(e, has_error_side="error_side" in names)
     side = sql_error_side(has_error_side="error_side" in names)
     if e.weighted == "auto":
@@ -155,19 +196,48 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     else:
         weighted = bool(e.weighted)
     w = _weight("weight" in names) if weighted else "1.0::DOUBLE"
-    cols = db.execute(_CLUSTERS.format(group=group, a=a, b=b, w=w, counted=where)).fetchnumpy()
-    counts_rows = db.execute(_COUNTS.format(group=group, counted=where, side=side)).fetchall()
+    clusters = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted]) if not e.soft else _CLUSTERS
+    queries = (clusters.format(group=group, a=a, b=b, w=w, counted=where),
+               _COUNTS.format(group=group, counted=where, side=side))  # fmt: skip
+    memo = _SHARED.get() if isinstance(verdicts, str) else None
+    key = (id(db), verdicts, *queries)
+    if memo is not None and key in memo:
+        cols, counts_rows = memo[key][1:]
+    else:
+        cols = fetch_table(db, queries[0])
+        counts_rows = db.execute(queries[1]).fetchall()
+        if memo is not None:
+            memo[key] = (db, cols, counts_rows)  # the connection kept alive: its id names no other meanwhile
     if not isinstance(verdicts, str):
         db.close()
     else:
         db.execute("DROP VIEW src")
+    if by:
+        cols = cols.set_column(cols.schema.get_field_index("grp"), "grp", pc.fill_null(cols.column("grp"), null))
+        counts_rows = [(null if g is None else g, *rest) for g, *rest in counts_rows]
     groups = sorted({str(g) for g, *_ in counts_rows} | ({""} if not by else set()))
     out = _split(cols, counts_rows, groups, weighted)
     if total is not None:
         # Over every row: the groups' rows of each conversation added up, the counts of every group summed.
-        everything = {**cols, "grp": np.full(len(np.asarray(cols["grp"])), "", dtype=str)}
+        everything = cols.set_column(cols.schema.get_field_index("grp"), "grp", pa.repeat("", cols.num_rows))
         total.update(_split(everything, [("", *rest) for _, *rest in counts_rows], [""], weighted))
     return out
+
+
+_SHARED: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("delta_eval_shared_sums", default=None)
+
+
+@contextmanager
+def shared_sums() -> Iterator[None]:
+    """Within the block, :func:`counted` over a table or view named in a DuckDB connection runs each of its queries
+    once: a second call with the same table, estimand and grouping reads the sums the first one fetched (the
+    caller vouches that the table does not change meanwhile, as a run's views do not: the summary and the decision
+    it includes read the same sums)."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def counted_with_total(verdicts: Rows, estimand: Estimand | None = None, *, by: str, null: str = "",
@@ -179,13 +249,16 @@ def counted_with_total(verdicts: Rows, estimand: Estimand | None = None, *, by: 
     return total[""], groups
 
 
-def _split(cols: dict[str, Any], counts_rows: list[Any], groups: list[str], weighted: bool) -> dict[str, Counted]:
+def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: bool) -> dict[str, Counted]:
     """The rows of the cluster query (per group, conversation and stratum) and of the counts query as the
     :class:`Counted` of each group."""
-    cols = _per_conversation(cols)
-    order = np.lexsort([np.asarray(cols[c]).astype(str) for c in ("cl", "first_st", "grp")])
-    cols = {k: np.asarray(v)[order] for k, v in cols.items()}
-    grp = cols["grp"].astype(str)
+    merged = _per_conversation(cols)
+    # By group, then first stratum, then name (Arrow sorts strings by their UTF-8 bytes: Python's order).
+    merged = merged.take(pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in ("grp", "first_st", "cl")]))
+    data = {name: merged.column(name).to_numpy(zero_copy_only=False) for name in merged.column_names}
+    for name in ("grp", "cl", "st"):
+        data[name] = np.asarray(data[name], dtype=str)
+    grp = data["grp"]
     out: dict[str, Counted] = {}
     for g in groups:
         counts = dict.fromkeys(OUTCOMES, 0)
@@ -195,39 +268,37 @@ def _split(cols: dict[str, Any], counts_rows: list[Any], groups: list[str], weig
                 counts[str(outcome)] = counts.get(str(outcome), 0) + int(n)
                 if lost is not None:
                     losses[str(lost)] = losses.get(str(lost), 0) + int(n)
-        out[g] = _counted(cols, grp == g, counts, losses, weighted)
+        lo, hi = np.searchsorted(grp, g, side="left"), np.searchsorted(grp, g, side="right")
+        out[g] = _counted(data, slice(int(lo), int(hi)), counts, losses, weighted)
     return out
 
 
-def _per_conversation(cols: dict[str, Any]) -> dict[str, np.ndarray]:
+def _per_conversation(cols: pa.Table) -> pa.Table:
     """Rows per (group, conversation, stratum) merged into one per (group, conversation): its sums added, its
     stratum the largest (``st``) and the first (``first_st``) it has."""
-    grp, cl, st = (np.asarray(cols[c]).astype(str) for c in ("grp", "cl", "st"))
-    order = np.lexsort([st, cl, grp])
-    grp, cl, st = grp[order], cl[order], st[order]
-    n = len(order)
+    n = cols.num_rows
+    # One stratum per conversation (a sampled run): nothing to merge, and no sort (the caller sorts once).
+    key = cols.column("cl")
+    if pc.count_distinct(cols.column("grp")).as_py() > 1:
+        key = pc.binary_join_element_wise(cols.column("grp"), key, "\x00")  # distinct keys: distinct pairs
+    if pc.count_distinct(key).as_py() == n:
+        return cols.append_column("first_st", cols.column("st"))
+    cols = cols.take(pc.sort_indices(cols, sort_keys=[(c, "ascending") for c in ("grp", "cl", "st")]))
+    grp, cl, st = (cols.column(c).combine_chunks() for c in ("grp", "cl", "st"))
     new = np.ones(n, dtype=bool)
-    if n:
-        new[1:] = (grp[1:] != grp[:-1]) | (cl[1:] != cl[:-1])
+    if n > 1:
+        same = pc.and_(pc.equal(grp[1:], grp[:-1]), pc.equal(cl[1:], cl[:-1]))
+        new[1:] = ~same.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(new)
     ends = np.append(starts[1:], n).astype(np.int64) - 1
-    out: dict[str, np.ndarray] = {"grp": grp[starts], "cl": cl[starts], "first_st": st[starts],
-                                  "st": st[ends] if n else st}  # fmt: skip
-    for name, values in cols.items():
+    out: dict[str, Any] = {"grp": grp.take(starts), "cl": cl.take(starts), "first_st": st.take(starts),
+                           "st": st.take(ends)}  # fmt: skip
+    for name in cols.column_names:
         if name in out:
             continue
-        v = np.asarray(values)[order]
-        if len(starts) == n:  # one stratum per conversation (a sampled run): nothing to merge
-            out[name] = v
-        elif v.dtype == bool:
-            out[name] = np.logical_or.reduceat(v, starts) if n else v
-        else:
-            out[name] = np.add.reduceat(v, starts) if n else v
-    return out
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+        v = cols.column(name).to_numpy(zero_copy_only=False)
+        out[name] = np.logical_or.reduceat(v, starts) if v.dtype == bool else np.add.reduceat(v, starts)
+    return pa.table(out)
 
 
 def _with_columns(table: pa.Table) -> pa.Table:
@@ -240,10 +311,10 @@ def _with_columns(table: pa.Table) -> pa.Table:
     return table
 
 
-def _counted(cols: dict[str, Any], mask: np.ndarray, counts: dict[str, int], losses: dict[str, int],
+def _counted(cols: dict[str, Any], rows: slice, counts: dict[str, int], losses: dict[str, int],
              weighted: bool) -> Counted:  # fmt: skip
     def pick(name: str, kind: Any = float) -> np.ndarray:
-        picked: np.ndarray = np.asarray(cols[name])[mask].astype(kind)
+        picked: np.ndarray = np.asarray(cols[name])[rows].astype(kind)
         return picked
 
     aa, at, tt, bb, bt, ab = (float(pick(c).sum()) for c in ("aa", "at", "tt", "bb", "bt", "ab"))

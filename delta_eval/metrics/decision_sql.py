@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.estimand import sql_error_side
+from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
 from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
@@ -65,6 +65,11 @@ class Source:
         except BaseException:
             self.close()  # the caller gets no source to close: the views made so far are dropped here
             raise
+        #: The verdicts as :func:`~delta_eval.metrics.counted.counted` reads them: the table named, when it has
+        #: every column it reads with the type the view gives (a run's view: so the summary's win rates, read from
+        #: it, are the same sums as the decision's, see :func:`~delta_eval.metrics.counted.shared_sums`), else the
+        #: view.
+        self.counted_verdicts = verdicts if self._typed(verdicts, [*VERDICT_COLUMNS, "_row"]) else self.verdicts
         #: Whether the replays have final texts (without, a replay's "no decision" is unknown unless stored).
         self.final_text = replays is not None and "final_text" in self._columns(replays)
 
@@ -72,6 +77,12 @@ class Source:
         if name not in self._known:
             self._known[name] = {str(c) for c in self.db.sql(f"SELECT * FROM {name} LIMIT 0").columns}
         return self._known[name]
+
+    def _typed(self, name: str, columns: Sequence[str]) -> bool:
+        """Whether ``name`` has each of ``columns`` with the type the verdicts' view gives it (``_row``, the rows'
+        positions, may be missing: null either way)."""
+        have = dict(self.db.execute(f"SELECT column_name, column_type FROM (DESCRIBE {name})").fetchall())
+        return all(have.get(c) == _VERDICT_TYPES[c] or (c == "_row" and c not in have) for c in columns)
 
     def _view(self, name: str, types: Mapping[str, str]) -> str:
         have = self._columns(name)
@@ -187,9 +198,15 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         costs[side] = dict(zip(found["cl"][mine].astype(str).tolist(), known.tolist(), strict=True))
         turns[side] = sums[side]["error_rate"].pairs  # every turn counts in the error rate
     out: dict[str, SideMetrics] = {}
-    for side in sorted(costs):
-        latencies = np.asarray(src.db.execute(f"SELECT coalesce(latency_ms, 0.0)::DOUBLE AS x FROM {r} WHERE side = ? "
-                                              "AND error IS NULL", [side]).fetchnumpy()["x"], dtype=float)  # fmt: skip
+    # Every side's latencies from one scan, each side's in the order of its rows.
+    timed = src.db.execute(
+        f"SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
+        f"FROM {r} WHERE error IS NULL AND side <> 'recorded'",
+        [sorted(costs)],
+    ).fetchnumpy()
+    which, every = np.asarray(timed["k"]), np.asarray(timed["x"], dtype=float)
+    for k, side in enumerate(sorted(costs), start=1):
+        latencies = every[which == k]
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None, None, None)
         own = costs[side]
@@ -257,7 +274,7 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
         else:
             bad = f"severity IN {_SEVERITIES[m]}"
             wanted[m] = Metric(a=f"outcome = 'baseline' AND {bad}", b=f"outcome = 'candidate' AND {bad}",
-                               where="outcome IS DISTINCT FROM 'error'", binary=True)  # fmt: skip
+                               where="outcome IS DISTINCT FROM 'error'", binary=True, exclusive=True)  # fmt: skip
     sums = paired_sums(src.db, v, wanted, cluster=_CLUSTER, weight=w)[""]
     total, losses, unknown = src.db.execute(
         f"SELECT count(*), count(*) FILTER (WHERE outcome IN ('candidate', 'baseline')), "

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["Rows", "rows_of", "to_arrow"]
+__all__ = ["Rows", "fetch_table", "rows_of", "to_arrow"]
 
 #: What a metric accepts as a table of rows.
 Rows = Any
@@ -26,6 +27,21 @@ def to_arrow(data: Any) -> pa.Table:
     if table is None:
         raise TypeError(f"cannot read a {type(data).__name__} as a table")
     return table
+
+
+def fetch_table(db: Any, sql: str, params: Sequence[Any] = ()) -> pa.Table:
+    """The rows of ``sql`` run on the DuckDB connection ``db`` as an Arrow table, through ``execute`` (the
+    connection's relations are refused while a caller's result of ``execute`` is unfinished, and Arrow from a
+    result of ``execute`` warns of a copy)."""
+    got = db.execute(sql, list(params)).fetchnumpy()
+    columns = {}
+    for name, values in got.items():
+        mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
+        data = np.ma.getdata(values)
+        # Text comes as Python objects: typed as text even when every value is null (or there are none).
+        kind = pa.string() if data.dtype == object else None
+        columns[name] = pa.array(data, type=kind, mask=mask)
+    return pa.table(columns)
 
 
 def _arrow(data: Any) -> pa.Table | None:

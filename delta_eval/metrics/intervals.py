@@ -130,11 +130,11 @@ class ClusteredMean:
 
 
 def clustered_mean(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
-    weights: Sequence[float] | None = None,
-    clusters: Sequence[str] | None = None,
-    strata: Sequence[str] | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
+    clusters: Sequence[str] | np.ndarray | None = None,
+    strata: Sequence[str] | np.ndarray | None = None,
 ) -> ClusteredMean:
     """The weighted mean of ``values`` and its linearised standard error under stratified cluster sampling.
 
@@ -216,7 +216,11 @@ def stratified_moments(
         >>> stratified_moments(np.array(["a", "a", "b", "b"]), z, z)
         ((20.0, 20.0, 20.0), 2.0, 2)
     """
-    names, which = np.unique(strata, return_inverse=True)
+    if len(strata) and (strata == strata[0]).all():
+        # One stratum (every rate of a side, every gate): no sort of a hundred thousand names to find it.
+        names, which = strata[:1], np.zeros(len(strata), dtype=np.intp)
+    else:
+        names, which = np.unique(strata, return_inverse=True)
     m = np.bincount(which, minlength=len(names))
     lone = m[which] == 1
     group = np.where(lone, len(names), which)  # every lone cluster into one pooled group

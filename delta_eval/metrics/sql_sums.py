@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.frames import fetch_table
 from delta_eval.sql import quote_ident
 
 __all__ = ["Metric", "paired_sums"]
@@ -49,6 +51,9 @@ class Metric:
     where: str = "true"
     #: ``a`` and ``b`` are 0 or 1 (with ``ta`` and ``tb`` at 1): the query then needs only their counts.
     binary: bool = False
+    #: ``a`` and ``b`` are never both nonzero on a row (a loss of one side or of the other): their products add
+    #: up to 0, with no aggregate.
+    exclusive: bool = False
 
 
 def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster: str, weight: str = "1.0",
@@ -79,9 +84,17 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     # Per metric, where each figure comes from: an aggregate's name, "" for 0, or (">0", n) / ("gap", n, m) for
     # the conversations where n > 0 / n - m > 0 (events seen, from counts the query already has).
     found: list[dict[str, Any]] = []
-    for i, name in enumerate(names):
+    # Metrics over the same rows, or with the same values on them, share their columns (and so their aggregates:
+    # each costs about as much as grouping the rows, so the fewer the better).
+    rows_of: dict[str, str] = {}
+    values: dict[tuple[str, str], str] = {}
+    for name in names:
         m = metrics[name]
-        cols += [f"coalesce(({m.where})::BOOLEAN, false) AS in{i}"]
+        inn = rows_of.get(m.where.strip())
+        if inn is None:
+            inn = rows_of[m.where.strip()] = f"in{len(rows_of)}"
+            cols += [f"coalesce(({m.where})::BOOLEAN, false) AS {inn}"]
+        one = f"{inn}::DOUBLE"
         # Each value is 0 on the rows the metric does not count, so plain sums (no FILTER) add up its rows alone.
         factor: dict[str, str | None] = {}
         for x in ("a", "ta", "b", "tb"):
@@ -91,21 +104,25 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
             elif raw in ("0", "0.0"):
                 factor[x] = None
             elif raw in ("1", "1.0"):
-                factor[x] = f"in{i}::DOUBLE"
+                factor[x] = one
             else:
-                cols += [f"CASE WHEN in{i} THEN coalesce(({raw})::DOUBLE, 0.0) ELSE 0.0 END AS {x}{i}"]
-                factor[x] = f"{x}{i}"
-        mine: dict[str, Any] = {"n": agg(f"sum(in{i}::BIGINT)")}
+                if (inn, raw) not in values:
+                    values[inn, raw] = f"v{len(values)}"
+                    cols += [f"CASE WHEN {inn} THEN coalesce(({raw})::DOUBLE, 0.0) ELSE 0.0 END AS {values[inn, raw]}"]
+                factor[x] = values[inn, raw]
+        # Counts as DOUBLE sums: exact below 2**53, and a sum of integers is a HUGEINT, several times slower.
+        # Every row counts: its count is the group's (one aggregate for every such metric, and the cheapest).
+        mine: dict[str, Any] = {"n": agg("count(*)::DOUBLE" if m.where.strip() == "true" else f"sum({one})")}
         fa, fb = factor["a"], factor["b"]
-        if m.binary and factor["ta"] == factor["tb"] == f"in{i}::DOUBLE" and fa:
+        if m.binary and factor["ta"] == factor["tb"] == one and fa:
             # 0/1 events, one unit per row: every product is one of a few sums, and whether an event (or a
             # non-event) occurred in a conversation follows from its counts.
             ua = agg(f"sum({fa})")
             ub = agg(f"sum({fb})") if fb else ""
-            t = mine["n"] if unit else weighed(f"in{i}::DOUBLE", 1)
-            aa, tt = (ua, mine["n"]) if unit else (weighed(fa, 2), weighed(f"in{i}::DOUBLE", 2))
+            t = mine["n"] if unit else weighed(one, 1)
+            aa, tt = (ua, mine["n"]) if unit else (weighed(fa, 2), weighed(one, 2))
             bb = (ub if unit else weighed(fb, 2)) if fb else ""
-            ab = weighed(f"{fa} * {fb}", 2) if fb else ""
+            ab = weighed(f"{fa} * {fb}", 2) if fb and not m.exclusive else ""
             mine.update(a=ua if unit else weighed(fa, 1), ta=t, b=(ub if unit else weighed(fb, 1)) if fb else "",
                         tb=t, seen0=(">0", ua), seen1=("gap", mine["n"], ua), seen2=(">0", ub) if fb else "",
                         seen3=("gap", mine["n"], ub) if fb else ("gap", mine["n"], ""))  # fmt: skip
@@ -116,14 +133,15 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
         for x in ("a", "ta", "b", "tb"):
             f = factor[x]
             mine[x] = weighed(f, 1) if f else ""
-        # Whether each rate's event and non-event occurred in the conversation (unweighted, as PairedSums.of).
+        # Whether each rate's event and non-event occurred in the conversation (unweighted, as PairedSums.of); never,
+        # for a side with no events or no units (no aggregate).
         for k, (x, t) in enumerate((("a", "ta"), ("b", "tb"))):
-            ex, et = factor[x] or "0.0", factor[t] or "0.0"
-            mine[f"seen{2 * k}"] = agg(f"bool_or({ex} > 0)")
-            mine[f"seen{2 * k + 1}"] = agg(f"bool_or({et} - {ex} > 0)")
+            ex, et = factor[x], factor[t]
+            mine[f"seen{2 * k}"] = agg(f"bool_or({ex} > 0)") if ex else ""
+            mine[f"seen{2 * k + 1}"] = agg(f"bool_or({et} - {ex} > 0)" if ex else f"bool_or({et} > 0)") if et else ""
         for k, (x, y) in enumerate(_PRODUCTS):
             fx, fy = factor[x], factor[y]
-            if fx is None or fy is None:
+            if fx is None or fy is None or (m.exclusive and {x, y} == {"a", "b"}):
                 mine[f"p{k}"] = ""
             else:
                 # An indicator times another value of the same metric is that value (both are 0 off its rows).
@@ -137,23 +155,24 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     listed = ", ".join([f"{expr} AS {alias}" for expr, alias in aggs.items()] +
                        [f"{expr} AS x_{name}" for name, expr in (extra or {}).items()])  # fmt: skip
     sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT grp, cl, {listed} FROM rows GROUP BY grp, cl"
-    got = db.execute(sql, list(params)).fetchnumpy()
-    grp = np.asarray(got["grp"]).astype(str)
-    cl = np.asarray(got["cl"]).astype(str)
-    # The conversations in PairedSums.of's order (its one stratum, then by name).
-    order = np.lexsort([cl, grp])
-    grp, cl = grp[order], cl[order]
-    data = {k: np.asarray(v)[order] for k, v in got.items() if k not in ("grp", "cl")}
+    got = fetch_table(db, sql, params)
+    # The conversations in PairedSums.of's order (its one stratum, then by name): Arrow sorts strings by their
+    # UTF-8 bytes, which is Python's order of code points, and faster than numpy's sort of strings.
+    got = got.take(pc.sort_indices(got, sort_keys=[("grp", "ascending"), ("cl", "ascending")]))
+    grp = np.asarray(got.column("grp").to_numpy(zero_copy_only=False), dtype=str)
+    data = {k: got.column(k).to_numpy(zero_copy_only=False) for k in got.column_names if k not in ("grp", "cl")}
     if per_conversation is not None:
+        cl = np.asarray(got.column("cl").to_numpy(zero_copy_only=False), dtype=str)
         per_conversation.update(grp=grp, cl=cl, **{name: data[f"x_{name}"] for name in extra or {}})
     out: dict[str, dict[str, PairedSums]] = {}
-    for g in sorted(set(grp.tolist()) | ({""} if group is None else set())):
-        in_group = grp == g
+    bounds = {g: (int(lo), int(hi)) for g, lo, hi in _runs(grp)}
+    for g in sorted(set(bounds) | ({""} if group is None else set())):
+        lo, hi = bounds.get(g, (0, 0))
         out[g] = {}
         for i, name in enumerate(names):
             alias = found[i]
-            keep = in_group & (data[alias["n"]] > 0)
-            size = int(keep.sum())
+            keep = np.flatnonzero(data[alias["n"]][lo:hi] > 0) + lo
+            size = len(keep)
 
             def pick(key: str, keep: np.ndarray = keep, alias: dict[str, Any] = alias, size: int = size) -> np.ndarray:
                 spec = alias[key]
@@ -172,3 +191,12 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
             out[g][name] = PairedSums.from_clusters(strata, a, ta, b, tb, pairs=int(pick("n").sum()), seen=seen,
                                                     iid=iid)  # fmt: skip
     return out
+
+
+def _runs(values: np.ndarray) -> list[tuple[str, int, int]]:
+    """The runs of equal values of a sorted array: (value, start, end)."""
+    if not len(values):
+        return []
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    ends = np.r_[starts[1:], len(values)]
+    return [(str(values[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True)]

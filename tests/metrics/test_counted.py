@@ -160,3 +160,65 @@ def test_whether_weights_vary_is_read_as_every_estimate_reads_weights(weights: l
     db.register("v", pa.table({"weight": pa.array(weights, pa.float64())}))
     assert weights_vary_sql(db, "v") is varies
     assert weights_vary([w or 1.0 for w in weights]) is varies  # the rows path's reading
+
+
+def test_shared_sums_query_a_table_once_and_only_within_the_block() -> None:
+    """Within ``shared_sums`` a second count of the same table reads the first one's sums (here: the rows changed
+    in between, and the count does not see it), whatever name the null group is given; outside it, every count
+    reads the table."""
+    import duckdb
+
+    from delta_eval.metrics.counted import shared_sums
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE v (outcome VARCHAR, conversation_id VARCHAR, stratum VARCHAR, pair_id VARCHAR, error VARCHAR)"
+    )
+    con.execute("INSERT INTO v VALUES ('candidate', 'a', NULL, 'p1', NULL), ('baseline', 'b', 's', 'p2', NULL)")
+    with shared_sums():
+        first = counted("v", by="stratum", null="", con=con)
+        con.execute("INSERT INTO v VALUES ('candidate', 'c', 's', 'p3', NULL)")
+        again = counted("v", by="stratum", null="None", con=con)
+    assert sorted(first) == ["", "s"]
+    assert sorted(again) == ["None", "s"]
+    assert again["s"].pairs == first["s"].pairs == 1
+    assert counted("v", by="stratum", null="None", con=con)["s"].pairs == 2
+
+
+def test_the_decision_counts_a_run_view_by_its_name() -> None:
+    """A table with every column the win rate reads, typed as the decision's view types it, is counted by its own
+    name (so the summary's win rates and the decision's are the same sums); one typed otherwise, through the view."""
+    import duckdb
+
+    from delta_eval.metrics.decision_sql import Source
+
+    con = duckdb.connect()
+    typed = pa.table({"outcome": ["tie"], "preference": pa.array([None], pa.float64()), "weight": [1.0],
+                      "conversation_id": ["c"], "stratum": ["s"], "error_side": pa.array([None], pa.string()),
+                      "error": pa.array([None], pa.string()), "stage": ["judge"], "pair_id": ["p"]})  # fmt: skip
+    con.register("typed", typed)
+    con.register("untyped", typed.set_column(2, "weight", pa.array([1], pa.int64())))
+    for name, expected in (("typed", "typed"), ("untyped", None)):
+        src = Source(con, name, None)
+        try:
+            assert src.counted_verdicts == (expected or src.verdicts)
+        finally:
+            src.close()
+
+
+def test_a_conversation_found_in_two_strata_is_one_cluster_as_on_rows() -> None:
+    """A conversation whose verdicts name two strata is one conversation of the total (its sums added, in the
+    order of its first stratum), as the rows path counts it; by stratum, one in each."""
+    rows = [{"pair_id": f"p{i}", "outcome": o, "conversation_id": c, "stratum": s, "weight": 1.0 + i % 2}
+            for i, (o, c, s) in enumerate([("candidate", "a", "s2"), ("baseline", "a", "s1"), ("tie", "b", "s1"),
+                                           ("candidate", "c", "s2"), ("baseline", "a", "s2")])]  # fmt: skip
+    for e in (Estimand(), Estimand(weighted=True), Estimand(soft=True)):
+        total, groups = counted_with_total(pa.Table.from_pylist(rows), e, by="stratum")
+        for sql, mine in ((total, counted_rows(rows, e)[""]), *((groups[g], counted_rows(rows, e, by="stratum")[g])
+                                                                for g in ("s1", "s2"))):  # fmt: skip
+            assert sql.clusters.tolist() == mine.clusters.tolist()
+            assert sql.sums.strata.tolist() == mine.sums.strata.tolist()
+            for name in ("a", "ta", "b", "tb", "seen", "iid"):
+                np.testing.assert_allclose(getattr(sql.sums, name), getattr(mine.sums, name))
+            assert sql.pairs == mine.pairs
+        assert total.clusters.tolist() == ["a", "b", "c"]
