@@ -46,7 +46,7 @@ from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid, redact_secrets
 from delta_eval.sampling.stratified import Stratified
-from delta_eval.uris import is_uri, working_copy
+from delta_eval.uris import is_uri, shown, working_copy
 from delta_eval.variant import Variant
 
 __all__ = ["RunConfig", "Screen", "Session", "load_config"]
@@ -332,7 +332,7 @@ class RunConfig(BaseModel):
         :func:`~delta_eval.redact.redact_secrets`): what a run folder keeps of it."""
         data: dict[str, Any] = redact_secrets(self.model_dump(mode="json"))
         if self.remote is not None:
-            data["remote"] = self.remote.split("?", 1)[0]  # its query holds connection options, maybe keys
+            data["remote"] = shown(self.remote)  # its query and userinfo hold connection options, maybe keys
         return data
 
 

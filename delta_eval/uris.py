@@ -16,11 +16,13 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["WORK_DIR_ENV", "is_uri", "shown", "work_dir", "working_copy"]
+__all__ = ["WORK_DIR_ENV", "hide", "is_uri", "shown", "work_dir", "working_copy"]
 
 #: The environment variable naming where working copies of URI run folders are kept.
 WORK_DIR_ENV = "DELTA_EVAL_WORK_DIR"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# The userinfo of a URI's authority (``s3://KEY:SECRET@bucket``: pyarrow reads S3 keys there), up to its last ``@``.
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#]*)@")
 
 
 def is_uri(value: object) -> bool:
@@ -29,8 +31,25 @@ def is_uri(value: object) -> bool:
 
 
 def shown(uri: str) -> str:
-    """A URI as messages and manifests show it: without its query (connection options, possibly credentials)."""
-    return uri.split("?", 1)[0].rstrip("/")
+    """A URI as messages and manifests show it: without its query (connection options, possibly credentials) and
+    its userinfo (keys).
+
+    Example:
+        >>> shown("s3://KEY:SECRET@b/run/?region=x")
+        's3://b/run'
+    """
+    return _USERINFO.sub(r"\g<scheme>", uri.split("?", 1)[0], count=1).rstrip("/")
+
+
+def hide(text: str, uri: str) -> str:
+    """``text`` (an error's message, which may quote ``uri`` whole) with ``uri`` shown as :func:`shown` shows it,
+    and its query and userinfo nowhere (``***``)."""
+    text = text.replace(uri, shown(uri))
+    found = _USERINFO.match(uri)
+    for secret in (uri.partition("?")[2], found["userinfo"] if found else ""):
+        for spelt in {secret, unquote(secret)} - {""}:
+            text = text.replace(spelt, "***")
+    return text
 
 
 def work_dir() -> Path:

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import DATASETS
-from delta_eval.uris import is_uri, shown, working_copy
+from delta_eval.uris import hide, is_uri, shown, working_copy
 
 __all__ = [
     "CACHE_DIR",
@@ -110,7 +110,8 @@ class RemoteFolder:
         try:
             self.fs, root = _filesystem(uri)
         except (ValueError, OSError, pa.ArrowException) as exc:
-            raise RunFolderError(f"cannot open the run folder {shown(uri)}: {exc}") from None
+            # pyarrow's message may quote the URI whole, keys and all
+            raise RunFolderError(f"cannot open the run folder {shown(uri)}: {hide(str(exc), uri)}") from None
         self.root = root.rstrip("/")
         # What this working copy has uploaded and downloaded of the cache, kept beside it (not inside: a run
         # folder holds only the library's files).
@@ -126,6 +127,10 @@ class RemoteFolder:
 
     # -- paths and objects -----------------------------------------------------------------------------------
 
+    def _said(self, exc: BaseException) -> str:
+        """What an error of the store says, without the URI's query or userinfo (connection options, keys)."""
+        return hide(str(exc), self.uri)
+
     def _at(self, rel: str) -> str:
         return f"{self.root}/{rel}"
 
@@ -135,7 +140,7 @@ class RemoteFolder:
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
         except OSError as exc:
-            raise RunFolderError(f"cannot list the run folder {shown(self.uri)}: {exc}") from None
+            raise RunFolderError(f"cannot list the run folder {shown(self.uri)}: {self._said(exc)}") from None
         prefix = self.root + "/"
         return {
             info.path[len(prefix) :]: (int(info.size or 0), info.mtime_ns)
@@ -152,7 +157,7 @@ class RemoteFolder:
         return data
 
     def _not_read(self, rel: str, exc: OSError) -> RunFolderError:
-        return RunFolderError(f"cannot read {rel} from {shown(self.uri)}: {exc}; try again")
+        return RunFolderError(f"cannot read {rel} from {shown(self.uri)}: {self._said(exc)}; try again")
 
     def _put(self, rel: str, data: bytes) -> None:
         """Write one object whole (a reader sees it all or not at all)."""
@@ -171,8 +176,8 @@ class RemoteFolder:
 
     def _not_uploaded(self, rel: str, exc: OSError) -> RunFolderError:
         return RunFolderError(
-            f"cannot upload {rel} to {shown(self.uri)}: {exc}; the run stops, and its rerun recomputes what was not "
-            "uploaded (answers come from the response cache of the working copy)"
+            f"cannot upload {rel} to {shown(self.uri)}: {self._said(exc)}; the run stops, and its rerun recomputes "
+            "what was not uploaded (answers come from the response cache of the working copy)"
         )
 
     def _download(self, rel: str) -> None:
@@ -188,7 +193,7 @@ class RemoteFolder:
             safe_paths.unlink(self.local, tmp, missing_ok=True)
             if isinstance(exc, OSError):  # the store's read or the working copy's write
                 raise RunFolderError(
-                    f"cannot download {rel} from {shown(self.uri)} into {self.local}: {exc}; try again"
+                    f"cannot download {rel} from {shown(self.uri)} into {self.local}: {self._said(exc)}; try again"
                 ) from None
             raise
 

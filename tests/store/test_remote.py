@@ -363,6 +363,27 @@ def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
     assert not (tmp_path / "work").exists()  # nothing written for a URI no filesystem reads
 
 
+def test_credentials_in_a_uri_reach_no_message_manifest_or_working_copy_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow takes S3 keys in the URI's userinfo (``s3://KEY:SECRET@bucket/...``) and its query: neither is shown,
+    kept in the configuration a run folder records, nor makes the same run another working copy."""
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    secret = "wJalrXUtnFEMI%2FK7MDENG"
+    uri = f"s3://AKIAQWERTYUIOPASDFGH:{secret}@runs/a?endpoint_override=127.0.0.1:9&scheme=http"
+    config = _config(uri)
+    assert config.public_dump()["remote"] == "s3://runs/a"
+    assert config.out == working_copy("s3://runs/a")  # the same run, reached with keys or without
+    # a URI pyarrow cannot parse: its error quotes the whole URI
+    bad = f"s3://AKIAQWERTYUIOPASDFGH:{secret}@runs/a?endpoint_override=127.0.0.1:9&secret_key=SEKRIT2&x=%zz"
+    with pytest.raises(RunFolderError) as raised:
+        RemoteFolder(bad, tmp_path / "copy")
+    said = str(raised.value)
+    assert "cannot open the run folder s3://runs/a" in said
+    for leaked in ("AKIAQWERTYUIOPASDFGH", secret, "wJalrXUtnFEMI/K7MDENG", "SEKRIT2"):
+        assert leaked not in said
+
+
 def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
     with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
         de.open_result(s3.uri("none"))
