@@ -399,7 +399,15 @@ def test_a_run_deleted_from_the_remote_starts_afresh_answered_from_the_working_c
     assert again.manifest.sessions[0].resumed_pairs == 0
     assert sum(s.made for s in again.manifest.sessions[0].calls.values()) == 0
     assert _verdicts(uri) == _verdicts(first.path)
-    assert sorted(s3.files("f")) == sorted(rel for rel in s3.files("f"))
+    # the remote holds the new run whole again: the working copy's batches, each record's parts, the manifest
+    files = s3.files("f")
+    records = sorted(rel for rel in files if rel.startswith("_commits/"))
+    assert records == sorted(f"_commits/{f.name}" for f in (again.path / "_commits").glob("*.json"))
+    assert records
+    assert {".delta_eval", "manifest.json"} <= set(files)
+    for rel in records:
+        for part in json.loads((again.path / rel).read_text())["files"].values():
+            assert set(part) <= set(files)
 
 
 def test_a_batch_committed_here_but_never_uploaded_is_recomputed_from_the_cache(
