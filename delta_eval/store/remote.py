@@ -259,7 +259,7 @@ class RemoteFolder:
         """Add the rows of the cache segments not added before to the working copy's cache."""
         if self.cache is None or not segments:
             return
-        state = self._state()
+        state = self._cache_state()
         done = set(state.get("imported", []))
         todo = [rel for rel in segments if rel not in done]
         if not todo:
@@ -267,7 +267,7 @@ class RemoteFolder:
         # This copy's rows not uploaded yet (a session killed here) go first: the rows added below move the mark
         # of what was uploaded past them.
         self._push_cache()
-        state = self._state()
+        state = self._cache_state()
         self.cache.parent.mkdir(parents=True, exist_ok=True)
         from delta_eval.store.cache import SQLiteCache
 
@@ -282,11 +282,12 @@ class RemoteFolder:
                         [(r["key"], r["model"], r["response"], r["created"]) for r in rows],
                     )
             # What was just added came from the remote: not uploaded again.
-            uploaded = int(db.execute("SELECT coalesce(max(rowid), 0) FROM responses").fetchone()[0])
+            last = db.execute("SELECT rowid, key FROM responses ORDER BY rowid DESC LIMIT 1").fetchone()
         finally:
             db.close()
         state["imported"] = sorted(set(state.get("imported", [])) | set(todo))
-        state["cache_rowid"] = max(int(state.get("cache_rowid", 0)), uploaded)
+        if last is not None and last[0] >= int(state.get("cache_rowid", 0)):
+            state["cache_rowid"], state["cache_key"] = last
         self._save_state(state)
 
     # -- working copy to remote ------------------------------------------------------------------------------
@@ -365,7 +366,7 @@ class RemoteFolder:
         """Upload the response cache's rows written since the last upload, as one segment."""
         if self.cache is None or not self.cache.is_file():
             return
-        state = self._state()
+        state = self._cache_state()
         since = int(state.get("cache_rowid", 0))
         db = sqlite3.connect(f"file:{self.cache}?mode=ro", uri=True, timeout=30)
         try:
@@ -383,7 +384,7 @@ class RemoteFolder:
         pq.write_table(table, sink, compression="zstd")
         rel = f"{CACHE_DIR}/{uuid.uuid4().hex}.parquet"
         self._put(rel, sink.getvalue().to_pybytes())
-        state["cache_rowid"] = rows[-1][0]
+        state["cache_rowid"], state["cache_key"] = rows[-1][0], rows[-1][1]
         state["imported"] = [*state.get("imported", []), rel]  # this copy's own rows: never added back
         self._save_state(state)
 
@@ -393,6 +394,30 @@ class RemoteFolder:
         except (OSError, ValueError):
             return {}
         return state if isinstance(state, dict) and state.get("uri") == shown(self.uri) else {}
+
+    def _cache_state(self) -> dict[str, Any]:
+        """The state, its marks of the cache (the last row uploaded, the segments added) dropped when they are not
+        about the cache file there now: the row they end at is not there under the key it had (the working copy
+        was deleted and this file, kept beside it, was not; the cache was moved aside as damaged). Its rows are
+        then all uploaded again and every segment added again (each kept once: INSERT OR IGNORE)."""
+        state = self._state()
+        rowid = int(state.get("cache_rowid", 0))
+        if rowid == 0:
+            return state
+        row = None
+        if self.cache is not None and self.cache.is_file():
+            db = sqlite3.connect(f"file:{self.cache}?mode=ro", uri=True, timeout=30)
+            try:
+                row = db.execute("SELECT key FROM responses WHERE rowid = ?", (rowid,)).fetchone()
+            except sqlite3.OperationalError:
+                raise  # a lock held too long: the run's to report
+            except sqlite3.DatabaseError:
+                row = None  # a damaged file: not the cache the marks are about
+            finally:
+                db.close()
+        if row is not None and row[0] == state.get("cache_key"):
+            return state
+        return {k: v for k, v in state.items() if k not in ("cache_rowid", "cache_key", "imported")}
 
     def _save_state(self, state: dict[str, Any]) -> None:
         state["uri"] = shown(self.uri)

@@ -259,6 +259,42 @@ def test_answers_a_killed_session_left_unuploaded_go_up_before_another_machines_
     )  # each answer uploaded once
 
 
+def test_a_working_copy_deleted_and_pulled_again_takes_the_remotes_answers_and_uploads_its_own(
+    s3: S3, tmp_path: Path
+) -> None:
+    """What a working copy uploaded and added is kept beside it: when the copy (its cache) is deleted and that is
+    left, a new copy still takes every answer the remote holds, and uploads the answers it gets next."""
+    import shutil
+
+    uri = s3.uri("gone")
+    local = tmp_path / "copy"
+    cache = local / "cache.sqlite"
+
+    def answer(key: str) -> None:
+        with sqlite3.connect(cache) as con:
+            con.execute("INSERT INTO responses VALUES (?, 'simulated:x', '{}', 0)", (key,))
+        con.close()
+
+    def fresh_copy() -> RemoteFolder:
+        SQLiteCache(cache, root=local).close()
+        remote = RemoteFolder(uri, local, cache=cache)
+        RunFolder(local).mark()
+        remote.sync()
+        return remote
+
+    first = fresh_copy()
+    answer("paid-and-uploaded")
+    answer("paid-and-uploaded-too")
+    first._push_cache()
+    shutil.rmtree(local)  # the user clears the working copy; what is kept beside it stays
+    second = fresh_copy()
+    second.pull()
+    assert _keys(cache) == {"paid-and-uploaded", "paid-and-uploaded-too"}
+    answer("paid-next")
+    second._push_cache()
+    assert _uploaded_keys(s3, "gone") == {"paid-and-uploaded", "paid-and-uploaded-too", "paid-next"}
+
+
 def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
     with s3.fs.open_output_stream("runs/c/notes.txt") as f:
         f.write(b"someone else's")
