@@ -373,6 +373,11 @@ class RemoteFolder:
             rows = db.execute(
                 "SELECT rowid, key, model, response, created FROM responses WHERE rowid > ? ORDER BY rowid", (since,)
             ).fetchall()
+        except sqlite3.OperationalError:
+            raise  # a lock held too long: the run's to report
+        except sqlite3.DatabaseError:
+            # A damaged cache costs its answers, never the run (as in a local folder): opening it moves it aside.
+            return
         finally:
             db.close()
         if not rows:

@@ -25,7 +25,7 @@ from moto.server import ThreadedMotoServer
 import delta_eval as de
 from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
-from delta_eval.exceptions import ConfigError, RunFolderError
+from delta_eval.exceptions import ConfigError, RunFolderError, RunFolderWarning
 from delta_eval.schema import ErrorRecord
 from delta_eval.store import remote as remote_module
 from delta_eval.store.cache import SQLiteCache
@@ -293,6 +293,28 @@ def test_a_working_copy_deleted_and_pulled_again_takes_the_remotes_answers_and_u
     answer("paid-next")
     second._push_cache()
     assert _uploaded_keys(s3, "gone") == {"paid-and-uploaded", "paid-and-uploaded-too", "paid-next"}
+
+
+def test_a_damaged_cache_in_the_working_copy_costs_its_answers_not_the_pull(s3: S3, tmp_path: Path) -> None:
+    """As in a local run folder: the damaged file is moved aside (said in a warning), and the remote's answers are
+    added to the new one."""
+    uri = s3.uri("damaged")
+    other = tmp_path / "other"
+    SQLiteCache(other / "cache.sqlite", root=other).close()
+    with sqlite3.connect(other / "cache.sqlite") as con:
+        con.execute("INSERT INTO responses VALUES ('paid-elsewhere', 'simulated:x', '{}', 0)")
+    con.close()
+    elsewhere = RemoteFolder(uri, other, cache=other / "cache.sqlite")
+    RunFolder(other).mark()
+    elsewhere.sync()
+    elsewhere._push_cache()
+
+    local = tmp_path / "copy"
+    local.mkdir()
+    (local / "cache.sqlite").write_bytes(b"not a database, garbage " * 100)
+    with pytest.warns(RunFolderWarning, match="damaged"):
+        RemoteFolder(uri, local, cache=local / "cache.sqlite").pull()
+    assert _keys(local / "cache.sqlite") == {"paid-elsewhere"}
 
 
 def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
