@@ -16,11 +16,13 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["WORK_DIR_ENV", "hide", "is_uri", "shown", "work_dir", "working_copy"]
+__all__ = ["WORK_DIR_ENV", "folder_id", "hide", "is_uri", "shown", "work_dir", "working_copy"]
 
 #: The environment variable naming where working copies of URI run folders are kept.
 WORK_DIR_ENV = "DELTA_EVAL_WORK_DIR"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# Schemes pyarrow reads as one filesystem.
+_SAME_SCHEME = {"gcs": "gs"}
 # The userinfo of a URI's authority (``s3://KEY:SECRET@bucket``: pyarrow reads S3 keys there), up to its last ``@``.
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#]*)@")
 
@@ -58,10 +60,22 @@ def work_dir() -> Path:
     return Path(given) if given else Path.home() / ".cache" / "delta_eval" / "remote"
 
 
+def folder_id(uri: str) -> str:
+    """The remote folder ``uri`` names, one spelling for all of pyarrow's: without query and userinfo (see
+    :func:`shown`), ``gcs://`` as ``gs://``, the path's percent-escapes decoded (pyarrow decodes them).
+
+    Example:
+        >>> folder_id("gcs://KEY@b/runs%2Fa/?endpoint_override=x")
+        'gs://b/runs/a'
+    """
+    scheme, _, rest = shown(uri).partition("://")
+    return f"{_SAME_SCHEME.get(scheme, scheme)}://{unquote(rest)}".rstrip("/")
+
+
 def working_copy(uri: str) -> Path:
     """The local folder of the run folder at ``uri``: a ``file://`` URI's own path; for any other, its working
-    copy under :func:`work_dir`, named by a hash of the URI without its query (the same run reached through
-    another endpoint setting has the same copy).
+    copy under :func:`work_dir`, named by a hash of :func:`folder_id` (the same run reached through another
+    endpoint setting, or spelt another way, has the same copy).
 
     Example:
         >>> working_copy("file:///tmp/runs/a").as_posix()
@@ -69,4 +83,4 @@ def working_copy(uri: str) -> Path:
     """
     if uri.startswith("file://"):
         return Path(unquote(urlsplit(uri).path))
-    return work_dir() / hashlib.sha256(shown(uri).encode()).hexdigest()[:24]
+    return work_dir() / hashlib.sha256(folder_id(uri).encode()).hexdigest()[:24]

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import DATASETS
-from delta_eval.uris import hide, is_uri, shown, working_copy
+from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
 __all__ = [
     "CACHE_DIR",
@@ -398,7 +398,7 @@ class RemoteFolder:
             state = json.loads(self._state_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-        return state if isinstance(state, dict) and state.get("uri") == shown(self.uri) else {}
+        return state if isinstance(state, dict) and state.get("uri") == folder_id(self.uri) else {}
 
     def _cache_state(self) -> dict[str, Any]:
         """The state, its marks of the cache (the last row uploaded, the segments added) dropped when they are not
@@ -425,7 +425,7 @@ class RemoteFolder:
         return {k: v for k, v in state.items() if k not in ("cache_rowid", "cache_key", "imported")}
 
     def _save_state(self, state: dict[str, Any]) -> None:
-        state["uri"] = shown(self.uri)
+        state["uri"] = folder_id(self.uri)
         safe_paths.write_atomic(self._state_path.parent, self._state_path, json.dumps(state).encode())
 
 

@@ -442,6 +442,16 @@ def test_credentials_in_a_uri_reach_no_message_manifest_or_working_copy_name(
         assert leaked not in said
 
 
+def test_one_remote_folder_spelt_two_ways_has_one_working_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spellings pyarrow reads as the same folder (its GCS schemes, percent-escapes it decodes, a trailing slash)
+    share a working copy, so its lock keeps two runs on this machine from writing the folder at once; folders
+    pyarrow tells apart do not."""
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    assert working_copy("gcs://b/runs/a") == working_copy("gs://b/runs/a/")
+    assert working_copy("s3://b/runs%2Fa") == working_copy("s3://b/r%75ns/a") == working_copy("s3://b/runs/a")
+    assert len({working_copy(u) for u in ("s3://b/runs/a", "s3://b/runs/b", "s3://b//runs/a", "gs://b/runs/a")}) == 4
+
+
 def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
     with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
         de.open_result(s3.uri("none"))
