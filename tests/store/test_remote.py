@@ -393,6 +393,45 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
     assert json.loads((result.path / "manifest.json").read_text())["status"] == "completed"
 
 
+def test_a_manifest_the_store_refuses_fails_the_run_and_leaves_its_cache_closed(
+    s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refuses the manifest from its third upload on (the session's last write too): the run stops
+    saying so, and the session still closes its response cache."""
+    from delta_eval.store import session as session_module
+
+    opened: list[SQLiteCache] = []
+
+    class Tracked(SQLiteCache):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    class Flaky:
+        def __init__(self, fs: pafs.FileSystem) -> None:
+            self.fs, self.manifests = fs, 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+        def open_output_stream(self, path: str) -> Any:
+            if path.endswith("/manifest.json"):
+                self.manifests += 1
+                if self.manifests >= 3:
+                    raise OSError("the object store went away")
+            return self.fs.open_output_stream(path)
+
+    opened_fs = remote_module._filesystem
+    monkeypatch.setattr(remote_module, "_filesystem", lambda uri: (Flaky(opened_fs(uri)[0]), opened_fs(uri)[1]))
+    monkeypatch.setattr(session_module, "SQLiteCache", Tracked)
+    with pytest.raises(BaseException, match=r"cannot upload manifest.json to s3://runs/m|unhandled errors"):
+        de.run(_config(s3.uri("m")), conversations=demo_conversations(), progress=False)
+    assert opened
+    for cache in opened:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            cache._db.execute("SELECT 1")
+
+
 def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
