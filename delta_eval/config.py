@@ -211,9 +211,11 @@ class RunConfig(BaseModel):
             isinstance(data, Mapping)
             and data.get("remote")
             and data.get("out") is not None
-            and Path(data["out"]) != working_copy(str(data["remote"]))
+            and Path(data["out"]).name != working_copy(str(data["remote"])).name
         ):
-            # ``remote`` belongs to the working copy it was set with: another ``out`` given since leaves it.
+            # ``remote`` belongs to the working copy it was set with: another ``out`` given since leaves it. A
+            # folder named as this URI's copies are is its copy, wherever it is (the work dir may have changed
+            # since: the run would otherwise be written there and never uploaded).
             data = {**data, "remote": None}
         return data
 

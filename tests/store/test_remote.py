@@ -491,6 +491,20 @@ def test_one_remote_folder_spelt_two_ways_has_one_working_copy(tmp_path: Path, m
     assert len({working_copy(u) for u in ("s3://b/runs/a", "s3://b/runs/b", "s3://b//runs/a", "gs://b/runs/a")}) == 4
 
 
+def test_a_config_keeps_its_uri_when_the_work_dir_changes_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner validates the config again: a working copy made under another ``DELTA_EVAL_WORK_DIR`` (set
+    after the config was made, or a config dumped under another home) is still that URI's, not a local ``out``
+    the run would write without uploading anything."""
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "first"))
+    uri = "s3://bucket/runs/a?endpoint_override=127.0.0.1:9&scheme=http"
+    config = _config(uri)
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "second"))
+    again = de.RunConfig.model_validate(dict(config))
+    assert (again.out, again.remote) == (config.out, uri)
+
+
 def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
     with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
         de.open_result(s3.uri("none"))
