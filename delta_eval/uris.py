@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["WORK_DIR_ENV", "folder_id", "hide", "is_uri", "shown", "work_dir", "working_copy"]
+__all__ = ["WORK_DIR_ENV", "folder_id", "hide", "is_uri", "masked", "shown", "work_dir", "working_copy"]
 
 #: The environment variable naming where working copies of URI run folders are kept.
 WORK_DIR_ENV = "DELTA_EVAL_WORK_DIR"
@@ -25,6 +25,10 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SAME_SCHEME = {"gcs": "gs"}
 # The userinfo of a URI's authority (``s3://KEY:SECRET@bucket``: pyarrow reads S3 keys there), up to its last ``@``.
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#]*)@")
+
+# Query options that carry credentials (pyarrow's S3 ``access_key``, ``secret_key``, ``session_token``, GCS's
+# ``access_token``, ...).
+_CREDENTIAL_OPTION = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
 
 
 def is_uri(value: object) -> bool:
@@ -41,6 +45,23 @@ def shown(uri: str) -> str:
         's3://b/run'
     """
     return _USERINFO.sub(r"\g<scheme>", uri.split("?", 1)[0], count=1).rstrip("/")
+
+
+def masked(uri: str) -> str:
+    """``uri`` with its userinfo and the values of its credential options as ``***``, its other options kept: how
+    a message may show the command to run again.
+
+    Example:
+        >>> masked("s3://KEY:SECRET@b/run?endpoint_override=minio:9000&secret_key=SECRET")
+        's3://***@b/run?endpoint_override=minio:9000&secret_key=***'
+    """
+    base, sep, query = uri.partition("?")
+    base = _USERINFO.sub(r"\g<scheme>***@", base, count=1)
+    options = [
+        f"{name}=***" if has_value and _CREDENTIAL_OPTION.search(name) else f"{name}{'=' if has_value else ''}{value}"
+        for name, has_value, value in (option.partition("=") for option in query.split("&"))
+    ]
+    return base + sep + "&".join(options) if sep else base
 
 
 def hide(text: str, uri: str) -> str:

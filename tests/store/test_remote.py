@@ -505,6 +505,28 @@ def test_a_config_keeps_its_uri_when_the_work_dir_changes_before_it_runs(
     assert (again.out, again.remote) == (config.out, uri)
 
 
+def test_the_cli_shows_an_out_uri_without_its_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``delta-eval demo --out URI`` prints (the run folder; on Ctrl-C, the command that resumes) goes to
+    terminals and CI logs: the URI's keys are masked there, its other options kept."""
+    import delta_eval.api
+
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(delta_eval.api, "run", interrupted)
+    uri = "s3://AKIAQWERTYUIOPASDFGH:SEKRIT1@runs/a?endpoint_override=127.0.0.1:9&secret_key=SEKRIT2&session_token=SEKRIT3"
+    assert cli_main(["demo", "--out", uri, "--no-progress"]) == 1
+    said = capsys.readouterr().err
+    assert "run folder s3://runs/a" in said
+    assert "--out 's3://***@runs/a?endpoint_override=127.0.0.1:9&secret_key=***&session_token=***'" in said
+    for leaked in ("AKIAQWERTYUIOPASDFGH", "SEKRIT"):
+        assert leaked not in said
+
+
 def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
     with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
         de.open_result(s3.uri("none"))
