@@ -96,12 +96,19 @@ def folder_id(uri: str) -> str:
 def working_copy(uri: str) -> Path:
     """The local folder of the run folder at ``uri``: a ``file://`` URI's own path; for any other, its working
     copy under :func:`work_dir`, named by a hash of :func:`folder_id` (the same run reached through another
-    endpoint setting, or spelt another way, has the same copy).
+    endpoint setting, or spelt another way, has the same copy). A ``file://`` URI with a host raises ValueError.
 
     Example:
         >>> working_copy("file:///tmp/runs/a").as_posix()
         '/tmp/runs/a'
     """
     if uri.startswith("file://"):
-        return Path(unquote(urlsplit(uri).path))
+        parts = urlsplit(uri)
+        if parts.netloc:
+            # ``file://runs/a`` names host ``runs`` and path ``/a``: not a path to guess at (pyarrow refuses it too)
+            raise ValueError(
+                f"{shown(uri)} names a host ({parts.netloc!r}); a file URI names a path on this machine: "
+                "file:///absolute/path"
+            )
+        return Path(unquote(parts.path))
     return work_dir() / hashlib.sha256(folder_id(uri).encode()).hexdigest()[:24]

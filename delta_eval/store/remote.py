@@ -75,7 +75,10 @@ def local_run(path: str | Path) -> Path:
     if not is_uri(path):
         return Path(path)
     uri = str(path)
-    local = working_copy(uri)
+    try:
+        local = working_copy(uri)
+    except ValueError as exc:
+        raise RunFolderError(str(exc)) from None
     if uri.startswith("file://"):
         return local
     from delta_eval.store.folder import FolderLock

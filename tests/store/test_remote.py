@@ -527,6 +527,17 @@ def test_the_cli_shows_an_out_uri_without_its_keys(
         assert leaked not in said
 
 
+def test_a_file_uri_with_a_host_is_refused_not_read_as_another_path(tmp_path: Path) -> None:
+    """``file://runs/a`` names host ``runs``: it is refused (pyarrow refuses it too), not written to ``/a``."""
+    from pydantic import ValidationError
+
+    with pytest.raises((ValidationError, ConfigError), match=r"file:///"):
+        _config("file://runs/a")
+    with pytest.raises(RunFolderError, match=r"file:///"):
+        de.open_result("file://runs/a")
+    assert working_copy(f"file://{tmp_path}/a") == tmp_path / "a"
+
+
 def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
     with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
         de.open_result(s3.uri("none"))
