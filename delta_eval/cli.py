@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.redact import scrub_known
-from delta_eval.uris import is_uri
+from delta_eval.uris import is_uri, masked, shown
 
 if TYPE_CHECKING:
     from delta_eval.executors import Executor
@@ -78,6 +78,15 @@ def _folder(value: str) -> str | Path:
     """A run folder given on the command line: an object-store URI (``s3://bucket/prefix``) kept as it is, else a
     path."""
     return value if is_uri(value) else Path(value)
+
+
+def _masked_arg(arg: str) -> str:
+    """A command-line argument as a message may repeat it: a URI (``--out s3://...``, ``--out=s3://...``) without
+    its keys (see :func:`~delta_eval.uris.masked`)."""
+    name, eq, value = arg.partition("=")
+    if is_uri(arg):
+        return masked(arg)
+    return f"{name}={masked(value)}" if eq and name.startswith("--") and is_uri(value) else arg
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -328,7 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result = run(config, conversations=demo_conversations(), progress=not args.no_progress)
         elif args.command == "demo":
             _print(
-                f"delta-eval demo: tau-bench airline conversations on SIMULATED models, run folder {out}",
+                "delta-eval demo: tau-bench airline conversations on SIMULATED models, run folder "
+                f"{shown(str(out)) if is_uri(out) else out}",
                 file=sys.stderr,
             )
             config = demo_config(
@@ -371,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = list(sys.argv[1:] if argv is None else argv)
         if args.command == "demo" and args.out is None:
             given += ["--out", str(out)]
-        again = "delta-eval " + shlex.join(given)
+        again = "delta-eval " + shlex.join(_masked_arg(a) for a in given)
         _print(f"delta-eval: interrupted; finished pairs are saved. Run {again} to resume.", file=sys.stderr)
         return _failed(args, run_dir, sessions, "interrupted")
 

@@ -46,7 +46,7 @@ from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid, redact_secrets
 from delta_eval.sampling.stratified import Stratified
-from delta_eval.uris import is_uri, working_copy
+from delta_eval.uris import is_uri, shown, working_copy
 from delta_eval.variant import Variant
 
 __all__ = ["RunConfig", "Screen", "Session", "load_config"]
@@ -211,9 +211,11 @@ class RunConfig(BaseModel):
             isinstance(data, Mapping)
             and data.get("remote")
             and data.get("out") is not None
-            and Path(data["out"]) != working_copy(str(data["remote"]))
+            and Path(data["out"]).name != working_copy(str(data["remote"])).name
         ):
-            # ``remote`` belongs to the working copy it was set with: another ``out`` given since leaves it.
+            # ``remote`` belongs to the working copy it was set with: another ``out`` given since leaves it. A
+            # folder named as this URI's copies are is its copy, wherever it is (the work dir may have changed
+            # since: the run would otherwise be written there and never uploaded).
             data = {**data, "remote": None}
         return data
 
@@ -332,7 +334,7 @@ class RunConfig(BaseModel):
         :func:`~delta_eval.redact.redact_secrets`): what a run folder keeps of it."""
         data: dict[str, Any] = redact_secrets(self.model_dump(mode="json"))
         if self.remote is not None:
-            data["remote"] = self.remote.split("?", 1)[0]  # its query holds connection options, maybe keys
+            data["remote"] = shown(self.remote)  # its query and userinfo hold connection options, maybe keys
         return data
 
 

@@ -16,11 +16,19 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["WORK_DIR_ENV", "is_uri", "shown", "work_dir", "working_copy"]
+__all__ = ["WORK_DIR_ENV", "folder_id", "hide", "is_uri", "masked", "shown", "work_dir", "working_copy"]
 
 #: The environment variable naming where working copies of URI run folders are kept.
 WORK_DIR_ENV = "DELTA_EVAL_WORK_DIR"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# Schemes pyarrow reads as one filesystem.
+_SAME_SCHEME = {"gcs": "gs"}
+# The userinfo of a URI's authority (``s3://KEY:SECRET@bucket``: pyarrow reads S3 keys there), up to its last ``@``.
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#]*)@")
+
+# Query options that carry credentials (pyarrow's S3 ``access_key``, ``secret_key``, ``session_token``, GCS's
+# ``access_token``, ...).
+_CREDENTIAL_OPTION = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
 
 
 def is_uri(value: object) -> bool:
@@ -29,8 +37,42 @@ def is_uri(value: object) -> bool:
 
 
 def shown(uri: str) -> str:
-    """A URI as messages and manifests show it: without its query (connection options, possibly credentials)."""
-    return uri.split("?", 1)[0].rstrip("/")
+    """A URI as messages and manifests show it: without its query (connection options, possibly credentials) and
+    its userinfo (keys).
+
+    Example:
+        >>> shown("s3://KEY:SECRET@b/run/?region=x")
+        's3://b/run'
+    """
+    return _USERINFO.sub(r"\g<scheme>", uri.split("?", 1)[0], count=1).rstrip("/")
+
+
+def masked(uri: str) -> str:
+    """``uri`` with its userinfo and the values of its credential options as ``***``, its other options kept: how
+    a message may show the command to run again.
+
+    Example:
+        >>> masked("s3://KEY:SECRET@b/run?endpoint_override=minio:9000&secret_key=SECRET")
+        's3://***@b/run?endpoint_override=minio:9000&secret_key=***'
+    """
+    base, sep, query = uri.partition("?")
+    base = _USERINFO.sub(r"\g<scheme>***@", base, count=1)
+    options = [
+        f"{name}=***" if has_value and _CREDENTIAL_OPTION.search(name) else f"{name}{'=' if has_value else ''}{value}"
+        for name, has_value, value in (option.partition("=") for option in query.split("&"))
+    ]
+    return base + sep + "&".join(options) if sep else base
+
+
+def hide(text: str, uri: str) -> str:
+    """``text`` (an error's message, which may quote ``uri`` whole) with ``uri`` shown as :func:`shown` shows it,
+    and its query and userinfo nowhere (``***``)."""
+    text = text.replace(uri, shown(uri))
+    found = _USERINFO.match(uri)
+    for secret in (uri.partition("?")[2], found["userinfo"] if found else ""):
+        for spelt in {secret, unquote(secret)} - {""}:
+            text = text.replace(spelt, "***")
+    return text
 
 
 def work_dir() -> Path:
@@ -39,15 +81,34 @@ def work_dir() -> Path:
     return Path(given) if given else Path.home() / ".cache" / "delta_eval" / "remote"
 
 
+def folder_id(uri: str) -> str:
+    """The remote folder ``uri`` names, one spelling for all of pyarrow's: without query and userinfo (see
+    :func:`shown`), ``gcs://`` as ``gs://``, the path's percent-escapes decoded (pyarrow decodes them).
+
+    Example:
+        >>> folder_id("gcs://KEY@b/runs%2Fa/?endpoint_override=x")
+        'gs://b/runs/a'
+    """
+    scheme, _, rest = shown(uri).partition("://")
+    return f"{_SAME_SCHEME.get(scheme, scheme)}://{unquote(rest)}".rstrip("/")
+
+
 def working_copy(uri: str) -> Path:
     """The local folder of the run folder at ``uri``: a ``file://`` URI's own path; for any other, its working
-    copy under :func:`work_dir`, named by a hash of the URI without its query (the same run reached through
-    another endpoint setting has the same copy).
+    copy under :func:`work_dir`, named by a hash of :func:`folder_id` (the same run reached through another
+    endpoint setting, or spelt another way, has the same copy). A ``file://`` URI with a host raises ValueError.
 
     Example:
         >>> working_copy("file:///tmp/runs/a").as_posix()
         '/tmp/runs/a'
     """
     if uri.startswith("file://"):
-        return Path(unquote(urlsplit(uri).path))
-    return work_dir() / hashlib.sha256(shown(uri).encode()).hexdigest()[:24]
+        parts = urlsplit(uri)
+        if parts.netloc:
+            # ``file://runs/a`` names host ``runs`` and path ``/a``: not a path to guess at (pyarrow refuses it too)
+            raise ValueError(
+                f"{shown(uri)} names a host ({parts.netloc!r}); a file URI names a path on this machine: "
+                "file:///absolute/path"
+            )
+        return Path(unquote(parts.path))
+    return work_dir() / hashlib.sha256(folder_id(uri).encode()).hexdigest()[:24]

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import DATASETS
-from delta_eval.uris import is_uri, shown, working_copy
+from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
 __all__ = [
     "CACHE_DIR",
@@ -75,7 +75,10 @@ def local_run(path: str | Path) -> Path:
     if not is_uri(path):
         return Path(path)
     uri = str(path)
-    local = working_copy(uri)
+    try:
+        local = working_copy(uri)
+    except ValueError as exc:
+        raise RunFolderError(str(exc)) from None
     if uri.startswith("file://"):
         return local
     from delta_eval.store.folder import FolderLock
@@ -110,7 +113,8 @@ class RemoteFolder:
         try:
             self.fs, root = _filesystem(uri)
         except (ValueError, OSError, pa.ArrowException) as exc:
-            raise RunFolderError(f"cannot open the run folder {shown(uri)}: {exc}") from None
+            # pyarrow's message may quote the URI whole, keys and all
+            raise RunFolderError(f"cannot open the run folder {shown(uri)}: {hide(str(exc), uri)}") from None
         self.root = root.rstrip("/")
         # What this working copy has uploaded and downloaded of the cache, kept beside it (not inside: a run
         # folder holds only the library's files).
@@ -126,6 +130,10 @@ class RemoteFolder:
 
     # -- paths and objects -----------------------------------------------------------------------------------
 
+    def _said(self, exc: BaseException) -> str:
+        """What an error of the store says, without the URI's query or userinfo (connection options, keys)."""
+        return hide(str(exc), self.uri)
+
     def _at(self, rel: str) -> str:
         return f"{self.root}/{rel}"
 
@@ -135,7 +143,7 @@ class RemoteFolder:
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
         except OSError as exc:
-            raise RunFolderError(f"cannot list the run folder {shown(self.uri)}: {exc}") from None
+            raise RunFolderError(f"cannot list the run folder {shown(self.uri)}: {self._said(exc)}") from None
         prefix = self.root + "/"
         return {
             info.path[len(prefix) :]: (int(info.size or 0), info.mtime_ns)
@@ -152,7 +160,7 @@ class RemoteFolder:
         return data
 
     def _not_read(self, rel: str, exc: OSError) -> RunFolderError:
-        return RunFolderError(f"cannot read {rel} from {shown(self.uri)}: {exc}; try again")
+        return RunFolderError(f"cannot read {rel} from {shown(self.uri)}: {self._said(exc)}; try again")
 
     def _put(self, rel: str, data: bytes) -> None:
         """Write one object whole (a reader sees it all or not at all)."""
@@ -171,8 +179,8 @@ class RemoteFolder:
 
     def _not_uploaded(self, rel: str, exc: OSError) -> RunFolderError:
         return RunFolderError(
-            f"cannot upload {rel} to {shown(self.uri)}: {exc}; the run stops, and its rerun recomputes what was not "
-            "uploaded (answers come from the response cache of the working copy)"
+            f"cannot upload {rel} to {shown(self.uri)}: {self._said(exc)}; the run stops, and its rerun recomputes "
+            "what was not uploaded (answers come from the response cache of the working copy)"
         )
 
     def _download(self, rel: str) -> None:
@@ -188,7 +196,7 @@ class RemoteFolder:
             safe_paths.unlink(self.local, tmp, missing_ok=True)
             if isinstance(exc, OSError):  # the store's read or the working copy's write
                 raise RunFolderError(
-                    f"cannot download {rel} from {shown(self.uri)} into {self.local}: {exc}; try again"
+                    f"cannot download {rel} from {shown(self.uri)} into {self.local}: {self._said(exc)}; try again"
                 ) from None
             raise
 
@@ -254,7 +262,7 @@ class RemoteFolder:
         """Add the rows of the cache segments not added before to the working copy's cache."""
         if self.cache is None or not segments:
             return
-        state = self._state()
+        state = self._cache_state()
         done = set(state.get("imported", []))
         todo = [rel for rel in segments if rel not in done]
         if not todo:
@@ -262,7 +270,7 @@ class RemoteFolder:
         # This copy's rows not uploaded yet (a session killed here) go first: the rows added below move the mark
         # of what was uploaded past them.
         self._push_cache()
-        state = self._state()
+        state = self._cache_state()
         self.cache.parent.mkdir(parents=True, exist_ok=True)
         from delta_eval.store.cache import SQLiteCache
 
@@ -277,11 +285,12 @@ class RemoteFolder:
                         [(r["key"], r["model"], r["response"], r["created"]) for r in rows],
                     )
             # What was just added came from the remote: not uploaded again.
-            uploaded = int(db.execute("SELECT coalesce(max(rowid), 0) FROM responses").fetchone()[0])
+            last = db.execute("SELECT rowid, key FROM responses ORDER BY rowid DESC LIMIT 1").fetchone()
         finally:
             db.close()
         state["imported"] = sorted(set(state.get("imported", [])) | set(todo))
-        state["cache_rowid"] = max(int(state.get("cache_rowid", 0)), uploaded)
+        if last is not None and last[0] >= int(state.get("cache_rowid", 0)):
+            state["cache_rowid"], state["cache_key"] = last
         self._save_state(state)
 
     # -- working copy to remote ------------------------------------------------------------------------------
@@ -360,13 +369,18 @@ class RemoteFolder:
         """Upload the response cache's rows written since the last upload, as one segment."""
         if self.cache is None or not self.cache.is_file():
             return
-        state = self._state()
+        state = self._cache_state()
         since = int(state.get("cache_rowid", 0))
         db = sqlite3.connect(f"file:{self.cache}?mode=ro", uri=True, timeout=30)
         try:
             rows = db.execute(
                 "SELECT rowid, key, model, response, created FROM responses WHERE rowid > ? ORDER BY rowid", (since,)
             ).fetchall()
+        except sqlite3.OperationalError:
+            raise  # a lock held too long: the run's to report
+        except sqlite3.DatabaseError:
+            # A damaged cache costs its answers, never the run (as in a local folder): opening it moves it aside.
+            return
         finally:
             db.close()
         if not rows:
@@ -378,7 +392,7 @@ class RemoteFolder:
         pq.write_table(table, sink, compression="zstd")
         rel = f"{CACHE_DIR}/{uuid.uuid4().hex}.parquet"
         self._put(rel, sink.getvalue().to_pybytes())
-        state["cache_rowid"] = rows[-1][0]
+        state["cache_rowid"], state["cache_key"] = rows[-1][0], rows[-1][1]
         state["imported"] = [*state.get("imported", []), rel]  # this copy's own rows: never added back
         self._save_state(state)
 
@@ -387,10 +401,34 @@ class RemoteFolder:
             state = json.loads(self._state_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-        return state if isinstance(state, dict) and state.get("uri") == shown(self.uri) else {}
+        return state if isinstance(state, dict) and state.get("uri") == folder_id(self.uri) else {}
+
+    def _cache_state(self) -> dict[str, Any]:
+        """The state, its marks of the cache (the last row uploaded, the segments added) dropped when they are not
+        about the cache file there now: the row they end at is not there under the key it had (the working copy
+        was deleted and this file, kept beside it, was not; the cache was moved aside as damaged). Its rows are
+        then all uploaded again and every segment added again (each kept once: INSERT OR IGNORE)."""
+        state = self._state()
+        rowid = int(state.get("cache_rowid", 0))
+        if rowid == 0:
+            return state
+        row = None
+        if self.cache is not None and self.cache.is_file():
+            db = sqlite3.connect(f"file:{self.cache}?mode=ro", uri=True, timeout=30)
+            try:
+                row = db.execute("SELECT key FROM responses WHERE rowid = ?", (rowid,)).fetchone()
+            except sqlite3.OperationalError:
+                raise  # a lock held too long: the run's to report
+            except sqlite3.DatabaseError:
+                row = None  # a damaged file: not the cache the marks are about
+            finally:
+                db.close()
+        if row is not None and row[0] == state.get("cache_key"):
+            return state
+        return {k: v for k, v in state.items() if k not in ("cache_rowid", "cache_key", "imported")}
 
     def _save_state(self, state: dict[str, Any]) -> None:
-        state["uri"] = shown(self.uri)
+        state["uri"] = folder_id(self.uri)
         safe_paths.write_atomic(self._state_path.parent, self._state_path, json.dumps(state).encode())
 
 

@@ -345,8 +345,9 @@ class FolderSession:
                         with contextlib.suppress(OSError):  # nothing more to try: the run's own error says why
                             self.lock.record({"status": status, "failure": failure, "ended": self.manifest.ended_at})
                     raise
-            self.cache.close()
         finally:
+            # Also when the manifest could not be written (a full disk, an object store refusing its upload).
+            self.cache.close()
             self.journal.close()
             self.lock.release()
         return self.manifest

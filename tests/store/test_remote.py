@@ -25,7 +25,7 @@ from moto.server import ThreadedMotoServer
 import delta_eval as de
 from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
-from delta_eval.exceptions import ConfigError, RunFolderError
+from delta_eval.exceptions import ConfigError, RunFolderError, RunFolderWarning
 from delta_eval.schema import ErrorRecord
 from delta_eval.store import remote as remote_module
 from delta_eval.store.cache import SQLiteCache
@@ -259,6 +259,64 @@ def test_answers_a_killed_session_left_unuploaded_go_up_before_another_machines_
     )  # each answer uploaded once
 
 
+def test_a_working_copy_deleted_and_pulled_again_takes_the_remotes_answers_and_uploads_its_own(
+    s3: S3, tmp_path: Path
+) -> None:
+    """What a working copy uploaded and added is kept beside it: when the copy (its cache) is deleted and that is
+    left, a new copy still takes every answer the remote holds, and uploads the answers it gets next."""
+    import shutil
+
+    uri = s3.uri("gone")
+    local = tmp_path / "copy"
+    cache = local / "cache.sqlite"
+
+    def answer(key: str) -> None:
+        with sqlite3.connect(cache) as con:
+            con.execute("INSERT INTO responses VALUES (?, 'simulated:x', '{}', 0)", (key,))
+        con.close()
+
+    def fresh_copy() -> RemoteFolder:
+        SQLiteCache(cache, root=local).close()
+        remote = RemoteFolder(uri, local, cache=cache)
+        RunFolder(local).mark()
+        remote.sync()
+        return remote
+
+    first = fresh_copy()
+    answer("paid-and-uploaded")
+    answer("paid-and-uploaded-too")
+    first._push_cache()
+    shutil.rmtree(local)  # the user clears the working copy; what is kept beside it stays
+    second = fresh_copy()
+    second.pull()
+    assert _keys(cache) == {"paid-and-uploaded", "paid-and-uploaded-too"}
+    answer("paid-next")
+    second._push_cache()
+    assert _uploaded_keys(s3, "gone") == {"paid-and-uploaded", "paid-and-uploaded-too", "paid-next"}
+
+
+def test_a_damaged_cache_in_the_working_copy_costs_its_answers_not_the_pull(s3: S3, tmp_path: Path) -> None:
+    """As in a local run folder: the damaged file is moved aside (said in a warning), and the remote's answers are
+    added to the new one."""
+    uri = s3.uri("damaged")
+    other = tmp_path / "other"
+    SQLiteCache(other / "cache.sqlite", root=other).close()
+    with sqlite3.connect(other / "cache.sqlite") as con:
+        con.execute("INSERT INTO responses VALUES ('paid-elsewhere', 'simulated:x', '{}', 0)")
+    con.close()
+    elsewhere = RemoteFolder(uri, other, cache=other / "cache.sqlite")
+    RunFolder(other).mark()
+    elsewhere.sync()
+    elsewhere._push_cache()
+
+    local = tmp_path / "copy"
+    local.mkdir()
+    (local / "cache.sqlite").write_bytes(b"not a database, garbage " * 100)
+    with pytest.warns(RunFolderWarning, match="damaged"):
+        RemoteFolder(uri, local, cache=local / "cache.sqlite").pull()
+    assert _keys(local / "cache.sqlite") == {"paid-elsewhere"}
+
+
 def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
     with s3.fs.open_output_stream("runs/c/notes.txt") as f:
         f.write(b"someone else's")
@@ -335,6 +393,45 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
     assert json.loads((result.path / "manifest.json").read_text())["status"] == "completed"
 
 
+def test_a_manifest_the_store_refuses_fails_the_run_and_leaves_its_cache_closed(
+    s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refuses the manifest from its third upload on (the session's last write too): the run stops
+    saying so, and the session still closes its response cache."""
+    from delta_eval.store import session as session_module
+
+    opened: list[SQLiteCache] = []
+
+    class Tracked(SQLiteCache):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    class Flaky:
+        def __init__(self, fs: pafs.FileSystem) -> None:
+            self.fs, self.manifests = fs, 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+        def open_output_stream(self, path: str) -> Any:
+            if path.endswith("/manifest.json"):
+                self.manifests += 1
+                if self.manifests >= 3:
+                    raise OSError("the object store went away")
+            return self.fs.open_output_stream(path)
+
+    opened_fs = remote_module._filesystem
+    monkeypatch.setattr(remote_module, "_filesystem", lambda uri: (Flaky(opened_fs(uri)[0]), opened_fs(uri)[1]))
+    monkeypatch.setattr(session_module, "SQLiteCache", Tracked)
+    with pytest.raises(BaseException, match=r"cannot upload manifest.json to s3://runs/m|unhandled errors"):
+        de.run(_config(s3.uri("m")), conversations=demo_conversations(), progress=False)
+    assert opened
+    for cache in opened:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            cache._db.execute("SELECT 1")
+
+
 def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -363,6 +460,84 @@ def test_an_out_uri_names_its_working_copy_and_leaves_the_fingerprint_alone(
     assert not (tmp_path / "work").exists()  # nothing written for a URI no filesystem reads
 
 
+def test_credentials_in_a_uri_reach_no_message_manifest_or_working_copy_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow takes S3 keys in the URI's userinfo (``s3://KEY:SECRET@bucket/...``) and its query: neither is shown,
+    kept in the configuration a run folder records, nor makes the same run another working copy."""
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    secret = "wJalrXUtnFEMI%2FK7MDENG"
+    uri = f"s3://AKIAQWERTYUIOPASDFGH:{secret}@runs/a?endpoint_override=127.0.0.1:9&scheme=http"
+    config = _config(uri)
+    assert config.public_dump()["remote"] == "s3://runs/a"
+    assert config.out == working_copy("s3://runs/a")  # the same run, reached with keys or without
+    # a URI pyarrow cannot parse: its error quotes the whole URI
+    bad = f"s3://AKIAQWERTYUIOPASDFGH:{secret}@runs/a?endpoint_override=127.0.0.1:9&secret_key=SEKRIT2&x=%zz"
+    with pytest.raises(RunFolderError) as raised:
+        RemoteFolder(bad, tmp_path / "copy")
+    said = str(raised.value)
+    assert "cannot open the run folder s3://runs/a" in said
+    for leaked in ("AKIAQWERTYUIOPASDFGH", secret, "wJalrXUtnFEMI/K7MDENG", "SEKRIT2"):
+        assert leaked not in said
+
+
+def test_one_remote_folder_spelt_two_ways_has_one_working_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spellings pyarrow reads as the same folder (its GCS schemes, percent-escapes it decodes, a trailing slash)
+    share a working copy, so its lock keeps two runs on this machine from writing the folder at once; folders
+    pyarrow tells apart do not."""
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    assert working_copy("gcs://b/runs/a") == working_copy("gs://b/runs/a/")
+    assert working_copy("s3://b/runs%2Fa") == working_copy("s3://b/r%75ns/a") == working_copy("s3://b/runs/a")
+    assert len({working_copy(u) for u in ("s3://b/runs/a", "s3://b/runs/b", "s3://b//runs/a", "gs://b/runs/a")}) == 4
+
+
+def test_a_config_keeps_its_uri_when_the_work_dir_changes_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner validates the config again: a working copy made under another ``DELTA_EVAL_WORK_DIR`` (set
+    after the config was made, or a config dumped under another home) is still that URI's, not a local ``out``
+    the run would write without uploading anything."""
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "first"))
+    uri = "s3://bucket/runs/a?endpoint_override=127.0.0.1:9&scheme=http"
+    config = _config(uri)
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "second"))
+    again = de.RunConfig.model_validate(dict(config))
+    assert (again.out, again.remote) == (config.out, uri)
+
+
+def test_the_cli_shows_an_out_uri_without_its_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``delta-eval demo --out URI`` prints (the run folder; on Ctrl-C, the command that resumes) goes to
+    terminals and CI logs: the URI's keys are masked there, its other options kept."""
+    import delta_eval.api
+
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(delta_eval.api, "run", interrupted)
+    uri = "s3://AKIAQWERTYUIOPASDFGH:SEKRIT1@runs/a?endpoint_override=127.0.0.1:9&secret_key=SEKRIT2&session_token=SEKRIT3"
+    assert cli_main(["demo", "--out", uri, "--no-progress"]) == 1
+    said = capsys.readouterr().err
+    assert "run folder s3://runs/a" in said
+    assert "--out 's3://***@runs/a?endpoint_override=127.0.0.1:9&secret_key=***&session_token=***'" in said
+    for leaked in ("AKIAQWERTYUIOPASDFGH", "SEKRIT"):
+        assert leaked not in said
+
+
+def test_a_file_uri_with_a_host_is_refused_not_read_as_another_path(tmp_path: Path) -> None:
+    """``file://runs/a`` names host ``runs``: it is refused (pyarrow refuses it too), not written to ``/a``."""
+    from pydantic import ValidationError
+
+    with pytest.raises((ValidationError, ConfigError), match=r"file:///"):
+        _config("file://runs/a")
+    with pytest.raises(RunFolderError, match=r"file:///"):
+        de.open_result("file://runs/a")
+    assert working_copy(f"file://{tmp_path}/a") == tmp_path / "a"
+
+
 def test_reading_a_uri_that_holds_no_run_says_so(s3: S3) -> None:
     with pytest.raises(RunFolderError, match=r"s3://runs/none holds no delta_eval run"):
         de.open_result(s3.uri("none"))
@@ -378,7 +553,15 @@ def test_a_run_deleted_from_the_remote_starts_afresh_answered_from_the_working_c
     assert again.manifest.sessions[0].resumed_pairs == 0
     assert sum(s.made for s in again.manifest.sessions[0].calls.values()) == 0
     assert _verdicts(uri) == _verdicts(first.path)
-    assert sorted(s3.files("f")) == sorted(rel for rel in s3.files("f"))
+    # the remote holds the new run whole again: the working copy's batches, each record's parts, the manifest
+    files = s3.files("f")
+    records = sorted(rel for rel in files if rel.startswith("_commits/"))
+    assert records == sorted(f"_commits/{f.name}" for f in (again.path / "_commits").glob("*.json"))
+    assert records
+    assert {".delta_eval", "manifest.json"} <= set(files)
+    for rel in records:
+        for part in json.loads((again.path / rel).read_text())["files"].values():
+            assert set(part) <= set(files)
 
 
 def test_a_batch_committed_here_but_never_uploaded_is_recomputed_from_the_cache(
