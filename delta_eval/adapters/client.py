@@ -53,6 +53,14 @@ class CallResult:
 
 
 @dataclass
+class _Flight:
+    """A request in flight through a client: set when it ends, with its answer if it got one."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answer: ModelResponse | None = None
+
+
+@dataclass
 class ModelClient:
     """Calls one model through cache, limiter and retry.
 
@@ -72,7 +80,7 @@ class ModelClient:
     on_send: Callable[[], None] | None = None
     #: Where cache misses go when the run batches this client's calls (``None``: each is made at once).
     batch: BatchQueue | None = None
-    _asking: dict[str, anyio.Event] = field(default_factory=dict, init=False, repr=False)
+    _asking: dict[str, _Flight] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def model(self) -> str:
@@ -83,7 +91,7 @@ class ModelClient:
         """The response to ``request``; raises :class:`ProviderError` once retries are exhausted.
 
         With a cache, a request already in flight through this client is not sent again: the second caller waits
-        for the first's answer and takes it from the cache (both sides of a session asking the simulated user or the
+        for the first's answer and takes it (both sides of a session asking the simulated user or the
         tool model the same thing at the same moment pay once). If the first fails, the next waiter sends it."""
         key = request.cache_key(namespace=namespace, identity=self.adapter.cache_identity())
         if self.cache is None:
@@ -93,16 +101,21 @@ class ModelClient:
             if hit is not None:
                 self.stats.cached += 1
                 return CallResult(hit, cached=True)
-            asking = self._asking.get(key)
-            if asking is None:
+            flight = self._asking.get(key)
+            if flight is None:
                 break
-            await asking.wait()
-        done = self._asking[key] = anyio.Event()
+            await flight.done.wait()
+            if flight.answer is not None:  # an answer the cache does not keep (content-filtered): shared all the same
+                self.stats.cached += 1
+                return CallResult(flight.answer, cached=True)
+        flight = self._asking[key] = _Flight()
         try:
-            return await self._fetch(key, request)
+            result = await self._fetch(key, request)
+            flight.answer = result.response
+            return result
         finally:
             del self._asking[key]
-            done.set()
+            flight.done.set()
 
     def _cached(self, key: str, request: ModelRequest, namespace: str) -> ModelResponse | None:
         assert self.cache is not None

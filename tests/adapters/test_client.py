@@ -118,6 +118,19 @@ def test_the_same_request_in_flight_twice_is_sent_once_and_a_failed_one_is_sent_
     assert (retried.stats.made, retried.stats.failed, retried.stats.cached) == (2, 1, 1)
     assert [type(o).__name__ for o in outcomes] == ["AuthenticationError", "bool", "bool"]
 
+    # A content-filtered answer is not cached (a rerun asks again), but the callers waiting for it take it too.
+    class Filtered(Slow):
+        async def generate(self, request: ModelRequest) -> de.ModelResponse:
+            answer = await super().generate(request)
+            return answer.model_copy(update={"finish_reason": "content_filter"})
+
+    outcomes.clear()
+    filtered = ModelClient(Filtered("scripted:m", lambda r: ""), ModelLimiter(8), cache=SQLiteCache(tmp_path / "c"))
+    anyio.run(main, filtered, [REQUEST] * 3)
+    assert (filtered.stats.made, filtered.stats.cached) == (1, 2)
+    assert filtered.cache is not None
+    assert filtered.cache.get(REQUEST.cache_key(identity=filtered.adapter.cache_identity())) is None
+
     # Without a cache there is nowhere to find the first answer: each caller makes its own call.
     uncached = ModelClient(Slow("scripted:m", lambda r: "z"), ModelLimiter(8))
     anyio.run(main, uncached, [REQUEST] * 3)
