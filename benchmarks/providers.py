@@ -21,6 +21,7 @@ medians are printed, with the ratios:
 
     python benchmarks/providers.py                            # both scenarios, 3 repeats each
     python benchmarks/providers.py --scenarios 1000:256       # latency_ms:concurrency, any number of them
+    python benchmarks/providers.py --processes 2              # and the pipeline on 2 processes (ProcessExecutor)
 
 The pipeline's client runs on the leanest stack installed (printed first): aiohttp's transport under the SDK
 (``openai[aiohttp]``), uvloop's event loop (the ``fast`` extra) and fewer garbage collections during the run. On
@@ -88,11 +89,12 @@ def client_stack() -> str:
 
 
 def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """This process's CPU time and that of its children waited for (a ProcessExecutor's shards)."""
+    mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
 
 
-def run_pipeline(path: Path, out: Path, base_url: str, concurrency: int) -> dict[str, Any]:
+def run_pipeline(path: Path, out: Path, base_url: str, concurrency: int, processes: int = 0) -> dict[str, Any]:
     import delta_eval as de
 
     options = {"base_url": base_url, "api_key": "bench"}
@@ -105,7 +107,9 @@ def run_pipeline(path: Path, out: Path, base_url: str, concurrency: int) -> dict
         judge_concurrency=8,
     )
     start, cpu = time.perf_counter(), cpu_seconds()
-    result = de.run(config, conversations=source(path))
+    # With processes, one event loop per process (de.ProcessExecutor), each with its share of the limits.
+    executor = de.ProcessExecutor(workers=processes) if processes else None
+    result = de.run(config, conversations=source(path), executor=executor)
     seconds = time.perf_counter() - start
     return {
         "calls": result.counts.calls.answered,
@@ -175,8 +179,9 @@ def run_bare(path: Path, base_url: str, concurrency: int) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     path = Path(args.export)
-    if args.child == "pipeline":
-        out = run_pipeline(path, Path(args.out), args.base_url, args.concurrency)
+    if args.child in ("pipeline", "processes"):
+        processes = args.processes if args.child == "processes" else 0
+        out = run_pipeline(path, Path(args.out), args.base_url, args.concurrency, processes)
     else:
         out = run_bare(path, args.base_url, args.concurrency)
     print(json.dumps(out))
@@ -203,9 +208,9 @@ class Server:
             self.proc.stdout.close()
 
 
-def measure(kind: str, export: Path, base_url: str, concurrency: int, out: Path) -> dict[str, Any]:
+def measure(kind: str, export: Path, base_url: str, concurrency: int, out: Path, processes: int) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", kind, "--export", str(export), "--base-url", base_url,
-           "--concurrency", str(concurrency), "--out", str(out)]  # fmt: skip
+           "--concurrency", str(concurrency), "--out", str(out), "--processes", str(processes)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:  # say why, not just that it failed
         raise RuntimeError(f"the {kind} child failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -213,14 +218,19 @@ def measure(kind: str, export: Path, base_url: str, concurrency: int, out: Path)
     return result
 
 
-def scenario(latency_ms: float, concurrency: int, export: Path, repeats: int, folder: Path) -> dict[str, Any]:
+def scenario(
+    latency_ms: float, concurrency: int, export: Path, repeats: int, folder: Path, processes: int = 0
+) -> dict[str, Any]:
     server = Server(latency_ms)
     runs: dict[str, list[dict[str, Any]]] = {"bare": [], "pipeline": []}
+    if processes:
+        runs["processes"] = []
     try:
         for k in range(repeats):
-            for kind in ("bare", "pipeline"):
+            for kind in runs:
                 before = server.cpu_seconds()
-                run = measure(kind, export, server.base_url, concurrency, folder / f"run-{latency_ms}-{kind}-{k}")
+                out = folder / f"run-{latency_ms}-{kind}-{k}"
+                run = measure(kind, export, server.base_url, concurrency, out, processes)
                 runs[kind].append({**run, "server_cpu": server.cpu_seconds() - before})
     finally:
         server.close()
@@ -254,11 +264,15 @@ def scenario(latency_ms: float, concurrency: int, export: Path, repeats: int, fo
           f"{bare['cpu_per_1000']:.2f} ms, pipeline / bare {cpu_ms / bare['cpu_per_1000']:.2f}")  # fmt: skip
     print(f"  fake server CPU per call: during the pipeline {pipe['server_cpu_per_1000']:.2f} ms, during the bare loop "
           f"{bare['server_cpu_per_1000']:.2f} ms")  # fmt: skip
+    if "processes" in medians:
+        spread = medians["processes"]
+        print(f"  pipeline on {processes} processes: client CPU per call {spread['cpu_per_1000']:.2f} ms (every "
+              f"process's), wall time / one process's {spread['seconds'] / pipe['seconds']:.2f}")  # fmt: skip
     if latency_ms:
-        for kind in ("pipeline", "bare"):
+        for kind in medians:
             ideal = medians[kind]["calls"] * latency_ms / 1000 / concurrency
             over = medians[kind]["seconds"] / ideal
-            mark = target(over, IDEAL_TARGET) if kind == "pipeline" else ""
+            mark = target(over, IDEAL_TARGET) if kind != "bare" else ""
             print(f"  {kind} wall time / ideal (calls x {latency_ms / 1000:g} s / {concurrency} = {ideal:.2f} s): "
                   f"{over:.2f}{mark}, {medians[kind]['busy']:.0f} of {concurrency} slots busy on average")  # fmt: skip
     return medians
@@ -269,11 +283,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scale", type=int, default=1, help="repeat the 200-conversation export this many times")
     parser.add_argument("--conversations", type=int, help="only the first N conversations of the export")
-    parser.add_argument("--child", choices=["pipeline", "bare"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["pipeline", "bare", "processes"], help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=64, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="also run the pipeline on this many processes, one event loop each (de.ProcessExecutor); 0: not",
+    )
     parser.add_argument(
         "--scenarios",
         default="0:64,200:256",
@@ -292,7 +312,7 @@ def main() -> None:
         print(f"pipeline client: {client_stack()}")
         for item in args.scenarios.split(","):
             latency, concurrency = item.split(":")
-            scenario(float(latency), int(concurrency), export, args.repeats, folder)
+            scenario(float(latency), int(concurrency), export, args.repeats, folder, args.processes)
 
 
 if __name__ == "__main__":

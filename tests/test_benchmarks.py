@@ -224,7 +224,7 @@ def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytes
     import sys
 
     argv = sys.argv
-    sys.argv = ["providers.py", "--conversations", "4", "--repeats", "1", "--scenarios", "0:4,50:8"]
+    sys.argv = ["providers.py", "--conversations", "4", "--repeats", "1", "--scenarios", "0:4,50:8", "--processes", "2"]
     try:
         providers.main()
     finally:
@@ -234,8 +234,14 @@ def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytes
     assert "pipeline client: the SDK on " in out
     assert "(target <= 1.5:" in out
     assert "pipeline wall time / ideal (calls x 0.05 s / 8" in out
+    assert "processes wall time / ideal (calls x 0.05 s / 8" in out
+    assert out.count("pipeline on 2 processes: client CPU per call") == 2
     assert "(target <= 2:" in out
     assert "errors 0" in out
+    # The run on processes made the same calls as the one on one loop.
+    calls = re.findall(r"  (pipeline|processes) +(\d+) calls", out)
+    assert len(calls) == 4
+    assert {kind: n for kind, n in calls[:2]}["pipeline"] == {kind: n for kind, n in calls[:2]}["processes"]
 
 
 @pytest.mark.slow
