@@ -11,7 +11,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
@@ -27,6 +26,7 @@ from delta_eval.demo import behaviours, demo_config, demo_conversations, demo_mo
 from delta_eval.pricing import Price, cost
 from delta_eval.schema import Usage
 from delta_eval.testing.servers.openai import FakeOpenAIServer
+from tests.killing import kill_when
 
 JUDGES = ("judge-small", "judge")
 FAST = BatchSettings(size=40, wait_s=0.2, poll_s=0.02)
@@ -160,16 +160,8 @@ def test_a_run_killed_while_polling_resumes_by_polling_the_same_batch(tmp_path: 
     with serve() as server:
         server.batch.hold = True  # batches stay in_progress: the run can only poll
         proc = subprocess.Popen([sys.executable, str(script), server.base_url, str(out)], cwd=Path.cwd())
-        try:
-            deadline = time.monotonic() + 120
-            while not any(b.status == "in_progress" and b.retrieved >= 3 for b in server.batch.batches.values()):
-                assert proc.poll() is None, "the run ended before it could be killed"
-                assert time.monotonic() < deadline, "no batch was polled"
-                time.sleep(0.02)
-            proc.kill()
-        finally:
-            proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
+        kill_when(proc, lambda: any(b.status == "in_progress" and b.retrieved >= 3
+                                    for b in server.batch.batches.values()))  # fmt: skip
         held = {b.id: b.retrieved for b in server.batch.batches.values()}
         assert held
         assert all(b.status in ("validating", "in_progress") for b in server.batch.batches.values())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from delta_eval.pricing import Price, cost
 from delta_eval.schema import Message, Usage
 from delta_eval.testing.servers.anthropic import FakeAnthropicServer
 from delta_eval.testing.servers.gemini import FakeGeminiServer
+from tests.killing import kill_when
 
 JUDGES = ("judge-small", "judge")
 FAST = BatchSettings(size=40, wait_s=0.2, poll_s=0.02)
@@ -175,16 +175,7 @@ def test_a_run_killed_while_polling_resumes_by_polling_the_same_batch(provider: 
     with provider.serve() as server:
         server.batch.hold = True  # batches stay in progress: the run can only poll
         proc = subprocess.Popen([sys.executable, str(script), provider.prefix, server.url, str(out)], cwd=Path.cwd())
-        try:
-            deadline = time.monotonic() + 120
-            while not any(b.retrieved >= 3 for b in list(server.batch.batches.values())):
-                assert proc.poll() is None, "the run ended before it could be killed"
-                assert time.monotonic() < deadline, "no batch was polled"
-                time.sleep(0.02)
-            proc.kill()
-        finally:
-            proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
+        kill_when(proc, lambda: any(b.retrieved >= 3 for b in list(server.batch.batches.values())))
         held = {i: b.retrieved for i, b in server.batch.batches.items()}
         assert held
         assert not any(provider.ended(server).values())

@@ -14,6 +14,7 @@ import pytest
 
 import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
+from tests.killing import commits_at_least, kill_when
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")]
 
@@ -42,16 +43,7 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
         "--no-progress",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        # Wait until the population batch and at least two batches of pairs are committed.
-        while time.monotonic() < deadline and len(list((out / "_commits").glob("*.json"))) < 3:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    kill_when(proc, commits_at_least(out))
 
     killed = de.open_result(out)
     assert killed.status == "running"  # the process never got to say otherwise

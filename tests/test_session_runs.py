@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 import delta_eval as de
 from delta_eval.demo import WIRES, behaviours, demo_models
 from delta_eval.schema import Conversation
+from tests.killing import commits_at_least, kill_when
 
 READS = ["get_*", "search_*", "list_*", "calculate", "think"]
 
@@ -108,15 +107,7 @@ def test_a_session_run_killed_then_resumed_writes_each_session_once_and_pays_not
     script.write_text(SCRIPT.format(root=str(Path(__file__).resolve().parents[1]), out=str(out)))
     cmd = [sys.executable, str(script)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list((out / "_commits").glob("*.json"))) < 3:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    kill_when(proc, commits_at_least(out))
     killed = de.open_result(out)
     assert killed.status == "running"
     kept = killed.table("verdicts").num_rows

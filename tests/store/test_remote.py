@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.uris import WORK_DIR_ENV, working_copy
+from tests.killing import kill_when
 
 
 class S3:
@@ -358,16 +358,8 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
            "--no-progress"]  # fmt: skip
     env = {**os.environ, WORK_DIR_ENV: str(tmp_path / "killed")}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        deadline = time.monotonic() + 120
-        # the population batch and at least two batches of pairs uploaded
-        while time.monotonic() < deadline and sum(r.startswith("_commits/") for r in s3.files("k")) < 3:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    # the population batch and at least two batches of pairs uploaded
+    kill_when(proc, lambda: sum(r.startswith("_commits/") for r in s3.files("k")) >= 3)
     uploaded = _uploaded_keys(s3, "k")
     assert uploaded
 
