@@ -56,6 +56,7 @@ from delta_eval.exceptions import RunFolderChangedError, RunFolderError, RunFold
 from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.schema import SampledConversation
 from delta_eval.store import safe_paths
+from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.live_files import PROGRESS_DIR, remove_progress
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.media import restore_media, split_media
@@ -83,9 +84,7 @@ __all__ = [
 #: The datasets that hold rows of pairs: one candidate's are its pairs' (:meth:`RunFolder.read_candidate`).
 PER_PAIR = ("verdicts", "replays", "judgements", "simulator_calls", "errors")
 
-MANIFEST = "manifest.json"
-MARKER = ".delta_eval"
-_COMMITS = "_commits"
+
 #: How many scans a reader makes of a folder that changes under it before saying so.
 _SNAPSHOT_TRIES = 8
 _LOCK = ".lock"
@@ -99,7 +98,7 @@ _COMMIT_FILE = re.compile(r"^(\d{6}\.json|\.\d{6}\.json\.[0-9a-f]{32}\.tmp)$")
 _COMMITTED = re.compile(r"^\d{6}\.json$")
 _COMMIT_TMP = re.compile(r"^\.\d{6}\.json\.[0-9a-f]{32}\.tmp$")
 #: What the library writes or deletes in a run folder, by name: none of them may be a symbolic link.
-WRITTEN = (_LOCK, COMMIT_LOCK, MANIFEST, MARKER, RESERVE, _COMMITS, SENT_DIR, PROGRESS_DIR, *DATASETS, "analysis",
+WRITTEN = (_LOCK, COMMIT_LOCK, MANIFEST, MARKER, RESERVE, COMMITS, SENT_DIR, PROGRESS_DIR, *DATASETS, "analysis",
            "report.html")  # fmt: skip
 #: The fields of a manifest that identify its run, kept in every commit record (see :attr:`RunFolder.header`).
 HEADER_FIELDS = frozenset(RunManifest.model_fields) - {
@@ -276,7 +275,7 @@ class RunFolder:
 
     def scan(self) -> tuple[list[dict[str, Any]], list[Damage]]:
         """:meth:`commits` and :meth:`damage` from one pass over the commit files."""
-        folder = self.path / _COMMITS
+        folder = self.path / COMMITS
         good: list[dict[str, Any]] = []
         damage: list[Damage] = []
         numbers: set[int] = set()
@@ -284,7 +283,7 @@ class RunFolder:
         for f in files:
             batch = int(f.name[:6])
             numbers.add(batch)
-            rel = f"{_COMMITS}/{f.name}"
+            rel = f"{COMMITS}/{f.name}"
             record, problem = self._read_commit(f, batch)
             for _ in range(3):
                 # A part gone while its record was read: a rerun dropping the batch rewrote the record first, so
@@ -301,7 +300,7 @@ class RunFolder:
             good.append(record)
         last = max(numbers | {self._counted_batches()})
         damage += [
-            Damage(n, f"its commit file {_COMMITS}/{n:06d}.json is missing") for n in range(1, last + 1)
+            Damage(n, f"its commit file {COMMITS}/{n:06d}.json is missing") for n in range(1, last + 1)
             if n not in numbers
         ]  # fmt: skip
         return good, sorted(damage)
@@ -529,7 +528,7 @@ class RunFolder:
     def _library_files(self, commits: re.Pattern[str], root: re.Pattern[str] | None = None) -> list[Path]:
         """The files the library writes, found by their names: part files in the datasets' folders, files of the
         ``commits`` pattern in the commits folder, and of the ``root`` pattern beside the manifest."""
-        places = [*((d, _PART) for d in DATASETS), (_COMMITS, commits), *([(".", root)] if root else [])]
+        places = [*((d, _PART) for d in DATASETS), (COMMITS, commits), *([(".", root)] if root else [])]
         found = []
         for name, pattern in places:
             # A linked folder is refused here, before anything in it is deleted; a linked file too.
@@ -548,7 +547,7 @@ class RunFolder:
             if f.relative_to(self.path).as_posix() not in committed:
                 safe_paths.unlink(self.path, f)
                 removed.append(f)
-        numbers = [int(f.name[:6]) for f in (self.path / _COMMITS).glob("*.json") if _COMMITTED.match(f.name)]
+        numbers = [int(f.name[:6]) for f in (self.path / COMMITS).glob("*.json") if _COMMITTED.match(f.name)]
         self._next_batch = max(numbers, default=0) + 1
         return removed
 
@@ -565,7 +564,7 @@ class RunFolder:
     def drop(self, batch: int, reason: str) -> None:
         """Remove a batch: its part files go, and a commit record saying why takes its number (so the numbers stay
         without gaps). Its rows are no longer in the run."""
-        commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
+        commits = safe_paths.mkdir(self.path, self.path / COMMITS)
         parts = [safe_paths.check(self.path, self.path / name / f"part-{batch:06d}.parquet") for name in DATASETS]
         record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), "dropped": reason}
         header = self._header_of(commits / f"{batch:06d}.json")
@@ -622,7 +621,7 @@ class RunFolder:
             safe_paths.unlink(self.path, f)
         removed += remove_journals(self.path)
         removed += remove_progress(self.path)
-        for name in (*DATASETS, _COMMITS):
+        for name in (*DATASETS, COMMITS):
             folder = self.path / name
             if folder.is_dir() and not any(folder.iterdir()):
                 safe_paths.rmdir(self.path, folder)
@@ -697,7 +696,7 @@ class RunFolder:
                 files[name] = [f"{name}/{final.name}"]
                 sizes[f"{name}/{final.name}"] = final.stat().st_size
                 counts[name] = rows
-            commits = safe_paths.mkdir(self.path, self.path / _COMMITS)
+            commits = safe_paths.mkdir(self.path, self.path / COMMITS)
             record = {
                 "batch": batch,
                 "files": files,
@@ -731,7 +730,7 @@ class RunFolder:
 
     def _last_on_disk(self) -> int:
         """The highest batch number with a commit file (0: none)."""
-        folder = self.path / _COMMITS
+        folder = self.path / COMMITS
         numbers = [int(f.name[:6]) for f in folder.iterdir() if _COMMITTED.match(f.name)] if folder.is_dir() else []
         return max(numbers, default=0)
 

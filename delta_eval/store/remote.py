@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
+from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.tables import DATASETS
 from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
@@ -56,10 +57,6 @@ __all__ = [
 
 #: The remote folder of the response cache's uploaded rows.
 CACHE_DIR = "_cache"
-# The library's files, by their names (mirrors delta_eval.store.folder; not imported to keep the module order).
-_MANIFEST = "manifest.json"
-_MARKER = ".delta_eval"
-_COMMITS = "_commits"
 _RECORD = re.compile(r"^_commits/\d{6}\.json$")
 _PART = re.compile(r"^(?P<dataset>[a-z_]+)/part-\d{6}\.parquet$")
 _SEGMENT = re.compile(r"^_cache/[0-9a-f]{32}\.parquet$")
@@ -219,15 +216,15 @@ class RemoteFolder:
         missed; the library rewrites a record only when a later session drops its batch."""
         listing = self._listing()
         self.local.mkdir(parents=True, exist_ok=True)
-        if listing and _MARKER not in listing:
+        if listing and MARKER not in listing:
             raise RunFolderError(
                 f"{shown(self.uri)} holds files and is not a delta_eval run folder; choose an empty or new 'out'"
             )
         records = sorted(rel for rel in listing if _RECORD.match(rel))
-        commits = self.local / _COMMITS
+        commits = self.local / COMMITS
         if commits.is_dir():
             for f in commits.iterdir():
-                if _RECORD.match(f"{_COMMITS}/{f.name}") and f"{_COMMITS}/{f.name}" not in listing:
+                if _RECORD.match(f"{COMMITS}/{f.name}") and f"{COMMITS}/{f.name}" not in listing:
                     safe_paths.unlink(self.local, f)
         state = self._state()
         seen: dict[str, list[Any]] = state.get("records", {})
@@ -249,10 +246,10 @@ class RemoteFolder:
                 safe_paths.write_atomic(self.local, mine, data)
         state["records"] = {rel: list(listing[rel]) for rel in records}
         self._save_state(state)
-        for name in (_MARKER, _MANIFEST):
+        for name in (MARKER, MANIFEST):
             if name in listing:
                 safe_paths.write_atomic(self.local, self.local / name, self._get(name))
-            elif name == _MANIFEST:
+            elif name == MANIFEST:
                 # An empty remote (a new run, or one deleted there) leaves no run in the copy either: the copy's
                 # marker stays, so a run started here resets what is left (its cache stays, and answers).
                 safe_paths.unlink(self.local, self.local / name, missing_ok=True)
@@ -298,7 +295,7 @@ class RemoteFolder:
     def batch_committed(self, batch: int) -> None:
         """Upload a batch the working copy just committed: the cache rows written since the last upload, its part
         files, then its commit record (the batch is then visible, and whole)."""
-        rel = f"{_COMMITS}/{batch:06d}.json"
+        rel = f"{COMMITS}/{batch:06d}.json"
         data = (self.local / rel).read_bytes()
         self._refuse_taken(rel, data)
         self._push_cache()
@@ -325,7 +322,7 @@ class RemoteFolder:
 
     def batch_dropped(self, batch: int) -> None:
         """Replace a dropped batch's record on the remote, then delete its parts there."""
-        rel = f"{_COMMITS}/{batch:06d}.json"
+        rel = f"{COMMITS}/{batch:06d}.json"
         self._put(rel, (self.local / rel).read_bytes())
         for name in DATASETS:
             self._delete(f"{name}/part-{batch:06d}.parquet")
@@ -334,7 +331,7 @@ class RemoteFolder:
         """Upload the manifest the working copy just wrote, after the cache rows written since the last upload (a
         session ending with answers no batch holds yet, an interrupted one, keeps them)."""
         self._push_cache()
-        self._put(_MANIFEST, (self.local / _MANIFEST).read_bytes())
+        self._put(MANIFEST, (self.local / MANIFEST).read_bytes())
 
     def sync(self) -> None:
         """Make the remote the working copy's state (after a resume, which may have reset or repaired it):
@@ -342,9 +339,9 @@ class RemoteFolder:
         short); records the remote lacks are uploaded with their parts; the marker and manifest last."""
         listing = self._listing()
         local_records = {
-            f"{_COMMITS}/{f.name}": f.read_bytes()
-            for f in sorted((self.local / _COMMITS).glob("*.json"))
-            if _RECORD.match(f"{_COMMITS}/{f.name}")
+            f"{COMMITS}/{f.name}": f.read_bytes()
+            for f in sorted((self.local / COMMITS).glob("*.json"))
+            if _RECORD.match(f"{COMMITS}/{f.name}")
         }
         for rel in listing:
             if _RECORD.match(rel) and rel not in local_records:
@@ -359,7 +356,7 @@ class RemoteFolder:
                 for part in _parts_named(data):
                     self._upload(part)
                 self._put(rel, data)
-        for name in (_MARKER, _MANIFEST):
+        for name in (MARKER, MANIFEST):
             if (self.local / name).is_file():
                 self._put(name, (self.local / name).read_bytes())
             else:
