@@ -198,8 +198,15 @@ class RemoteFolder:
             raise
 
     def _delete(self, rel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):  # deleted already (by an earlier attempt)
+        try:
             self.fs.delete_file(self._at(rel))
+        except FileNotFoundError:  # deleted already (by an earlier attempt)
+            pass
+        except OSError as exc:
+            raise RunFolderError(
+                f"cannot delete {rel} from {shown(self.uri)}: {self._said(exc)}; the run stops, and its rerun "
+                "deletes it (a part no commit record names is never read meanwhile)"
+            ) from None
 
     # -- remote to working copy ------------------------------------------------------------------------------
 

@@ -160,6 +160,41 @@ def test_a_run_to_s3_equals_a_local_run_and_reads_back_on_a_fresh_working_copy(
     assert sorted(rel for rel in s3.files("a") if rel.startswith("_commits/")) == records
 
 
+def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_error(s3: S3) -> None:
+    """A dropped batch's parts are deleted on the remote after its record is replaced; a store that refuses the
+    delete stops the run with a RunFolderError naming the object (a missing object is no error)."""
+    uri = s3.uri("d")
+    local = working_copy(uri)
+    folder = RunFolder(local)
+    folder.mark()
+    remote = RemoteFolder(uri, local)
+    remote.sync()
+    folder.mirror = remote
+    folder.add("errors", [ErrorRecord(stage="replay", message="x")])
+    assert folder.commit() == 1
+
+    class Refusing:
+        def __init__(self, fs: pafs.FileSystem) -> None:
+            self.fs = fs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+        def delete_file(self, path: str) -> None:
+            if path.endswith("errors/part-000001.parquet"):
+                raise OSError("AccessDenied")
+            self.fs.delete_file(path)
+
+    store = remote.fs
+    assert "errors/part-000001.parquet" in s3.files("d")
+    remote.fs = Refusing(store)
+    with pytest.raises(RunFolderError, match=r"cannot delete errors/part-000001.parquet from s3://runs/d: .*rerun"):
+        remote.batch_dropped(1)
+    remote.fs = store
+    remote.batch_dropped(1)  # the parts of other datasets were never there: nothing to refuse
+    assert "errors/part-000001.parquet" not in s3.files("d")
+
+
 def test_a_batch_is_on_the_remote_only_once_whole(s3: S3, tmp_path: Path) -> None:
     """Its parts are uploaded before its record, and a pull ignores parts no record names."""
     uri = s3.uri("b")
