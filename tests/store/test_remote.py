@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
@@ -65,6 +66,8 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
     server.start()
     try:
         host, port = server.get_host_and_port()
+        # moto keeps its buckets in this process across servers: emptied, so no test sees another's objects
+        httpx.post(f"http://{host}:{port}/moto-api/reset").raise_for_status()
         yield S3(host, port)
     finally:
         server.stop()
@@ -188,7 +191,8 @@ def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_er
     store = remote.fs
     assert "errors/part-000001.parquet" in s3.files("d")
     remote.fs = Refusing(store)
-    with pytest.raises(RunFolderError, match=r"cannot delete errors/part-000001.parquet from s3://runs/d: .*rerun"):
+    refused = r"cannot delete errors/part-000001.parquet from s3://runs/d: .*rerun"
+    with pytest.raises(RunFolderError, match=refused):
         remote.batch_dropped(1)
     remote.fs = store
     remote.batch_dropped(1)  # the parts of other datasets were never there: nothing to refuse
