@@ -96,6 +96,16 @@ def _keys(cache: Path) -> set[str]:
         con.close()
 
 
+class Wrapped:
+    """The store as a test's subclass changes it: the methods it overrides, and the store's own for the rest."""
+
+    def __init__(self, fs: pafs.FileSystem) -> None:
+        self.fs = fs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fs, name)
+
+
 def _uploaded_keys(s3: S3, name: str) -> set[str]:
     keys: set[str] = set()
     for rel in s3.files(name):
@@ -176,13 +186,7 @@ def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_er
     folder.add("errors", [ErrorRecord(stage="replay", message="x")])
     assert folder.commit() == 1
 
-    class Refusing:
-        def __init__(self, fs: pafs.FileSystem) -> None:
-            self.fs = fs
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.fs, name)
-
+    class Refusing(Wrapped):
         def delete_file(self, path: str) -> None:
             if path.endswith("errors/part-000001.parquet"):
                 raise OSError("AccessDenied")
@@ -438,12 +442,8 @@ def test_a_manifest_the_store_refuses_fails_the_run_and_leaves_its_cache_closed(
             super().__init__(*args, **kwargs)
             opened.append(self)
 
-    class Flaky:
-        def __init__(self, fs: pafs.FileSystem) -> None:
-            self.fs, self.manifests = fs, 0
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.fs, name)
+    class Flaky(Wrapped):
+        manifests = 0
 
         def open_output_stream(self, path: str) -> Any:
             if path.endswith("/manifest.json"):
@@ -605,14 +605,8 @@ def test_a_batch_committed_here_but_never_uploaded_is_recomputed_from_the_cache(
     uri = s3.uri("g")
     seen: list[str] = []
 
-    class Flaky:
+    class Flaky(Wrapped):
         """The store, failing the upload of every commit record from the third on (gone for good)."""
-
-        def __init__(self, fs: pafs.FileSystem) -> None:
-            self.fs = fs
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.fs, name)
 
         def open_output_stream(self, path: str) -> Any:
             if "/_commits/" in path:
