@@ -96,6 +96,17 @@ def _keys(cache: Path) -> set[str]:
         con.close()
 
 
+def _mirrored(uri: str) -> tuple[RunFolder, RemoteFolder]:
+    """A new run folder in ``uri``'s working copy, each batch it commits uploaded to ``uri``."""
+    local = working_copy(uri)
+    folder = RunFolder(local)
+    folder.mark()
+    remote = RemoteFolder(uri, local)
+    remote.sync()
+    folder.mirror = remote
+    return folder, remote
+
+
 class Wrapped:
     """The store as a test's subclass changes it: the methods it overrides, and the store's own for the rest."""
 
@@ -177,12 +188,7 @@ def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_er
     """A dropped batch's parts are deleted on the remote after its record is replaced; a store that refuses the
     delete stops the run with a RunFolderError naming the object (a missing object is no error)."""
     uri = s3.uri("d")
-    local = working_copy(uri)
-    folder = RunFolder(local)
-    folder.mark()
-    remote = RemoteFolder(uri, local)
-    remote.sync()
-    folder.mirror = remote
+    folder, remote = _mirrored(uri)
     folder.add("errors", [ErrorRecord(stage="replay", message="x")])
     assert folder.commit() == 1
 
@@ -206,12 +212,7 @@ def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_er
 def test_a_batch_is_on_the_remote_only_once_whole(s3: S3, tmp_path: Path) -> None:
     """Its parts are uploaded before its record, and a pull ignores parts no record names."""
     uri = s3.uri("b")
-    local = working_copy(uri)
-    folder = RunFolder(local)
-    folder.mark()
-    remote = RemoteFolder(uri, local)
-    remote.sync()
-    folder.mirror = remote
+    folder, remote = _mirrored(uri)
     puts: list[str] = []
     put, upload = remote._put, remote._upload
 
