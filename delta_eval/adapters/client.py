@@ -91,8 +91,8 @@ class ModelClient:
         """The response to ``request``; raises :class:`ProviderError` once retries are exhausted.
 
         With a cache, a request already in flight through this client is not sent again: the second caller waits
-        for the first's answer and takes it (both sides of a session asking the simulated user or the
-        tool model the same thing at the same moment pay once). If the first fails, the next waiter sends it."""
+        for the first's answer and takes it (both sides of a session asking the simulated user or the tool model the
+        same thing at the same moment pay once). If the first fails, the next waiter sends it."""
         key = request.cache_key(namespace=namespace, identity=self.adapter.cache_identity())
         if self.cache is None:
             return await self._fetch(key, request)

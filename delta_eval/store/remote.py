@@ -57,9 +57,9 @@ __all__ = [
 
 #: The remote folder of the response cache's uploaded rows.
 CACHE_DIR = "_cache"
-_RECORD = re.compile(r"^_commits/\d{6}\.json$")
+_RECORD = re.compile(rf"^{COMMITS}/\d{{6}}\.json$")
 _PART = re.compile(r"^(?P<dataset>[a-z_]+)/part-\d{6}\.parquet$")
-_SEGMENT = re.compile(r"^_cache/[0-9a-f]{32}\.parquet$")
+_SEGMENT = re.compile(rf"^{CACHE_DIR}/[0-9a-f]{{32}}\.parquet$")
 _CACHE_SCHEMA = pa.schema(
     [("key", pa.string()), ("model", pa.string()), ("response", pa.string()), ("created", pa.float64())]
 )
@@ -90,8 +90,8 @@ def local_run(path: str | Path) -> Path:
         remote.pull()
     finally:
         lock.release()
-    if not (local / "manifest.json").is_file():
-        raise RunFolderError(f"{shown(uri)} holds no delta_eval run (no manifest.json)")
+    if not (local / MANIFEST).is_file():
+        raise RunFolderError(f"{shown(uri)} holds no delta_eval run (no {MANIFEST})")
     return local
 
 
