@@ -79,12 +79,11 @@ def client_stack() -> str:
     """What the pipeline's calls run on here: the SDK's HTTP transport and the run's event loop (each the faster one
     where it is installed, see delta_eval.adapters.base.sdk_http_client and delta_eval.sync), and the collector's
     thresholds during a run (delta_eval.gc_thresholds). The bare loop is a plain AsyncOpenAI on asyncio."""
-    from delta_eval.adapters.base import aiohttp_installed
     from delta_eval.gc_thresholds import RUN_THRESHOLDS
-    from delta_eval.sync import uvloop_installed
+    from delta_eval.installed import installed
 
-    transport = "aiohttp" if aiohttp_installed() else "httpx (aiohttp not installed)"
-    loop = "uvloop" if uvloop_installed() else "asyncio (uvloop not installed)"
+    transport = "aiohttp" if installed("aiohttp") else "httpx (aiohttp not installed)"
+    loop = "uvloop" if installed("uvloop") else "asyncio (uvloop not installed)"
     return f"the SDK on {transport}'s transport, {loop}'s event loop, gc thresholds {RUN_THRESHOLDS}"
 
 

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from delta_eval.exceptions import ConfigError, DeltaEvalError
+from delta_eval.installed import installed
 from delta_eval.redact import scrub_known
 from delta_eval.uris import is_uri, masked, shown
 
@@ -434,9 +435,8 @@ def _skills(action: str, target: Path | None) -> int:
 
 def _view(run_dirs: list[Path], port: int, user: str | None) -> int:
     import getpass
-    import importlib.util
 
-    missing = [m for m in ("starlette", "uvicorn", "jinja2") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("starlette", "uvicorn", "jinja2") if not installed(m)]
     if missing:
         raise ConfigError(
             f"delta-eval view needs {', '.join(missing)}: pip install 'delta-eval[view]' (or '.[view]' in a checkout)"

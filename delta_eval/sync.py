@@ -14,8 +14,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib.util
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -23,23 +21,18 @@ from typing import Any, TypeVar
 import anyio
 
 from delta_eval.gc_thresholds import fewer_collections
+from delta_eval.installed import installed
 
-__all__ = ["run_loop", "run_sync", "uvloop_installed"]
+__all__ = ["run_loop", "run_sync"]
 
 T = TypeVar("T")
-
-
-@functools.cache
-def uvloop_installed() -> bool:
-    """Whether uvloop can be imported, looked up once."""
-    return importlib.util.find_spec("uvloop") is not None
 
 
 def run_loop(main: Callable[[], Awaitable[T]]) -> T:
     """``anyio.run(main)`` on asyncio, with uvloop's event loop where uvloop is installed, and fewer garbage
     collections while it runs (:func:`~delta_eval.gc_thresholds.fewer_collections`)."""
     with fewer_collections():
-        return anyio.run(main, backend_options={"use_uvloop": uvloop_installed()})
+        return anyio.run(main, backend_options={"use_uvloop": installed("uvloop")})
 
 
 def run_sync(main: Callable[[], Awaitable[T]]) -> T:

@@ -266,14 +266,11 @@ def test_a_stalled_judge_holds_back_replays(tmp_path: Path) -> None:
 def test_a_model_that_cannot_work_stops_the_run_before_anything_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_provider_keys: None
 ) -> None:
-    import importlib.util
-
+    from delta_eval.adapters import registry
     from delta_eval.exceptions import ConfigError
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "google.genai" else real(name, *a)
-    )
+    real = registry.installed
+    monkeypatch.setattr(registry, "installed", lambda module: module != "google.genai" and real(module))
     base = de.Variant(model="simulated:a")
     for candidate, said in (
         (de.Variant(model="gemini:gemini-2.5-flash"), "pip install 'delta-eval[gemini]'"),

@@ -16,7 +16,6 @@ Example (a whole adapter)::
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import ssl
 import urllib.parse
@@ -33,12 +32,12 @@ from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, ModelOverride, catalog_key, model_info
 from delta_eval.exceptions import TransientError
+from delta_eval.installed import installed
 
 __all__ = [
     "JSON_HEADERS",
     "ClientShards",
     "ModelAdapter",
-    "aiohttp_installed",
     "json_body",
     "sdk_client_options",
     "sdk_http_client",
@@ -104,12 +103,6 @@ def tls_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
-@functools.cache
-def aiohttp_installed() -> bool:
-    """Whether aiohttp can be imported (the ``aiohttp`` extra of the provider SDKs), looked up once."""
-    return importlib.util.find_spec("aiohttp") is not None
-
-
 def sdk_http_client(sdk: ModuleType, base_url: str | None = None, **kwargs: Any) -> Any:
     """The HTTP client of an ``openai`` or ``anthropic`` SDK client: the SDK's ``DefaultAioHttpClient`` (httpx's
     client on aiohttp's transport: the SDK's request, hooks and errors stay, aiohttp's C parser and connection pool
@@ -119,7 +112,7 @@ def sdk_http_client(sdk: ModuleType, base_url: str | None = None, **kwargs: Any)
     A ``base_url`` with credentials in it (``http://user:pass@host``) keeps httpx: aiohttp refuses them beside the
     SDK's own ``Authorization`` header, where httpx sends the SDK's header.
     """
-    if aiohttp_installed() and not (base_url and urllib.parse.urlsplit(base_url).username is not None):
+    if installed("aiohttp") and not (base_url and urllib.parse.urlsplit(base_url).username is not None):
         try:
             return sdk.DefaultAioHttpClient(**kwargs)
         except RuntimeError:  # an SDK built without its aiohttp adapter says so only when one is made

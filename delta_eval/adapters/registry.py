@@ -24,6 +24,7 @@ from delta_eval.adapters.recordings import RecordingIndex
 from delta_eval.calls import split_model_id
 from delta_eval.catalog import ModelOverride
 from delta_eval.exceptions import ConfigError
+from delta_eval.installed import installed
 
 __all__ = [
     "AdapterContext",
@@ -119,11 +120,7 @@ def _missing_sdk(prefix: str) -> ConfigError | None:
     builtin = _BUILTIN.get(prefix)
     if builtin is None or builtin.sdk is None or prefix in _registered:
         return None
-    try:
-        found = importlib.util.find_spec(builtin.sdk) is not None
-    except ModuleNotFoundError:  # a parent package (google) is missing too
-        found = False
-    if found:
+    if installed(builtin.sdk):
         return None
     return ConfigError(
         f"{prefix}: models need the {builtin.sdk.split('.')[0]!r} package, which is not installed; "

@@ -39,7 +39,7 @@ def test_the_sdk_clients_ride_on_aiohttp_where_it_is_installed(model: str) -> No
 
 
 def test_without_aiohttp_the_sdk_clients_keep_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(base, "aiohttp_installed", lambda: False)
+    monkeypatch.setattr(base, "installed", lambda module: module != "aiohttp")
     adapter = create_adapter("openai:gpt-4.1", {"base_url": "http://127.0.0.1:9/v1", "api_key": "k"})
     assert transport_module(adapter.clients.first).split(".")[0] == "httpx2"  # type: ignore[attr-defined]
 
@@ -60,7 +60,7 @@ def test_a_run_loop_is_uvloops_where_installed(monkeypatch: pytest.MonkeyPatch) 
         return type(asyncio.get_running_loop()).__module__
 
     assert run_loop(loop_module).startswith("uvloop")
-    monkeypatch.setattr(sync, "uvloop_installed", lambda: False)
+    monkeypatch.setattr(sync, "installed", lambda module: module != "uvloop")
     assert run_loop(loop_module).startswith("asyncio")
 
 
