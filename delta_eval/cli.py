@@ -157,7 +157,9 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", parents=[common], help="print the report of a run folder")
     report.add_argument("run_dir", type=_folder)
-    report.add_argument("--noise-floor", type=Path, help="an A/A run folder: its win rate is the judge's noise floor")
+    report.add_argument(
+        "--noise-floor", help="an A/A run folder (a path or a URI): its win rate is the judge's noise floor"
+    )
     report.add_argument("--candidate", help="in a run of several candidates, the one to report (default: the first)")
     report.add_argument(
         "--html",

@@ -145,7 +145,8 @@ class RunConfig(BaseModel):
       are removed; the response cache stays). Without it such a folder is refused, naming what differs.
     - ``retry_errors``: on resuming, try again every pair that ended in an error (by default only those whose
       provider error was retryable: rate limits, server errors, lost connections).
-    - ``noise_floor``: the folder of an A/A run (the same variant as baseline and candidate, judged the same way):
+    - ``noise_floor``: the folder of an A/A run, a path or a URI like ``out`` (the same variant as baseline and
+      candidate, judged the same way):
       its win rate is the judges' noise floor, printed beside this run's (no bearing on results). In an A/A run
       the candidate side is named ``candidate``; both sides are replayed independently.
     - ``decision``: how the report and :meth:`~delta_eval.result.RunResult.decision` turn the numbers into
@@ -193,7 +194,7 @@ class RunConfig(BaseModel):
     cache: Path | None = None
     flush_every: int = Field(default=50, ge=1)
     description: str | None = None
-    noise_floor: Path | None = None
+    noise_floor: Path | str | None = None
     decision: DecisionRule = DecisionRule()
     score: ScoreWeights | None = None
     screen: Screen | None = None
@@ -218,6 +219,12 @@ class RunConfig(BaseModel):
             # since: the run would otherwise be written there and never uploaded).
             data = {**data, "remote": None}
         return data
+
+    @field_validator("noise_floor", mode="before")
+    @classmethod
+    def _noise_floor_uri(cls, value: Any) -> Any:
+        # A URI stays a string (a Path would fold its ``//``); anything else is a path.
+        return value if value is None or is_uri(value) else Path(value)
 
     @field_validator("batch", mode="before")
     @classmethod

@@ -51,7 +51,7 @@ from delta_eval.store.live_files import remove_progress
 from delta_eval.store.manifest import RunManifest, RunStatus
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.session import FolderSession
-from delta_eval.uris import shown
+from delta_eval.uris import shown, without_credentials
 
 __all__ = ["execute"]
 
@@ -327,7 +327,7 @@ async def execute(
         equivalence_judge=c.judges.names()[0],
         judge=c.judges.names()[1],
         judge_models=c.judges.models(),
-        noise_floor=str(c.noise_floor) if c.noise_floor is not None else None,
+        noise_floor=without_credentials(str(c.noise_floor)) if c.noise_floor is not None else None,
         seed=c.seed,
     )
     # Models and judges are built before anything is written: an unknown model, a missing SDK or key, or bad

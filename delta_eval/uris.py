@@ -16,7 +16,9 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["WORK_DIR_ENV", "folder_id", "hide", "is_uri", "masked", "shown", "work_dir", "working_copy"]
+__all__ = [
+    "WORK_DIR_ENV", "folder_id", "hide", "is_uri", "masked", "shown", "without_credentials", "work_dir", "working_copy",
+]  # fmt: skip
 
 #: The environment variable naming where working copies of URI run folders are kept.
 WORK_DIR_ENV = "DELTA_EVAL_WORK_DIR"
@@ -62,6 +64,22 @@ def masked(uri: str) -> str:
         for name, has_value, value in (option.partition("=") for option in query.split("&"))
     ]
     return base + sep + "&".join(options) if sep else base
+
+
+def without_credentials(uri: str) -> str:
+    """``uri`` without its userinfo and its credential options, its other options kept: how a manifest may name a
+    URI that is opened again later, its keys then taken from the environment.
+
+    Example:
+        >>> without_credentials("s3://KEY:SECRET@b/run?endpoint_override=minio:9000&secret_key=SECRET")
+        's3://b/run?endpoint_override=minio:9000'
+    """
+    base, _, query = uri.partition("?")
+    base = _USERINFO.sub(r"\g<scheme>", base, count=1)
+    options = [
+        option for option in query.split("&") if option and not _CREDENTIAL_OPTION.search(option.partition("=")[0])
+    ]
+    return f"{base}?{'&'.join(options)}" if options else base
 
 
 def hide(text: str, uri: str) -> str:

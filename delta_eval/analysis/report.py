@@ -20,6 +20,7 @@ from delta_eval.pricing import total_cost
 from delta_eval.result import RunResult
 from delta_eval.store.folder import damage_message
 from delta_eval.store.manifest import RunManifest, StageSpend
+from delta_eval.uris import is_uri, shown
 
 __all__ = [
     "funnel_lines",
@@ -303,7 +304,11 @@ def _noise_floor(result: RunResult, path: str | Path | None) -> dict[str, Any]:
         aa = RunResult(where)
     except RunFolderError as exc:
         raise RunFolderError(f"noise floor: {exc}") from None
-    return {"path": str(where), "all": aa.win_rate(over="all"), "judged": aa.win_rate(over="judged")}
+    return {
+        "path": shown(str(where)) if is_uri(where) else str(where),
+        "all": aa.win_rate(over="all"),
+        "judged": aa.win_rate(over="judged"),
+    }
 
 
 def render_report(result: RunResult, *, by_stratum: bool = True, noise_floor: str | Path | None = None) -> str:

@@ -23,6 +23,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 import delta_eval as de
+from delta_eval.analysis.report import render_report
 from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError, RunFolderWarning
@@ -639,3 +640,29 @@ def test_a_batch_committed_here_but_never_uploaded_is_recomputed_from_the_cache(
     assert _verdicts(uri) == _verdicts(tmp_path / "local")
     con = result.connect()
     assert con.execute("SELECT count(*) = count(DISTINCT pair_id) FROM verdicts").fetchone() == (True,)
+
+
+def test_an_aa_run_in_an_object_store_is_a_noise_floor_by_its_uri(
+    s3: S3, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = _config(s3.uri("aa"))
+    aa = de.run(
+        base.model_copy(update={"candidate": base.baseline}), conversations=demo_conversations(), progress=False
+    )
+    floor = aa.win_rate(over="all")
+    keyed = s3.uri("aa").replace("s3://", "s3://testing:testing@")  # pyarrow reads S3 keys in the userinfo
+
+    # configured: the manifest names the URI without its keys, and the report opens it from there
+    run = de.run(_config(tmp_path / "run", noise_floor=keyed), conversations=demo_conversations(), progress=False)
+    assert run.manifest.noise_floor == s3.uri("aa")
+    report = render_report(run)
+    assert f"A/A noise floor {floor.estimate:6.1%}" in report
+    assert "an A/A run, s3://runs/aa" in report
+    assert "testing" not in report
+
+    # given on the command line
+    capsys.readouterr()
+    assert cli_main(["report", str(tmp_path / "run"), "--noise-floor", keyed]) == 0
+    printed = capsys.readouterr().out
+    assert f"A/A noise floor {floor.estimate:6.1%}" in printed
+    assert "testing" not in printed
