@@ -20,6 +20,7 @@ import argparse
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +34,14 @@ from delta_eval.adapters.simulated_judge import behaviour
 from delta_eval.store.folder import MARKER, RunFolder, write_json_atomic
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.tables import SCHEMAS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from targets import Figure, record  # the figures and their targets, shared by the benchmarks
+
+#: The targets (issue 20): the win rate at most 3x a plain DuckDB win-rate query; the decision and a cold summary
+#: under a second at 1,000,000 verdicts.
+WIN_RATE_TARGET = 3.0
+SECONDS_TARGET = 1.0
 
 TOOLS = ["get_user_details", "get_reservation_details", "search_direct_flight", "update_reservation_flights",
          "cancel_reservation", "book_reservation", "send_certificate", "calculate"]  # fmt: skip
@@ -146,7 +155,7 @@ def cold_summary(run: Path) -> dict[str, Any]:
     return de.analyze(run).summary()
 
 
-def measure(run: Path, pairs: int, repeats: int) -> None:
+def measure(run: Path, pairs: int, repeats: int, figures: str | None = None) -> None:
     """Medians of ``repeats`` cold runs of each, interleaved, with their ratios to the plain query."""
     fns = {
         "plain SQL win rate": lambda: plain_win_rate(run),
@@ -174,6 +183,16 @@ def measure(run: Path, pairs: int, repeats: int) -> None:
             f"  {name:24s} {m:7.3f} s  ({m / plain:6.1f}x plain SQL)   CPU {c:6.3f} s ({c / plain_cpu:6.1f}x)  "
             f"{targets.get(name, '')}"
         )
+    at = f"{pairs:,} verdicts"
+    seconds_bound = SECONDS_TARGET if pairs >= 1_000_000 else None
+    win_rate = statistics.median(times["RunResult.win_rate()"])
+    record(
+        figures,
+        Figure("analysis", f"win rate / plain SQL, {at}", win_rate / plain, "x", WIN_RATE_TARGET,
+               note=f"{win_rate:.3f} s vs {plain:.3f} s"),
+        Figure("analysis", f"decision, {at}", statistics.median(times["RunResult.decision()"]), "s", seconds_bound),
+        Figure("analysis", f"summary (cold), {at}", statistics.median(times["a.summary() (cold)"]), "s", seconds_bound),
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, nargs="+", default=[200_000, 1_000_000])
     parser.add_argument("--reasons", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
+    parser.add_argument("--no-themes", action="store_true", help="skip the themes")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="delta-eval-analysis-"))
     try:
@@ -189,7 +210,9 @@ def main(argv: list[str] | None = None) -> None:
             seconds, run = timed(lambda: synthetic_run(tmp / "run", pairs, args.reasons))  # noqa: B023
             print(f"synthetic run: {pairs:,} pairs, {2 * pairs:,} replays, {args.reasons:,} reasons "
                   f"written in {seconds:.1f} s")  # fmt: skip
-            measure(run, pairs, args.repeats)
+            measure(run, pairs, args.repeats, args.figures)
+        if args.no_themes:
+            return
         shutil.rmtree(run / "analysis", ignore_errors=True)
         a = de.analyze(run)
         t_themes, themes = timed(lambda: a.themes(outcome="baseline"))

@@ -39,6 +39,9 @@ from delta_eval.replay.points import _turn, _turn_starts, pair_id, replay_points
 from delta_eval.replay.render import build_request
 from delta_eval.schema import Conversation, Message, ReplayPoint, ToolCall
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from targets import Figure, record  # the figures and their targets, shared by the benchmarks
+
 
 def long_conversation(n: int) -> Conversation:
     """A support conversation of ``n`` messages: questions, answers, a tool round every third question."""
@@ -137,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--replay", action="store_true", help="also replay 2k and 5k messages end to end")
     parser.add_argument("--replay-sizes", type=int, nargs=2, default=[2000, 5000], help=argparse.SUPPRESS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
     args = parser.parse_args(argv)
     if args.child:
         replay_seconds(20)  # the first run imports and warms up what every run uses: not the conversation's cost
@@ -169,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
         verdict = "ok" if ratio <= RATIO_TARGET else "OVER"
         print(f"{large}/{small} messages: {ratio:.2f}x the CPU time ({wall:.2f}x the wall time) for "
               f"{turns[large] / turns[small]:.2f}x the turns (target <= {RATIO_TARGET:.0f}): {verdict}")  # fmt: skip
+        record(args.figures, Figure("long_conversation", f"replay CPU, {large:,} / {small:,} messages", ratio, "x",
+                                    RATIO_TARGET, note=f"{turns[large] / turns[small]:.2f}x the turns"))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from targets import Figure, record, target  # noqa: E402 - the figures' targets, shared by the benchmarks
 from throughput import peak_rss_mb, scaled_export, source  # noqa: E402 - the export helpers of the other benchmark
 
 MODELS = ("baseline", "candidate")
@@ -67,12 +68,6 @@ MODELS = ("baseline", "candidate")
 THROUGHPUT_TARGET = 0.8
 CPU_TARGET_MS = 1.5
 IDEAL_TARGET = 2.0
-
-
-def target(value: float, bound: float, *, at_least: bool = False) -> str:
-    """`` (target <= bound: met)`` or ``...: MISSED``."""
-    met = value >= bound if at_least else value <= bound
-    return f" (target {'>=' if at_least else '<='} {bound:g}: {'met' if met else 'MISSED'})"
 
 
 def client_stack() -> str:
@@ -218,7 +213,13 @@ def measure(kind: str, export: Path, base_url: str, concurrency: int, out: Path,
 
 
 def scenario(
-    latency_ms: float, concurrency: int, export: Path, repeats: int, folder: Path, processes: int = 0
+    latency_ms: float,
+    concurrency: int,
+    export: Path,
+    repeats: int,
+    folder: Path,
+    processes: int = 0,
+    figures: str | None = None,
 ) -> dict[str, Any]:
     server = Server(latency_ms)
     runs: dict[str, list[dict[str, Any]]] = {"bare": [], "pipeline": []}
@@ -267,6 +268,14 @@ def scenario(
         spread = medians["processes"]
         print(f"  pipeline on {processes} processes: client CPU per call {spread['cpu_per_1000']:.2f} ms (every "
               f"process's), wall time / one process's {spread['seconds'] / pipe['seconds']:.2f}")  # fmt: skip
+    at = f"{latency_ms:g} ms / {concurrency}"
+    record(
+        figures,
+        Figure("providers", f"client CPU per call, {at}", cpu_ms, "ms", CPU_TARGET_MS),
+        Figure("providers", f"bare AsyncOpenAI loop CPU per call, {at}", bare["cpu_per_1000"], "ms"),
+    )
+    if not latency_ms:
+        record(figures, Figure("providers", "pipeline / bare throughput", ratio, "", THROUGHPUT_TARGET, at_least=True))
     if latency_ms:
         for kind in medians:
             ideal = medians[kind]["calls"] * latency_ms / 1000 / concurrency
@@ -274,6 +283,9 @@ def scenario(
             mark = target(over, IDEAL_TARGET) if kind != "bare" else ""
             print(f"  {kind} wall time / ideal (calls x {latency_ms / 1000:g} s / {concurrency} = {ideal:.2f} s): "
                   f"{over:.2f}{mark}, {medians[kind]['busy']:.0f} of {concurrency} slots busy on average")  # fmt: skip
+            label = {"bare": "bare loop", "pipeline": "pipeline", "processes": f"pipeline on {processes} processes"}
+            bound = None if kind == "bare" else IDEAL_TARGET
+            record(figures, Figure("providers", f"{label[kind]} wall time / ideal, {at}", over, "x", bound))
     return medians
 
 
@@ -298,6 +310,7 @@ def main() -> None:
         default="0:64,200:256",
         help="latency_ms:concurrency pairs, comma separated (default 0:64,200:256)",
     )
+    parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -311,7 +324,7 @@ def main() -> None:
         print(f"pipeline client: {client_stack()}")
         for item in args.scenarios.split(","):
             latency, concurrency = item.split(":")
-            scenario(float(latency), int(concurrency), export, args.repeats, folder, args.processes)
+            scenario(float(latency), int(concurrency), export, args.repeats, folder, args.processes, args.figures)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import throughput
+from targets import Figure, record
 
 TARGET_MB = 300.0
 
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000, 100_000])
     parser.add_argument("--n", type=int, default=1500, help="conversations drawn (about 7 pairs each)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(sample_phase(Path(args.child), args.n)))
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             verdict = "ok" if row["peak_mb"] < TARGET_MB else "OVER"
             print(f"{size:9,d} {row['pairs']:7,d}  {row['before_mb']:6.0f}MB {row['sample_mb']:6.0f}MB "
                   f"{row['peak_mb']:6.0f}MB  {verdict}")  # fmt: skip
+            record(args.figures, Figure("sampling_memory", f"peak RSS, {size:,} source conversations",
+                                        row["peak_mb"], "MB", TARGET_MB, note=f"{row['pairs']:,} pairs"))  # fmt: skip
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         slope = (last["peak_mb"] - first["peak_mb"]) * 1024 / (last["size"] - first["size"])

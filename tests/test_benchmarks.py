@@ -271,3 +271,33 @@ def test_fake_servers_benchmark_measures_the_server_on_the_same_answers(capsys: 
     out = capsys.readouterr().out
     assert "responses byte-identical between the two trees: yes" in out
     assert "ms per request" in out
+
+
+def test_a_figure_is_met_on_its_side_of_the_bound(tmp_path: Path) -> None:
+    targets = load("targets")
+    at_most = targets.Figure("b", "cpu", 1.6, "ms", 1.5)
+    at_least = targets.Figure("b", "throughput", 0.9, "", 0.8, at_least=True)
+    context = targets.Figure("b", "bare loop", 6.0, "ms")
+    assert (at_most.met, at_least.met, context.met) == (False, True, None)
+    assert (at_most.target_text(), at_least.target_text(), context.target_text()) == ("<= 1.5 ms", ">= 0.8", "")
+    path = tmp_path / "figures.jsonl"
+    targets.record(path, at_most, at_least)
+    targets.record(path, context)
+    targets.record(None, at_most)  # no --figures: nothing written anywhere
+    assert targets.read_figures(path) == [at_most, at_least, context]
+
+
+@pytest.mark.slow
+def test_the_scale_driver_prints_every_benchmarks_figures_beside_their_targets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    scale = load("scale")
+    assert scale.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    summary = out[out.rindex("benchmark ") :]
+    for name in ("providers", "sampling_memory", "analysis", "long_conversation"):
+        assert f"\n{name} " in summary, name
+    assert "client CPU per call" in summary
+    assert "peak RSS, 800 source conversations" in summary
+    assert " targets met" in summary
+    assert "exit code" not in summary  # every benchmark ran and recorded its figures
