@@ -88,6 +88,8 @@ PER_PAIR = ("verdicts", "replays", "judgements", "simulator_calls", "errors")
 #: How many scans a reader makes of a folder that changes under it before saying so.
 _SNAPSHOT_TRIES = 8
 _LOCK = ".lock"
+#: Seconds a run waits for a reader that holds the run folder's lock while it pulls an object-store copy.
+READER_WAIT_S = 300.0
 #: Held (an OS lock) while a process numbers and commits a batch of a folder several processes write.
 COMMIT_LOCK = ".commit-lock"
 #: Space set aside for the manifest's last write, freed when the disk is full (see :class:`~delta_eval.store.
@@ -766,30 +768,21 @@ class FolderLock:
         self.previous: dict[str, Any] = {}
         self._started = ""
 
-    def acquire(self) -> FolderLock:
-        """Take the lock, or raise :class:`RunFolderError` naming the process that holds it."""
+    def acquire(self, *, reading: bool = False) -> FolderLock:
+        """Take the lock, or raise :class:`RunFolderError` naming the process that holds it.
+
+        ``reading``: taken to bring a working copy up to date before reading it (see
+        :func:`~delta_eval.store.remote.local_run`), which ends by itself: a run or a reader finding the lock held
+        by such a reader waits for it (up to :data:`READER_WAIT_S`) instead of failing at once."""
         self.path.mkdir(parents=True, exist_ok=True)
         # Opened without following a link and without truncating: the holder's pid must survive a refused attempt.
         fd = safe_paths.open_write(self.path, self.path / _LOCK, truncate=False)
         f = os.fdopen(fd, "r+", encoding="utf-8")
         try:
-            import fcntl
-
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # no flock on this platform: one writer is the user's care
-            pass
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip()
+            self._lock_waiting_for_readers(f)
+        except BaseException:
             f.close()
-            try:
-                info = json.loads(holder)
-                who = f"pid {info.get('pid')}, started {info.get('started')}"
-            except ValueError:
-                who = "another process"
-            raise RunFolderError(
-                f"{self.path} is being written by another run ({who}); wait for it to end, or choose another 'out'"
-            ) from None
+            raise
         f.seek(0)
         try:
             previous = json.loads(f.read() or "{}")
@@ -798,8 +791,40 @@ class FolderLock:
         self.previous = previous if isinstance(previous, dict) else {}
         self._file = f
         # A last session's end left here stays until the manifest has it (see FolderSession).
-        self.record({k: v for k, v in self.previous.items() if k in ("status", "failure", "ended")})
+        kept = {k: v for k, v in self.previous.items() if k in ("status", "failure", "ended")}
+        self.record({**kept, "reading": True} if reading else kept)
         return self
+
+    def _lock_waiting_for_readers(self, f: Any) -> None:
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: one writer is the user's care
+            return
+        deadline = time.monotonic() + READER_WAIT_S
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip()
+            try:
+                info = json.loads(holder)
+                who = f"pid {info.get('pid')}, started {info.get('started')}"
+            except ValueError:
+                info, who = {}, "another process"
+            reader = isinstance(info, dict) and info.get("reading") is True
+            if reader and time.monotonic() < deadline:
+                time.sleep(0.05)  # a reader pulling the remote: it ends by itself
+                continue
+            if reader:
+                raise RunFolderError(
+                    f"{self.path} is being brought up to date for reading by another process ({who}) for more than "
+                    f"{READER_WAIT_S:g} s; wait for it to end, or choose another 'out'"
+                )
+            raise RunFolderError(
+                f"{self.path} is being written by another run ({who}); wait for it to end, or choose another 'out'"
+            )
 
     def record(self, extra: dict[str, Any]) -> None:
         """Rewrite the lock file in place: the holder's pid and start, and ``extra``. The file is small and its

@@ -83,7 +83,7 @@ def local_run(path: str | Path) -> Path:
     remote = RemoteFolder(uri, local)
     lock = FolderLock(local)
     try:
-        lock.acquire()
+        lock.acquire(reading=True)  # another reader's pull is waited for
     except RunFolderError:
         return local  # being written here: what the writer committed is in the copy already
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ import pytest
 import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import RunFolderError
-from delta_eval.store.folder import MARKER, RunFolder
+from delta_eval.store import folder as folder_module
+from delta_eval.store.folder import MARKER, FolderLock, RunFolder
 from delta_eval.store.session import differences
 
 
@@ -83,6 +85,27 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
         de.run(small(out), conversations=demo_conversations())
     # released: the run goes ahead now
     assert de.run(small(out), conversations=demo_conversations()).status == "completed"
+
+
+def test_a_run_waits_for_a_reader_pulling_the_folder_and_fails_at_once_for_a_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    reader = FolderLock(out).acquire(reading=True)  # what reading an object-store run holds while it pulls
+    threading.Timer(0.5, reader.release).start()
+    assert de.run(small(out), conversations=demo_conversations()).status == "completed"
+    # a reader that does not end in time: said as what it is
+    monkeypatch.setattr(folder_module, "READER_WAIT_S", 0.2)
+    stuck = FolderLock(out).acquire(reading=True)
+    try:
+        with pytest.raises(RunFolderError, match="being brought up to date for reading by another process"):
+            de.run(small(out), conversations=demo_conversations())
+    finally:
+        stuck.release()
+    # the lock a writer left says nothing of reading: the next run is refused at once, not made to wait
+    monkeypatch.setattr(folder_module, "READER_WAIT_S", 60.0)
+    with RunFolder(out).lock(), pytest.raises(RunFolderError, match="being written by another run"):
+        de.run(small(out), conversations=demo_conversations())
 
 
 def test_the_lock_of_a_killed_process_is_released_by_the_os(tmp_path: Path) -> None:
