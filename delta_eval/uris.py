@@ -57,13 +57,7 @@ def masked(uri: str) -> str:
         >>> masked("s3://KEY:SECRET@b/run?endpoint_override=minio:9000&secret_key=SECRET")
         's3://***@b/run?endpoint_override=minio:9000&secret_key=***'
     """
-    base, sep, query = uri.partition("?")
-    base = _USERINFO.sub(r"\g<scheme>***@", base, count=1)
-    options = [
-        f"{name}=***" if has_value and _CREDENTIAL_OPTION.search(name) else f"{name}{'=' if has_value else ''}{value}"
-        for name, has_value, value in (option.partition("=") for option in query.split("&"))
-    ]
-    return base + sep + "&".join(options) if sep else base
+    return _credentials(uri, "***")
 
 
 def without_credentials(uri: str) -> str:
@@ -74,11 +68,21 @@ def without_credentials(uri: str) -> str:
         >>> without_credentials("s3://KEY:SECRET@b/run?endpoint_override=minio:9000&secret_key=SECRET")
         's3://b/run?endpoint_override=minio:9000'
     """
+    return _credentials(uri, None)
+
+
+def _credentials(uri: str, mask: str | None) -> str:
+    # ``uri`` with its userinfo and credential options' values as ``mask``, or without them (``None``).
     base, _, query = uri.partition("?")
-    base = _USERINFO.sub(r"\g<scheme>", base, count=1)
-    options = [
-        option for option in query.split("&") if option and not _CREDENTIAL_OPTION.search(option.partition("=")[0])
-    ]
+    base = _USERINFO.sub(r"\g<scheme>" + (f"{mask}@" if mask is not None else ""), base, count=1)
+    options = []
+    for option in filter(None, query.split("&")):
+        name, has_value, _ = option.partition("=")
+        if has_value and _CREDENTIAL_OPTION.search(name):
+            if mask is None:
+                continue
+            option = f"{name}={mask}"
+        options.append(option)
     return f"{base}?{'&'.join(options)}" if options else base
 
 
