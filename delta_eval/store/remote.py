@@ -20,12 +20,19 @@ cache, the sent-call journals, the live counters. The run itself is the remote f
   its commit record, and a pull adds the uploaded rows to the working copy's cache. A resume on another machine
   asks again only the answers obtained after the last batch uploaded (on the same machine: none).
 
-Not guaranteed: two machines writing the same URI at once (each holds only its own working copy's lock, so their
+- **Shards on several machines** (:class:`~delta_eval.executors.RayExecutor`): each attempt at a shard works in
+  a working copy of its own on its machine, pulled as it starts, and numbers its batches through the run's
+  numbering actor, so no two shards take a number (see :mod:`delta_eval.store.shard_copy`); the session pulls
+  their batches into its own copy at the end, where a number a killed attempt took and never uploaded gets a
+  dropped record (a reader reading meanwhile sees that number as a missing batch, as it sees a batch still
+  uploading). Shards do not see each other's answers while they run: a request two shards make (the same
+  conversation twice in the source) is paid by each.
+
+Not guaranteed: two runs writing the same URI at once (each holds only its own working copy's lock, so their
 batch numbers collide: a batch whose number the remote already holds is refused before anything of it is
-uploaded, which stops the second writer in most cases, not all); a sharded run whose shards are on several
-machines (:class:`~delta_eval.executors.RayExecutor` with a URI is refused); a response cache configured outside
-the run folder (``cache=``) is not uploaded; provider batch jobs (``batch=``), ``pseudonyms.json`` and what readers
-write beside a run (analysis caches, ``report.html``, labels) stay in the working copy.
+uploaded, which stops the second writer in most cases, not all); a response cache configured outside the run
+folder (``cache=``) is not uploaded; provider batch jobs (``batch=``), ``pseudonyms.json`` and what readers write
+beside a run (analysis caches, ``report.html``, labels) stay in the working copy.
 """
 
 from __future__ import annotations
@@ -339,6 +346,11 @@ class RemoteFolder:
         session ending with answers no batch holds yet, an interrupted one, keeps them)."""
         self._push_cache()
         self._put(MANIFEST, (self.local / MANIFEST).read_bytes())
+
+    def cache_written(self) -> None:
+        """Upload the response cache's rows written since the last upload: the answers a writer ending without a
+        batch to carry them holds (an interrupted shard, see :mod:`delta_eval.store.shard_copy`)."""
+        self._push_cache()
 
     def sync(self) -> None:
         """Make the remote the working copy's state (after a resume, which may have reset or repaired it):

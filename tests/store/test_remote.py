@@ -12,7 +12,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,14 @@ import delta_eval as de
 from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError, RunFolderWarning
+from delta_eval.executors import InProcessExecutor
+from delta_eval.executors import shard as shard_module
 from delta_eval.schema import ErrorRecord
 from delta_eval.store import remote as remote_module
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
+from delta_eval.store.shard_copy import shard_copies, shard_copy
 from delta_eval.uris import WORK_DIR_ENV, working_copy
 from tests.killing import kill_when
 
@@ -369,14 +374,102 @@ def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
     assert s3.files("c") == {"notes.txt": 14}
 
 
-def test_a_ray_run_to_a_uri_is_refused_before_it_starts(s3: S3) -> None:
-    pytest.importorskip("ray")
-    with pytest.raises(ConfigError, match="object-store run folder"):
-        de.run(
-            _config(s3.uri("d")), conversations=demo_conversations(), progress=False,
-            executor=de.RayExecutor("127.0.0.1:1"),
-        )  # fmt: skip
-    assert s3.files("d") == {}
+class Apart(InProcessExecutor):
+    """Shards as if on machines of their own: each attempt in a working copy of its own, numbered by a counter (as
+    by the Ray executor's actor) that skips ``skip`` as if an attempt killed before its upload had taken it."""
+
+    def __init__(self, skip: int) -> None:
+        super().__init__(2)
+        self.skip = skip
+
+    def batch_numbers(self) -> Callable[[int], int]:
+        last = [0]
+        lock = threading.Lock()
+
+        def take(after: int) -> int:
+            with lock:
+                last[0] = max(last[0], after) + 1
+                if last[0] == self.skip:
+                    last[0] += 1
+                return last[0]
+
+        return take
+
+
+def test_shards_apart_write_copies_of_their_own_and_give_the_verdicts_of_a_local_run(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No shard writes the session's working copy nor another shard's: the batches meet on the remote, numbered
+    without collision, and a number taken but never uploaded gets a dropped record."""
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    copies: list[Path] = []
+    opened = shard_module.shard_copy
+
+    @contextmanager
+    def recorded(uri: str, *, own_cache: bool = True) -> Iterator[RemoteFolder]:
+        with opened(uri, own_cache=own_cache) as remote:
+            copies.append(remote.local)
+            yield remote
+
+    monkeypatch.setattr(shard_module, "shard_copy", recorded)
+    uri = s3.uri("apart")
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False, executor=Apart(skip=3))
+    assert result.status == "completed"
+    assert len(copies) == 2
+    assert len(set(copies)) == 2
+    assert all(not p.is_relative_to(result.path) for p in copies)
+    assert not any(p.exists() for p in copies)  # removed once their answers were up
+    # the session's copy holds the shards' batches (pulled) and counts them
+    assert _verdicts(result.path) == _verdicts(tmp_path / "local")
+    assert result.counts.pairs == de.open_result(tmp_path / "local").counts.pairs
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).damage() == []
+    assert _verdicts(fresh) == _verdicts(tmp_path / "local")
+    records = {int(rel[9:15]): rel for rel in s3.files("apart") if rel.startswith("_commits/")}
+    assert sorted(records) == list(range(1, len(records) + 1))
+    assert len(records) > 4
+    dropped = json.loads(s3.fs.open_input_stream(f"runs/apart/{records[3]}").read())
+    assert "taken by a shard" in dropped["dropped"]
+    # every answer uploaded once: the shards' and the session's copies never upload one another's
+    rows = [
+        key
+        for rel in s3.files("apart")
+        if rel.startswith("_cache/")
+        for key in pq.read_table(s3.fs.open_input_file(f"runs/apart/{rel}"), columns=["key"]).column("key").to_pylist()
+    ]
+    assert len(rows) == len(set(rows)) == len(_keys(tmp_path / "local" / "cache.sqlite"))
+
+
+_KILLED_ATTEMPT = """
+import os, sqlite3, sys
+from delta_eval.store.cache import SQLiteCache
+from delta_eval.store.shard_copy import shard_copy
+
+with shard_copy(sys.argv[1]) as remote:
+    SQLiteCache(remote.local / "cache.sqlite", root=remote.local).close()
+    with sqlite3.connect(remote.local / "cache.sqlite") as con:
+        con.execute("INSERT INTO responses VALUES ('paid-then-killed', 'simulated:x', '{}', 0)")
+    os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_the_answers_a_killed_attempt_left_in_its_copy_go_up_with_the_next_attempt_on_its_machine(s3: S3) -> None:
+    uri = s3.uri("swept")
+    _mirrored(uri)
+    killed = subprocess.run([sys.executable, "-c", _KILLED_ATTEMPT, uri], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    [left] = [p for p in shard_copies(uri).iterdir() if p.is_dir()]
+    assert "paid-then-killed" not in _uploaded_keys(s3, "swept")
+    with shard_copy(uri) as running, shard_copy(uri) as other:
+        # the next attempt uploaded what the killed one paid, took it back in its pull, and removed its copy
+        assert _keys(running.local / "cache.sqlite") == {"paid-then-killed"}
+        assert not left.exists()
+        assert running.local.exists()  # an attempt that runs is left alone by another's sweep
+    assert _uploaded_keys(s3, "swept") == {"paid-then-killed"}
+    assert not other.local.exists()
+    assert not running.local.exists()
 
 
 def test_a_run_to_a_uri_over_processes_gives_the_verdicts_of_a_local_run(s3: S3, tmp_path: Path) -> None:
