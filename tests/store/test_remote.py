@@ -6,7 +6,6 @@ uploaded."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import sqlite3
@@ -18,11 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from moto.server import ThreadedMotoServer
 
 import delta_eval as de
 from delta_eval.cli import main as cli_main
@@ -38,44 +35,15 @@ from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.shard_copy import shard_copies, shard_copy
 from delta_eval.uris import WORK_DIR_ENV, working_copy
 from tests.killing import kill_when
-
-
-class S3:
-    """A bucket on a moto S3 server on 127.0.0.1, and pyarrow's filesystem on it."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.query = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
-        self.fs = pafs.S3FileSystem(
-            endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1", access_key="testing",
-            secret_key="testing", allow_bucket_creation=True,
-        )  # fmt: skip
-        self.fs.create_dir("runs")
-
-    def uri(self, name: str) -> str:
-        return f"s3://runs/{name}?{self.query}"
-
-    def files(self, name: str) -> dict[str, int]:
-        infos = self.fs.get_file_info(pafs.FileSelector(f"runs/{name}", recursive=True, allow_not_found=True))
-        return {i.path.split("/", 2)[2]: int(i.size or 0) for i in infos if i.type == pafs.FileType.File}
+from tests.object_store import S3, s3_server
 
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
     """A fresh S3 server for the test (stopped at its end); working copies under ``tmp_path/work``."""
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
-    monkeypatch.setattr(logging.getLogger("werkzeug"), "level", logging.WARNING)  # a line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        # moto keeps its buckets in this process across servers: emptied, so no test sees another's objects
-        httpx.post(f"http://{host}:{port}/moto-api/reset").raise_for_status()
-        yield S3(host, port)
-    finally:
-        server.stop()
+    with s3_server(monkeypatch) as server:
+        yield server
 
 
 def _config(out: str | Path, **update: Any) -> de.RunConfig:
