@@ -11,8 +11,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ import delta_eval as de
 from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError, RunFolderWarning
-from delta_eval.executors import InProcessExecutor
 from delta_eval.executors import shard as shard_module
 from delta_eval.schema import ErrorRecord
 from delta_eval.store import remote as remote_module
@@ -34,6 +33,7 @@ from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.shard_copy import shard_copies, shard_copy
 from delta_eval.uris import WORK_DIR_ENV, working_copy
+from tests.apart import Apart
 from tests.killing import kill_when
 from tests.object_store import S3, s3_server
 
@@ -342,28 +342,6 @@ def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
     assert s3.files("c") == {"notes.txt": 14}
 
 
-class Apart(InProcessExecutor):
-    """Shards as if on machines of their own: each attempt in a working copy of its own, numbered by a counter (as
-    by the Ray executor's actor) that skips ``skip`` as if an attempt killed before its upload had taken it."""
-
-    def __init__(self, skip: int) -> None:
-        super().__init__(2)
-        self.skip = skip
-
-    def batch_numbers(self) -> Callable[[int], int]:
-        last = [0]
-        lock = threading.Lock()
-
-        def take(after: int) -> int:
-            with lock:
-                last[0] = max(last[0], after) + 1
-                if last[0] == self.skip:
-                    last[0] += 1
-                return last[0]
-
-        return take
-
-
 def test_shards_apart_write_copies_of_their_own_and_give_the_verdicts_of_a_local_run(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -488,6 +466,52 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
     assert answered == len(every_answer - uploaded)
     assert _keys(result.path / "cache.sqlite") == every_answer
     assert json.loads((result.path / "manifest.json").read_text())["status"] == "completed"
+
+
+_APART_RUN = """
+import sys
+import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+from tests.apart import Apart
+
+de.run(demo_config(sys.argv[1], n=30, latency_ms=40.0), conversations=demo_conversations(), progress=False,
+       executor=Apart())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_run_of_shards_apart_killed_mid_way_resumes_without_a_gap_and_asks_nothing_uploaded_again(
+    s3: S3, tmp_path: Path
+) -> None:
+    """The session and its shards (each in a copy of its own) killed at once; the rerun on the same machine takes
+    over what the killed copies left, drops the numbers taken and never uploaded, and asks again no answer that was
+    uploaded."""
+    uri = s3.uri("ka")
+    root = str(Path(__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", _APART_RUN, uri], stdout=subprocess.DEVNULL, env=env)
+    kill_when(proc, lambda: sum(r.startswith("_commits/") for r in s3.files("ka")) >= 4)
+    uploaded = s3.cache_keys("ka")
+    assert uploaded
+
+    config = demo_config(tmp_path / "reference", n=30, latency_ms=40.0)
+    de.run(config, conversations=demo_conversations(), progress=False)
+    result = de.run(
+        demo_config(uri, n=30, latency_ms=40.0), conversations=demo_conversations(), progress=False, executor=Apart()
+    )
+    assert result.status == "completed"
+    assert [s.status for s in result.manifest.sessions] == ["killed", "completed"]
+    con = result.connect()
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
+    assert total == distinct == result.counts.pairs_planned
+    assert _verdicts(uri) == _verdicts(tmp_path / "reference")
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).damage() == []
+    every = Counter(s3.cache_keys("ka"))
+    assert {key: every[key] for key in uploaded if every[key] != 1} == {}
+    assert not [p for p in shard_copies(uri).iterdir() if p.is_dir()]  # the killed copies were taken over
 
 
 def test_a_manifest_the_store_refuses_fails_the_run_and_leaves_its_cache_closed(
