@@ -19,6 +19,7 @@ uploaded (:func:`sweep`): what a killed attempt paid is lost only when its machi
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sqlite3
 import uuid
@@ -36,6 +37,7 @@ __all__ = ["CACHE_NAME", "shard_copies", "shard_copy", "sweep"]
 
 #: The response cache's file in an attempt's working copy.
 CACHE_NAME = "cache.sqlite"
+_SWEEP_LOCK = ".sweep-lock"
 
 
 def shard_copies(uri: str) -> Path:
@@ -75,21 +77,36 @@ def sweep(uri: str, *, own_cache: bool = True) -> None:
     root = shard_copies(uri)
     if not root.is_dir():
         return
-    for local in sorted(root.iterdir()):
-        if not local.is_dir() or not (local / MARKER).is_file():
-            continue
-        lock = FolderLock(local)
-        try:
-            lock.acquire()
-        except RunFolderError:
-            continue  # its attempt runs
-        try:
-            cache = local / CACHE_NAME
-            if own_cache and cache.is_file():
-                RemoteFolder(uri, local, cache=cache).cache_written()
-        finally:
-            lock.release()
-        _remove(local)
+    with _sweeping(root):
+        for local in sorted(root.iterdir()):
+            if not local.is_dir() or not (local / MARKER).is_file():
+                continue
+            lock = FolderLock(local)
+            try:
+                lock.acquire()
+            except RunFolderError:
+                continue  # its attempt runs
+            try:
+                cache = local / CACHE_NAME
+                if own_cache and cache.is_file():
+                    RemoteFolder(uri, local, cache=cache).cache_written()
+            finally:
+                lock.release()
+            _remove(local)
+
+
+@contextmanager
+def _sweeping(root: Path) -> Iterator[None]:
+    """Hold the machine's sweep of ``root`` (an OS lock, waited for): an attempt starting while another uploads
+    what a killed copy left pulls once that is up, rather than asking those answers again."""
+    import fcntl
+
+    fd = os.open(root / _SWEEP_LOCK, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _remove(local: Path) -> None:
