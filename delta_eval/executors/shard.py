@@ -6,8 +6,8 @@ session was interrupted) skips the pairs committed before and answers the calls 
 response cache: nothing is written twice, nothing paid twice. Where the shards may run on machines that share no
 file system (:meth:`~delta_eval.executors.base.Executor.batch_numbers`) and the run is in an object store, each
 attempt works in a working copy of its own pulled from the URI (:mod:`delta_eval.store.shard_copy`): the answers
-taken from the cache are those uploaded. It writes neither the manifest nor the population
-rows: the session does, once (see :mod:`delta_eval.runner`).
+taken from the cache are those uploaded. It writes neither the manifest nor the population rows: the session
+does, once (see :mod:`delta_eval.runner`).
 """
 
 from __future__ import annotations
