@@ -372,6 +372,10 @@ def test_shards_apart_write_copies_of_their_own_and_give_the_verdicts_of_a_local
     RemoteFolder(uri, fresh).pull()
     assert RunFolder(fresh).damage() == []
     assert _verdicts(fresh) == _verdicts(tmp_path / "local")
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))  # read like any run, on another machine
+    summary, local = de.analyze(uri).summary(), de.analyze(tmp_path / "local").summary()
+    for key in ("pairs", "funnel", "outcomes", "win_rate", "by_stratum", "damage"):
+        assert summary[key] == local[key], key
     records = {int(rel[9:15]): rel for rel in s3.files("apart") if rel.startswith("_commits/")}
     assert sorted(records) == list(range(1, len(records) + 1))
     assert len(records) > 4
