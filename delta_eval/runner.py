@@ -228,7 +228,10 @@ async def _run_sharded(
     # While the shards run, the session's progress shows what they publish in the folder; their reports, exact,
     # replace it once they are done.
     remove_progress(folder.path)  # what a session killed before it was recorded left under the same number
-    watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats)
+    apart = folder.mirror if numbers is not None and isinstance(folder.mirror, RemoteFolder) else None
+    if apart is not None:
+        apart.remove_progress()  # shards apart publish their counters through the remote
+    watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats, apart)
     own_calls, p.call_stats = p.call_stats, watch.calls
     failed: BaseException | None = None
     ran = False

@@ -54,18 +54,19 @@ async def arun_shard(shard: Shard) -> ShardReport:
         # A URI run folder: the shard uploads each batch it commits (its session pulled and synced the working
         # copy they share).
         folder.mirror = RemoteFolder.of_run(c.remote, c.out, c.cache_path)
-        return await _run(shard, folder, c.cache_path)
+        return await _run(shard, folder, c.cache_path, None)
     # Maybe on a machine of its own: a working copy of its own, pulled from the URI, its batches numbered by the
     # run (see delta_eval.store.shard_copy).
     own_cache = safe_paths.inside(c.out, c.cache_path)
     with shard_copy(c.remote, own_cache=own_cache) as remote:
         folder = RunFolder(remote.local)
         folder.mirror, folder.numbers = remote, shard.numbers
-        return await _run(shard, folder, remote.local / CACHE_NAME if own_cache else c.cache_path)
+        return await _run(shard, folder, remote.local / CACHE_NAME if own_cache else c.cache_path, remote)
 
 
-async def _run(shard: Shard, folder: RunFolder, cache_path: Path) -> ShardReport:
-    """Run ``shard`` writing ``folder``, its answers in the response cache at ``cache_path``."""
+async def _run(shard: Shard, folder: RunFolder, cache_path: Path, apart: RemoteFolder | None) -> ShardReport:
+    """Run ``shard`` writing ``folder``, its answers in the response cache at ``cache_path``; ``apart``: the
+    remote its counters are uploaded to (the folder is a working copy of its own)."""
     c = shard.config
     folder.header = shard.header
     models = await build_models(c, shard.source_name, shard.tool_simulator, limiters=shard.limiters)
@@ -92,7 +93,9 @@ async def _run(shard: Shard, folder: RunFolder, cache_path: Path) -> ShardReport
             )  # fmt: skip
             async with anyio.create_task_group() as tg:
                 # The counters the session shows while the shards run (see delta_eval.executors.live).
-                tg.start_soon(publish, folder.path, shard.session, shard.index, progress, models.pool.stats)
+                tg.start_soon(
+                    publish, folder.path, shard.session, shard.index, progress, models.pool.stats, None, apart
+                )
                 await run_stages(stages, shard.sample, models.sides, models.cascade)
                 tg.cancel_scope.cancel()
             report = ShardReport(

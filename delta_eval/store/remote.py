@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
+from delta_eval.store.live_files import PROGRESS_DIR
 from delta_eval.store.tables import DATASETS
 from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
@@ -66,6 +67,7 @@ __all__ = [
 CACHE_DIR = "_cache"
 _RECORD = re.compile(rf"^{COMMITS}/\d{{6}}\.json$")
 _PART = re.compile(r"^(?P<dataset>[a-z_]+)/part-\d{6}\.parquet$")
+_PROGRESS = re.compile(rf"^{PROGRESS_DIR}/\d+-\d+\.json$")
 _SEGMENT = re.compile(rf"^{CACHE_DIR}/[0-9a-f]{{32}}\.parquet$")
 _CACHE_SCHEMA = pa.schema(
     [("key", pa.string()), ("model", pa.string()), ("response", pa.string()), ("created", pa.float64())]
@@ -380,6 +382,39 @@ class RemoteFolder:
                 self._put(name, (self.local / name).read_bytes())
             else:
                 self._delete(name)
+
+    # -- the live counters of shards apart (see delta_eval.executors.live) ------------------------------------
+
+    def progress_written(self, path: Path) -> None:
+        """Upload the counters file a shard just wrote at ``path`` in the working copy (a display only: an upload
+        that fails is left for the next)."""
+        with contextlib.suppress(RunFolderError):
+            self._upload(path.relative_to(self.local).as_posix())
+
+    def pull_progress(self, session: int) -> None:
+        """Download the counters files the shards of session ``session`` uploaded into the working copy."""
+        for rel in self._progress_files():
+            if rel.startswith(f"{PROGRESS_DIR}/{session}-"):
+                with contextlib.suppress(RunFolderError):
+                    self._download(rel)
+
+    def remove_progress(self) -> None:
+        """Delete the shards' counters files from the remote (a display only: what cannot be deleted stays)."""
+        for rel in self._progress_files():
+            with contextlib.suppress(RunFolderError):
+                self._delete(rel)
+
+    def _progress_files(self) -> list[str]:
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self._at(PROGRESS_DIR), allow_not_found=True))
+        except OSError:
+            return []
+        prefix = self.root + "/"
+        return [
+            info.path[len(prefix) :]
+            for info in infos
+            if info.type == pafs.FileType.File and _PROGRESS.match(info.path[len(prefix) :])
+        ]
 
     def _push_cache(self) -> None:
         """Upload the response cache's rows written since the last upload, as one segment."""

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
@@ -26,6 +27,8 @@ from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError, RunFolderWarning
 from delta_eval.executors import shard as shard_module
+from delta_eval.executors.live import ShardWatch, publish
+from delta_eval.progress import RunProgress
 from delta_eval.schema import ErrorRecord
 from delta_eval.store import remote as remote_module
 from delta_eval.store.cache import SQLiteCache
@@ -389,6 +392,31 @@ def test_shards_apart_write_copies_of_their_own_and_give_the_verdicts_of_a_local
         for key in pq.read_table(s3.fs.open_input_file(f"runs/apart/{rel}"), columns=["key"]).column("key").to_pylist()
     ]
     assert len(rows) == len(set(rows)) == len(_keys(tmp_path / "local" / "cache.sqlite"))
+    assert not [rel for rel in s3.files("apart") if rel.startswith("_progress/")]  # the shards' counters: gone
+
+
+def test_shards_apart_show_their_counters_to_the_session_through_the_remote(s3: S3, tmp_path: Path) -> None:
+    uri = s3.uri("live")
+    _mirrored(uri)
+    shard, session = RemoteFolder(uri, tmp_path / "shard"), RemoteFolder(uri, tmp_path / "session")
+    shard.pull()
+    session.pull()
+    done = RunProgress()
+    done.replayed, done.written = 7, 3
+
+    async def publish_a_while() -> None:
+        with anyio.move_on_after(0.3):
+            await publish(shard.local, 3, 1, done, dict, every=0.05, remote=shard)
+
+    anyio.run(publish_a_while)
+    assert "_progress/3-1.json" in s3.files("live")
+    seen = RunProgress()
+    watch = ShardWatch(session.local, 3, seen, dict, session)
+    assert watch.poll() == 1
+    assert (seen.replayed, seen.written) == (7, 3)
+    watch.restore()
+    assert not [rel for rel in s3.files("live") if rel.startswith("_progress/")]
+    assert not (session.local / "_progress").exists()
 
 
 _KILLED_ATTEMPT = """
