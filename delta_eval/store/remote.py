@@ -7,6 +7,7 @@ cache, the sent-call journals, the live counters. The run itself is the remote f
 
     URI/.delta_eval  URI/manifest.json  URI/_commits/000001.json  URI/<dataset>/part-000001.parquet ...
     URI/_cache/<hex>.parquet      the response cache's rows, uploaded with each batch (see below)
+    URI/_progress/S-K.json        while shards on several machines run: shard K's live counters (see below)
 
 - **A batch is visible only when whole**: its part files are uploaded first, then its commit record (one object
   written whole: an object store shows a reader the whole object or none). A batch dropped on resume has its
@@ -26,7 +27,8 @@ cache, the sent-call journals, the live counters. The run itself is the remote f
   their batches into its own copy at the end, where a number a killed attempt took and never uploaded gets a
   dropped record (a reader reading meanwhile sees that number as a missing batch, as it sees a batch still
   uploading). Shards do not see each other's answers while they run: a request two shards make (the same
-  conversation twice in the source) is paid by each.
+  conversation twice in the source) is paid by each. Their live counters reach the session through ``_progress/``
+  (see :mod:`delta_eval.executors.live`).
 
 Not guaranteed: two runs writing the same URI at once (each holds only its own working copy's lock, so their
 batch numbers collide: a batch whose number the remote already holds is refused before anything of it is
