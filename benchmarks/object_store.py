@@ -34,6 +34,9 @@ import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.uris import WORK_DIR_ENV
 
+#: What pyarrow's S3 filesystem reads from the environment to reach the server (and no instance metadata).
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
 _REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP')
 
 
@@ -99,9 +102,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=60, help="conversations sampled (default 60)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    for name, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():  # fmt: skip
-        os.environ[name] = value
+    os.environ.update(CREDENTIALS)
     tmp = Path(tempfile.mkdtemp(prefix="de-objstore-"))
     server = Server(tmp / "moto.log")
     try:

@@ -14,13 +14,19 @@ Ray run spreads that work over two processes. The last line says what the machin
 the fake server's CPU time over its cores (on two cores shared by the server, the client's CPU per call bounds
 every executor).
 
+With ``--object-store``, the Ray run is made a third time into ``s3://`` (moto's S3 server on 127.0.0.1, in a
+process of its own): each shard in a working copy of its own, pulled from the URI as it starts, uploading each
+batch. Its line gives its wall time against the Ray run into a local folder of the same repeat.
+
     python benchmarks/ray_scaling.py                     # 2,000 pairs, 200 ms, concurrency 512
     python benchmarks/ray_scaling.py --pairs 500 --latency-ms 100 --repeats 3
+    python benchmarks/ray_scaling.py --pairs 500 --latency-ms 100 --object-store
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import statistics
@@ -37,6 +43,7 @@ import delta_eval as de
 from delta_eval.demo import behaviours, demo_conversations, demo_models
 from delta_eval.replay.points import count_turns
 from delta_eval.schema import Conversation
+from delta_eval.uris import WORK_DIR_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from targets import Figure, record  # the figures and their targets, shared by the benchmarks
@@ -80,7 +87,7 @@ def _serve(pairs: int, latency_ms: float, conn: Connection) -> None:
     conn.send((dict(served), cpu))
 
 
-def config(out: Path, base_url: str, concurrency: int) -> de.RunConfig:
+def config(out: Path | str, base_url: str, concurrency: int) -> de.RunConfig:
     """The run measured: the demo's sides through the openai SDK, rule judges, ``concurrency`` calls in flight."""
     m = demo_models("openai", {"base_url": base_url, "api_key": "bench-key-for-the-fake-server"}, judges="rule")
     limits = de.ModelLimits(max_concurrency=concurrency // 2, adaptive=False)  # two models: half each
@@ -96,7 +103,9 @@ def config(out: Path, base_url: str, concurrency: int) -> de.RunConfig:
     )
 
 
-def measure(pairs: int, latency_ms: float, concurrency: int, out: Path, executor: de.Executor | None) -> dict[str, Any]:
+def measure(
+    pairs: int, latency_ms: float, concurrency: int, out: Path | str, executor: de.Executor | None
+) -> dict[str, Any]:
     """One run against a fresh fake server: seconds, pairs, the ideal seconds and the verdicts."""
     ctx = multiprocessing.get_context("spawn")
     mine, theirs = ctx.Pipe()
@@ -128,19 +137,29 @@ def measure(pairs: int, latency_ms: float, concurrency: int, out: Path, executor
 
 
 def compare(
-    pairs: int, latency_ms: float, concurrency: int, repeats: int, sharded: Callable[[], de.Executor]
+    pairs: int,
+    latency_ms: float,
+    concurrency: int,
+    repeats: int,
+    sharded: Callable[[], de.Executor],
+    uri: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
-    """Both ways, alternating, ``repeats`` times: medians of seconds and of the ratio to the ideal, and whether every
-    run's verdicts are the first one-process run's."""
-    runs: dict[str, list[dict[str, Any]]] = {"1 process": [], "sharded": []}
+    """Both ways, alternating, ``repeats`` times (and sharded into the object-store folder ``uri(name)`` names, when
+    given): medians of seconds and of the ratio to the ideal, and whether every run's verdicts are the first
+    one-process run's. ``to local`` is the median of each repeat's sharded run into ``uri`` over the sharded run
+    into a local folder."""
+    runs: dict[str, list[dict[str, Any]]] = {"1 process": [], "sharded": [], **({"sharded, uri": []} if uri else {})}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(repeats):
             for kind in runs:
-                executor = sharded() if kind == "sharded" else None
-                runs[kind].append(measure(pairs, latency_ms, concurrency, Path(tmp) / f"{kind}-{k}", executor))
+                executor = None if kind == "1 process" else sharded()
+                out: Path | str = uri(f"run-{k}") if kind == "sharded, uri" and uri else Path(tmp) / f"{kind}-{k}"
+                runs[kind].append(measure(pairs, latency_ms, concurrency, out, executor))
     reference = runs["1 process"][0]["verdicts"]
+    local = runs["sharded"]
     return {
         kind: {
+            "to local": statistics.median(r["seconds"] / s["seconds"] for r, s in zip(rows, local, strict=True)),
             "seconds": statistics.median(r["seconds"] for r in rows),
             "ratio": statistics.median(r["seconds"] / r["ideal"] for r in rows),
             "ideal": statistics.median(r["ideal"] for r in rows),
@@ -161,19 +180,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=512, help="calls in flight in all")
     parser.add_argument("--workers", type=int, default=2, help="Ray worker processes")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--object-store", action="store_true", help="a third run: Ray into s3:// (moto)")
     parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
     args = parser.parse_args(argv)
 
     import ray
 
-    # A local Ray cluster of its own: ``workers`` CPUs, so two worker processes run the two shards.
-    ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    try:
+    with contextlib.ExitStack() as stack:
+        uri = None
+        if args.object_store:
+            from object_store import CREDENTIALS, Server
+
+            os.environ.update(CREDENTIALS)  # before Ray starts: its workers take this process's environment
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="de-ray-s3-")))
+            os.environ[WORK_DIR_ENV] = str(tmp / "work")
+            server = Server(tmp / "moto.log")
+            stack.callback(server.close)
+            uri = server.uri
+        # A local Ray cluster of its own: ``workers`` CPUs, so two worker processes run the two shards.
+        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+        stack.callback(ray.shutdown)
         got = compare(
-            args.pairs, args.latency_ms, args.concurrency, args.repeats, lambda: de.RayExecutor(shards=args.workers)
-        )
-    finally:
-        ray.shutdown()
+            args.pairs, args.latency_ms, args.concurrency, args.repeats, lambda: de.RayExecutor(shards=args.workers),
+            uri,
+        )  # fmt: skip
     one = got["1 process"]
     print(
         f"ray scaling: {one['pairs']:,} pairs, {one['calls']:,} calls, fake OpenAI server at {args.latency_ms:.0f} ms,"
@@ -184,6 +214,12 @@ def main(argv: list[str] | None = None) -> None:
         r = got[kind]
         print(f"{label:<28}{r['seconds']:>9.1f}{r['ideal']:>8.1f}{r['ratio']:>9.2f}  {r['same_verdicts']}")
     print(f"Ray / 1 process wall time: {got['sharded']['seconds'] / one['seconds']:.2f}")
+    if "sharded, uri" in got:
+        r = got["sharded, uri"]
+        print(
+            f"Ray into s3:// (moto){'':<7}{r['seconds']:>9.1f}{r['ideal']:>8.1f}{r['ratio']:>9.2f}  "
+            f"{r['same_verdicts']}  ({r['to local']:.2f}x the Ray run into a local folder)"
+        )
     # What this machine allows at all: the client's and the fake server's CPU (both measured in the one-process run)
     # spread over every core, however the client is sharded.
     cores = os.cpu_count() or 1
@@ -204,6 +240,10 @@ def main(argv: list[str] | None = None) -> None:
         Figure("ray_scaling", "Ray / 1 process wall time", ray_run["seconds"] / one["seconds"], "x"),
         Figure("ray_scaling", "CPU floor of this machine / ideal", floor / one["ideal"], "x"),
     )  # fmt: skip
+    if "sharded, uri" in got:
+        r = got["sharded, uri"]
+        name, same_uri = "Ray into s3:// (moto) / Ray into a local folder", f"same verdicts: {r['same_verdicts']}"
+        record(args.figures, Figure("ray_scaling", name, r["to local"], "x", note=same_uri))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ of every figure beside its target.
 - ``analysis.py``: the win rate over a plain DuckDB query, the decision and a cold summary at 200k and 1M verdicts
   (<= 3x; < 1 s at 1M);
 - ``long_conversation.py --replay``: the replay CPU of a 5,000-message conversation over a 2,000-message one (<= 3);
-- with ``--ray``, ``ray_scaling.py``: 2,000 pairs on a local Ray cluster of two workers over their ideal (<= 1.3x).
+- with ``--ray``, ``ray_scaling.py``: 2,000 pairs on a local Ray cluster of two workers over their ideal (<= 1.3x),
+  and the same Ray run into ``s3://`` (moto on 127.0.0.1) against the one into a local folder.
 
 Each benchmark prints its own lines as it goes (medians, baselines measured in the same run); the table at the end
 is their figures as they recorded them (``--figures``, see ``targets.py``). ``--quick`` runs each on small sizes to
@@ -45,7 +46,10 @@ QUICK: dict[str, list[str]] = {
     "analysis": ["--pairs", "2000", "--reasons", "50", "--repeats", "1", "--no-themes"],
     "long_conversation": ["--replay", "--sizes", "100", "--repeats", "1", "--replay-sizes", "100", "200"],
 }
-RAY = {"full": ["--repeats", "1"], "quick": ["--pairs", "60", "--latency-ms", "20", "--concurrency", "32"]}
+RAY = {
+    "full": ["--repeats", "1", "--object-store"],
+    "quick": ["--pairs", "60", "--latency-ms", "20", "--concurrency", "32", "--object-store"],
+}
 
 
 def run_all(benchmarks: dict[str, list[str]], figures: Path) -> dict[str, int]:

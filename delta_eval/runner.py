@@ -10,6 +10,7 @@ adapters are closed and the manifest records the end.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import sqlite3
@@ -26,7 +27,6 @@ from delta_eval.estimate import estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
 from delta_eval.executors.live import ShardWatch
-from delta_eval.executors.ray_cluster import RayExecutor  # imports no Ray until one is used
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
@@ -47,11 +47,13 @@ from delta_eval.schema import Conversation
 from delta_eval.store import safe_paths
 from delta_eval.store.batches import BatchJournal
 from delta_eval.store.folder import RunFolder
+from delta_eval.store.layout import COMMITS
 from delta_eval.store.live_files import remove_progress
 from delta_eval.store.manifest import RunManifest, RunStatus
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.session import FolderSession
-from delta_eval.uris import shown, without_credentials
+from delta_eval.store.shard_copy import sweep
+from delta_eval.uris import without_credentials
 
 __all__ = ["execute"]
 
@@ -168,13 +170,6 @@ async def _screen(
 
 def _refuse_sharding(c: RunConfig, on_verdict: VerdictCallback | None, executor: Executor) -> None:
     """What a sharded run does not do (yet): say so before anything starts."""
-    if c.remote is not None and isinstance(executor, RayExecutor):
-        # Its shards may run on other machines, each with a working copy of its own: their batch numbers would
-        # collide and none would see the others' answers.
-        raise ConfigError(
-            f"a Ray run cannot write an object-store run folder ({shown(c.remote)}) yet: give 'out' a path every "
-            "node sees (a shared file system), or run it with a ProcessExecutor on one machine"
-        )
     said = {
         "stop_early": c.stop_early,  # its sequential test watches the verdicts in the order they are written
         "screen": c.screen is not None,
@@ -211,6 +206,9 @@ async def _run_sharded(
     sizes = {position: count_turns(conv, greetings=c.replay_greetings) for position, conv in items}
     by_position = dict(items)
     each = shard_config(c, n)
+    # Shards that may run apart from the session's folder (a Ray run into an object store) number their batches
+    # through the executor; their batches reach the session's copy from the URI.
+    numbers = executor.batch_numbers() if c.remote is not None else None
     assert folder.header is not None
     shards = [
         Shard(
@@ -223,6 +221,7 @@ async def _run_sharded(
             manifest=session.manifest,
             header=folder.header,
             tool_simulator=tool_simulator,
+            numbers=numbers,
         )
         for k, positions in enumerate(q for q in deal(sizes, n) if q)
     ]
@@ -230,9 +229,13 @@ async def _run_sharded(
     # While the shards run, the session's progress shows what they publish in the folder; their reports, exact,
     # replace it once they are done.
     remove_progress(folder.path)  # what a session killed before it was recorded left under the same number
-    watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats)
+    apart = folder.mirror if numbers is not None and isinstance(folder.mirror, RemoteFolder) else None
+    if apart is not None:
+        apart.remove_progress()  # shards apart publish their counters through the remote
+    watch = ShardWatch(folder.path, len(session.manifest.sessions), p, pool.stats, apart)
     own_calls, p.call_stats = p.call_stats, watch.calls
     failed: BaseException | None = None
+    ran = False
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch.watch)
@@ -245,9 +248,17 @@ async def _run_sharded(
             tg.cancel_scope.cancel()
         if failed is not None:
             raise failed
+        ran = True
     finally:
         watch.restore()
         p.call_stats = own_calls
+        if numbers is not None:
+            assert c.remote is not None
+            if ran:
+                _gather(folder, c.remote)
+            else:
+                with contextlib.suppress(Exception):  # the run's own error is the one to see
+                    _gather(folder, c.remote)
         folder.catch_up()  # the shards' batches are counted in the manifest
     out = _Sharded()
     for r in reports:
@@ -260,6 +271,21 @@ async def _run_sharded(
         stages.notes += [note for note in r.notes if note not in stages.notes]
     folder.recover()  # what a shard's killed worker left uncommitted
     return out
+
+
+def _gather(folder: RunFolder, uri: str) -> None:
+    """Take into the session's working copy the batches the shards uploaded from copies of their own, after the
+    answers killed attempts left on this machine (:func:`~delta_eval.store.shard_copy.sweep`); a number an attempt
+    took and never uploaded (it was killed) gets a dropped record, so the numbers stay without gaps."""
+    remote = folder.mirror
+    assert isinstance(remote, RemoteFolder)
+    sweep(uri, own_cache=remote.cache is not None)
+    remote.pull()
+    commits = folder.path / COMMITS
+    present = {int(f.name[:6]) for f in commits.glob("*.json") if f.name[:6].isdigit()} if commits.is_dir() else set()
+    for batch in range(1, max(present, default=0) + 1):
+        if batch not in present:
+            folder.drop(batch, "its number was taken by a shard stopped before it uploaded the batch")
 
 
 def session_stages(

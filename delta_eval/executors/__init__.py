@@ -10,6 +10,7 @@ Example::
 
     de.run(config, executor=de.ProcessExecutor())                       # every core of this machine
     de.run(config, executor=de.RayExecutor(address="10.0.0.5:6379"))    # a Ray cluster
+    de.run(config, out="s3://evals/run", executor=de.RayExecutor(...))  # its nodes sharing no file system
 """
 
 from delta_eval.executors.base import Executor, Shard, ShardReport

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,9 @@ class Shard:
     tool_simulator: ToolSimulator | None = None
     #: Makes each model's limiter in the shard's process (set by the executor).
     limiters: LimiterFactory = local_limiter
+    #: Numbers the shard's batches when it works in a working copy of its own (:meth:`Executor.batch_numbers`):
+    #: called with the highest number the copy holds, it returns one no other shard takes.
+    numbers: Callable[[int], int] | None = None
 
 
 @dataclass
@@ -71,6 +75,12 @@ class Executor(ABC):
     @abstractmethod
     def shard_count(self) -> int:
         """How many shards to cut the session into (at least one)."""
+
+    def batch_numbers(self) -> Callable[[int], int] | None:
+        """How the shards of a run in an object store number their batches when they may run on machines that
+        share no file system with the session: each shard then works in a working copy of its own (see
+        :mod:`delta_eval.store.shard_copy`). ``None`` (the default): every shard writes the session's folder."""
+        return None
 
     @abstractmethod
     async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:

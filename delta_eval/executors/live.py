@@ -3,7 +3,8 @@ the session adds them up into its own :class:`~delta_eval.progress.RunProgress`,
 a Ray cluster shows its pairs decided, spend and calls as it goes, as a one-process run does.
 
 The counters travel through the run folder, which every shard already shares (no other channel to open between
-machines; see :mod:`delta_eval.store.live_files`). The session removes them once its shards are done, and takes the
+machines; see :mod:`delta_eval.store.live_files`): for shards in working copies of their own, through its object
+store. The session removes them once its shards are done, and takes the
 exact figures from the shards' reports.
 """
 
@@ -24,6 +25,7 @@ from delta_eval.progress import RunProgress
 from delta_eval.store import safe_paths
 from delta_eval.store.folder import write_json_atomic
 from delta_eval.store.live_files import PROGRESS_DIR, progress_file, remove_progress
+from delta_eval.store.remote import RemoteFolder
 
 __all__ = ["EVERY_S", "ShardWatch", "publish", "snapshot"]
 
@@ -47,9 +49,11 @@ async def publish(
     progress: RunProgress,
     calls: Callable[[], Mapping[str, CallStats]],
     every: float | None = None,
+    remote: RemoteFolder | None = None,
 ) -> None:
     """Write shard ``index``'s counters every ``every`` seconds (default :data:`EVERY_S`) until cancelled, and
-    once more then, so the last figures are there when the shard ends."""
+    once more then, so the last figures are there when the shard ends; each write uploaded to ``remote`` too (a
+    shard in a working copy of its own: its session reads them there)."""
     safe_paths.mkdir(root, root / PROGRESS_DIR)
     path = progress_file(root, session, index)
 
@@ -57,10 +61,13 @@ async def publish(
         # A display only (a full disk is no reason to stop a shard): the shard's report is exact.
         with contextlib.suppress(OSError):
             write_json_atomic(path, snapshot(progress, calls()), root=root)
+            if remote is not None:
+                remote.progress_written(path)
 
     try:
         while True:
-            write()
+            # On a worker thread when uploaded: a round trip to the store is no pause of the shard's loop.
+            await anyio.to_thread.run_sync(write) if remote is not None else write()
             await anyio.sleep(EVERY_S if every is None else every)
     finally:
         write()  # no await: a cancelled shard still leaves its last figures
@@ -81,9 +88,16 @@ class ShardWatch:
     """
 
     def __init__(
-        self, root: Path, session: int, progress: RunProgress, own_calls: Callable[[], Mapping[str, CallStats]]
+        self,
+        root: Path,
+        session: int,
+        progress: RunProgress,
+        own_calls: Callable[[], Mapping[str, CallStats]],
+        remote: RemoteFolder | None = None,
     ) -> None:
         self.root = root
+        #: Where shards in working copies of their own upload their counters (see :func:`publish`).
+        self.remote = remote
         self.session = session
         self.progress = progress
         self.own_calls = own_calls
@@ -93,6 +107,8 @@ class ShardWatch:
 
     def poll(self) -> int:
         """Read every shard's counters into the progress; returns how many shards have published."""
+        if self.remote is not None:
+            self.remote.pull_progress(self.session)
         directory = self.root / PROGRESS_DIR
         published: list[dict[str, Any]] = []
         if directory.is_dir() and not directory.is_symlink():
@@ -133,3 +149,5 @@ class ShardWatch:
         self.progress.cost_usd = self._base_cost
         self._shard_calls = {}
         remove_progress(self.root)
+        if self.remote is not None:
+            self.remote.remove_progress()

@@ -2,7 +2,10 @@
 
 Each shard is one Ray task (one CPU) running :func:`~delta_eval.executors.shard.run_shard` in its own event loop
 on whichever node Ray places it; every node must see the run folder at the same path (a local folder for a cluster
-on one machine, a shared file system across machines). A model's limits stay global: one Ray actor per model holds
+on one machine, a shared file system across machines), or the run folder is in an object store (``out="s3://..."``):
+each attempt at a shard then works in a working copy of its own on its node, pulled from the URI, and takes its
+batch numbers from one Ray actor of the run (:class:`BatchNumbers`; see :mod:`delta_eval.store.shard_copy`). A
+model's limits stay global: one Ray actor per model holds
 its :class:`~delta_eval.adapters.limits.ModelLimiter`, and every call of every shard holds a slot taken there
 (leased a batch at a time, see :class:`RemoteLimiter`). A worker that dies mid-shard has its task retried by Ray
 (``max_retries``): the retry skips the pairs the dead one committed, takes the answers it had from the response
@@ -31,7 +34,7 @@ from delta_eval.executors.base import Executor, Shard, ShardReport, SplitLimiter
 from delta_eval.executors.local import ShardFailedError
 from delta_eval.executors.shard import run_shard
 
-__all__ = ["LimiterActor", "RayExecutor", "RayLimiters", "RemoteLimiter"]
+__all__ = ["BatchNumbers", "LimiterActor", "RayBatchNumbers", "RayExecutor", "RayLimiters", "RemoteLimiter"]
 
 
 def _ray() -> Any:
@@ -263,6 +266,29 @@ class RayLimiters:
         return RemoteLimiter(actor, holder, limits)
 
 
+class BatchNumbers:
+    """The batch numbers of a run's shards (run as a Ray actor, one call at a time): each number taken once, so
+    shards that share no file system, hence no commit lock, never write the same batch."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def take(self, after: int) -> int:
+        """A number above ``after`` (the highest the caller's working copy holds) and every number taken."""
+        self.last = max(self.last, after) + 1
+        return self.last
+
+
+@dataclass(frozen=True)
+class RayBatchNumbers:
+    """A shard's numbering of its batches: each number taken from the run's :class:`BatchNumbers` actor."""
+
+    actor: Any
+
+    def __call__(self, after: int) -> int:
+        return int(_ray().get(self.actor.take.remote(after)))
+
+
 class RayExecutor(Executor):
     """Run the shards as tasks of a Ray cluster.
 
@@ -295,6 +321,11 @@ class RayExecutor(Executor):
         """``shards``, or the cluster's CPUs."""
         ray = self._connect()
         return self.shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def batch_numbers(self) -> RayBatchNumbers:
+        """A numbering actor for the run's shards (their nodes may share no file system)."""
+        ray = self._connect()
+        return RayBatchNumbers(ray.remote(num_cpus=0)(BatchNumbers).remote())
 
     async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:
         """Submit a task per shard, with one limiter actor per model, and wait for every report."""

@@ -3,13 +3,17 @@ its conversations, its batches committed into the run folder beside the other sh
 
 A shard reads what the folder already holds when it starts, so a shard run again (its worker was killed, the
 session was interrupted) skips the pairs committed before and answers the calls paid for before from the shared
-response cache: nothing is written twice, nothing paid twice. It writes neither the manifest nor the population
-rows: the session does, once (see :mod:`delta_eval.runner`).
+response cache: nothing is written twice, nothing paid twice. Where the shards may run on machines that share no
+file system (:meth:`~delta_eval.executors.base.Executor.batch_numbers`) and the run is in an object store, each
+attempt works in a working copy of its own pulled from the URI (:mod:`delta_eval.store.shard_copy`): the answers
+taken from the cache are those uploaded. It writes neither the manifest nor the population rows: the session
+does, once (see :mod:`delta_eval.runner`).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import anyio
 
@@ -20,11 +24,13 @@ from delta_eval.interrupts import handle_signals
 from delta_eval.pipeline import Stages, run_stages
 from delta_eval.progress import RunProgress
 from delta_eval.run_models import build_models
+from delta_eval.store import safe_paths
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.sent import SentJournal
 from delta_eval.store.session import Resume
+from delta_eval.store.shard_copy import CACHE_NAME, shard_copy
 from delta_eval.sync import run_loop
 
 __all__ = ["arun_shard", "run_shard"]
@@ -43,14 +49,30 @@ def run_shard(shard: Shard) -> ShardReport:
 async def arun_shard(shard: Shard) -> ShardReport:
     """Run ``shard`` in the running event loop."""
     c = shard.config
-    folder = RunFolder(c.out, shared=True)
+    if c.remote is None or shard.numbers is None:
+        folder = RunFolder(c.out, shared=True)
+        # A URI run folder: the shard uploads each batch it commits (its session pulled and synced the working
+        # copy they share).
+        folder.mirror = RemoteFolder.of_run(c.remote, c.out, c.cache_path)
+        return await _run(shard, folder, c.cache_path, None)
+    # Maybe on a machine of its own: a working copy of its own, pulled from the URI, its batches numbered by the
+    # run (see delta_eval.store.shard_copy).
+    own_cache = safe_paths.inside(c.out, c.cache_path)
+    with shard_copy(c.remote, own_cache=own_cache) as remote:
+        folder = RunFolder(remote.local)
+        folder.mirror, folder.numbers = remote, shard.numbers
+        return await _run(shard, folder, remote.local / CACHE_NAME if own_cache else c.cache_path, remote)
+
+
+async def _run(shard: Shard, folder: RunFolder, cache_path: Path, apart: RemoteFolder | None) -> ShardReport:
+    """Run ``shard`` writing ``folder``, its answers in the response cache at ``cache_path``; ``apart``: the
+    remote its counters are uploaded to (the folder is a working copy of its own)."""
+    c = shard.config
     folder.header = shard.header
-    # A URI run folder: the shard uploads each batch it commits (its session pulled and synced the working copy).
-    folder.mirror = RemoteFolder.of_run(c.remote, c.out, c.cache_path)
     models = await build_models(c, shard.source_name, shard.tool_simulator, limiters=shard.limiters)
     progress = RunProgress()
     try:
-        cache = SQLiteCache(c.cache_path, root=folder.path)
+        cache = SQLiteCache(cache_path, root=folder.path)
         journal = SentJournal(folder.path, shard.session)
         try:
             models.pool.use_cache(cache)
@@ -71,7 +93,9 @@ async def arun_shard(shard: Shard) -> ShardReport:
             )  # fmt: skip
             async with anyio.create_task_group() as tg:
                 # The counters the session shows while the shards run (see delta_eval.executors.live).
-                tg.start_soon(publish, folder.path, shard.session, shard.index, progress, models.pool.stats)
+                tg.start_soon(
+                    publish, folder.path, shard.session, shard.index, progress, models.pool.stats, None, apart
+                )
                 await run_stages(stages, shard.sample, models.sides, models.cascade)
                 tg.cancel_scope.cancel()
             report = ShardReport(

@@ -258,6 +258,10 @@ class RunFolder:
         self._media: set[str] | None = None
         #: Where each batch, dropped batch and manifest is copied once written (the remote of a URI run folder).
         self.mirror: Mirror | None = None
+        #: Numbers each batch from outside the folder, for a shard writing a working copy of its own of a run in an
+        #: object store (see :mod:`delta_eval.executors.shard`): called with the highest number the folder holds,
+        #: it returns a number no other shard takes (``None``: numbered here, or under the commit lock).
+        self.numbers: Callable[[int], int] | None = None
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -677,18 +681,22 @@ class RunFolder:
     def _write_batch(self, tables: dict[str, pa.Table], note: dict[str, Any] | None) -> int:
         """Write ``tables`` as the next batch: its part files, then its commit file. In a :attr:`shared` folder the
         parts are encoded first and the batch numbered under the folder's commit lock, so that the processes
-        writing it never take the same number nor leave a gap."""
+        writing it never take the same number nor leave a gap; with :attr:`numbers`, by it, once they are."""
         staged: list[tuple[str, Path, Path, int]] = []
         for name, table in tables.items():
             folder = safe_paths.mkdir(self.path, self.path / name)
-            number = 0 if self.shared else self._next_batch  # a shared folder's number is known at commit only
+            # A shared or outside-numbered folder's number is known at commit only.
+            number = 0 if self.shared or self.numbers is not None else self._next_batch
             tmp = safe_paths.check(self.path, folder / f".part-{number:06d}.{uuid.uuid4().hex}.tmp")
             skip = TABLES[name].no_statistics
             stats: bool | list[str] = [c for c in table.column_names if c not in skip] if skip else True
             pq.write_table(_scrubbed(table), tmp, compression="zstd", write_statistics=stats)
             staged.append((name, folder, tmp, table.num_rows))
         with self._numbering():
-            batch = self._last_on_disk() + 1 if self.shared else self._next_batch
+            if self.numbers is not None:
+                batch = self.numbers(self._last_on_disk())
+            else:
+                batch = self._last_on_disk() + 1 if self.shared else self._next_batch
             files: dict[str, list[str]] = {}
             sizes: dict[str, int] = {}
             counts: dict[str, int] = {}

@@ -7,6 +7,7 @@ cache, the sent-call journals, the live counters. The run itself is the remote f
 
     URI/.delta_eval  URI/manifest.json  URI/_commits/000001.json  URI/<dataset>/part-000001.parquet ...
     URI/_cache/<hex>.parquet      the response cache's rows, uploaded with each batch (see below)
+    URI/_progress/S-K.json        while shards on several machines run: shard K's live counters (see below)
 
 - **A batch is visible only when whole**: its part files are uploaded first, then its commit record (one object
   written whole: an object store shows a reader the whole object or none). A batch dropped on resume has its
@@ -20,12 +21,20 @@ cache, the sent-call journals, the live counters. The run itself is the remote f
   its commit record, and a pull adds the uploaded rows to the working copy's cache. A resume on another machine
   asks again only the answers obtained after the last batch uploaded (on the same machine: none).
 
-Not guaranteed: two machines writing the same URI at once (each holds only its own working copy's lock, so their
+- **Shards on several machines** (:class:`~delta_eval.executors.RayExecutor`): each attempt at a shard works in
+  a working copy of its own on its machine, pulled as it starts, and numbers its batches through the run's
+  numbering actor, so no two shards take a number (see :mod:`delta_eval.store.shard_copy`); the session pulls
+  their batches into its own copy at the end, where a number a killed attempt took and never uploaded gets a
+  dropped record (a reader reading meanwhile sees that number as a missing batch, as it sees a batch still
+  uploading). Shards do not see each other's answers while they run: a request two shards make (the same
+  conversation twice in the source) is paid by each. Their live counters reach the session through ``_progress/``
+  (see :mod:`delta_eval.executors.live`).
+
+Not guaranteed: two runs writing the same URI at once (each holds only its own working copy's lock, so their
 batch numbers collide: a batch whose number the remote already holds is refused before anything of it is
-uploaded, which stops the second writer in most cases, not all); a sharded run whose shards are on several
-machines (:class:`~delta_eval.executors.RayExecutor` with a URI is refused); a response cache configured outside
-the run folder (``cache=``) is not uploaded; provider batch jobs (``batch=``), ``pseudonyms.json`` and what readers
-write beside a run (analysis caches, ``report.html``, labels) stay in the working copy.
+uploaded, which stops the second writer in most cases, not all); a response cache configured outside the run
+folder (``cache=``) is not uploaded; provider batch jobs (``batch=``), ``pseudonyms.json`` and what readers write
+beside a run (analysis caches, ``report.html``, labels) stay in the working copy.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ import pyarrow.parquet as pq
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
+from delta_eval.store.live_files import PROGRESS_DIR
 from delta_eval.store.tables import DATASETS
 from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
@@ -59,6 +69,7 @@ __all__ = [
 CACHE_DIR = "_cache"
 _RECORD = re.compile(rf"^{COMMITS}/\d{{6}}\.json$")
 _PART = re.compile(r"^(?P<dataset>[a-z_]+)/part-\d{6}\.parquet$")
+_PROGRESS = re.compile(rf"^{PROGRESS_DIR}/\d+-\d+\.json$")
 _SEGMENT = re.compile(rf"^{CACHE_DIR}/[0-9a-f]{{32}}\.parquet$")
 _CACHE_SCHEMA = pa.schema(
     [("key", pa.string()), ("model", pa.string()), ("response", pa.string()), ("created", pa.float64())]
@@ -340,6 +351,11 @@ class RemoteFolder:
         self._push_cache()
         self._put(MANIFEST, (self.local / MANIFEST).read_bytes())
 
+    def cache_written(self) -> None:
+        """Upload the response cache's rows written since the last upload: the answers a writer ending without a
+        batch to carry them holds (an interrupted shard, see :mod:`delta_eval.store.shard_copy`)."""
+        self._push_cache()
+
     def sync(self) -> None:
         """Make the remote the working copy's state (after a resume, which may have reset or repaired it):
         records the copy no longer has are deleted first, then parts no record names (left by an upload cut
@@ -368,6 +384,39 @@ class RemoteFolder:
                 self._put(name, (self.local / name).read_bytes())
             else:
                 self._delete(name)
+
+    # -- the live counters of shards apart (see delta_eval.executors.live) ------------------------------------
+
+    def progress_written(self, path: Path) -> None:
+        """Upload the counters file a shard just wrote at ``path`` in the working copy (a display only: an upload
+        that fails is left for the next)."""
+        with contextlib.suppress(RunFolderError):
+            self._upload(path.relative_to(self.local).as_posix())
+
+    def pull_progress(self, session: int) -> None:
+        """Download the counters files the shards of session ``session`` uploaded into the working copy."""
+        for rel in self._progress_files():
+            if rel.startswith(f"{PROGRESS_DIR}/{session}-"):
+                with contextlib.suppress(RunFolderError):
+                    self._download(rel)
+
+    def remove_progress(self) -> None:
+        """Delete the shards' counters files from the remote (a display only: what cannot be deleted stays)."""
+        for rel in self._progress_files():
+            with contextlib.suppress(RunFolderError):
+                self._delete(rel)
+
+    def _progress_files(self) -> list[str]:
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self._at(PROGRESS_DIR), allow_not_found=True))
+        except OSError:
+            return []
+        prefix = self.root + "/"
+        return [
+            info.path[len(prefix) :]
+            for info in infos
+            if info.type == pafs.FileType.File and _PROGRESS.match(info.path[len(prefix) :])
+        ]
 
     def _push_cache(self) -> None:
         """Upload the response cache's rows written since the last upload, as one segment."""

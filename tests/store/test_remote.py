@@ -6,72 +6,48 @@ uploaded."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import anyio
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from moto.server import ThreadedMotoServer
 
 import delta_eval as de
 from delta_eval.analysis.report import render_report
 from delta_eval.cli import main as cli_main
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import ConfigError, RunFolderError, RunFolderWarning
+from delta_eval.executors import shard as shard_module
+from delta_eval.executors.live import ShardWatch, publish
+from delta_eval.progress import RunProgress
 from delta_eval.schema import ErrorRecord
 from delta_eval.store import remote as remote_module
 from delta_eval.store.cache import SQLiteCache
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.remote import RemoteFolder
+from delta_eval.store.shard_copy import shard_copies, shard_copy
 from delta_eval.uris import WORK_DIR_ENV, working_copy
+from tests.apart import Apart
 from tests.killing import kill_when
-
-
-class S3:
-    """A bucket on a moto S3 server on 127.0.0.1, and pyarrow's filesystem on it."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.query = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
-        self.fs = pafs.S3FileSystem(
-            endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1", access_key="testing",
-            secret_key="testing", allow_bucket_creation=True,
-        )  # fmt: skip
-        self.fs.create_dir("runs")
-
-    def uri(self, name: str) -> str:
-        return f"s3://runs/{name}?{self.query}"
-
-    def files(self, name: str) -> dict[str, int]:
-        infos = self.fs.get_file_info(pafs.FileSelector(f"runs/{name}", recursive=True, allow_not_found=True))
-        return {i.path.split("/", 2)[2]: int(i.size or 0) for i in infos if i.type == pafs.FileType.File}
+from tests.object_store import S3, s3_server
 
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
     """A fresh S3 server for the test (stopped at its end); working copies under ``tmp_path/work``."""
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
-    monkeypatch.setattr(logging.getLogger("werkzeug"), "level", logging.WARNING)  # a line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        # moto keeps its buckets in this process across servers: emptied, so no test sees another's objects
-        httpx.post(f"http://{host}:{port}/moto-api/reset").raise_for_status()
-        yield S3(host, port)
-    finally:
-        server.stop()
+    with s3_server(monkeypatch) as server:
+        yield server
 
 
 def _config(out: str | Path, **update: Any) -> de.RunConfig:
@@ -370,14 +346,109 @@ def test_a_remote_folder_of_other_files_is_refused(s3: S3) -> None:
     assert s3.files("c") == {"notes.txt": 14}
 
 
-def test_a_ray_run_to_a_uri_is_refused_before_it_starts(s3: S3) -> None:
-    pytest.importorskip("ray")
-    with pytest.raises(ConfigError, match="object-store run folder"):
-        de.run(
-            _config(s3.uri("d")), conversations=demo_conversations(), progress=False,
-            executor=de.RayExecutor("127.0.0.1:1"),
-        )  # fmt: skip
-    assert s3.files("d") == {}
+def test_shards_apart_write_copies_of_their_own_and_give_the_verdicts_of_a_local_run(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No shard writes the session's working copy nor another shard's: the batches meet on the remote, numbered
+    without collision, and a number taken but never uploaded gets a dropped record."""
+    de.run(_config(tmp_path / "local"), conversations=demo_conversations(), progress=False)
+    copies: list[Path] = []
+    opened = shard_module.shard_copy
+
+    @contextmanager
+    def recorded(uri: str, *, own_cache: bool = True) -> Iterator[RemoteFolder]:
+        with opened(uri, own_cache=own_cache) as remote:
+            copies.append(remote.local)
+            yield remote
+
+    monkeypatch.setattr(shard_module, "shard_copy", recorded)
+    uri = s3.uri("apart")
+    result = de.run(_config(uri), conversations=demo_conversations(), progress=False, executor=Apart(skip=3))
+    assert result.status == "completed"
+    assert len(copies) == 2
+    assert len(set(copies)) == 2
+    assert all(not p.is_relative_to(result.path) for p in copies)
+    assert not any(p.exists() for p in copies)  # removed once their answers were up
+    # the session's copy holds the shards' batches (pulled) and counts them
+    assert _verdicts(result.path) == _verdicts(tmp_path / "local")
+    assert result.counts.pairs == de.open_result(tmp_path / "local").counts.pairs
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).damage() == []
+    assert _verdicts(fresh) == _verdicts(tmp_path / "local")
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))  # read like any run, on another machine
+    summary, local = de.analyze(uri).summary(), de.analyze(tmp_path / "local").summary()
+    for key in ("pairs", "funnel", "outcomes", "win_rate", "by_stratum", "damage"):
+        assert summary[key] == local[key], key
+    records = {int(rel[9:15]): rel for rel in s3.files("apart") if rel.startswith("_commits/")}
+    assert sorted(records) == list(range(1, len(records) + 1))
+    assert len(records) > 4
+    dropped = json.loads(s3.fs.open_input_stream(f"runs/apart/{records[3]}").read())
+    assert "taken by a shard" in dropped["dropped"]
+    # every answer uploaded once: the shards' and the session's copies never upload one another's
+    rows = [
+        key
+        for rel in s3.files("apart")
+        if rel.startswith("_cache/")
+        for key in pq.read_table(s3.fs.open_input_file(f"runs/apart/{rel}"), columns=["key"]).column("key").to_pylist()
+    ]
+    assert len(rows) == len(set(rows)) == len(_keys(tmp_path / "local" / "cache.sqlite"))
+    assert not [rel for rel in s3.files("apart") if rel.startswith("_progress/")]  # the shards' counters: gone
+
+
+def test_shards_apart_show_their_counters_to_the_session_through_the_remote(s3: S3, tmp_path: Path) -> None:
+    uri = s3.uri("live")
+    _mirrored(uri)
+    shard, session = RemoteFolder(uri, tmp_path / "shard"), RemoteFolder(uri, tmp_path / "session")
+    shard.pull()
+    session.pull()
+    done = RunProgress()
+    done.replayed, done.written = 7, 3
+
+    async def publish_a_while() -> None:
+        with anyio.move_on_after(0.3):
+            await publish(shard.local, 3, 1, done, dict, every=0.05, remote=shard)
+
+    anyio.run(publish_a_while)
+    assert "_progress/3-1.json" in s3.files("live")
+    seen = RunProgress()
+    watch = ShardWatch(session.local, 3, seen, dict, session)
+    assert watch.poll() == 1
+    assert (seen.replayed, seen.written) == (7, 3)
+    watch.restore()
+    assert not [rel for rel in s3.files("live") if rel.startswith("_progress/")]
+    assert not (session.local / "_progress").exists()
+
+
+_KILLED_ATTEMPT = """
+import os, sqlite3, sys
+from delta_eval.store.cache import SQLiteCache
+from delta_eval.store.shard_copy import shard_copy
+
+with shard_copy(sys.argv[1]) as remote:
+    SQLiteCache(remote.local / "cache.sqlite", root=remote.local).close()
+    with sqlite3.connect(remote.local / "cache.sqlite") as con:
+        con.execute("INSERT INTO responses VALUES ('paid-then-killed', 'simulated:x', '{}', 0)")
+    os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_the_answers_a_killed_attempt_left_in_its_copy_go_up_with_the_next_attempt_on_its_machine(s3: S3) -> None:
+    uri = s3.uri("swept")
+    _mirrored(uri)
+    killed = subprocess.run([sys.executable, "-c", _KILLED_ATTEMPT, uri], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    [left] = [p for p in shard_copies(uri).iterdir() if p.is_dir()]
+    assert "paid-then-killed" not in _uploaded_keys(s3, "swept")
+    with shard_copy(uri) as running, shard_copy(uri) as other:
+        # the next attempt uploaded what the killed one paid, took it back in its pull, and removed its copy
+        assert _keys(running.local / "cache.sqlite") == {"paid-then-killed"}
+        assert not left.exists()
+        assert running.local.exists()  # an attempt that runs is left alone by another's sweep
+    assert _uploaded_keys(s3, "swept") == {"paid-then-killed"}
+    assert not other.local.exists()
+    assert not running.local.exists()
 
 
 def test_a_run_to_a_uri_over_processes_gives_the_verdicts_of_a_local_run(s3: S3, tmp_path: Path) -> None:
@@ -428,6 +499,52 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
     assert answered == len(every_answer - uploaded)
     assert _keys(result.path / "cache.sqlite") == every_answer
     assert json.loads((result.path / "manifest.json").read_text())["status"] == "completed"
+
+
+_APART_RUN = """
+import sys
+import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+from tests.apart import Apart
+
+de.run(demo_config(sys.argv[1], n=30, latency_ms=40.0), conversations=demo_conversations(), progress=False,
+       executor=Apart())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_run_of_shards_apart_killed_mid_way_resumes_without_a_gap_and_asks_nothing_uploaded_again(
+    s3: S3, tmp_path: Path
+) -> None:
+    """The session and its shards (each in a copy of its own) killed at once; the rerun on the same machine takes
+    over what the killed copies left, drops the numbers taken and never uploaded, and asks again no answer that was
+    uploaded."""
+    uri = s3.uri("ka")
+    root = str(Path(__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", _APART_RUN, uri], stdout=subprocess.DEVNULL, env=env)
+    kill_when(proc, lambda: sum(r.startswith("_commits/") for r in s3.files("ka")) >= 4)
+    uploaded = s3.cache_keys("ka")
+    assert uploaded
+
+    config = demo_config(tmp_path / "reference", n=30, latency_ms=40.0)
+    de.run(config, conversations=demo_conversations(), progress=False)
+    result = de.run(
+        demo_config(uri, n=30, latency_ms=40.0), conversations=demo_conversations(), progress=False, executor=Apart()
+    )
+    assert result.status == "completed"
+    assert [s.status for s in result.manifest.sessions] == ["killed", "completed"]
+    con = result.connect()
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
+    assert total == distinct == result.counts.pairs_planned
+    assert _verdicts(uri) == _verdicts(tmp_path / "reference")
+    fresh = tmp_path / "fresh"
+    RemoteFolder(uri, fresh).pull()
+    assert RunFolder(fresh).damage() == []
+    every = Counter(s3.cache_keys("ka"))
+    assert {key: every[key] for key in uploaded if every[key] != 1} == {}
+    assert not [p for p in shard_copies(uri).iterdir() if p.is_dir()]  # the killed copies were taken over
 
 
 def test_a_manifest_the_store_refuses_fails_the_run_and_leaves_its_cache_closed(
