@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from delta_eval.exceptions import RunFolderError
+from delta_eval.store import safe_paths
 from delta_eval.store.folder import FolderLock
 from delta_eval.store.layout import MARKER
 from delta_eval.store.remote import RemoteFolder
@@ -99,8 +99,11 @@ def sweep(uri: str, *, own_cache: bool = True) -> None:
 def _sweeping(root: Path) -> Iterator[None]:
     """Hold the machine's sweep of ``root`` (an OS lock, waited for): an attempt starting while another uploads
     what a killed copy left pulls once that is up, rather than asking those answers again."""
-    import fcntl
-
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform (as for FolderLock): sweeps are not kept apart
+        yield
+        return
     fd = os.open(root / _SWEEP_LOCK, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -110,6 +113,8 @@ def _sweeping(root: Path) -> Iterator[None]:
 
 
 def _remove(local: Path) -> None:
-    """An attempt's working copy and its state beside it (the library's own folder under the work dir)."""
-    shutil.rmtree(local, ignore_errors=True)
-    local.with_name(local.name + ".remote.json").unlink(missing_ok=True)
+    """An attempt's working copy and its state beside it (the library's own folder under the work dir); what
+    cannot be removed now is left for the next sweep."""
+    with contextlib.suppress(OSError):
+        safe_paths.rmtree(local.parent, local)
+        safe_paths.unlink(local.parent, local.with_name(local.name + ".remote.json"), missing_ok=True)
