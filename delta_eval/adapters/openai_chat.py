@@ -18,12 +18,14 @@ Example (Python)::
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx2
 import openai
+import pydantic
 import pydantic_core
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -237,12 +239,19 @@ def decode_usage(usage: Any) -> Usage | None:
     )
 
 
+@functools.cache
+def _undeclared(cls: type, key: str) -> bool:
+    """Whether a pydantic model class has no field nor attribute ``key``: its instances hold it in their extra
+    fields or not at all (asking one for it anyway costs pydantic's ``__getattr__`` raising AttributeError)."""
+    return issubclass(cls, pydantic.BaseModel) and key not in cls.model_fields and not hasattr(cls, key)
+
+
 def _reasoning_text(message: Any) -> str | None:
     # OpenAI-compatible servers of reasoning models return the model's reasoning beside the answer, under one of
     # these names (vLLM, DeepSeek, LiteLLM); it is kept on the replay, never sent back.
     extra = getattr(message, "model_extra", None) or {}
     for key in ("reasoning_content", "reasoning"):
-        value = extra.get(key) or getattr(message, key, None)
+        value = extra.get(key) or (None if _undeclared(message.__class__, key) else getattr(message, key, None))
         if isinstance(value, str) and value:
             return value
     return None

@@ -309,3 +309,19 @@ def test_the_body_built_from_kept_messages_is_the_bodys_json_byte_for_byte(
             body = adapter.stream_body(body)
         assert body_json(body) == json_body(body)
         assert json.loads(body_json(body)) == json.loads(json.dumps(body))
+
+
+def test_reasoning_is_read_from_extra_fields_from_a_declared_field_or_not_at_all() -> None:
+    from openai.types.chat import ChatCompletionMessage
+
+    from delta_eval.adapters.openai_chat import _reasoning_text
+
+    class Declared(ChatCompletionMessage):  # an SDK version that declares the field
+        reasoning: str | None = None
+
+    plain = {"role": "assistant", "content": "hi"}
+    assert _reasoning_text(ChatCompletionMessage.model_validate(plain)) is None
+    extra = ChatCompletionMessage.model_validate({**plain, "reasoning_content": "looked it up"})
+    assert _reasoning_text(extra) == "looked it up"
+    assert _reasoning_text(Declared.model_validate({**plain, "reasoning": "thought"})) == "thought"
+    assert _reasoning_text(Declared.model_validate(plain)) is None
