@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
+from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -202,14 +203,28 @@ class ModelRequest(_Frozen):
         at = bare.index(b'"messages":[]') + len(b'"messages":[')
         frame = (bare[:at], bare[at:])
         _FRAMES[key] = (self.tools, self.params, frame)
-        if len(_FRAMES) > 256:
+        if len(_FRAMES) > 1024:  # a frame per conversation (its tools) and model: room for the conversations in flight
             _FRAMES.pop(next(iter(_FRAMES)), None)
         return frame
 
 
 def _head(version: int, namespace: str, identity: dict[str, Any] | None) -> bytes:
-    head = json.dumps([version, namespace, identity or {}], sort_keys=True, separators=(",", ":"))
-    return head.encode("utf-8") + b"\x00"
+    """``json.dumps([version, namespace, identity or {}], sort_keys=True, separators=(",", ":"))``, encoded, and a
+    NUL: put together from its parts, the identity's JSON kept (a run's calls have the same few identities)."""
+    return b"[%d,%s,%s]\x00" % (version, encode_basestring_ascii(namespace).encode("ascii"), _identity_json(identity))
+
+
+def _identity_json(identity: dict[str, Any] | None) -> bytes:
+    data = identity or {}
+    if not all(type(v) is str for v in data.values()):  # kept by value: only text, which no other type equals
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    key = tuple(sorted(data.items()))
+    kept = _IDENTITIES.get(key)
+    if kept is None:
+        kept = _IDENTITIES[key] = json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        if len(_IDENTITIES) > 256:
+            _IDENTITIES.pop(next(iter(_IDENTITIES)), None)
+    return kept
 
 
 def _message_json(message: Message) -> bytes:
@@ -246,6 +261,7 @@ class _Hashing:
 
 
 _MESSAGES = IdentityMemo[bytes](maxsize=1 << 14)
+_IDENTITIES: dict[tuple[tuple[str, str], ...], bytes] = {}
 _FRAMES: dict[tuple[str, int, int], tuple[tuple[ToolSpec, ...], GenerateParams, tuple[bytes, bytes]]] = {}
 #: Salted by the bytes hashed before the first message (the frame's start, after a version 1 key's head).
 _BODY = PrefixFold[_Hashing](

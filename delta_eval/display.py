@@ -13,18 +13,18 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, TextIO
-
-from rich.console import Console, RenderableType
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, TextIO
 
 from delta_eval.progress import RunProgress
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "DEFAULT_EVERY",
@@ -83,37 +83,47 @@ def status_line(p: RunProgress) -> str:
     return f"delta-eval {p.phase}: {p.decided}/{total} pairs | {stage_counts(p)} | {spend_counts(p)}"
 
 
-class _RunBar(Progress):
-    # The bar on its own line, the counts on the lines below it: one wide row would be cut on an 80-column terminal.
-    def __init__(self, run: RunProgress, console: Console) -> None:
-        self.run = run
-        self.task: TaskID | None = None
-        super().__init__(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(bar_width=24),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA {task.fields[eta]}"),
-            console=console,
-            refresh_per_second=8,
-        )
-        self.task = self.add_task("starting", total=None, eta="?")
+@functools.cache
+def _run_bar() -> type[Any]:
+    """The terminal's bar (a rich ``Progress``), its class made on first use: rich is imported for a terminal only
+    (30 ms of a run's start elsewhere: CI, logs, notebooks)."""
+    from rich.console import RenderableType
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+    from rich.text import Text
 
-    def get_renderables(self) -> Iterable[RenderableType]:
-        p = self.run
-        if self.task is not None:
-            eta = _duration(p.eta_seconds())
-            self.update(self.task, description=p.phase, total=p.pairs_to_do or None, completed=p.decided, eta=eta)
-        yield from super().get_renderables()
-        calls = p.calls()
-        cost = "unknown" if p.cost_usd is None else f"${p.cost_usd:.4f}"
-        yield Text(f"  {stage_counts(p)}", overflow="ellipsis", no_wrap=True)
-        yield Text(
-            f"  cost {cost} | calls {calls.answered + calls.cached}, retries {calls.retries}, rate-limited "
-            f"{calls.rate_limited} | tokens {_tokens(p.input_tokens)} in {_tokens(p.output_tokens)} out",
-            overflow="ellipsis",
-            no_wrap=True,
-        )
+    class _RunBar(Progress):
+        # The bar on its own line, the counts on the lines below it: one wide row would be cut on an 80-column terminal.
+        def __init__(self, run: RunProgress, console: Console) -> None:
+            self.run = run
+            self.task: TaskID | None = None
+            super().__init__(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(bar_width=24),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA {task.fields[eta]}"),
+                console=console,
+                refresh_per_second=8,
+            )
+            self.task = self.add_task("starting", total=None, eta="?")
+
+        def get_renderables(self) -> Iterable[RenderableType]:
+            p = self.run
+            if self.task is not None:
+                eta = _duration(p.eta_seconds())
+                self.update(self.task, description=p.phase, total=p.pairs_to_do or None, completed=p.decided, eta=eta)
+            yield from super().get_renderables()
+            calls = p.calls()
+            cost = "unknown" if p.cost_usd is None else f"${p.cost_usd:.4f}"
+            yield Text(f"  {stage_counts(p)}", overflow="ellipsis", no_wrap=True)
+            yield Text(
+                f"  cost {cost} | calls {calls.answered + calls.cached}, retries {calls.retries}, rate-limited "
+                f"{calls.rate_limited} | tokens {_tokens(p.input_tokens)} in {_tokens(p.output_tokens)} out",
+                overflow="ellipsis",
+                no_wrap=True,
+            )
+
+    return _RunBar
 
 
 class ProgressDisplay:
@@ -127,7 +137,9 @@ class ProgressDisplay:
     """
 
     def __init__(self, progress: RunProgress, console: Console | None = None) -> None:
-        self._bar = _RunBar(progress, console or Console(stderr=True))
+        from rich.console import Console
+
+        self._bar = _run_bar()(progress, console or Console(stderr=True))
 
     def __enter__(self) -> ProgressDisplay:
         self._bar.start()

@@ -86,7 +86,7 @@ from delta_eval.judges.prompts import (
     render_pairwise_pair,
 )
 from delta_eval.judges.session import SESSION_RUBRIC
-from delta_eval.memo import PrefixFold
+from delta_eval.memo import IdentityMemo, PrefixFold
 from delta_eval.paths import MISSING, get_path
 from delta_eval.pricing import Price, price_for
 from delta_eval.replay.points import count_turns, epochs, recorded_calls, replay_points, select_turns
@@ -329,6 +329,9 @@ class _Counter:
 
     provider: str
     tokenizer: Tokenizer | None
+    #: The tokens of each tool spec, kept by identity: every request of a run offers the same few specs, and counting
+    #: them (their parameters' JSON) again per request was most of an estimate's time.
+    _tools: IdentityMemo[int] = field(default_factory=lambda: IdentityMemo[int](maxsize=1024), init=False, repr=False)
 
     def text(self, text: str | None) -> int:
         if not text:
@@ -344,9 +347,10 @@ class _Counter:
         return n
 
     def tools(self, tools: Iterable[ToolSpec]) -> int:
-        return sum(
-            self.text(t.name) + self.text(t.description) + self.text(json.dumps(t.parameters)) + 4 for t in tools
-        )
+        return sum(self._tools.get(t, self._tool) for t in tools)
+
+    def _tool(self, t: ToolSpec) -> int:
+        return self.text(t.name) + self.text(t.description) + self.text(json.dumps(t.parameters)) + 4
 
     def step(self, step: Step) -> tuple[int, int]:
         """Tokens the step's answer is (output), and what it adds to the next call's input (answer and results)."""
@@ -420,6 +424,15 @@ def _cacheable(tokens: int, provider: str, minimum: int) -> int:
     return tokens - tokens % 128 if provider in ("openai", "openai-responses", "azure") else tokens
 
 
+#: Each tool spec's JSON, kept by identity (see :func:`_tools_json`).
+_TOOL_JSON = IdentityMemo[str](maxsize=1024)
+
+
+def _tools_json(tools: Iterable[ToolSpec]) -> str:
+    """The JSON of ``tools``' specs as one list, as ``json.dumps`` writes it: each spec's dumped once a run."""
+    return "[" + ", ".join(_TOOL_JSON.get(t, lambda t: json.dumps(t.model_dump(mode="json"))) for t in tools) + "]"
+
+
 class _SideCount:
     """The calls and tokens of one side, counted a pair at a time (the sample's pairs are never all held at once)."""
 
@@ -466,7 +479,7 @@ class _SideCount:
         out: TurnOutput = point.recorded
         steps = list(out.steps)
         n_calls = recorded_calls(out, self.c.max_tool_rounds)
-        prefix_key = (json.dumps([spec.model_dump(mode="json") for spec in request.tools]), *system_texts)
+        prefix_key = (_tools_json(request.tools), *system_texts)
         # What an earlier call already sent: the tools and system prompt of another pair, or this conversation's
         # previous turn (whose context is the start of this one's; the adapter routes a conversation's turns to the
         # same cache).

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 import delta_eval as de
-from delta_eval.calls import CACHE_KEY_VERSION, GenerateParams, ModelRequest, NamedToolChoice, ResponseFormat
+from delta_eval.calls import (
+    CACHE_KEY_VERSION,
+    GenerateParams,
+    ModelRequest,
+    NamedToolChoice,
+    ResponseFormat,
+    _head,
+)
 from delta_eval.schema import Message, ToolCall, ToolSpec
 
 REQUEST = ModelRequest(
@@ -92,6 +99,19 @@ def test_the_key_is_a_versioned_hash_of_the_canonical_form() -> None:
 
 
 _text = st.text(max_size=20)
+
+
+@given(
+    namespace=st.text(max_size=30),
+    identity=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=12) | st.integers() | st.booleans()),
+)
+def test_the_keys_head_is_the_json_of_version_namespace_and_identity(
+    namespace: str, identity: dict[str, Any] | None
+) -> None:
+    for _ in range(2):  # the second time from the kept identity
+        expected = json.dumps([2, namespace, identity or {}], sort_keys=True, separators=(",", ":")).encode("utf-8")
+        assert _head(2, namespace, identity) == expected + b"\x00"
+    assert _head(2, namespace, {"a": "1"}) != _head(2, namespace, {"a": 1}) != _head(2, namespace, {"a": True})
 
 
 @given(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
@@ -130,6 +131,23 @@ def test_a_tokenizer_given_counts_the_tokens() -> None:
     assert words.part("baseline").input_tokens < approx.part("baseline").input_tokens  # a word is > 1 token
     assert "<lambda>" in words.tokenizer
     assert approx.tokenizer == "approximation"
+
+
+def test_each_tool_spec_is_counted_once_per_side_not_per_request() -> None:
+    # Every request offers the same specs: counting their parameters' JSON per request was most of an estimate's time.
+    seen: Counter[str] = Counter()
+
+    def tokenizer(text: str) -> int:
+        seen[text] += 1
+        return len(text.split())
+
+    config = de.demo.demo_config("unused", n=3)
+    estimated = de.estimate(config, conversations=de.demo.demo_conversations(), tokenizer=tokenizer)
+    conversations, _ = de.demo.demo_conversations().load()
+    schemas = {json.dumps(t.parameters) for c in conversations for t in c.tools}
+    assert estimated.pairs > 2
+    assert schemas
+    assert {seen[s] for s in schemas} == {2}  # the baseline's and the candidate's count
 
 
 def test_approximation_counts_json_denser_than_prose() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,20 @@ def test_the_display_suits_where_the_output_goes(monkeypatch: pytest.MonkeyPatch
     assert isinstance(progress_display(p), ProgressDisplay)
     monkeypatch.setattr("delta_eval.display.in_notebook", lambda: True)
     assert isinstance(progress_display(p), NotebookProgress)
+
+
+def test_a_display_without_a_terminal_does_not_import_rich() -> None:
+    # rich is the terminal bar's alone: a run in CI, a log or a notebook does not pay its import (30 ms).
+    code = (
+        "import io, sys\n"
+        "from delta_eval.display import progress_display\n"
+        "from delta_eval.progress import RunProgress\n"
+        "with progress_display(RunProgress(), stream=io.StringIO()):\n"
+        "    pass\n"
+        "print('rich' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_a_progress_interval_must_be_positive(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,6 +83,22 @@ class Limiter(Protocol):
         """The run is done with this model: give back whatever is held for other processes."""
 
 
+class _Slot(AbstractAsyncContextManager[Ticket]):
+    """One call's hold on a :class:`ModelLimiter`'s slot (a class, not a generator: it is entered on every call)."""
+
+    __slots__ = ("_limiter", "_owner")
+
+    def __init__(self, limiter: ModelLimiter) -> None:
+        self._limiter = limiter
+        self._owner = object()
+
+    async def __aenter__(self) -> Ticket:
+        return await self._limiter.acquire(self._owner)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._limiter.release(self._owner)
+
+
 class ModelLimiter:
     """Admits calls to one model within its limits.
 
@@ -117,7 +133,9 @@ class ModelLimiter:
         self._budget: _Budget | None = None
         self._sent: deque[float] = deque()  # when calls were let through since the budget's call started
         self._paused_until = -float("inf")
-        self._admit = anyio.Lock()  # callers waiting for the budget go one at a time, in turn
+        # Callers waiting for the budget go one at a time, in turn; one that finds it free goes on without yielding
+        # to the event loop (the slot it holds was a checkpoint already).
+        self._admit = anyio.Lock(fast_acquire=True)
         self.rate_limited = 0
 
     @property
@@ -125,15 +143,9 @@ class ModelLimiter:
         """The current concurrency cap."""
         return int(self._capacity.total_tokens)
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[Ticket]:
+    def slot(self) -> AbstractAsyncContextManager[Ticket]:
         """Wait for a free slot (and rate budget), hold it for the duration of one call."""
-        owner = object()
-        ticket = await self.acquire(owner)
-        try:
-            yield ticket
-        finally:
-            self.release(owner)
+        return _Slot(self)
 
     async def acquire(self, owner: object) -> Ticket:
         """Take a slot for ``owner`` (any hashable token) and wait for the rate budget; :meth:`release` gives it

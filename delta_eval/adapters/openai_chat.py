@@ -18,12 +18,15 @@ Example (Python)::
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx2
 import openai
+import pydantic
+import pydantic_core
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from delta_eval.adapters import harmony
@@ -48,7 +51,15 @@ from delta_eval.exceptions import ProviderError, TransientError
 from delta_eval.memo import IdentityMemo
 from delta_eval.schema import MediaPart, Message, ReasoningState, ToolCall, ToolSpec, Usage
 
-__all__ = ["ChatCompletionsAdapter", "create", "decode_usage", "encode_media", "encode_messages"]
+__all__ = [
+    "ChatCompletionsAdapter",
+    "body_json",
+    "create",
+    "decode_usage",
+    "encode_media",
+    "encode_message",
+    "encode_messages",
+]
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -84,29 +95,99 @@ def encode_media(part: MediaPart, note: Note = None) -> dict[str, Any]:
 def encode_messages(messages: Sequence[Message], note: Note = None) -> list[dict[str, Any]]:
     """Canonical messages as Chat Completions messages (reasoning state is not part of this API: it is left out);
     ``note`` is told of media sent as placeholder text."""
-    out: list[dict[str, Any]] = []
+    return [encode_message(m, note) for m in messages]
+
+
+def encode_message(m: Message, note: Note = None) -> dict[str, Any]:
+    """One canonical message as a Chat Completions message (see :func:`encode_messages`)."""
+    if m.role == "assistant":
+        message: dict[str, Any] = {"role": "assistant", "content": m.content}
+        if m.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in m.tool_calls
+            ]
+        return message
+    if m.role == "tool":
+        why = "a Chat Completions tool result holds text only"
+        content = with_text([placeholder(p, note, why) for p in m.media], m.content)
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": content}
+    if m.media and m.role == "user":
+        parts = [encode_media(p, note) for p in m.media]
+        return {"role": "user", "content": [*parts, *([{"type": "text", "text": m.content}] if m.content else [])]}
+    why = f"a Chat Completions {m.role} message holds text only"
+    return {"role": m.role, "content": with_text([placeholder(p, note, why) for p in m.media], m.content)}
+
+
+class _Encoded(list[dict[str, Any]]):
+    """Encoded items (messages, tools) of a request body, each with its JSON where it is kept (``None``: not)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, items: list[dict[str, Any]], parts: list[bytes | None]) -> None:
+        super().__init__(items)
+        self.parts = parts
+
+    def json(self) -> bytes | None:
+        """The JSON array of the items, from their kept JSON (``None``: an item's is not kept, or the list changed
+        since it was encoded)."""
+        parts = [part for part in self.parts if part is not None]
+        if len(parts) != len(self) or len(self.parts) != len(self):
+            return None
+        return b"[" + b",".join(parts) + b"]"
+
+
+def _kept_message(m: Message) -> tuple[dict[str, Any], bytes]:
+    encoded = encode_message(m)
+    return encoded, json_body(encoded)
+
+
+def _kept_tools(tools: tuple[ToolSpec, ...]) -> _Encoded:
+    encoded = encode_tools(tools)
+    return _Encoded(encoded, [json_body(t) for t in encoded])
+
+
+#: Each message's encoding and its JSON, by the identity of the message: a call of a replayed turn sends the
+#: messages of the call before it and a few more, and encoding and serialising all of them again was the larger
+#: part of building a request. Messages with media are encoded each time (their placeholders are noted). The kept
+#: dicts are never changed.
+_MESSAGES = IdentityMemo[tuple[dict[str, Any], bytes]](maxsize=1 << 14)
+
+
+def _encode_kept(messages: Sequence[Message], note: Note) -> _Encoded:
+    """:func:`encode_messages`, each message's JSON kept beside it (see :func:`body_json`)."""
+    items: list[dict[str, Any]] = []
+    parts: list[bytes | None] = []
     for m in messages:
-        if m.role == "assistant":
-            message: dict[str, Any] = {"role": "assistant", "content": m.content}
-            if m.tool_calls:
-                message["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in m.tool_calls
-                ]
-            out.append(message)
-        elif m.role == "tool":
-            why = "a Chat Completions tool result holds text only"
-            content = with_text([placeholder(p, note, why) for p in m.media], m.content)
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": content})
-        elif m.media and m.role == "user":
-            parts = [encode_media(p, note) for p in m.media]
-            out.append(
-                {"role": "user", "content": [*parts, *([{"type": "text", "text": m.content}] if m.content else [])]}
-            )
+        if m.media:
+            items.append(encode_message(m, note))
+            parts.append(None)
         else:
-            why = f"a Chat Completions {m.role} message holds text only"
-            out.append({"role": m.role, "content": with_text([placeholder(p, note, why) for p in m.media], m.content)})
-    return out
+            encoded, data = _MESSAGES.get(m, _kept_message)
+            items.append(encoded)
+            parts.append(data)
+    return _Encoded(items, parts)
+
+
+#: Stand-ins for the kept arrays while the rest of a body is serialised; NUL characters keep them out of any text
+#: a request carries (a body that holds one anyway is serialised whole).
+_MARKS = tuple(f"\x00delta-eval-kept-{k}\x00" for k in range(4))
+_STAND_INS = tuple(pydantic_core.to_json(mark) for mark in _MARKS)
+
+
+def body_json(body: Mapping[str, Any]) -> bytes:
+    """The JSON of a request body, as :func:`~delta_eval.adapters.base.json_body` writes it, byte for byte, with
+    the messages and tools :meth:`ChatCompletionsAdapter.encode` made taken from their kept JSON."""
+    kept = [key for key, value in body.items() if isinstance(value, _Encoded)]
+    arrays = [array for key in kept if (array := body[key].json()) is not None]
+    if not kept or len(kept) > len(_MARKS) or len(arrays) != len(kept):
+        return json_body(body)
+    marked = json_body({**body, **dict(zip(kept, _MARKS, strict=False))})  # each key keeps its place
+    for stand_in, array in zip(_STAND_INS, arrays, strict=False):
+        if marked.count(stand_in) != 1:
+            return json_body(body)
+        marked = marked.replace(stand_in, array)
+    return marked
 
 
 def encode_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -117,9 +198,10 @@ def encode_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-#: The encoded tools of the requests seen lately, by the identity of their tuple: every call of a replayed turn sends
-#: the same tools, and encoding them is a fair share of encoding the request. Kept lists are never changed.
-_TOOLS = IdentityMemo[list[dict[str, Any]]](maxsize=256)
+#: The encoded tools of the requests seen lately and their JSON, by the identity of their tuple: every call of a
+#: replayed turn sends the same tools, and encoding them is a fair share of encoding the request. Kept lists are
+#: never changed.
+_TOOLS = IdentityMemo[_Encoded](maxsize=256)
 
 
 def encode_tool_choice(choice: ToolChoice) -> Any:
@@ -157,12 +239,19 @@ def decode_usage(usage: Any) -> Usage | None:
     )
 
 
+@functools.cache
+def _undeclared(cls: type, key: str) -> bool:
+    """Whether a pydantic model class has no field nor attribute ``key``: its instances hold it in their extra
+    fields or not at all (asking one for it anyway costs pydantic's ``__getattr__`` raising AttributeError)."""
+    return issubclass(cls, pydantic.BaseModel) and key not in cls.model_fields and not hasattr(cls, key)
+
+
 def _reasoning_text(message: Any) -> str | None:
     # OpenAI-compatible servers of reasoning models return the model's reasoning beside the answer, under one of
     # these names (vLLM, DeepSeek, LiteLLM); it is kept on the replay, never sent back.
     extra = getattr(message, "model_extra", None) or {}
     for key in ("reasoning_content", "reasoning"):
-        value = extra.get(key) or getattr(message, key, None)
+        value = extra.get(key) or (None if _undeclared(message.__class__, key) else getattr(message, key, None))
         if isinstance(value, str) and value:
             return value
     return None
@@ -196,9 +285,9 @@ class ChatCompletionsAdapter(ModelAdapter):
     def encode(self, request: ModelRequest) -> dict[str, Any]:
         """The request body of ``POST /chat/completions`` for ``request`` (``params.extra`` merged in)."""
         p = request.params
-        kwargs: dict[str, Any] = {"model": self.wire_model, "messages": encode_messages(request.messages, self.note)}
+        kwargs: dict[str, Any] = {"model": self.wire_model, "messages": _encode_kept(request.messages, self.note)}
         if request.tools:
-            kwargs["tools"] = _TOOLS.get(request.tools, encode_tools)
+            kwargs["tools"] = _TOOLS.get(request.tools, _kept_tools)
             if p.parallel_tool_calls is not None and self.info.parallel_tool_calls:
                 kwargs["parallel_tool_calls"] = p.parallel_tool_calls
             elif p.parallel_tool_calls is not None:
@@ -237,7 +326,7 @@ class ChatCompletionsAdapter(ModelAdapter):
                 return await self._stream(body)
             # The raw response, read into its type here (typed_body: one pass in pydantic-core, not the SDK's walk).
             response = await self.clients.next().post(
-                "/chat/completions", content=json_body(body), cast_to=httpx2.Response, options=REQUEST_OPTIONS
+                "/chat/completions", content=body_json(body), cast_to=httpx2.Response, options=REQUEST_OPTIONS
             )
             completion = typed_body(ChatCompletion, response.content, model=self.model)
         return self.decode(completion, request_id=response.headers.get("x-request-id"))
@@ -277,7 +366,7 @@ class ChatCompletionsAdapter(ModelAdapter):
         served = ""
         stream = await self.clients.next().post(
             "/chat/completions",
-            content=json_body(self.stream_body(kwargs)),
+            content=body_json(self.stream_body(kwargs)),
             cast_to=ChatCompletion,
             options=REQUEST_OPTIONS,
             stream=True,

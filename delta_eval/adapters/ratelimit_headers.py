@@ -111,6 +111,8 @@ def read_rate_limit(headers: Mapping[str, str] | None, *, now: datetime | None =
     if not headers:
         return None
     lower = {k.lower(): v for k, v in headers.items()}
+    if _READ.isdisjoint(lower):
+        return None  # nothing about limits (a self-hosted server says none): the signal would be empty
     limit = _number(lower.get("x-ratelimit-limit-requests") or lower.get("anthropic-ratelimit-requests-limit"))
     remaining = _number(
         lower.get("x-ratelimit-remaining-requests") or lower.get("anthropic-ratelimit-requests-remaining")
@@ -122,6 +124,14 @@ def read_rate_limit(headers: Mapping[str, str] | None, *, now: datetime | None =
         reset = _until(value, now)
     signal = RateLimitSignal(limit, remaining, reset, retry_after(lower))
     return None if signal == RateLimitSignal() else signal
+
+
+#: Every header :func:`read_rate_limit` reads (lower case).
+_READ = frozenset({
+    "x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit", "x-ratelimit-remaining-requests",
+    "anthropic-ratelimit-requests-remaining", "x-ratelimit-reset-requests", "anthropic-ratelimit-requests-reset",
+    "retry-after-ms", "retry-after",
+})  # fmt: skip
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -21,11 +21,13 @@ Example:
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from delta_eval.matching import DEFAULT_MATCH, MatchOptions, call_sequences_equivalent
+from delta_eval.memo import IdentityMemo
 from delta_eval.schema import ToolCall, ToolSpec, TurnOutput
 
 __all__ = ["ReplayChecks", "check_output"]
@@ -60,13 +62,39 @@ def _validator(schema_json: str) -> Any:
     return cls(schema)
 
 
+def _spec_validator(spec: ToolSpec) -> Any:
+    return _validator(json.dumps(spec.parameters, sort_keys=True))
+
+
+#: Each tool spec's validator, by the identity of the spec (the specs of a run are a few objects, offered to every
+#: call): serialising a spec's schema to find its validator cost as much as validating most calls.
+_SPEC_VALIDATORS = IdentityMemo[Any](maxsize=1024)
+#: The problems of the calls checked lately, by tool name and arguments text, with the validator they were checked
+#: against: the two sides of a pair mostly make the same calls, and the turns of a conversation repeat theirs.
+_CHECKED: OrderedDict[tuple[str, str], tuple[Any, tuple[str, ...]]] = OrderedDict()
+_CHECKED_MAX = 4096
+
+
 def _problems(call: ToolCall, tools: dict[str, ToolSpec]) -> list[str]:
-    if call.name not in tools:
+    spec = tools.get(call.name)
+    if spec is None:
         return [f"{call.name}: no such tool"]
+    validator = _SPEC_VALIDATORS.get(spec, _spec_validator)
+    key = (call.name, call.arguments)
+    kept = _CHECKED.get(key)
+    if kept is not None and kept[0] is validator:
+        return list(kept[1])
+    found = _validate(call, validator)
+    _CHECKED[key] = (validator, tuple(found))
+    if len(_CHECKED) > _CHECKED_MAX:
+        _CHECKED.pop(next(iter(_CHECKED)), None)
+    return found
+
+
+def _validate(call: ToolCall, validator: Any) -> list[str]:
     args = call.parsed_arguments
     if not call.arguments_valid or not isinstance(args, dict):
         return [f"{call.name}: arguments are not a JSON object"]
-    validator = _validator(json.dumps(tools[call.name].parameters, sort_keys=True))
     if validator is None:
         return []
     out = []

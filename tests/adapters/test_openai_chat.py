@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 import delta_eval as de
-from delta_eval.adapters.openai_chat import decode_usage
+from delta_eval.adapters.base import json_body
+from delta_eval.adapters.openai_chat import ChatCompletionsAdapter, body_json, decode_usage
+from delta_eval.adapters.registry import create_adapter
 from delta_eval.adapters.simulated import SimulatedBehaviour
 from delta_eval.exceptions import (
     AuthenticationError,
@@ -20,10 +22,10 @@ from delta_eval.exceptions import (
     TransientError,
 )
 from delta_eval.pricing import Price, cost
-from delta_eval.schema import Message, ToolCall, Usage
+from delta_eval.schema import MediaPart, Message, ToolCall, Usage
 from delta_eval.testing.servers.http import JSONReply, StreamReply
 from delta_eval.testing.servers.openai import FakeOpenAIServer
-from tests.adapters.support import CALL, FAST, TOOL_ROUND, call, request
+from tests.adapters.support import ASK, CALL, FAST, TOOL_ROUND, call, request
 
 KEY = "sk-test-not-a-real-key"
 
@@ -284,3 +286,42 @@ def test_arguments_that_are_not_json_are_kept_as_written_and_flagged() -> None:
             [kept] = result.response.message.tool_calls
             assert kept.arguments == '{"city": "Paris"'
             assert not kept.arguments_valid
+
+
+@pytest.mark.parametrize(
+    ("messages", "params"),
+    [
+        (TOOL_ROUND, {"temperature": 0.2, "seed": 7, "extra": {"user": "u1", "logit_bias": {"50256": -100}}}),
+        (ASK, {"stream": True}),  # the streamed body is built around the same kept messages
+        ((*ASK, Message(role="user", content="a\x00delta-eval-kept-0\x00b")), {}),  # a text that holds a stand-in
+        ((Message(role="user", content="see", media=(MediaPart.from_url("image", "https://e.com/a.png"),)),), {}),
+        (TOOL_ROUND, {"extra": {"messages": [{"role": "user", "content": "replaced"}], "tools": []}}),
+    ],
+)
+def test_the_body_built_from_kept_messages_is_the_bodys_json_byte_for_byte(
+    messages: tuple[Message, ...], params: dict[str, object]
+) -> None:
+    adapter = create_adapter("openai:gpt-4.1-mini", {"base_url": "http://127.0.0.1:9/v1", "api_key": KEY})
+    assert isinstance(adapter, ChatCompletionsAdapter)
+    for _ in range(2):  # the second time from the kept JSON of the first
+        body = adapter.encode(request("openai:gpt-4.1-mini", messages, **params))
+        if params.get("stream"):
+            body = adapter.stream_body(body)
+        assert body_json(body) == json_body(body)
+        assert json.loads(body_json(body)) == json.loads(json.dumps(body))
+
+
+def test_reasoning_is_read_from_extra_fields_from_a_declared_field_or_not_at_all() -> None:
+    from openai.types.chat import ChatCompletionMessage
+
+    from delta_eval.adapters.openai_chat import _reasoning_text
+
+    class Declared(ChatCompletionMessage):  # an SDK version that declares the field
+        reasoning: str | None = None
+
+    plain = {"role": "assistant", "content": "hi"}
+    assert _reasoning_text(ChatCompletionMessage.model_validate(plain)) is None
+    extra = ChatCompletionMessage.model_validate({**plain, "reasoning_content": "looked it up"})
+    assert _reasoning_text(extra) == "looked it up"
+    assert _reasoning_text(Declared.model_validate({**plain, "reasoning": "thought"})) == "thought"
+    assert _reasoning_text(Declared.model_validate(plain)) is None

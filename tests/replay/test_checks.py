@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import pytest
+
 import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.replay import checks as checks_module
 from delta_eval.replay.checks import check_output
 from delta_eval.schema import Step, ToolCall, ToolSpec, TurnOutput
 
@@ -38,6 +41,27 @@ def test_every_kind_of_invalid_tool_call_is_counted_with_its_reason() -> None:
         "book: arguments are not a JSON object",
         "cancel: no such tool",
     )
+
+
+def test_a_call_checked_before_is_not_validated_again_unless_its_schema_differs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validated: list[str] = []
+    validate = checks_module._validate
+
+    def counting(call: ToolCall, validator: object) -> list[str]:
+        validated.append(call.arguments)
+        return validate(call, validator)
+
+    monkeypatch.setattr(checks_module, "_validate", counting)
+    arguments = '{"flight": "HAT404", "seats": 0}'
+    for _ in range(3):  # the same call on both sides and again: validated once
+        problems = check_output(calls(("book", arguments)), (BOOK,), TurnOutput(final_text="ok")).tool_call_problems
+        assert problems == ("book: arguments.seats: 0 is less than the minimum of 1",)
+    assert validated == [arguments]
+    looser = ToolSpec(name="book", parameters={"type": "object"})  # another schema under the same name
+    assert check_output(calls(("book", arguments)), (looser,), TurnOutput(final_text="ok")).invalid_tool_calls == 0
+    assert validated == [arguments, arguments]
 
 
 def test_agreement_with_the_recorded_action() -> None:
