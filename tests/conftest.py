@@ -8,10 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import delta_eval as de
 from delta_eval.schema import Conversation, Message, ToolCall
 from delta_eval.testing import registered_adapters
+
+# Tests never assert a timing: Hypothesis's per-example deadline (200 ms) failed a property test on a loaded machine.
+settings.register_profile("delta_eval", deadline=None)
+settings.load_profile("delta_eval")
 
 
 @pytest.fixture(autouse=True)
