@@ -37,6 +37,7 @@ LAYER_OF = {
             "sql",
             "fingerprint",
             "uris",
+            "installed",
         ),
         "core",
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,6 +19,8 @@ def load(name: str) -> ModuleType:
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered first, as an import does: a dataclass of the module looks its module up while it is built.
+    sys.modules.setdefault(name, module)
     spec.loader.exec_module(module)
     return module
 
