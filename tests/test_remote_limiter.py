@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from delta_eval.adapters.limits import ModelLimits
-from delta_eval.executors.ray_cluster import LEASE_REUSES, LimiterActor, RemoteLimiter
+from delta_eval.executors.ray_cluster import LEASE_REUSES, LINGER_S, LimiterActor, RemoteLimiter
 
 
 class _Handle:
@@ -109,6 +109,24 @@ def test_a_shard_saturating_the_model_does_not_starve_another() -> None:
     anyio.run(main)
 
 
+def test_a_slot_freed_when_no_call_waits_serves_the_next_call_then_goes_back_unused() -> None:
+    async def main() -> None:
+        limits = ModelLimits(max_concurrency=8, adaptive=False)
+        actor, handle, (limiter,) = await _holders(limits, 1)
+        for _ in range(2 * LEASE_REUSES):  # one call after the other, as a pair's turns: none waits for a slot
+            async with limiter.slot():
+                await anyio.sleep(0.001)
+            await anyio.sleep(0.001)
+        # Kept for the next call (its uses bound), not given back and leased again for every call.
+        assert handle.sent["acquire_many"] == 2
+        assert await actor.borrowed() == 1
+        await anyio.sleep(LINGER_S + 0.03)  # unused: it goes back to the actor, where other shards can take it
+        assert await actor.borrowed() == 0
+        await limiter.aclose()
+
+    anyio.run(main)
+
+
 def test_a_cancelled_call_and_a_dead_attempt_hold_nothing() -> None:
     async def main() -> None:
         limits = ModelLimits(max_concurrency=2, adaptive=False)
@@ -126,7 +144,7 @@ def test_a_cancelled_call_and_a_dead_attempt_hold_nothing() -> None:
             await entered.wait()
             await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
-        await anyio.sleep(0.02)  # the gathered releases are sent
+        await anyio.sleep(LINGER_S + 0.03)  # the slots kept for a next call are given back
         assert await actor.borrowed() == 0
 
         # An attempt whose worker died holding slots, and asking for more: the retry of its shard opens a new

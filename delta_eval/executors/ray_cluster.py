@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -65,9 +66,18 @@ class LimiterActor:
         self._shard_of[holder] = shard
         self._held.setdefault(holder, set())
 
-    async def acquire_many(self, holder: str, want: int) -> list[tuple[int, float]]:
+    async def acquire_many(
+        self,
+        holder: str,
+        want: int,
+        released: list[int] | None = None,
+        outcomes: list[tuple[str, Any, Any]] | None = None,
+    ) -> list[tuple[int, float]]:
         """Slots for ``holder``: wait for one, then take up to ``want`` in all while more are free at once. Each
-        is its token and when it was let through. A holder closed meanwhile gets none (they are given back)."""
+        is its token and when it was let through. A holder closed meanwhile gets none (they are given back).
+        ``released`` and ``outcomes`` are settled first (:meth:`settle`): the holder sends them with its ask."""
+        if released or outcomes:
+            await self.settle(holder, released or [], outcomes or [])
         got: list[tuple[int, float]] = []
         while not got or (len(got) < want and self.limiter.ready()):
             self._next += 1
@@ -117,6 +127,12 @@ LEASE_REUSES = 16
 LEASE_BATCH = 64
 #: Seconds a shard gathers the slots it gives back and its calls' outcomes before sending them in one message.
 SETTLE_S = 0.005
+#: Seconds a shard keeps a slot no call of its own waits for (one with uses left) for its next call, before giving
+#: it back. A pair's next turn asks for a slot soon after its last call ends (later on a busy event loop), and a
+#: slot kept spares the two messages of giving it back and leasing another, each about as costly (a millisecond of
+#: CPU on the shard and as much on the actor, on this kind of machine) as a call's own HTTP work. Slots kept idle
+#: reach another shard that late, which only matters while the model's cap is all taken.
+LINGER_S = 0.25
 
 
 @dataclass(slots=True)
@@ -124,16 +140,18 @@ class _Lease:
     owner: int
     sent_at: float
     uses: int
+    idle_since: float = 0.0
 
 
 class RemoteLimiter:
     """A model's limiter as one shard sees it: slots leased from the model's :class:`LimiterActor`.
 
     A round trip to the actor per call would cost more CPU than the call's own HTTP work, so the shard asks for as
-    many slots as it has calls waiting in one message, passes a slot from one of its calls to the next waiting one
-    (up to :data:`LEASE_REUSES` calls, only where the slot is a mere count), and sends the slots it gives back and
-    the outcomes the actor adapts to every :data:`SETTLE_S` seconds in one message. Never more calls in flight
-    than the actor's cap: a slot serves one call at a time.
+    many slots as it has calls waiting in one message, passes a slot from one of its calls to the next one (up to
+    :data:`LEASE_REUSES` calls, only where the slot is a mere count: to a waiting call at once, else to the next
+    call that asks within :data:`LINGER_S` seconds), and sends the slots it gives back and the outcomes the actor
+    adapts to every :data:`SETTLE_S` seconds in one message. Never more calls in flight than the actor's cap: a
+    slot serves one call at a time.
 
     Ray's object refs are awaited on asyncio, the shard's event loop.
     """
@@ -144,6 +162,7 @@ class RemoteLimiter:
         self.reuses = LEASE_REUSES if limits.requests_per_minute is None and not limits.adaptive else 1
         self.reports = limits.adaptive  # a model that does not adapt takes nothing from its calls' outcomes
         self._waiters: deque[asyncio.Future[_Lease]] = deque()
+        self._idle: deque[_Lease] = deque()  # slots with uses left that no call holds, the longest idle first
         self._fetcher: asyncio.Task[None] | None = None
         self._released: list[int] = []
         self._outcomes: list[tuple[str, Any, Any]] = []
@@ -187,6 +206,8 @@ class RemoteLimiter:
     async def _take(self) -> _Lease:
         if self._closed:
             raise RuntimeError(f"the limiter of {self.holder} is closed: its shard is done with the model")
+        if self._idle:
+            return self._idle.pop()  # the slot idle the shortest: the others are given back the sooner
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[_Lease] = loop.create_future()
         self._waiters.append(waiter)
@@ -206,25 +227,32 @@ class RemoteLimiter:
         try:
             while self._waiters and not self._closed:
                 want = min(len(self._waiters), LEASE_BATCH)
-                granted = await self.actor.acquire_many.remote(self.holder, want)
+                released, outcomes = self._take_gathered()  # sent with the ask: one message, not two
+                granted = await self.actor.acquire_many.remote(self.holder, want, released, outcomes)
                 if not granted:  # the actor closed this holder: a newer attempt at the shard replaced this one
                     raise ShardFailedError(f"shard attempt {self.holder} was replaced by a newer one; it stops here")
                 for owner, sent_at in granted:
-                    self._give_back(_Lease(owner, sent_at, self.reuses))
+                    # A slot no call waits for any more (the calls asking were cancelled) goes back at once.
+                    self._give_back(_Lease(owner, sent_at, self.reuses), keep=False)
         except Exception as exc:  # the actor is gone, or this attempt replaced: every waiting call fails with why
             while self._waiters:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
                     waiter.set_exception(exc)
 
-    def _give_back(self, lease: _Lease) -> None:
-        """Pass ``lease`` to the next waiting call while it has uses left, else give it back to the actor."""
+    def _give_back(self, lease: _Lease, *, keep: bool = True) -> None:
+        """Pass ``lease`` to the next waiting call while it has uses left, else keep it for the next call (see
+        :data:`LINGER_S`; where ``keep``), else give it back to the actor."""
         while lease.uses > 0 and self._waiters and not self._closed:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(lease)
                 return
-        self._released.append(lease.owner)
+        if keep and lease.uses > 0 and not self._closed:
+            lease.idle_since = time.monotonic()
+            self._idle.append(lease)
+        else:
+            self._released.append(lease.owner)
         self._schedule()
 
     def _report(self, kind: str, signal: RateLimitSignal | None, ticket: Ticket | None) -> None:
@@ -238,10 +266,20 @@ class RemoteLimiter:
 
     def _settle(self) -> None:
         self._timer = None
-        released, self._released = self._released, []
-        outcomes, self._outcomes = self._outcomes, []
+        released, outcomes = self._take_gathered()
+        if self._idle:
+            self._schedule()  # to give back those still idle when their time is up
         if released or outcomes:
             self.actor.settle.remote(self.holder, released, outcomes)
+
+    def _take_gathered(self) -> tuple[list[int], list[tuple[str, Any, Any]]]:
+        """The slots to give back (with those idle for :data:`LINGER_S`) and the outcomes gathered, taken to send."""
+        expired = time.monotonic() - LINGER_S
+        while self._idle and self._idle[0].idle_since <= expired:
+            self._released.append(self._idle.popleft().owner)
+        released, self._released = self._released, []
+        outcomes, self._outcomes = self._outcomes, []
+        return released, outcomes
 
 
 @dataclass(frozen=True)
@@ -299,7 +337,9 @@ class RayExecutor(Executor):
     async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:
         """Submit a task per shard, with one limiter actor per model, and wait for every report."""
         ray = self._connect()
-        actor_class = ray.remote(num_cpus=0, max_concurrency=100_000)(LimiterActor)
+        # No task events for the actors' messages: recording each (for Ray's dashboard and timeline) is a share of
+        # what a message costs, and a run sends hundreds.
+        actor_class = ray.remote(num_cpus=0, max_concurrency=100_000, enable_task_events=False)(LimiterActor)
         actors = {model: actor_class.remote(lim) for model, lim in limits.items()}
         task = ray.remote(run_shard).options(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)
         refs = [task.remote(replace(s, limiters=RayLimiters(actors, s.index, len(shards)))) for s in shards]
