@@ -9,6 +9,7 @@ call or a dead attempt holding nothing, each shard getting its share, outcomes r
 from __future__ import annotations
 
 import asyncio
+import pickle
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,14 @@ from typing import Any
 import anyio
 
 from delta_eval.adapters.limits import ModelLimits
-from delta_eval.executors.ray_cluster import LEASE_REUSES, LINGER_S, LimiterActor, RemoteLimiter
+from delta_eval.executors.ray_cluster import (
+    LEASE_REUSES,
+    LINGER_S,
+    LimiterActor,
+    LimiterHost,
+    ModelHandle,
+    RemoteLimiter,
+)
 
 
 class _Handle:
@@ -236,3 +244,42 @@ def test_an_attempt_replaced_by_a_newer_one_fails_its_waiting_calls_instead_of_a
         assert handle.sent["acquire_many"] <= 3  # it asked once or twice, not in a loop
 
     anyio.run(main)
+
+
+def test_one_host_actor_keeps_each_model_s_limit_apart() -> None:
+    """Every model's limiter in one actor (one process for the run): each model's calls are capped by its own."""
+
+    async def main() -> None:
+        caps = {"a": 2, "b": 5}
+        host = LimiterHost({m: ModelLimits(max_concurrency=c, adaptive=False) for m, c in caps.items()})
+        handle = _Handle(host)  # type: ignore[arg-type]
+        limiters: dict[tuple[str, int], RemoteLimiter] = {}
+        for model, cap in caps.items():
+            for shard in range(2):
+                await ModelHandle(handle, model).open.remote(shard, f"{shard}-{model}")
+                limits = ModelLimits(max_concurrency=cap, adaptive=False)
+                limiters[model, shard] = RemoteLimiter(ModelHandle(handle, model), f"{shard}-{model}", limits)
+        flight, peak = Counter[str](), Counter[str]()
+
+        async def call(model: str, limiter: RemoteLimiter) -> None:
+            async with limiter.slot():
+                flight[model] += 1
+                peak[model] = max(peak[model], flight[model])
+                await anyio.sleep(0.002)
+                flight[model] -= 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(200):
+                for model in caps:
+                    tg.start_soon(call, model, limiters[model, i % 2])
+        for limiter in limiters.values():
+            await limiter.aclose()
+        assert peak == caps  # each model its own cap, reached and never passed
+        assert [await host.borrowed(m) for m in caps] == [0, 0]
+
+    anyio.run(main)
+
+
+def test_a_model_handle_is_sent_to_a_shard_whole() -> None:
+    handle = pickle.loads(pickle.dumps(ModelHandle("the host's handle", "model-a")))
+    assert handle == ModelHandle("the host's handle", "model-a")

@@ -2,9 +2,10 @@
 
 Each shard is one Ray task (one CPU) running :func:`~delta_eval.executors.shard.run_shard` in its own event loop
 on whichever node Ray places it; every node must see the run folder at the same path (a local folder for a cluster
-on one machine, a shared file system across machines). A model's limits stay global: one Ray actor per model holds
-its :class:`~delta_eval.adapters.limits.ModelLimiter`, and every call of every shard holds a slot taken there
-(leased a batch at a time, see :class:`RemoteLimiter`). A worker that dies mid-shard has its task retried by Ray
+on one machine, a shared file system across machines). A model's limits stay global: one
+:class:`~delta_eval.adapters.limits.ModelLimiter` per model, each in a :class:`LimiterActor`, all of them held by
+one Ray actor of the run (:class:`LimiterHost`), and every call of every shard holds a slot taken there (leased a
+batch at a time, see :class:`RemoteLimiter`). A worker that dies mid-shard has its task retried by Ray
 (``max_retries``): the retry skips the pairs the dead one committed, takes the answers it had from the response
 cache, and the slots the dead one held are given back when the retry starts.
 
@@ -32,7 +33,7 @@ from delta_eval.executors.base import Executor, Shard, ShardReport, SplitLimiter
 from delta_eval.executors.local import ShardFailedError
 from delta_eval.executors.shard import run_shard
 
-__all__ = ["LimiterActor", "RayExecutor", "RayLimiters", "RemoteLimiter"]
+__all__ = ["LimiterActor", "LimiterHost", "ModelHandle", "RayExecutor", "RayLimiters", "RemoteLimiter"]
 
 
 def _ray() -> Any:
@@ -44,7 +45,7 @@ def _ray() -> Any:
 
 
 class LimiterActor:
-    """The limiter of one model for every shard of a run (run as a Ray actor).
+    """The limiter of one model for every shard of a run (held by the run's :class:`LimiterHost`, a Ray actor).
 
     Slots are held per *holder*, one per shard attempt (:meth:`open`): a shard started again after its worker died
     opens a new holder, which gives back what the dead attempt held and any slot the actor grants it later.
@@ -117,6 +118,72 @@ class LimiterActor:
     async def borrowed(self) -> int:
         """How many slots are held now, by every holder."""
         return sum(len(h) for h in self._held.values())
+
+
+class LimiterHost:
+    """The :class:`LimiterActor` of every model of a run, in one Ray actor: each method is the model's.
+
+    One actor for all the models, not one each: an actor is a Python process of its own that imports the library
+    when the run starts (about 1.5 s of CPU, on the cores the shards start on) and sends and takes its messages
+    on threads of its own. The models' limits stay apart: each model has its own limiter here.
+    """
+
+    def __init__(self, limits: dict[str, ModelLimits]) -> None:
+        self.models = {model: LimiterActor(lim) for model, lim in limits.items()}
+
+    async def open(self, model: str, shard: int, holder: str) -> None:
+        """:meth:`LimiterActor.open` of ``model``."""
+        await self.models[model].open(shard, holder)
+
+    async def acquire_many(
+        self,
+        model: str,
+        holder: str,
+        want: int,
+        released: list[int] | None = None,
+        outcomes: list[tuple[str, Any, Any]] | None = None,
+    ) -> list[tuple[int, float]]:
+        """:meth:`LimiterActor.acquire_many` of ``model``."""
+        return await self.models[model].acquire_many(holder, want, released, outcomes)
+
+    async def settle(self, model: str, holder: str, released: list[int], outcomes: list[tuple[str, Any, Any]]) -> None:
+        """:meth:`LimiterActor.settle` of ``model``."""
+        await self.models[model].settle(holder, released, outcomes)
+
+    async def close(self, model: str, holder: str) -> None:
+        """:meth:`LimiterActor.close` of ``model``."""
+        await self.models[model].close(holder)
+
+    async def concurrency(self, model: str) -> int:
+        """:meth:`LimiterActor.concurrency` of ``model``."""
+        return await self.models[model].concurrency()
+
+    async def borrowed(self, model: str) -> int:
+        """:meth:`LimiterActor.borrowed` of ``model``."""
+        return await self.models[model].borrowed()
+
+
+@dataclass(frozen=True)
+class ModelHandle:
+    """One model's :class:`LimiterActor` as a shard calls it: ``handle.method.remote(*args)`` is the
+    :class:`LimiterHost`'s ``method`` of that model (what a handle of an actor of the model's own would take)."""
+
+    host: Any
+    model: str
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # pickling and copying look up dunders: this handle has none of its own
+            raise AttributeError(name)
+        return _ModelMethod(getattr(self.host, name), self.model)
+
+
+@dataclass(frozen=True)
+class _ModelMethod:
+    method: Any
+    model: str
+
+    def remote(self, *args: Any) -> Any:
+        return self.method.remote(self.model, *args)
 
 
 #: How many calls of a shard one slot taken from the actor may serve in turn, when the model has neither a request
@@ -284,8 +351,8 @@ class RemoteLimiter:
 
 @dataclass(frozen=True)
 class RayLimiters:
-    """The limiter factory of one shard: each model's :class:`RemoteLimiter` (a model no actor holds, which the
-    session did not build, gets its share of the limits in the shard's process)."""
+    """The limiter factory of one shard: each model's :class:`RemoteLimiter` (on its :class:`ModelHandle`; a model
+    no actor holds, which the session did not build, gets its share of the limits in the shard's process)."""
 
     actors: dict[str, Any]
     shard: int
@@ -335,12 +402,13 @@ class RayExecutor(Executor):
         return self.shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:
-        """Submit a task per shard, with one limiter actor per model, and wait for every report."""
+        """Submit a task per shard, with the models' limiters in one actor, and wait for every report."""
         ray = self._connect()
-        # No task events for the actors' messages: recording each (for Ray's dashboard and timeline) is a share of
+        # No task events for the actor's messages: recording each (for Ray's dashboard and timeline) is a share of
         # what a message costs, and a run sends hundreds.
-        actor_class = ray.remote(num_cpus=0, max_concurrency=100_000, enable_task_events=False)(LimiterActor)
-        actors = {model: actor_class.remote(lim) for model, lim in limits.items()}
+        host_class = ray.remote(num_cpus=0, max_concurrency=100_000, enable_task_events=False)(LimiterHost)
+        host = host_class.remote(limits) if limits else None
+        actors = {model: ModelHandle(host, model) for model in limits}
         task = ray.remote(run_shard).options(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)
         refs = [task.remote(replace(s, limiters=RayLimiters(actors, s.index, len(shards)))) for s in shards]
         try:
@@ -359,8 +427,8 @@ class RayExecutor(Executor):
                 await anyio.to_thread.run_sync(lambda: ray.wait(refs, num_returns=len(refs), timeout=60))
             raise
         finally:
-            for actor in actors.values():
-                ray.kill(actor)
+            if host is not None:
+                ray.kill(host)
             if self._connected_here:
                 ray.shutdown()
                 self._connected_here = False
