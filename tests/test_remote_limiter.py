@@ -283,3 +283,24 @@ def test_one_host_actor_keeps_each_model_s_limit_apart() -> None:
 def test_a_model_handle_is_sent_to_a_shard_whole() -> None:
     handle = pickle.loads(pickle.dumps(ModelHandle("the host's handle", "model-a")))
     assert handle == ModelHandle("the host's handle", "model-a")
+
+
+def test_a_retry_s_ask_that_reaches_the_actor_before_its_open_waits_for_the_dead_attempt_s_slots() -> None:
+    """A shard does not wait for its open (an async actor may run messages out of order): an ask run first is the
+    holder's all the same, and the open that follows gives back what the shard's dead attempt held."""
+
+    async def main() -> None:
+        actor = LimiterActor(ModelLimits(max_concurrency=2, adaptive=False))
+        await actor.open(0, "0-a")
+        assert len(await actor.acquire_many("0-a", 2)) == 2  # the attempt that died holds the whole cap
+        ask = asyncio.ensure_future(actor.acquire_many("0-b", 2))
+        await anyio.sleep(0.01)
+        assert not ask.done()
+        await actor.open(0, "0-b")
+        with anyio.fail_after(2):
+            assert len(await ask) >= 1
+        assert await actor.borrowed() == len(ask.result())  # every slot held is the retry's
+        await actor.close("0-b")
+        assert actor.limiter._capacity.borrowed_tokens == 0
+
+    anyio.run(main)

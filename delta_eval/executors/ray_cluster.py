@@ -362,9 +362,11 @@ class RayLimiters:
         actor = self.actors.get(model)
         if actor is None:
             return SplitLimiters(self.shards)(model, limits)
-        ray = _ray()
         holder = f"{self.shard}-{uuid.uuid4().hex}"
-        ray.get(actor.open.remote(self.shard, holder))  # before this shard's first call
+        # Not waited for: the shard sets up its models meanwhile, while the actor may still be starting (its asks
+        # then wait there). Whichever of this and the holder's first ask the actor runs first, the holder's slots
+        # are its own, and the slots of the shard's earlier attempts are given back once this has run.
+        actor.open.remote(self.shard, holder)
         return RemoteLimiter(actor, holder, limits)
 
 
