@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import random
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,6 +26,7 @@ from delta_eval.executors.ray_cluster import (
     LimiterHost,
     ModelHandle,
     RemoteLimiter,
+    _last_error_line,
 )
 
 
@@ -304,3 +306,19 @@ def test_a_retry_s_ask_that_reaches_the_actor_before_its_open_waits_for_the_dead
         assert actor.limiter._capacity.borrowed_tokens == 0
 
     anyio.run(main)
+
+
+def test_a_failed_shard_is_told_by_its_error_also_under_an_exception_group_s_drawing() -> None:
+    def raise_grouped() -> None:
+        try:
+            raise ValueError("the real cause")
+        except ValueError as exc:
+            raise ExceptionGroup("unhandled errors in a TaskGroup", [exc]) from None
+
+    try:
+        raise_grouped()
+    except ExceptionGroup as group:
+        text = "".join(traceback.format_exception(group))
+    assert text.rstrip().endswith("-")  # the drawing ends the text: its last line told nothing
+    assert _last_error_line(text) == "ValueError: the real cause"
+    assert _last_error_line("") == ""

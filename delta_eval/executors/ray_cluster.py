@@ -44,6 +44,16 @@ def _ray() -> Any:
     return ray
 
 
+def _last_error_line(traceback_text: str) -> str:
+    """The last line of a traceback's text that says something: the error, also where an exception group's drawing
+    (``+----``, ``|``) ends the text, as it does when a shard's task group raised."""
+    for line in reversed(traceback_text.splitlines()):
+        said = line.strip().lstrip("|+").strip()
+        if said and not set(said) <= set("-+| 0123456789"):
+            return said
+    return ""
+
+
 class LimiterActor:
     """The limiter of one model for every shard of a run (held by the run's :class:`LimiterHost`, a Ray actor).
 
@@ -419,7 +429,7 @@ class RayExecutor(Executor):
                 try:
                     reports.append(await ref)
                 except ray.exceptions.RayError as exc:
-                    why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                    why = _last_error_line(str(exc)) or type(exc).__name__
                     raise ShardFailedError(f"a shard failed: {why[:500]} (rerun the same command to resume)") from None
             return reports
         except BaseException:
