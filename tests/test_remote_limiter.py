@@ -9,7 +9,9 @@ call or a dead attempt holding nothing, each shard getting its share, outcomes r
 from __future__ import annotations
 
 import asyncio
+import pickle
 import random
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +19,15 @@ from typing import Any
 import anyio
 
 from delta_eval.adapters.limits import ModelLimits
-from delta_eval.executors.ray_cluster import LEASE_REUSES, LimiterActor, RemoteLimiter
+from delta_eval.executors.ray_cluster import (
+    LEASE_REUSES,
+    LINGER_S,
+    LimiterActor,
+    LimiterHost,
+    ModelHandle,
+    RemoteLimiter,
+    _last_error_line,
+)
 
 
 class _Handle:
@@ -109,6 +119,24 @@ def test_a_shard_saturating_the_model_does_not_starve_another() -> None:
     anyio.run(main)
 
 
+def test_a_slot_freed_when_no_call_waits_serves_the_next_call_then_goes_back_unused() -> None:
+    async def main() -> None:
+        limits = ModelLimits(max_concurrency=8, adaptive=False)
+        actor, handle, (limiter,) = await _holders(limits, 1)
+        for _ in range(2 * LEASE_REUSES):  # one call after the other, as a pair's turns: none waits for a slot
+            async with limiter.slot():
+                await anyio.sleep(0.001)
+            await anyio.sleep(0.001)
+        # Kept for the next call (its uses bound), not given back and leased again for every call.
+        assert handle.sent["acquire_many"] == 2
+        assert await actor.borrowed() == 1
+        await anyio.sleep(LINGER_S + 0.03)  # unused: it goes back to the actor, where other shards can take it
+        assert await actor.borrowed() == 0
+        await limiter.aclose()
+
+    anyio.run(main)
+
+
 def test_a_cancelled_call_and_a_dead_attempt_hold_nothing() -> None:
     async def main() -> None:
         limits = ModelLimits(max_concurrency=2, adaptive=False)
@@ -126,7 +154,7 @@ def test_a_cancelled_call_and_a_dead_attempt_hold_nothing() -> None:
             await entered.wait()
             await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
-        await anyio.sleep(0.02)  # the gathered releases are sent
+        await anyio.sleep(LINGER_S + 0.03)  # the slots kept for a next call are given back
         assert await actor.borrowed() == 0
 
         # An attempt whose worker died holding slots, and asking for more: the retry of its shard opens a new
@@ -218,3 +246,79 @@ def test_an_attempt_replaced_by_a_newer_one_fails_its_waiting_calls_instead_of_a
         assert handle.sent["acquire_many"] <= 3  # it asked once or twice, not in a loop
 
     anyio.run(main)
+
+
+def test_one_host_actor_keeps_each_model_s_limit_apart() -> None:
+    """Every model's limiter in one actor (one process for the run): each model's calls are capped by its own."""
+
+    async def main() -> None:
+        caps = {"a": 2, "b": 5}
+        host = LimiterHost({m: ModelLimits(max_concurrency=c, adaptive=False) for m, c in caps.items()})
+        handle = _Handle(host)  # type: ignore[arg-type]
+        limiters: dict[tuple[str, int], RemoteLimiter] = {}
+        for model, cap in caps.items():
+            for shard in range(2):
+                await ModelHandle(handle, model).open.remote(shard, f"{shard}-{model}")
+                limits = ModelLimits(max_concurrency=cap, adaptive=False)
+                limiters[model, shard] = RemoteLimiter(ModelHandle(handle, model), f"{shard}-{model}", limits)
+        flight, peak = Counter[str](), Counter[str]()
+
+        async def call(model: str, limiter: RemoteLimiter) -> None:
+            async with limiter.slot():
+                flight[model] += 1
+                peak[model] = max(peak[model], flight[model])
+                await anyio.sleep(0.002)
+                flight[model] -= 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(200):
+                for model in caps:
+                    tg.start_soon(call, model, limiters[model, i % 2])
+        for limiter in limiters.values():
+            await limiter.aclose()
+        assert peak == caps  # each model its own cap, reached and never passed
+        assert [await host.borrowed(m) for m in caps] == [0, 0]
+
+    anyio.run(main)
+
+
+def test_a_model_handle_is_sent_to_a_shard_whole() -> None:
+    handle = pickle.loads(pickle.dumps(ModelHandle("the host's handle", "model-a")))
+    assert handle == ModelHandle("the host's handle", "model-a")
+
+
+def test_a_retry_s_ask_that_reaches_the_actor_before_its_open_waits_for_the_dead_attempt_s_slots() -> None:
+    """A shard does not wait for its open (an async actor may run messages out of order): an ask run first is the
+    holder's all the same, and the open that follows gives back what the shard's dead attempt held."""
+
+    async def main() -> None:
+        actor = LimiterActor(ModelLimits(max_concurrency=2, adaptive=False))
+        await actor.open(0, "0-a")
+        assert len(await actor.acquire_many("0-a", 2)) == 2  # the attempt that died holds the whole cap
+        ask = asyncio.ensure_future(actor.acquire_many("0-b", 2))
+        await anyio.sleep(0.01)
+        assert not ask.done()
+        await actor.open(0, "0-b")
+        with anyio.fail_after(2):
+            assert len(await ask) >= 1
+        assert await actor.borrowed() == len(ask.result())  # every slot held is the retry's
+        await actor.close("0-b")
+        assert actor.limiter._capacity.borrowed_tokens == 0
+
+    anyio.run(main)
+
+
+def test_a_failed_shard_is_told_by_its_error_also_under_an_exception_group_s_drawing() -> None:
+    def raise_grouped() -> None:
+        try:
+            raise ValueError("the real cause")
+        except ValueError as exc:
+            raise ExceptionGroup("unhandled errors in a TaskGroup", [exc]) from None
+
+    try:
+        raise_grouped()
+    except ExceptionGroup as group:
+        text = "".join(traceback.format_exception(group))
+    assert text.rstrip().endswith("-")  # the drawing ends the text: its last line told nothing
+    assert _last_error_line(text) == "ValueError: the real cause"
+    assert _last_error_line("") == ""

@@ -5,11 +5,11 @@ on whichever node Ray places it; every node must see the run folder at the same 
 on one machine, a shared file system across machines), or the run folder is in an object store (``out="s3://..."``):
 each attempt at a shard then works in a working copy of its own on its node, pulled from the URI, and takes its
 batch numbers from one Ray actor of the run (:class:`BatchNumbers`; see :mod:`delta_eval.store.shard_copy`). A
-model's limits stay global: one Ray actor per model holds
-its :class:`~delta_eval.adapters.limits.ModelLimiter`, and every call of every shard holds a slot taken there
-(leased a batch at a time, see :class:`RemoteLimiter`). A worker that dies mid-shard has its task retried by Ray
-(``max_retries``): the retry skips the pairs the dead one committed, takes the answers it had from the response
-cache, and the slots the dead one held are given back when the retry starts.
+model's limits stay global: one :class:`~delta_eval.adapters.limits.ModelLimiter` per model, each in a
+:class:`LimiterActor`, all of them held by one Ray actor of the run (:class:`LimiterHost`), and every call of every
+shard holds a slot taken there (leased a batch at a time, see :class:`RemoteLimiter`). A worker that dies mid-shard
+has its task retried by Ray (``max_retries``): the retry skips the pairs the dead one committed, takes the answers
+it had from the response cache, and the slots the dead one held are given back when the retry starts.
 
 Ray is imported only when a :class:`RayExecutor` is used: the library does not need it otherwise.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -34,7 +35,10 @@ from delta_eval.executors.base import Executor, Shard, ShardReport, SplitLimiter
 from delta_eval.executors.local import ShardFailedError
 from delta_eval.executors.shard import run_shard
 
-__all__ = ["BatchNumbers", "LimiterActor", "RayBatchNumbers", "RayExecutor", "RayLimiters", "RemoteLimiter"]
+__all__ = [
+    "BatchNumbers", "LimiterActor", "LimiterHost", "ModelHandle", "RayBatchNumbers", "RayExecutor", "RayLimiters",
+    "RemoteLimiter",
+]  # fmt: skip
 
 
 def _ray() -> Any:
@@ -45,8 +49,18 @@ def _ray() -> Any:
     return ray
 
 
+def _last_error_line(traceback_text: str) -> str:
+    """The last line of a traceback's text that says something: the error, also where an exception group's drawing
+    (``+----``, ``|``) ends the text, as it does when a shard's task group raised."""
+    for line in reversed(traceback_text.splitlines()):
+        said = line.strip().lstrip("|+").strip()
+        if said and not set(said) <= set("-+| 0123456789"):
+            return said
+    return ""
+
+
 class LimiterActor:
-    """The limiter of one model for every shard of a run (run as a Ray actor).
+    """The limiter of one model for every shard of a run (held by the run's :class:`LimiterHost`, a Ray actor).
 
     Slots are held per *holder*, one per shard attempt (:meth:`open`): a shard started again after its worker died
     opens a new holder, which gives back what the dead attempt held and any slot the actor grants it later.
@@ -68,9 +82,18 @@ class LimiterActor:
         self._shard_of[holder] = shard
         self._held.setdefault(holder, set())
 
-    async def acquire_many(self, holder: str, want: int) -> list[tuple[int, float]]:
+    async def acquire_many(
+        self,
+        holder: str,
+        want: int,
+        released: list[int] | None = None,
+        outcomes: list[tuple[str, Any, Any]] | None = None,
+    ) -> list[tuple[int, float]]:
         """Slots for ``holder``: wait for one, then take up to ``want`` in all while more are free at once. Each
-        is its token and when it was let through. A holder closed meanwhile gets none (they are given back)."""
+        is its token and when it was let through. A holder closed meanwhile gets none (they are given back).
+        ``released`` and ``outcomes`` are settled first (:meth:`settle`): the holder sends them with its ask."""
+        if released or outcomes:
+            await self.settle(holder, released or [], outcomes or [])
         got: list[tuple[int, float]] = []
         while not got or (len(got) < want and self.limiter.ready()):
             self._next += 1
@@ -112,6 +135,72 @@ class LimiterActor:
         return sum(len(h) for h in self._held.values())
 
 
+class LimiterHost:
+    """The :class:`LimiterActor` of every model of a run, in one Ray actor: each method is the model's.
+
+    One actor for all the models, not one each: an actor is a Python process of its own that imports the library
+    when the run starts (about 1.5 s of CPU, on the cores the shards start on) and sends and takes its messages
+    on threads of its own. The models' limits stay apart: each model has its own limiter here.
+    """
+
+    def __init__(self, limits: dict[str, ModelLimits]) -> None:
+        self.models = {model: LimiterActor(lim) for model, lim in limits.items()}
+
+    async def open(self, model: str, shard: int, holder: str) -> None:
+        """:meth:`LimiterActor.open` of ``model``."""
+        await self.models[model].open(shard, holder)
+
+    async def acquire_many(
+        self,
+        model: str,
+        holder: str,
+        want: int,
+        released: list[int] | None = None,
+        outcomes: list[tuple[str, Any, Any]] | None = None,
+    ) -> list[tuple[int, float]]:
+        """:meth:`LimiterActor.acquire_many` of ``model``."""
+        return await self.models[model].acquire_many(holder, want, released, outcomes)
+
+    async def settle(self, model: str, holder: str, released: list[int], outcomes: list[tuple[str, Any, Any]]) -> None:
+        """:meth:`LimiterActor.settle` of ``model``."""
+        await self.models[model].settle(holder, released, outcomes)
+
+    async def close(self, model: str, holder: str) -> None:
+        """:meth:`LimiterActor.close` of ``model``."""
+        await self.models[model].close(holder)
+
+    async def concurrency(self, model: str) -> int:
+        """:meth:`LimiterActor.concurrency` of ``model``."""
+        return await self.models[model].concurrency()
+
+    async def borrowed(self, model: str) -> int:
+        """:meth:`LimiterActor.borrowed` of ``model``."""
+        return await self.models[model].borrowed()
+
+
+@dataclass(frozen=True)
+class ModelHandle:
+    """One model's :class:`LimiterActor` as a shard calls it: ``handle.method.remote(*args)`` is the
+    :class:`LimiterHost`'s ``method`` of that model (what a handle of an actor of the model's own would take)."""
+
+    host: Any
+    model: str
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # pickling and copying look up dunders: this handle has none of its own
+            raise AttributeError(name)
+        return _ModelMethod(getattr(self.host, name), self.model)
+
+
+@dataclass(frozen=True)
+class _ModelMethod:
+    method: Any
+    model: str
+
+    def remote(self, *args: Any) -> Any:
+        return self.method.remote(self.model, *args)
+
+
 #: How many calls of a shard one slot taken from the actor may serve in turn, when the model has neither a request
 #: rate nor an adaptive cap (the slot is then only a count, so passing it on keeps the model's limit): the shard
 #: asks the actor once per this many calls. A bound, so that slots flow back and every shard gets its share.
@@ -120,6 +209,12 @@ LEASE_REUSES = 16
 LEASE_BATCH = 64
 #: Seconds a shard gathers the slots it gives back and its calls' outcomes before sending them in one message.
 SETTLE_S = 0.005
+#: Seconds a shard keeps a slot no call of its own waits for (one with uses left) for its next call, before giving
+#: it back. A pair's next turn asks for a slot soon after its last call ends (later on a busy event loop), and a
+#: slot kept spares the two messages of giving it back and leasing another, each about as costly (a millisecond of
+#: CPU on the shard and as much on the actor, on this kind of machine) as a call's own HTTP work. Slots kept idle
+#: reach another shard that late, which only matters while the model's cap is all taken.
+LINGER_S = 0.25
 
 
 @dataclass(slots=True)
@@ -127,16 +222,18 @@ class _Lease:
     owner: int
     sent_at: float
     uses: int
+    idle_since: float = 0.0
 
 
 class RemoteLimiter:
     """A model's limiter as one shard sees it: slots leased from the model's :class:`LimiterActor`.
 
     A round trip to the actor per call would cost more CPU than the call's own HTTP work, so the shard asks for as
-    many slots as it has calls waiting in one message, passes a slot from one of its calls to the next waiting one
-    (up to :data:`LEASE_REUSES` calls, only where the slot is a mere count), and sends the slots it gives back and
-    the outcomes the actor adapts to every :data:`SETTLE_S` seconds in one message. Never more calls in flight
-    than the actor's cap: a slot serves one call at a time.
+    many slots as it has calls waiting in one message, passes a slot from one of its calls to the next one (up to
+    :data:`LEASE_REUSES` calls, only where the slot is a mere count: to a waiting call at once, else to the next
+    call that asks within :data:`LINGER_S` seconds), and sends the slots it gives back and the outcomes the actor
+    adapts to every :data:`SETTLE_S` seconds in one message. Never more calls in flight than the actor's cap: a
+    slot serves one call at a time.
 
     Ray's object refs are awaited on asyncio, the shard's event loop.
     """
@@ -147,6 +244,7 @@ class RemoteLimiter:
         self.reuses = LEASE_REUSES if limits.requests_per_minute is None and not limits.adaptive else 1
         self.reports = limits.adaptive  # a model that does not adapt takes nothing from its calls' outcomes
         self._waiters: deque[asyncio.Future[_Lease]] = deque()
+        self._idle: deque[_Lease] = deque()  # slots with uses left that no call holds, the longest idle first
         self._fetcher: asyncio.Task[None] | None = None
         self._released: list[int] = []
         self._outcomes: list[tuple[str, Any, Any]] = []
@@ -190,6 +288,8 @@ class RemoteLimiter:
     async def _take(self) -> _Lease:
         if self._closed:
             raise RuntimeError(f"the limiter of {self.holder} is closed: its shard is done with the model")
+        if self._idle:
+            return self._idle.pop()  # the slot idle the shortest: the others are given back the sooner
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[_Lease] = loop.create_future()
         self._waiters.append(waiter)
@@ -209,25 +309,32 @@ class RemoteLimiter:
         try:
             while self._waiters and not self._closed:
                 want = min(len(self._waiters), LEASE_BATCH)
-                granted = await self.actor.acquire_many.remote(self.holder, want)
+                released, outcomes = self._take_gathered()  # sent with the ask: one message, not two
+                granted = await self.actor.acquire_many.remote(self.holder, want, released, outcomes)
                 if not granted:  # the actor closed this holder: a newer attempt at the shard replaced this one
                     raise ShardFailedError(f"shard attempt {self.holder} was replaced by a newer one; it stops here")
                 for owner, sent_at in granted:
-                    self._give_back(_Lease(owner, sent_at, self.reuses))
+                    # A slot no call waits for any more (the calls asking were cancelled) goes back at once.
+                    self._give_back(_Lease(owner, sent_at, self.reuses), keep=False)
         except Exception as exc:  # the actor is gone, or this attempt replaced: every waiting call fails with why
             while self._waiters:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
                     waiter.set_exception(exc)
 
-    def _give_back(self, lease: _Lease) -> None:
-        """Pass ``lease`` to the next waiting call while it has uses left, else give it back to the actor."""
+    def _give_back(self, lease: _Lease, *, keep: bool = True) -> None:
+        """Pass ``lease`` to the next waiting call while it has uses left, else keep it for the next call (see
+        :data:`LINGER_S`; where ``keep``), else give it back to the actor."""
         while lease.uses > 0 and self._waiters and not self._closed:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(lease)
                 return
-        self._released.append(lease.owner)
+        if keep and lease.uses > 0 and not self._closed:
+            lease.idle_since = time.monotonic()
+            self._idle.append(lease)
+        else:
+            self._released.append(lease.owner)
         self._schedule()
 
     def _report(self, kind: str, signal: RateLimitSignal | None, ticket: Ticket | None) -> None:
@@ -241,16 +348,26 @@ class RemoteLimiter:
 
     def _settle(self) -> None:
         self._timer = None
-        released, self._released = self._released, []
-        outcomes, self._outcomes = self._outcomes, []
+        released, outcomes = self._take_gathered()
+        if self._idle:
+            self._schedule()  # to give back those still idle when their time is up
         if released or outcomes:
             self.actor.settle.remote(self.holder, released, outcomes)
+
+    def _take_gathered(self) -> tuple[list[int], list[tuple[str, Any, Any]]]:
+        """The slots to give back (with those idle for :data:`LINGER_S`) and the outcomes gathered, taken to send."""
+        expired = time.monotonic() - LINGER_S
+        while self._idle and self._idle[0].idle_since <= expired:
+            self._released.append(self._idle.popleft().owner)
+        released, self._released = self._released, []
+        outcomes, self._outcomes = self._outcomes, []
+        return released, outcomes
 
 
 @dataclass(frozen=True)
 class RayLimiters:
-    """The limiter factory of one shard: each model's :class:`RemoteLimiter` (a model no actor holds, which the
-    session did not build, gets its share of the limits in the shard's process)."""
+    """The limiter factory of one shard: each model's :class:`RemoteLimiter` (on its :class:`ModelHandle`; a model
+    no actor holds, which the session did not build, gets its share of the limits in the shard's process)."""
 
     actors: dict[str, Any]
     shard: int
@@ -260,9 +377,11 @@ class RayLimiters:
         actor = self.actors.get(model)
         if actor is None:
             return SplitLimiters(self.shards)(model, limits)
-        ray = _ray()
         holder = f"{self.shard}-{uuid.uuid4().hex}"
-        ray.get(actor.open.remote(self.shard, holder))  # before this shard's first call
+        # Not waited for: the shard sets up its models meanwhile, while the actor may still be starting (its asks
+        # then wait there). Whichever of this and the holder's first ask the actor runs first, the holder's slots
+        # are its own, and the slots of the shard's earlier attempts are given back once this has run.
+        actor.open.remote(self.shard, holder)
         return RemoteLimiter(actor, holder, limits)
 
 
@@ -328,10 +447,13 @@ class RayExecutor(Executor):
         return RayBatchNumbers(ray.remote(num_cpus=0)(BatchNumbers).remote())
 
     async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:
-        """Submit a task per shard, with one limiter actor per model, and wait for every report."""
+        """Submit a task per shard, with the models' limiters in one actor, and wait for every report."""
         ray = self._connect()
-        actor_class = ray.remote(num_cpus=0, max_concurrency=100_000)(LimiterActor)
-        actors = {model: actor_class.remote(lim) for model, lim in limits.items()}
+        # No task events for the actor's messages: recording each (for Ray's dashboard and timeline) is a share of
+        # what a message costs, and a run sends hundreds.
+        host_class = ray.remote(num_cpus=0, max_concurrency=100_000, enable_task_events=False)(LimiterHost)
+        host = host_class.remote(limits) if limits else None
+        actors = {model: ModelHandle(host, model) for model in limits}
         task = ray.remote(run_shard).options(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)
         refs = [task.remote(replace(s, limiters=RayLimiters(actors, s.index, len(shards)))) for s in shards]
         try:
@@ -340,7 +462,7 @@ class RayExecutor(Executor):
                 try:
                     reports.append(await ref)
                 except ray.exceptions.RayError as exc:
-                    why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                    why = _last_error_line(str(exc)) or type(exc).__name__
                     raise ShardFailedError(f"a shard failed: {why[:500]} (rerun the same command to resume)") from None
             return reports
         except BaseException:
@@ -350,8 +472,8 @@ class RayExecutor(Executor):
                 await anyio.to_thread.run_sync(lambda: ray.wait(refs, num_returns=len(refs), timeout=60))
             raise
         finally:
-            for actor in actors.values():
-                ray.kill(actor)
+            if host is not None:
+                ray.kill(host)
             if self._connected_here:
                 ray.shutdown()
                 self._connected_here = False
