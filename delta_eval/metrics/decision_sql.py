@@ -185,18 +185,22 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     # Each conversation's cost, in the same pass: NaN where a turn is unpriced (a NULL would come back from
     # fetchnumpy as a masked 0).
     cost = "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END"
-    found: dict[str, np.ndarray] = {}
+    found: dict[str, Any] = {}
     sums = paired_sums(src.db, rows, metrics, cluster=_CLUSTER, group="side", extra={"cost": cost},
                        carry=["cost_usd"], per_conversation=found)  # fmt: skip
+    # Each side's conversations (sorted by side, then name: each side's a run of rows) and their costs, None where
+    # unpriced, as the rows path gives them.
+    names = found["cl"].to_pylist()
+    priced = found["cost"].astype(float)
+    values = priced.astype(object)
+    values[np.isnan(priced)] = None
+    values = values.tolist()
     costs: dict[str, dict[str, float | None]] = {}
-    turns: dict[str, int] = {}
-    for side in sums:
-        mine = found["grp"] == side
-        value = found["cost"][mine].astype(float)
-        known = value.astype(object)
-        known[np.isnan(value)] = None
-        costs[side] = dict(zip(found["cl"][mine].astype(str).tolist(), known.tolist(), strict=True))
-        turns[side] = sums[side]["error_rate"].pairs  # every turn counts in the error rate
+    known_costs: dict[str, list[float]] = {}
+    for side, (start, end) in found["runs"].items():
+        costs[side] = dict(zip(names[start:end], values[start:end], strict=True))
+        mine = priced[start:end]
+        known_costs[side] = mine[~np.isnan(mine)].tolist()
     out: dict[str, SideMetrics] = {}
     # Every side's latencies from one scan, each side's in the order of its rows.
     timed = src.db.execute(
@@ -210,11 +214,11 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None, None, None)
         own = costs[side]
-        known = [v for v in own.values() if v is not None]
+        known = known_costs[side]
         mine = sums.get(side, {})
         out[side] = SideMetrics(
             side=side,
-            turns=turns[side],
+            turns=mine["error_rate"].pairs,  # every turn counts in the error rate
             conversations=len(own),
             **{name: _rate(mine.get(name), confidence) for name in metrics},
             latency_p50_ms=p50,
