@@ -23,7 +23,7 @@ from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
 from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
-from delta_eval.metrics.sides import Rate, SideMetrics, quantile_interval
+from delta_eval.metrics.sides import Rate, SideMetrics, sorted_quantile_interval
 from delta_eval.metrics.sql_sums import Metric, paired_sums
 from delta_eval.sql import quote_ident, quote_literal
 
@@ -210,17 +210,20 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     ).fetchnumpy()
     which, every = np.asarray(timed["k"]), np.asarray(timed["x"], dtype=float)
     for k, side in enumerate(sorted(costs), start=1):
-        latencies = every[which == k]
+        latencies = np.sort(every[which == k])  # sorted once: for the quantiles, and the order rows path gives
         p50 = float(np.median(latencies)) if len(latencies) else None
-        p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None, None, None)
+        p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
         own = costs[side]
         known = known_costs[side]
         mine = sums.get(side, {})
-        out[side] = SideMetrics(
+        # Built without validation: every field is of its type here, and checking a million latencies one by one
+        # costs more than the rest of the side.
+        fields: dict[str, Any] = {name: _rate(mine.get(name), confidence) for name in metrics}
+        out[side] = SideMetrics.model_construct(
             side=side,
             turns=mine["error_rate"].pairs,  # every turn counts in the error rate
             conversations=len(own),
-            **{name: _rate(mine.get(name), confidence) for name in metrics},
+            **fields,
             latency_p50_ms=p50,
             latency_p95_ms=p95,
             latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),
