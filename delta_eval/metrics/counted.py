@@ -37,6 +37,7 @@ from delta_eval.metrics.estimand import (
     sql_error_side,
 )
 from delta_eval.metrics.frames import Rows, fetch_table, rows_of, to_arrow
+from delta_eval.metrics.text_order import text_order
 
 __all__ = [
     "OUTCOMES",
@@ -253,11 +254,13 @@ def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: 
     """The rows of the cluster query (per group, conversation and stratum) and of the counts query as the
     :class:`Counted` of each group."""
     merged = _per_conversation(cols)
-    # By group, then first stratum, then name (Arrow sorts strings by their UTF-8 bytes: Python's order).
-    merged = merged.take(pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in ("grp", "first_st", "cl")]))
-    data = {name: merged.column(name).to_numpy(zero_copy_only=False) for name in merged.column_names}
+    # By group, then first stratum, then name (by their UTF-8 bytes: Python's order); each column put in that
+    # order as a numpy array, the text ones as numpy strings.
+    order = text_order([merged.column(c) for c in ("grp", "first_st", "cl")])
+    data = {name: np.asarray(merged.column(name).to_numpy(zero_copy_only=False))[order]
+            for name in merged.column_names if name not in ("grp", "cl", "st", "first_st")}  # fmt: skip
     for name in ("grp", "cl", "st"):
-        data[name] = np.asarray(data[name], dtype=str)
+        data[name] = np.asarray(merged.column(name).take(order).to_numpy(zero_copy_only=False), dtype=str)
     grp = data["grp"]
     out: dict[str, Counted] = {}
     for g in groups:
@@ -283,7 +286,7 @@ def _per_conversation(cols: pa.Table) -> pa.Table:
         key = pc.binary_join_element_wise(cols.column("grp"), key, "\x00")  # distinct keys: distinct pairs
     if pc.count_distinct(key).as_py() == n:
         return cols.append_column("first_st", cols.column("st"))
-    cols = cols.take(pc.sort_indices(cols, sort_keys=[(c, "ascending") for c in ("grp", "cl", "st")]))
+    cols = cols.take(text_order([cols.column(c) for c in ("grp", "cl", "st")]))
     grp, cl, st = (cols.column(c).combine_chunks() for c in ("grp", "cl", "st"))
     new = np.ones(n, dtype=bool)
     if n > 1:

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.frames import fetch_table
+from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident
 
 __all__ = ["Metric", "paired_sums"]
@@ -158,11 +159,10 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                        [f"{expr} AS x_{name}" for name, expr in (extra or {}).items()])  # fmt: skip
     sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT grp, cl, {listed} FROM rows GROUP BY grp, cl"
     got = fetch_table(db, sql, params)
-    # The conversations in PairedSums.of's order (its one stratum, then by name): Arrow sorts strings by their
-    # UTF-8 bytes, which is Python's order of code points, and faster than numpy's sort of strings. Without groups
-    # the names alone are sorted; each column is then put in that order as a numpy array (no copy of the text).
-    keys = [("grp", "ascending"), ("cl", "ascending")] if group else [("cl", "ascending")]
-    order = pc.sort_indices(got.select([k for k, _ in keys]), sort_keys=keys).to_numpy()
+    # The conversations in PairedSums.of's order (its one stratum, then by name: by their UTF-8 bytes, which is
+    # Python's order of code points). Without groups the names alone are sorted; each column is then put in that
+    # order as a numpy array (no copy of the text).
+    order = text_order([got.column("grp"), got.column("cl")] if group else [got.column("cl")])
     data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False))[order] for k in got.column_names
             if k not in ("grp", "cl")}  # fmt: skip
     grp = pc.take(got.column("grp"), order) if group else None
