@@ -177,8 +177,11 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
             where="error IS NULL",
         ),
         "matches_recorded_rate": Metric(a="coalesce(matches_recorded, false)", where="error IS NULL", binary=True),
+        # Without recorded rows production acted nowhere: the rate applies to no turn (and costs no aggregate).
         "text_instead_of_action_rate": Metric(
-            a="coalesce(text_instead_of_action, false)", where="error IS NULL AND recorded_acted", binary=True
+            a="coalesce(text_instead_of_action, false)",
+            where="error IS NULL AND recorded_acted" if recorded else "false",
+            binary=True,
         ),
         "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL", binary=True),
     }

@@ -93,6 +93,9 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     values: dict[tuple[str, str], str] = {}
     for name in names:
         m = metrics[name]
+        if m.where.strip().lower() == "false":
+            found.append({})  # counts no row: its sums are empty, no aggregate needed
+            continue
         inn = rows_of.get(m.where.strip())
         if inn is None:
             inn = rows_of[m.where.strip()] = f"in{len(rows_of)}"
@@ -155,6 +158,8 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                     term = both[0] if both[1].endswith("::DOUBLE") else f"{both[0]} * {both[1]}"
                 mine[f"p{k}"] = weighed(term, 2)
         found.append(mine)
+    if not aggs and not extra:
+        agg("count(*)::DOUBLE")  # every metric counts no row: the query still names each group's conversations
     listed = ", ".join([f"{expr} AS {alias}" for expr, alias in aggs.items()] +
                        [f"{expr} AS x_{name}" for name, expr in (extra or {}).items()])  # fmt: skip
     sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT grp, cl, {listed} FROM rows GROUP BY grp, cl"
@@ -176,11 +181,11 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
         out[g] = {}
         for i, name in enumerate(names):
             alias = found[i]
-            keep = np.flatnonzero(data[alias["n"]][lo:hi] > 0) + lo
+            keep = np.flatnonzero(data[alias["n"]][lo:hi] > 0) + lo if alias else np.zeros(0, dtype=np.int64)
             size = len(keep)
 
             def pick(key: str, keep: np.ndarray = keep, alias: dict[str, Any] = alias, size: int = size) -> np.ndarray:
-                spec = alias[key]
+                spec = alias.get(key, "")
                 if isinstance(spec, tuple):
                     n = data[spec[1]][keep].astype(float)
                     m = data[spec[2]][keep].astype(float) if len(spec) > 2 and spec[2] else np.zeros(size)
