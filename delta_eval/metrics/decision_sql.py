@@ -205,7 +205,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         mine = priced[start:end]
         known_costs[side] = mine[~np.isnan(mine)].tolist()
     out: dict[str, SideMetrics] = {}
-    # Every side's latencies from one scan, each side's in the order of its rows.
+    # Every side's latencies from one scan.
     timed = src.db.execute(
         f"SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
         f"FROM {r} WHERE error IS NULL AND side <> 'recorded'",
@@ -213,7 +213,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     ).fetchnumpy()
     which, every = np.asarray(timed["k"]), np.asarray(timed["x"], dtype=float)
     for k, side in enumerate(sorted(costs), start=1):
-        latencies = np.sort(every[which == k])  # sorted once: for the quantiles, and the order rows path gives
+        latencies = np.sort(every[which == k])  # sorted once: for the quantiles, and as the rows path lists them
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
         own = costs[side]
