@@ -40,7 +40,11 @@ def fetch_table(db: Any, sql: str, params: Sequence[Any] = ()) -> pa.Table:
         # DuckDB 2.0 names it to_arrow_table; before, the connection's fetch_arrow_table.
         fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
         table: pa.Table = fetch()
-    return table
+    # Text as plain strings, whatever Arrow encoding the connection's settings give it (large strings or string
+    # views), as the metrics read it.
+    text = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_large_string(f.type) or
+                      pa.types.is_string_view(f.type) else f for f in table.schema])  # fmt: skip
+    return table if text.equals(table.schema) else table.cast(text)
 
 
 def _arrow(data: Any) -> pa.Table | None:
