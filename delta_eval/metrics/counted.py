@@ -37,6 +37,7 @@ from delta_eval.metrics.estimand import (
     sql_error_side,
 )
 from delta_eval.metrics.frames import Rows, fetch_table, rows_of, to_arrow
+from delta_eval.metrics.text_order import text_order
 
 __all__ = [
     "OUTCOMES",
@@ -202,26 +203,42 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     memo = _SHARED.get() if isinstance(verdicts, str) else None
     key = (id(db), verdicts, *queries)
     if memo is not None and key in memo:
-        cols, counts_rows = memo[key][1:]
+        cols, counts_rows, splits = memo[key][1:]
     else:
         cols = fetch_table(db, queries[0])
         counts_rows = db.execute(queries[1]).fetchall()
+        splits = {}
         if memo is not None:
-            memo[key] = (db, cols, counts_rows)  # the connection kept alive: its id names no other meanwhile
+            memo[key] = (db, cols, counts_rows, splits)  # the connection kept alive: its id names no other meanwhile
     if not isinstance(verdicts, str):
         db.close()
     else:
         db.execute("DROP VIEW src")
+    # The sums of each group, and over every row, computed once for the queries' rows (within shared_sums): the
+    # name of a null group matters only where there is one.
+    named = null if by and any(g is None for g, *_ in counts_rows) else None
+    done = splits.get((named, total is not None))
+    if done is None:
+        done = splits[named, total is not None] = _groups(cols, counts_rows, by, null, weighted, total is not None)
+    out, everything = done
+    if total is not None:
+        total.update(everything)
+    return dict(out)
+
+
+def _groups(cols: pa.Table, counts_rows: list[Any], by: str | None, null: str, weighted: bool, total: bool
+            ) -> tuple[dict[str, Counted], dict[str, Counted]]:  # fmt: skip
+    """The :class:`Counted` of each group of the queries' rows and, when ``total``, over every row (``""``)."""
     if by:
         cols = cols.set_column(cols.schema.get_field_index("grp"), "grp", pc.fill_null(cols.column("grp"), null))
         counts_rows = [(null if g is None else g, *rest) for g, *rest in counts_rows]
     groups = sorted({str(g) for g, *_ in counts_rows} | ({""} if not by else set()))
     out = _split(cols, counts_rows, groups, weighted)
-    if total is not None:
-        # Over every row: the groups' rows of each conversation added up, the counts of every group summed.
-        everything = cols.set_column(cols.schema.get_field_index("grp"), "grp", pa.repeat("", cols.num_rows))
-        total.update(_split(everything, [("", *rest) for _, *rest in counts_rows], [""], weighted))
-    return out
+    if not total:
+        return out, {}
+    # Over every row: the groups' rows of each conversation added up, the counts of every group summed.
+    everything = cols.set_column(cols.schema.get_field_index("grp"), "grp", pa.repeat("", cols.num_rows))
+    return out, _split(everything, [("", *rest) for _, *rest in counts_rows], [""], weighted)
 
 
 _SHARED: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("delta_eval_shared_sums", default=None)
@@ -253,11 +270,13 @@ def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: 
     """The rows of the cluster query (per group, conversation and stratum) and of the counts query as the
     :class:`Counted` of each group."""
     merged = _per_conversation(cols)
-    # By group, then first stratum, then name (Arrow sorts strings by their UTF-8 bytes: Python's order).
-    merged = merged.take(pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in ("grp", "first_st", "cl")]))
-    data = {name: merged.column(name).to_numpy(zero_copy_only=False) for name in merged.column_names}
+    # By group, then first stratum, then name (by their UTF-8 bytes: Python's order); each column put in that
+    # order as a numpy array, the text ones as numpy strings.
+    order = text_order([merged.column(c) for c in ("grp", "first_st", "cl")])
+    data = {name: np.asarray(merged.column(name).to_numpy(zero_copy_only=False))[order]
+            for name in merged.column_names if name not in ("grp", "cl", "st", "first_st")}  # fmt: skip
     for name in ("grp", "cl", "st"):
-        data[name] = np.asarray(data[name], dtype=str)
+        data[name] = np.asarray(merged.column(name).take(order).to_numpy(zero_copy_only=False), dtype=str)
     grp = data["grp"]
     out: dict[str, Counted] = {}
     for g in groups:
@@ -283,7 +302,7 @@ def _per_conversation(cols: pa.Table) -> pa.Table:
         key = pc.binary_join_element_wise(cols.column("grp"), key, "\x00")  # distinct keys: distinct pairs
     if pc.count_distinct(key).as_py() == n:
         return cols.append_column("first_st", cols.column("st"))
-    cols = cols.take(pc.sort_indices(cols, sort_keys=[(c, "ascending") for c in ("grp", "cl", "st")]))
+    cols = cols.take(text_order([cols.column(c) for c in ("grp", "cl", "st")]))
     grp, cl, st = (cols.column(c).combine_chunks() for c in ("grp", "cl", "st"))
     new = np.ones(n, dtype=bool)
     if n > 1:

@@ -23,7 +23,7 @@ from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
 from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
-from delta_eval.metrics.sides import Rate, SideMetrics, quantile_interval
+from delta_eval.metrics.sides import Rate, SideMetrics, sorted_quantile_interval
 from delta_eval.metrics.sql_sums import Metric, paired_sums
 from delta_eval.sql import quote_ident, quote_literal
 
@@ -177,28 +177,35 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
             where="error IS NULL",
         ),
         "matches_recorded_rate": Metric(a="coalesce(matches_recorded, false)", where="error IS NULL", binary=True),
+        # Without recorded rows production acted nowhere: the rate applies to no turn (and costs no aggregate).
         "text_instead_of_action_rate": Metric(
-            a="coalesce(text_instead_of_action, false)", where="error IS NULL AND recorded_acted", binary=True
+            a="coalesce(text_instead_of_action, false)",
+            where="error IS NULL AND recorded_acted" if recorded else "false",
+            binary=True,
         ),
         "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL", binary=True),
     }
     # Each conversation's cost, in the same pass: NaN where a turn is unpriced (a NULL would come back from
     # fetchnumpy as a masked 0).
     cost = "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END"
-    found: dict[str, np.ndarray] = {}
+    found: dict[str, Any] = {}
     sums = paired_sums(src.db, rows, metrics, cluster=_CLUSTER, group="side", extra={"cost": cost},
                        carry=["cost_usd"], per_conversation=found)  # fmt: skip
+    # Each side's conversations (sorted by side, then name: each side's a run of rows) and their costs, None where
+    # unpriced, as the rows path gives them.
+    names = found["cl"].to_pylist()
+    priced = found["cost"].astype(float)
+    values = priced.astype(object)
+    values[np.isnan(priced)] = None
+    values = values.tolist()
     costs: dict[str, dict[str, float | None]] = {}
-    turns: dict[str, int] = {}
-    for side in sums:
-        mine = found["grp"] == side
-        value = found["cost"][mine].astype(float)
-        known = value.astype(object)
-        known[np.isnan(value)] = None
-        costs[side] = dict(zip(found["cl"][mine].astype(str).tolist(), known.tolist(), strict=True))
-        turns[side] = sums[side]["error_rate"].pairs  # every turn counts in the error rate
+    known_costs: dict[str, list[float]] = {}
+    for side, (start, end) in found["runs"].items():
+        costs[side] = dict(zip(names[start:end], values[start:end], strict=True))
+        mine = priced[start:end]
+        known_costs[side] = mine[~np.isnan(mine)].tolist()
     out: dict[str, SideMetrics] = {}
-    # Every side's latencies from one scan, each side's in the order of its rows.
+    # Every side's latencies from one scan.
     timed = src.db.execute(
         f"SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
         f"FROM {r} WHERE error IS NULL AND side <> 'recorded'",
@@ -206,17 +213,20 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     ).fetchnumpy()
     which, every = np.asarray(timed["k"]), np.asarray(timed["x"], dtype=float)
     for k, side in enumerate(sorted(costs), start=1):
-        latencies = every[which == k]
+        latencies = np.sort(every[which == k])  # sorted once: for the quantiles, and as the rows path lists them
         p50 = float(np.median(latencies)) if len(latencies) else None
-        p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None, None, None)
+        p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
         own = costs[side]
-        known = [v for v in own.values() if v is not None]
+        known = known_costs[side]
         mine = sums.get(side, {})
-        out[side] = SideMetrics(
+        # Built without validation: every field is of its type here, and checking a million latencies one by one
+        # costs more than the rest of the side.
+        fields: dict[str, Any] = {name: _rate(mine.get(name), confidence) for name in metrics}
+        out[side] = SideMetrics.model_construct(
             side=side,
-            turns=turns[side],
+            turns=mine["error_rate"].pairs,  # every turn counts in the error rate
             conversations=len(own),
-            **{name: _rate(mine.get(name), confidence) for name in metrics},
+            **fields,
             latency_p50_ms=p50,
             latency_p95_ms=p95,
             latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),

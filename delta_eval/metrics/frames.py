@@ -8,10 +8,10 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 __all__ = ["Rows", "fetch_table", "rows_of", "to_arrow"]
@@ -31,17 +31,20 @@ def to_arrow(data: Any) -> pa.Table:
 
 def fetch_table(db: Any, sql: str, params: Sequence[Any] = ()) -> pa.Table:
     """The rows of ``sql`` run on the DuckDB connection ``db`` as an Arrow table, through ``execute`` (the
-    connection's relations are refused while a caller's result of ``execute`` is unfinished, and Arrow from a
-    result of ``execute`` warns of a copy)."""
-    got = db.execute(sql, list(params)).fetchnumpy()
-    columns = {}
-    for name, values in got.items():
-        mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
-        data = np.ma.getdata(values)
-        # Text comes as Python objects: typed as text even when every value is null (or there are none).
-        kind = pa.string() if data.dtype == object else None
-        columns[name] = pa.array(data, type=kind, mask=mask)
-    return pa.table(columns)
+    connection's relations are refused while a caller's result of ``execute`` is unfinished)."""
+    result = db.execute(sql, list(params))
+    # Arrow straight from DuckDB: text stays in Arrow buffers (through numpy, each value became a Python object).
+    # DuckDB warns that Arrow from a result of execute costs a copy: a copy of the result, far cheaper than objects.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
+        # DuckDB 2.0 names it to_arrow_table; before, the connection's fetch_arrow_table.
+        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+        table: pa.Table = fetch()
+    # Text as plain strings, whatever Arrow encoding the connection's settings give it (large strings or string
+    # views), as the metrics read it.
+    text = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_large_string(f.type) or
+                      pa.types.is_string_view(f.type) else f for f in table.schema])  # fmt: skip
+    return table if text.equals(table.schema) else table.cast(text)
 
 
 def _arrow(data: Any) -> pa.Table | None:

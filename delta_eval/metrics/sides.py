@@ -21,11 +21,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.frames import Rows, rows_of
-from delta_eval.metrics.intervals import clustered_mean, t_interval
+from delta_eval.metrics.intervals import ClusteredMean, ClusterSums, clustered_mean, t_interval
 
 __all__ = [
     "SIDE_COLUMNS",
@@ -36,6 +38,7 @@ __all__ = [
     "quantile_interval",
     "rate",
     "side_metrics",
+    "sorted_quantile_interval",
 ]
 
 #: The replay columns the sides' metrics read.
@@ -111,8 +114,15 @@ def quantile_interval(
     """
     if len(values) == 0:
         return math.nan, math.nan, math.nan
-    x = np.sort(np.asarray(values, dtype=float))
+    return sorted_quantile_interval(np.sort(np.asarray(values, dtype=float)), q, confidence)
+
+
+def sorted_quantile_interval(x: np.ndarray, q: float, confidence: float = 0.95) -> tuple[float, float, float]:
+    """:func:`quantile_interval` of values already sorted (``x``, a float array): no sort of a million latencies
+    again."""
     n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan
     from scipy.stats import binom
 
     alpha = 1 - confidence
@@ -140,6 +150,7 @@ class SideMetrics(BaseModel):
     latency_p95_ms: float | None
     latency_p95_ci_ms: tuple[float, float] | None
     cost_per_conversation: float | None
+    #: Each successful turn's latency, in increasing order (the same list whatever order the rows were written in).
     latencies_ms: list[float] = []
     costs_by_conversation: dict[str, float | None] = {}
 
@@ -166,7 +177,7 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
         ok_clusters = [str(r["conversation_id"]) for r in ok]
         acted = [r for r in ok if recorded_acted.get(r["pair_id"])]
         known_decision = [r for r in ok if no_decision_of(r) is not None]
-        latencies = [float(r["latency_ms"] or 0.0) for r in ok]
+        latencies = sorted(float(r["latency_ms"] or 0.0) for r in ok)
         p50 = float(np.median(latencies)) if latencies else None
         p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if latencies else (None, None, None)
         costs: dict[str, float | None] = {}
@@ -213,17 +224,34 @@ def cost_ratio(candidate: SideMetrics, baseline: SideMetrics, confidence: float 
     """The candidate's cost per conversation over the baseline's, on the conversations both priced, with a
     cluster-robust interval (ratio of totals; not a proportion, so its bounds are not held to [0, 1])."""
     cand, base = candidate.costs_by_conversation, baseline.costs_by_conversation
-    both = [c for c, v in cand.items() if v is not None and base.get(c) is not None]
-    # As arrays: a run of a million pairs has a hundred thousand conversations. Totals are summed by Python, in
-    # the conversations' order, as before.
-    x = np.array([base[c] for c in both], dtype=float)
-    y = np.array([cand[c] for c in both], dtype=float)
+    # As Arrow and numpy arrays: a run of a million pairs has a hundred thousand conversations, each looked up in
+    # the baseline's by Arrow's hash. Totals are summed by Python, in the candidate's order of conversations, as
+    # before.
+    names = pa.array(list(cand), pa.string())
+    y_all = pa.array(list(cand.values()), pa.float64())  # None: null
+    x_all = pa.array(list(base.values()), pa.float64()).take(pc.index_in(names, pa.array(list(base), pa.string())))
+    both = np.flatnonzero(pc.and_(y_all.is_valid(), x_all.is_valid()).to_numpy(zero_copy_only=False))
+    x = x_all.to_numpy(zero_copy_only=False)[both].astype(float)
+    y = y_all.to_numpy(zero_copy_only=False)[both].astype(float)
     keep = x > 0
-    if both and not x.any() and not y.any():
+    if len(both) and not x.any() and not y.any():
         return Rate(value=1.0, ci_low=1.0, ci_high=1.0, numerator=0.0, n=0.0)  # both free: the same cost
     if not keep.any():
         return Rate(value=None, ci_low=0.0, ci_high=math.inf, numerator=sum(y.tolist()), n=sum(x.tolist()))
-    mean = clustered_mean(y[keep] / x[keep], weights=x[keep], clusters=np.asarray(both, dtype=object)[keep])
+    mean = _one_per_cluster_mean(y[keep] / x[keep], x[keep], names.take(pa.array(both[keep])))
     assert mean.estimate is not None
     lo, hi = t_interval(mean, confidence, lower=0.0, upper=math.inf)
     return Rate(value=mean.estimate, ci_low=lo, ci_high=hi, numerator=sum(y.tolist()), n=sum(x.tolist()))
+
+
+def _one_per_cluster_mean(values: np.ndarray, weights: np.ndarray, names: pa.Array) -> ClusteredMean:
+    """:func:`~delta_eval.metrics.intervals.clustered_mean` of values each in a cluster of its own (``names``, all
+    distinct), one stratum: the clusters in order of name (Arrow's order of UTF-8 bytes is numpy's of code points)
+    and each one's sums its own value, without the conversion of every name to a numpy string and their sort."""
+    if pc.any(pc.ends_with(names, "\x00")).as_py():  # numpy strings drop trailing NULs: let it order those
+        return clustered_mean(values, weights=weights, clusters=names.to_pylist())
+    order = pc.sort_indices(names).to_numpy()
+    y, w = values[order], weights[order]
+    # + 0.0: the per-cluster sums of clustered_mean start from 0.0 (a -0.0 becomes 0.0 there too).
+    return ClusterSums(strata=[""] * len(y), wy=w * y + 0.0, w=w + 0.0, w2y2=w * w * y * y + 0.0,
+                       w2y=w * w * y + 0.0, w2=w * w + 0.0, n=len(y)).mean()  # fmt: skip

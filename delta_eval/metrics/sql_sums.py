@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.frames import fetch_table
+from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident
 
 __all__ = ["Metric", "paired_sums"]
@@ -58,15 +60,16 @@ class Metric:
 
 def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster: str, weight: str = "1.0",
                 group: str | None = None, params: Sequence[Any] = (), extra: Mapping[str, str] | None = None,
-                carry: Sequence[str] = (), per_conversation: dict[str, np.ndarray] | None = None
+                carry: Sequence[str] = (), per_conversation: dict[str, Any] | None = None
                 ) -> dict[str, dict[str, PairedSums]]:  # fmt: skip
     """Per value of ``group`` (every row under ``""`` without it), each metric's :class:`PairedSums` over the rows of
     ``source`` (a table, view or parenthesised query in ``db``), conversations named by ``cluster``, pairs weighted
     by ``weight`` (SQL expressions). A group where a metric counts no row gets the empty sums.
 
     ``extra``: more aggregates over each group's conversation (name: SQL over the source's columns ``carry``),
-    computed in the same pass and put in ``per_conversation`` (with ``grp`` and ``cl``, one value per group and
-    conversation) when it is given."""
+    computed in the same pass and put in ``per_conversation`` when it is given: one value per group and
+    conversation in numpy arrays, sorted by group then conversation, with ``cl`` the conversations (an Arrow array)
+    and ``runs`` each group's rows, ``{group: (start, end)}``."""
     names = list(metrics)
     unit = weight.strip() in ("1", "1.0")  # no weight: the sums need no multiplication by it
     cols = [f"({cluster})::VARCHAR AS cl", f"{'(' + group + ')::VARCHAR' if group else chr(39) * 2} AS grp"]
@@ -90,6 +93,9 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     values: dict[tuple[str, str], str] = {}
     for name in names:
         m = metrics[name]
+        if m.where.strip().lower() == "false":
+            found.append({})  # counts no row: its sums are empty, no aggregate needed
+            continue
         inn = rows_of.get(m.where.strip())
         if inn is None:
             inn = rows_of[m.where.strip()] = f"in{len(rows_of)}"
@@ -152,30 +158,34 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                     term = both[0] if both[1].endswith("::DOUBLE") else f"{both[0]} * {both[1]}"
                 mine[f"p{k}"] = weighed(term, 2)
         found.append(mine)
+    if not aggs and not extra:
+        agg("count(*)::DOUBLE")  # every metric counts no row: the query still names each group's conversations
     listed = ", ".join([f"{expr} AS {alias}" for expr, alias in aggs.items()] +
                        [f"{expr} AS x_{name}" for name, expr in (extra or {}).items()])  # fmt: skip
     sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT grp, cl, {listed} FROM rows GROUP BY grp, cl"
     got = fetch_table(db, sql, params)
-    # The conversations in PairedSums.of's order (its one stratum, then by name): Arrow sorts strings by their
-    # UTF-8 bytes, which is Python's order of code points, and faster than numpy's sort of strings.
-    got = got.take(pc.sort_indices(got, sort_keys=[("grp", "ascending"), ("cl", "ascending")]))
-    grp = np.asarray(got.column("grp").to_numpy(zero_copy_only=False), dtype=str)
-    data = {k: got.column(k).to_numpy(zero_copy_only=False) for k in got.column_names if k not in ("grp", "cl")}
+    # The conversations in PairedSums.of's order (its one stratum, then by name: by their UTF-8 bytes, which is
+    # Python's order of code points). Without groups the names alone are sorted; each column is then put in that
+    # order as a numpy array (no copy of the text).
+    order = text_order([got.column("grp"), got.column("cl")] if group else [got.column("cl")])
+    data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False))[order] for k in got.column_names
+            if k not in ("grp", "cl")}  # fmt: skip
+    grp = pc.take(got.column("grp"), order) if group else None
+    bounds = dict.fromkeys([""], (0, got.num_rows)) if grp is None else _runs(grp)
     if per_conversation is not None:
-        cl = np.asarray(got.column("cl").to_numpy(zero_copy_only=False), dtype=str)
-        per_conversation.update(grp=grp, cl=cl, **{name: data[f"x_{name}"] for name in extra or {}})
+        per_conversation.update(runs=bounds, cl=pc.take(got.column("cl"), order),
+                                **{name: data[f"x_{name}"] for name in extra or {}})  # fmt: skip
     out: dict[str, dict[str, PairedSums]] = {}
-    bounds = {g: (int(lo), int(hi)) for g, lo, hi in _runs(grp)}
     for g in sorted(set(bounds) | ({""} if group is None else set())):
         lo, hi = bounds.get(g, (0, 0))
         out[g] = {}
         for i, name in enumerate(names):
             alias = found[i]
-            keep = np.flatnonzero(data[alias["n"]][lo:hi] > 0) + lo
+            keep = np.flatnonzero(data[alias["n"]][lo:hi] > 0) + lo if alias else np.zeros(0, dtype=np.int64)
             size = len(keep)
 
             def pick(key: str, keep: np.ndarray = keep, alias: dict[str, Any] = alias, size: int = size) -> np.ndarray:
-                spec = alias[key]
+                spec = alias.get(key, "")
                 if isinstance(spec, tuple):
                     n = data[spec[1]][keep].astype(float)
                     m = data[spec[2]][keep].astype(float) if len(spec) > 2 and spec[2] else np.zeros(size)
@@ -193,10 +203,20 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     return out
 
 
-def _runs(values: np.ndarray) -> list[tuple[str, int, int]]:
-    """The runs of equal values of a sorted array: (value, start, end)."""
-    if not len(values):
-        return []
-    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
-    ends = np.r_[starts[1:], len(values)]
-    return [(str(values[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True)]
+def _runs(values: pa.ChunkedArray) -> dict[str, tuple[int, int]]:
+    """The runs of equal values of a sorted array of text, each as its (start, end); a null names the run "None",
+    as ``str`` names it."""
+    n = len(values)
+    if not n:
+        return {}
+    flat = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        # A change of value, or between null and a value (a comparison with null is null: a change unless both are).
+        same = pc.fill_null(pc.equal(flat[1:], flat[:-1]), False)
+        both_null = pc.and_(pc.is_null(flat[1:]), pc.is_null(flat[:-1]))
+        new[1:] = ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], n]
+    names = flat.take(pa.array(starts)).to_pylist()
+    return {str(v): (int(s), int(e)) for v, s, e in zip(names, starts, ends, strict=True)}

@@ -185,6 +185,33 @@ def test_shared_sums_query_a_table_once_and_only_within_the_block() -> None:
     assert counted("v", by="stratum", null="None", con=con)["s"].pairs == 2
 
 
+def test_shared_sums_split_the_rows_into_groups_once_whatever_a_null_group_is_named() -> None:
+    """Within ``shared_sums`` the second count of the same table and grouping gets the first one's groups (the
+    summary's win rates and the decision's), its null group, where there is one, under the name asked for."""
+    import duckdb
+
+    from delta_eval.metrics.counted import counted_with_total, shared_sums
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE v (outcome VARCHAR, conversation_id VARCHAR, stratum VARCHAR, pair_id VARCHAR, error VARCHAR)"
+    )
+    con.execute("INSERT INTO v VALUES ('candidate', 'a', 't', 'p1', NULL), ('baseline', 'b', 's', 'p2', NULL)")
+    with shared_sums():
+        total, first = counted_with_total("v", by="stratum", null="", con=con)
+        again_total, again = counted_with_total("v", by="stratum", null="None", con=con)
+        assert again_total is total
+        assert again.keys() == first.keys() == {"s", "t"}
+        assert all(again[g] is first[g] for g in first)
+    con.execute("UPDATE v SET stratum = NULL WHERE pair_id = 'p1'")
+    with shared_sums():
+        _, named = counted_with_total("v", by="stratum", null="", con=con)
+        _, renamed = counted_with_total("v", by="stratum", null="None", con=con)
+    assert named.keys() == {"", "s"}
+    assert renamed.keys() == {"None", "s"}
+    assert named[""].pairs == renamed["None"].pairs == 1
+
+
 def test_the_decision_counts_a_run_view_by_its_name() -> None:
     """A table with every column the win rate reads, typed as the decision's view types it, is counted by its own
     name (so the summary's win rates and the decision's are the same sums); one typed otherwise, through the view."""

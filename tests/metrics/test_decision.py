@@ -227,3 +227,50 @@ def test_judge_failures_are_gated_by_default_and_the_margin_s_scale_is_stated() 
     assert d.non_inferiority.win_rate.errors == 30
     assert d.non_inferiority.win_rate.errors_counted == 0
     assert "non-inferior above 48.0%, a margin of 2 points on this scale" in "\n".join(d.lines())
+
+
+def test_latencies_are_listed_in_increasing_order_whatever_order_the_rows_come_in() -> None:
+    rng = np.random.default_rng(3)
+    replays = [replay(side, f"c{c}", f"c{c}#{t}", latency_ms=float(rng.integers(100, 5000)))
+               for c in range(20) for t in range(3) for side in ("baseline", "candidate")]  # fmt: skip
+    shuffled = [replays[i] for i in rng.permutation(len(replays))]
+    import pyarrow as pa
+
+    for rows in (replays, shuffled):
+        for sides in (side_metrics(rows), decide(verdicts(20), pa.Table.from_pylist(rows)).sides):
+            for side in ("baseline", "candidate"):
+                own = sorted(float(r["latency_ms"]) for r in replays if r["side"] == side)  # type: ignore[arg-type]
+                assert sides[side].latencies_ms == own
+
+
+def test_the_cost_ratio_is_the_clustered_mean_of_each_conversations_ratio() -> None:
+    """On the conversations both sides priced (names of any script, in any order; unpriced, free and missing ones
+    left out), to the last bit."""
+    from delta_eval.metrics.intervals import clustered_mean, t_interval
+    from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio
+
+    rng = np.random.default_rng(5)
+    unknown = Rate(value=None, ci_low=0.0, ci_high=1.0, numerator=0.0, n=0.0)
+    names = [f"{rng.choice(['c', 'é', '日本', 'Z', 'a b'])}{i}" for i in rng.permutation(400)]
+
+    def side(costs: dict[str, float | None]) -> SideMetrics:
+        return SideMetrics(side="x", turns=1, conversations=len(costs), error_rate=unknown,
+                           invalid_tool_call_rate=unknown, matches_recorded_rate=unknown,
+                           text_instead_of_action_rate=unknown, no_decision_rate=unknown, latency_p50_ms=None,
+                           latency_p95_ms=None, latency_p95_ci_ms=None, cost_per_conversation=None,
+                           costs_by_conversation=costs)  # fmt: skip
+
+    def cost() -> float | None:
+        return [None, 0.0, float(rng.random()), float(rng.random()) * 1e-3][int(rng.integers(4))]
+
+    cand = {n: cost() for n in names}
+    base = {n: cost() for n in reversed(names) if rng.random() < 0.9}
+    both = [n for n, v in cand.items() if v is not None and base.get(n) is not None]
+    x = np.array([base[n] for n in both])
+    y = np.array([cand[n] for n in both])
+    keep = x > 0
+    mean = clustered_mean(y[keep] / x[keep], weights=x[keep], clusters=np.asarray(both)[keep])
+    lo, hi = t_interval(mean, 0.95, lower=0.0, upper=float("inf"))
+    got = cost_ratio(side(cand), side(base))
+    assert (got.value, got.ci_low, got.ci_high) == (mean.estimate, lo, hi)
+    assert (got.numerator, got.n) == (sum(y.tolist()), sum(x.tolist()))

@@ -169,6 +169,9 @@ def test_the_decision_on_views_of_parquet_files_is_the_decision_on_rows(tmp_path
     # The views it made are gone: the connection is the caller's.
     assert {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()} == {
         "verdicts", "replays"}  # fmt: skip
+    # A connection whose settings give text to Arrow as large strings decides the same.
+    con.execute("SET arrow_large_buffer_size = true")
+    assert decide("verdicts", "replays", rule, con=con).model_dump() == sql.model_dump()
 
 
 def test_a_source_that_cannot_be_made_leaves_no_view_in_the_callers_connection() -> None:
