@@ -12,7 +12,6 @@ shared, noisy machine, where wall time does not. Linux only (it reads ``/proc``)
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from delta_eval.executors import ray_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ray_scaling import measure  # the run of the other benchmark
+from ray_scaling import measure, run_arguments  # the run of the other benchmark
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -115,12 +114,7 @@ def _watch(stop: threading.Event, seen: dict[int, tuple[str, float, float]]) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=2000)
-    parser.add_argument("--latency-ms", type=float, default=200.0)
-    parser.add_argument("--concurrency", type=int, default=512, help="calls in flight in all")
-    parser.add_argument("--workers", type=int, default=2, help="Ray worker processes")
-    args = parser.parse_args(argv)
+    args = run_arguments(__doc__).parse_args(argv)
 
     import ray
 

@@ -173,12 +173,18 @@ def compare(
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The options of the run this benchmark and ``ray_cpu.py`` measure: its pairs, latency, concurrency, workers."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=2000)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, default=512, help="calls in flight in all")
     parser.add_argument("--workers", type=int, default=2, help="Ray worker processes")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = run_arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--object-store", action="store_true", help="a third run: Ray into s3:// (moto)")
     parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
