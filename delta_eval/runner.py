@@ -47,7 +47,6 @@ from delta_eval.schema import Conversation
 from delta_eval.store import safe_paths
 from delta_eval.store.batches import BatchJournal
 from delta_eval.store.folder import RunFolder
-from delta_eval.store.layout import COMMITS
 from delta_eval.store.live_files import remove_progress
 from delta_eval.store.manifest import RunManifest, RunStatus
 from delta_eval.store.remote import RemoteFolder
@@ -281,11 +280,7 @@ def _gather(folder: RunFolder, uri: str) -> None:
     assert isinstance(remote, RemoteFolder)
     sweep(uri, own_cache=remote.cache is not None)
     remote.pull()
-    commits = folder.path / COMMITS
-    present = {int(f.name[:6]) for f in commits.glob("*.json") if f.name[:6].isdigit()} if commits.is_dir() else set()
-    for batch in range(1, max(present, default=0) + 1):
-        if batch not in present:
-            folder.drop(batch, "its number was taken by a shard stopped before it uploaded the batch")
+    folder.fill_gaps("its number was taken by a shard stopped before it uploaded the batch")
 
 
 def session_stages(

@@ -13,6 +13,7 @@ does, once (see :mod:`delta_eval.runner`).
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -93,9 +94,8 @@ async def _run(shard: Shard, folder: RunFolder, cache_path: Path, apart: RemoteF
             )  # fmt: skip
             async with anyio.create_task_group() as tg:
                 # The counters the session shows while the shards run (see delta_eval.executors.live).
-                tg.start_soon(
-                    publish, folder.path, shard.session, shard.index, progress, models.pool.stats, None, apart
-                )
+                publishing = partial(publish, remote=apart)
+                tg.start_soon(publishing, folder.path, shard.session, shard.index, progress, models.pool.stats)
                 await run_stages(stages, shard.sample, models.sides, models.cascade)
                 tg.cancel_scope.cancel()
             report = ShardReport(

@@ -553,8 +553,7 @@ class RunFolder:
             if f.relative_to(self.path).as_posix() not in committed:
                 safe_paths.unlink(self.path, f)
                 removed.append(f)
-        numbers = [int(f.name[:6]) for f in (self.path / COMMITS).glob("*.json") if _COMMITTED.match(f.name)]
-        self._next_batch = max(numbers, default=0) + 1
+        self._next_batch = self._last_on_disk() + 1
         return removed
 
     def repair(self) -> list[Damage]:
@@ -729,20 +728,27 @@ class RunFolder:
         if not self.shared:
             yield
             return
-        import fcntl
-
-        fd = safe_paths.open_write(self.path, self.path / COMMIT_LOCK, truncate=False)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with safe_paths.locked(self.path, self.path / COMMIT_LOCK):
             yield
-        finally:
-            os.close(fd)  # releases the lock
 
     def _last_on_disk(self) -> int:
         """The highest batch number with a commit file (0: none)."""
+        return max(self._numbers_on_disk(), default=0)
+
+    def _numbers_on_disk(self) -> set[int]:
+        """The batch numbers with a commit file, committed or dropped."""
         folder = self.path / COMMITS
-        numbers = [int(f.name[:6]) for f in folder.iterdir() if _COMMITTED.match(f.name)] if folder.is_dir() else []
-        return max(numbers, default=0)
+        return {int(f.name[:6]) for f in folder.iterdir() if _COMMITTED.match(f.name)} if folder.is_dir() else set()
+
+    def fill_gaps(self, reason: str) -> list[int]:
+        """Give every number below the highest on disk that has no commit file a dropped record (:meth:`drop`), so
+        the numbers stay without gaps: numbers handed out from outside the folder (:attr:`numbers`) to writers
+        that stopped before committing. Returns the numbers filled."""
+        present = self._numbers_on_disk()
+        missing = [batch for batch in range(1, max(present, default=0) + 1) if batch not in present]
+        for batch in missing:
+            self.drop(batch, reason)
+        return missing
 
     def catch_up(self) -> None:
         """Number the next batch after every batch on disk (those other processes committed, in a shared

@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from delta_eval.exceptions import RunFolderError, RunFolderLinkError
@@ -33,6 +35,7 @@ from delta_eval.exceptions import RunFolderError, RunFolderLinkError
 __all__ = [
     "check",
     "inside",
+    "locked",
     "mkdir",
     "open_write",
     "refuse_links",
@@ -115,6 +118,24 @@ def open_write(root: Path, path: Path, *, truncate: bool = True, exclusive: bool
         if full.is_symlink():  # ELOOP: a link planted after the check
             raise _link_error(full) from None
         raise exc
+
+
+@contextmanager
+def locked(root: Path, path: Path) -> Iterator[None]:
+    """Hold an exclusive OS lock (``flock``, waited for) on the file ``path`` inside ``root``, made if missing;
+    released when the block ends, or by the OS when the process does. Where there is no ``flock``, nothing is held
+    (as :class:`~delta_eval.store.folder.FolderLock` does)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = open_write(root, path, truncate=False)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def write_text(root: Path, path: Path, text: str) -> None:

@@ -19,7 +19,6 @@ uploaded (:func:`sweep`): what a killed attempt paid is lost only when its machi
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -99,17 +98,8 @@ def sweep(uri: str, *, own_cache: bool = True) -> None:
 def _sweeping(root: Path) -> Iterator[None]:
     """Hold the machine's sweep of ``root`` (an OS lock, waited for): an attempt starting while another uploads
     what a killed copy left pulls once that is up, rather than asking those answers again."""
-    try:
-        import fcntl
-    except ImportError:  # no flock on this platform (as for FolderLock): sweeps are not kept apart
+    with safe_paths.locked(root, root / _SWEEP_LOCK):
         yield
-        return
-    fd = os.open(root / _SWEEP_LOCK, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _remove(local: Path) -> None:
