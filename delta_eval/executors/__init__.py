@@ -11,11 +11,44 @@ Example::
     de.run(config, executor=de.ProcessExecutor())                       # every core of this machine
     de.run(config, executor=de.RayExecutor(address="10.0.0.5:6379"))    # a Ray cluster
     de.run(config, out="s3://evals/run", executor=de.RayExecutor(...))  # its nodes sharing no file system
+
+The names are imported on first use: a process that needs one module of the package (a Ray actor of a run needs
+only its limiters, :mod:`~delta_eval.executors.ray_actors`) does not import the shards' code with it.
 """
 
-from delta_eval.executors.base import Executor, Shard, ShardReport
-from delta_eval.executors.local import InProcessExecutor, ProcessExecutor, ShardFailedError
-from delta_eval.executors.ray_cluster import RayExecutor
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from delta_eval.executors.base import Executor, Shard, ShardReport
+    from delta_eval.executors.local import InProcessExecutor, ProcessExecutor, ShardFailedError
+    from delta_eval.executors.ray_cluster import RayExecutor
+
+_MODULE_OF = {
+    "Executor": "delta_eval.executors.base",
+    "Shard": "delta_eval.executors.base",
+    "ShardReport": "delta_eval.executors.base",
+    "InProcessExecutor": "delta_eval.executors.local",
+    "ProcessExecutor": "delta_eval.executors.local",
+    "ShardFailedError": "delta_eval.executors.local",
+    "RayExecutor": "delta_eval.executors.ray_cluster",
+}
+
+if not _typing.TYPE_CHECKING:  # hidden from type checkers, so that a misspelt name stays an error for them
+
+    def __getattr__(name: str) -> _typing.Any:
+        """A public name, imported on first use and kept."""
+        if name not in _MODULE_OF:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(_importlib.import_module(_MODULE_OF[name]), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """Every public name, imported or not yet, and what the module holds."""
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "Executor",
