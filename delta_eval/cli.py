@@ -1,5 +1,6 @@
 """The ``delta-eval`` command.
 
+    delta-eval --version                   print the installed version
     delta-eval demo [--out DIR] [-n N] [--wire W] [--candidate changed|reword] [--judges llm|rule]
                                            run the bundled demo and print its report; with --wire openai |
                                            openai-responses | anthropic | gemini, through that provider's real
@@ -55,7 +56,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.installed import installed
@@ -90,11 +91,28 @@ def _masked_arg(arg: str) -> str:
     return f"{name}={masked(value)}" if eq and name.startswith("--") and is_uri(value) else arg
 
 
+class _Version(argparse.Action):
+    """``--version``: print the installed version and exit, read only when asked (argparse's own ``version``
+    action takes the text when the parser is built, which every command would pay for)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        import delta_eval
+
+        sys.stdout.write(f"{parser.prog} {delta_eval.__version__}\n")  # on stdout, as argparse's own action
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subcommand's default must not undo a --debug given before it.
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
     parser = argparse.ArgumentParser(prog="delta-eval", description="Delta evaluation of LLM agents.", parents=[common])
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", parents=[common], help="run the bundled tau-bench airline demo on simulated models")
@@ -253,13 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("compare: give two or more run folders")
     if args.command == "compare" and args.limit < 0:
         parser.error("compare: --limit must be 0 or more")
-    # Imported here so that `delta-eval --help` stays instant.
-    from delta_eval.analysis.report import render_report
-    from delta_eval.api import run
-    from delta_eval.demo import demo_config, demo_conversations, wire_models
-    from delta_eval.result import open_result
-    from delta_eval.runner import describe_failure
-
+    # Each command imports what it uses, here, so that `delta-eval --help` and the light commands (models, skills)
+    # do not pay for the run's and the analysis' modules.
     out = (
         args.out
         if args.command == "demo" and args.out
@@ -279,17 +292,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report" and args.html:
             from delta_eval.analysis.comparison import analyze
             from delta_eval.analysis.html import write_html
+            from delta_eval.result import open_result
 
             chosen = open_result(args.run_dir, args.candidate)
             _print(write_html(analyze(chosen), None if args.html is True else args.html))
             return _gate(args, chosen) if _gating(args) else 0
         if args.command == "report":
+            from delta_eval.analysis.report import render_report
+            from delta_eval.result import open_result
+
             result = open_result(args.run_dir, args.candidate)
             _print(render_report(result, noise_floor=args.noise_floor))
             return _gate(args, result) if _gating(args) else 0
         if args.command == "analyze":
             from delta_eval.analysis.comparison import analyze
             from delta_eval.analysis.text import analysis_text
+            from delta_eval.result import open_result
 
             a = analyze(open_result(args.run_dir, args.candidate))
             data = {"summary": a.summary(), "changes": a.changes(), "themes": a.themes(outcome=args.outcome)}
@@ -308,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _skills(args.action, args.dir)
         if args.command == "calibrate":
             from delta_eval.analysis.calibration import calibrate
+            from delta_eval.result import open_result
 
             _print(calibrate(open_result(args.run_dir), args.labels))
             return 0
@@ -324,6 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "fake-server":
             return _serve_fake(args.provider, args.port, args.latency_ms)
+        from delta_eval.analysis.report import render_report
+        from delta_eval.api import run
+        from delta_eval.demo import demo_config, demo_conversations, wire_models
+
         if args.command == "demo" and args.wire:
             _print(
                 f"delta-eval demo: tau-bench airline conversations through the real {args.wire} SDK, against a fake "
@@ -378,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, ExceptionGroup) and (ours := _ours(exc)) is not None:
             _print(f"delta-eval: error: {ours}", file=sys.stderr)
             return _failed(args, run_dir, sessions, str(ours))
+        from delta_eval.runner import describe_failure
+
         _print(f"delta-eval: error: {describe_failure(exc)} (--debug shows where)", file=sys.stderr)
         return _failed(args, run_dir, sessions, describe_failure(exc))
     except KeyboardInterrupt:

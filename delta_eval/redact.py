@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # an annotation only: the command line imports this module, not pydantic, for its --help
+    from pydantic import ValidationError
 
 __all__ = [
     "REDACTED",
@@ -171,7 +172,7 @@ def describe_invalid(exc: ValidationError, where: str | None = None) -> str:
     reach a log or a terminal). ``where`` (a file) closes the message.
 
     Example:
-        >>> from pydantic import BaseModel, ConfigDict
+        >>> from pydantic import BaseModel, ConfigDict, ValidationError
         >>> class Params(BaseModel):
         ...     model_config = ConfigDict(extra="forbid")
         ...     temperature: float | None = None
