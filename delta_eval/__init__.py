@@ -18,10 +18,11 @@ metrics and the analysis they never touch. ``from delta_eval import X`` and ``de
 """
 
 # Private names only: whatever this module holds shows in ``dir(delta_eval)``.
-import importlib as _importlib
 import sys as _sys
 import types as _types
 import typing as _typing
+
+from delta_eval.lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: every public name, as if imported here
     from delta_eval import demo, testing
@@ -219,7 +220,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 #: Public submodules: ``de.demo``, ``de.testing``.
 _SUBMODULES = ("demo", "testing")
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+_lazy_getattr, _lazy_dir = _lazy_names(__name__, _EXPORTS, _SUBMODULES)
 
 
 def _version() -> str:
@@ -234,22 +235,17 @@ def _version() -> str:
 if not _typing.TYPE_CHECKING:  # hidden from type checkers, so that a misspelt name stays an error for them
 
     def __getattr__(name: str) -> _typing.Any:
-        """A public name, imported on first use and kept (the next access is a plain attribute lookup)."""
-        if name in _MODULE_OF:
-            value = getattr(_importlib.import_module(_MODULE_OF[name]), name)
-        elif name in _SUBMODULES:
-            value = _importlib.import_module(f"{__name__}.{name}")
-        elif name == "__version__":
-            value = _version()
-        else:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        globals()[name] = value
-        return value
+        """A public name, imported on first use and kept (see :mod:`delta_eval.lazy`); ``__version__`` read from
+        the installed package's metadata on first use."""
+        if name == "__version__":
+            globals()[name] = _version()
+            return globals()[name]
+        return _lazy_getattr(name)
 
 
 def __dir__() -> list[str]:
     """Every public name, imported or not yet, and what the module holds."""
-    return sorted(set(globals()) | set(__all__))
+    return sorted({*_lazy_dir(), "__version__"})
 
 
 class _Namespace(_types.ModuleType):
@@ -258,7 +254,7 @@ class _Namespace(_types.ModuleType):
     system does for a package's submodules; the function is looked up on first use as any other name."""
 
     def __setattr__(self, name: str, value: _typing.Any) -> None:
-        if name in _MODULE_OF and isinstance(value, _types.ModuleType):
+        if isinstance(value, _types.ModuleType) and any(name in names for names in _EXPORTS.values()):
             return
         super().__setattr__(name, value)
 

@@ -38,6 +38,7 @@ LAYER_OF = {
             "fingerprint",
             "uris",
             "installed",
+            "lazy",
         ),
         "core",
     ),

@@ -7,6 +7,7 @@ What a fresh process imports is checked in a subprocess: this test process has i
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -111,6 +112,21 @@ def test_every_public_name_resolves_and_is_listed() -> None:
         scope: dict[str, object] = {}
         exec(f"from delta_eval import {name}", scope)
         assert scope[name] is getattr(de, name), name
+
+
+@pytest.mark.parametrize("package", ["delta_eval.executors", "delta_eval.testing"])
+def test_a_lazy_sub_package_s_names_resolve_are_listed_and_import_nothing_first(package: str) -> None:
+    fresh = _fresh(
+        f"import json, sys, importlib\npackage = importlib.import_module({package!r})\n"
+        f"first = sorted(m for m in sys.modules if m.startswith({package + '.'!r}))\n"
+        "listed = set(dir(package))\n"
+        "names = [n for n in package.__all__ if getattr(package, n) is not None]\n"
+        "print(json.dumps({'first': first, 'unlisted': sorted(set(package.__all__) - listed), 'resolved': names}))"
+    )
+    module = importlib.import_module(package)
+    assert fresh == {"first": [], "unlisted": [], "resolved": module.__all__}
+    with pytest.raises(AttributeError, match=f"^module '{package}' has no attribute 'no_such_name'$"):
+        _ = module.no_such_name
 
 
 def test_a_public_name_is_the_object_its_module_defines() -> None:

@@ -16,39 +16,22 @@ The names are imported on first use: a process that needs one module of the pack
 only its limiters, :mod:`~delta_eval.executors.ray_actors`) does not import the shards' code with it.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from delta_eval.lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from delta_eval.executors.base import Executor, Shard, ShardReport
     from delta_eval.executors.local import InProcessExecutor, ProcessExecutor, ShardFailedError
     from delta_eval.executors.ray_cluster import RayExecutor
 
-_MODULE_OF = {
-    "Executor": "delta_eval.executors.base",
-    "Shard": "delta_eval.executors.base",
-    "ShardReport": "delta_eval.executors.base",
-    "InProcessExecutor": "delta_eval.executors.local",
-    "ProcessExecutor": "delta_eval.executors.local",
-    "ShardFailedError": "delta_eval.executors.local",
-    "RayExecutor": "delta_eval.executors.ray_cluster",
+_EXPORTS = {
+    "delta_eval.executors.base": ("Executor", "Shard", "ShardReport"),
+    "delta_eval.executors.local": ("InProcessExecutor", "ProcessExecutor", "ShardFailedError"),
+    "delta_eval.executors.ray_cluster": ("RayExecutor",),
 }
-
 if not _typing.TYPE_CHECKING:  # hidden from type checkers, so that a misspelt name stays an error for them
-
-    def __getattr__(name: str) -> _typing.Any:
-        """A public name, imported on first use and kept."""
-        if name not in _MODULE_OF:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(_importlib.import_module(_MODULE_OF[name]), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    """Every public name, imported or not yet, and what the module holds."""
-    return sorted(set(globals()) | set(__all__))
-
+    __getattr__, __dir__ = _lazy_names(__name__, _EXPORTS)
 
 __all__ = [
     "Executor",

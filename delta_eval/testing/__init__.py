@@ -18,14 +18,33 @@ Example::
         assert server.requests[0].json()["model"] == "gpt-4.1"
 """
 
-from delta_eval.adapters.recordings import RecordingIndex
-from delta_eval.adapters.registry import registered_adapters
-from delta_eval.adapters.simulated import SimulatedAdapter, SimulatedBehaviour
-from delta_eval.testing.scripted import ScriptedAdapter, tool_call_message
-from delta_eval.testing.servers.anthropic import FakeAnthropicServer
-from delta_eval.testing.servers.gemini import FakeGeminiServer
-from delta_eval.testing.servers.http import JSONReply, Request, StreamReply
-from delta_eval.testing.servers.openai import FakeOpenAIServer
+import typing as _typing
+
+from delta_eval.lazy import lazy_names as _lazy_names
+
+if _typing.TYPE_CHECKING:
+    from delta_eval.adapters.recordings import RecordingIndex
+    from delta_eval.adapters.registry import registered_adapters
+    from delta_eval.adapters.simulated import SimulatedAdapter, SimulatedBehaviour
+    from delta_eval.testing.scripted import ScriptedAdapter, tool_call_message
+    from delta_eval.testing.servers.anthropic import FakeAnthropicServer
+    from delta_eval.testing.servers.gemini import FakeGeminiServer
+    from delta_eval.testing.servers.http import JSONReply, Request, StreamReply
+    from delta_eval.testing.servers.openai import FakeOpenAIServer
+
+# Imported on first use: a test that needs the scripted model does not start with every fake server's code.
+_EXPORTS = {
+    "delta_eval.adapters.recordings": ("RecordingIndex",),
+    "delta_eval.adapters.registry": ("registered_adapters",),
+    "delta_eval.adapters.simulated": ("SimulatedAdapter", "SimulatedBehaviour"),
+    "delta_eval.testing.scripted": ("ScriptedAdapter", "tool_call_message"),
+    "delta_eval.testing.servers.anthropic": ("FakeAnthropicServer",),
+    "delta_eval.testing.servers.gemini": ("FakeGeminiServer",),
+    "delta_eval.testing.servers.http": ("JSONReply", "Request", "StreamReply"),
+    "delta_eval.testing.servers.openai": ("FakeOpenAIServer",),
+}
+if not _typing.TYPE_CHECKING:  # hidden from type checkers, so that a misspelt name stays an error for them
+    __getattr__, __dir__ = _lazy_names(__name__, _EXPORTS)
 
 __all__ = [
     "FakeAnthropicServer",
