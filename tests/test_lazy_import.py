@@ -64,6 +64,20 @@ def test_the_command_line_s_help_and_version_import_no_heavy_module() -> None:
     assert staged == {"stages": []}
 
 
+def test_the_model_catalogue_command_imports_no_stage_of_a_run() -> None:
+    setup = (
+        "import contextlib, io\nfrom delta_eval.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['models', 'gpt-4o']) == 0"
+    )
+    assert _loaded(setup) == []
+    staged = _fresh(
+        f"import json, sys\n{setup}\n"
+        "print(json.dumps({'stages': sorted(m for m in sys.modules if m.startswith(('delta_eval.api', "
+        "'delta_eval.analysis', 'delta_eval.demo', 'delta_eval.result')))}))"
+    )
+    assert staged == {"stages": []}
+
+
 def test_the_version_option_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
     from delta_eval.cli import main
 
