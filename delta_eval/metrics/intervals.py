@@ -28,6 +28,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from delta_eval.metrics.distributions import beta_ppf, t_ppf
+
 __all__ = [
     "ClusterSums",
     "ClusteredMean",
@@ -53,9 +55,7 @@ def t_quantile(confidence: float, df: float) -> float:
     """The two-sided Student t quantile with ``df`` degrees of freedom (normal for infinite ``df``)."""
     if not math.isfinite(df) or df > 1e6:
         return normal_quantile(confidence)
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + confidence / 2, max(df, 1.0)))
+    return t_ppf(0.5 + confidence / 2, max(df, 1.0))
 
 
 def wilson_interval(p: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
@@ -97,11 +97,9 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     """
     if n <= 0:
         return 0.0, 1.0
-    from scipy.stats import beta
-
     alpha = 1 - confidence
-    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    lo = 0.0 if k == 0 else beta_ppf(alpha / 2, k, n - k + 1)
+    hi = 1.0 if k == n else beta_ppf(1 - alpha / 2, k + 1, n - k)
     return lo, hi
 
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.counted import Counted, counted_of, counted_rows
 from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.distributions import binom_two_sided_p
 from delta_eval.metrics.estimand import Components, Estimand
 from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.winrate import Method, WinRate, win_rate_of
@@ -150,9 +151,7 @@ def sign_test_of(c: Counted | Components) -> SignTest:
     minus = int((balance < -1e-12).sum())
     p = 1.0
     if plus + minus:
-        from scipy.stats import binomtest
-
-        p = float(binomtest(plus, plus + minus, 0.5).pvalue)
+        p = binom_two_sided_p(plus, plus + minus)
     return SignTest(favour_candidate=plus, favour_baseline=minus, balanced=len(balance) - plus - minus, p_value=p)
 
 

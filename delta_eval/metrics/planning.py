@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from delta_eval.allocation import allocate
 from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.distributions import chi2_ppf
 from delta_eval.metrics.estimand import Components, Estimand, components
 from delta_eval.metrics.frames import Rows, rows_of
 
@@ -106,9 +107,7 @@ def _spread_factor(df: float) -> float:
     """How much to inflate the pilot's variance for its :data:`SPREAD_ASSURANCE` upper confidence bound."""
     if df <= 0:
         return 1.0
-    from scipy.stats import chi2
-
-    return float(df / chi2.ppf(1 - SPREAD_ASSURANCE, df))
+    return float(df / chi2_ppf(1 - SPREAD_ASSURANCE, df))
 
 
 def _conversations_needed(

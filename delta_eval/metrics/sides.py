@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.distributions import binom_ppf
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.intervals import ClusteredMean, ClusterSums, clustered_mean, t_interval
 
@@ -123,11 +124,9 @@ def sorted_quantile_interval(x: np.ndarray, q: float, confidence: float = 0.95) 
     n = len(x)
     if n == 0:
         return math.nan, math.nan, math.nan
-    from scipy.stats import binom
-
     alpha = 1 - confidence
-    lo_rank = int(binom.ppf(alpha / 2, n, q))
-    hi_rank = int(binom.ppf(1 - alpha / 2, n, q)) + 1
+    lo_rank = binom_ppf(alpha / 2, n, q)
+    hi_rank = binom_ppf(1 - alpha / 2, n, q) + 1
     lo = float(x[max(0, lo_rank - 1)])
     hi = float(x[min(n - 1, hi_rank - 1)]) if hi_rank <= n else math.inf
     return float(np.quantile(x, q)), lo, hi
