@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import delta_eval as de
+import delta_eval.api  # the run's modules, which `import delta_eval` leaves to first use: off every clock
 from delta_eval.calls import ModelRequest
 from delta_eval.replay.points import _turn, _turn_starts, pair_id, replay_points
 from delta_eval.replay.render import build_request

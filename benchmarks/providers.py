@@ -93,6 +93,7 @@ def run_pipeline(path: Path, out: Path, base_url: str, concurrency: int, process
 
     import delta_eval as de
     import delta_eval.adapters.openai_chat  # the bare loop imports it before its clock too
+    import delta_eval.api  # the run's modules, which `import delta_eval` leaves to first use
 
     options = {"base_url": base_url, "api_key": "bench"}
     limits = de.ModelLimits(max_concurrency=concurrency)

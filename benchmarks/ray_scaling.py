@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import delta_eval as de
+import delta_eval.api  # the run's modules, which `import delta_eval` leaves to first use: off every clock
 from delta_eval.demo import behaviours, demo_conversations, demo_models
 from delta_eval.replay.points import count_turns
 from delta_eval.schema import Conversation
