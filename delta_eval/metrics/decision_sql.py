@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delta_eval.metrics.consistency import Consistency, consistency
 from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
 from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
-from delta_eval.metrics.sides import Rate, SideMetrics, sorted_quantile_interval
+from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio_of, sorted_quantile_interval
 from delta_eval.metrics.sql_sums import Metric, paired_sums
 from delta_eval.sql import quote_ident, quote_literal
 
@@ -58,6 +59,9 @@ class Source:
         self._made: list[str] = []
         self._known: dict[str, set[str]] = {}
         self._counts: dict[str, Any] | None = None
+        #: Each side's conversations (sorted by name, an Arrow array) and their costs (NaN where unpriced), as
+        #: :func:`side_metrics_of` found them: what the cost gate reads, without rebuilding them from the sides.
+        self.costs: dict[str, tuple[pa.Array, np.ndarray]] = {}
         #: The replays as stored (every column: what the rule's own checks and consistency read).
         self.raw_replays = raw_replays or replays
         try:
@@ -225,6 +229,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         costs[side] = dict(zip(names[start:end], values[start:end], strict=True))
         mine = priced[start:end]
         known_costs[side] = mine[~np.isnan(mine)].tolist()
+        src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
     # Every side's latencies from one scan.
     timed = src.db.execute(
@@ -276,11 +281,12 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
         g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
     if replay_side and src.replays is not None:
         found.update(_replay_gates(src, replay_side, w, weighted, checks))
+    ratio = _cost_ratio(src) if any(g.metric == "cost_ratio" for g in gates) else None
     out = []
     for gate in gates:
         metric = gate.metric
         if metric in ("latency_p95_s", "cost_ratio"):
-            out.append(side_gate(gate, sides))
+            out.append(side_gate(gate, sides, ratio if metric == "cost_ratio" else None))
         elif metric in verdict_side:
             out.append(gate_result(gate, *found[metric], confidence))
         elif src.replays is None:
@@ -291,6 +297,21 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
         else:
             out.append(gate_result(gate, *found[metric], confidence))
     return out
+
+
+def _cost_ratio(src: Source) -> Rate | None:
+    """:func:`~delta_eval.metrics.sides.cost_ratio` from the sides' arrays (``None`` without both), at its default
+    confidence as :func:`~delta_eval.metrics.gates.side_gate` computes it: the conversations in order already, and
+    the same ones on both sides in a run (no lookup)."""
+    if "candidate" not in src.costs or "baseline" not in src.costs:
+        return None
+    (names, y), (theirs, x) = src.costs["candidate"], src.costs["baseline"]
+    names, theirs = (a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in (names, theirs))
+    y_all = pa.array(y, pa.float64(), mask=np.isnan(y))
+    x_all = pa.array(x, pa.float64(), mask=np.isnan(x))
+    if not names.equals(theirs):
+        x_all = x_all.take(pc.index_in(names, theirs))
+    return cost_ratio_of(names, y_all, x_all, sorted_names=True)
 
 
 def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[Any, str]]:
