@@ -181,11 +181,13 @@ class Analysis:
         overall, by_stratum = self._win_rates(judged=False)
         funnel = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage ORDER BY stage").fetchall())
         outcomes = dict(con.execute("SELECT outcome, count(*) FROM verdicts GROUP BY 1 ORDER BY 1").fetchall())
+        # Both latency quantiles from one sort of each side's latencies (a list, null when the side has none).
         sides = con.execute(
-            "SELECT side, count(*), sum(cost_usd), count(cost_usd), count(input_tokens), sum(input_tokens), "
-            "sum(output_tokens), "
-            "quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.9), avg(hit_tool_cap::INT), "
-            "sum((error IS NOT NULL)::INT) FROM replays WHERE side <> 'recorded' GROUP BY side ORDER BY side"
+            "SELECT side, n, cost, priced, counted, tin, tout, q[1], q[2], cap, errs FROM (SELECT side, count(*) AS n, "
+            "sum(cost_usd) AS cost, count(cost_usd) AS priced, count(input_tokens) AS counted, "
+            "sum(input_tokens) AS tin, sum(output_tokens) AS tout, quantile_cont(latency_ms, [0.5, 0.9]) AS q, "
+            "avg(hit_tool_cap::INT) AS cap, sum((error IS NOT NULL)::INT) AS errs FROM replays "
+            "WHERE side <> 'recorded' GROUP BY side) ORDER BY side"
         ).fetchall()
         cache = {x.side: x for x in side_spend(con, m.config.get("prices"))}
         data: dict[str, Any] = {

@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delta_eval.metrics.consistency import Consistency, consistency
 from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
 from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
-from delta_eval.metrics.sides import Rate, SideMetrics, sorted_quantile_interval
+from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio_of, sorted_quantile_interval
 from delta_eval.metrics.sql_sums import Metric, paired_sums
 from delta_eval.sql import quote_ident, quote_literal
 
@@ -57,6 +58,10 @@ class Source:
         self.db = db
         self._made: list[str] = []
         self._known: dict[str, set[str]] = {}
+        self._counts: dict[str, Any] | None = None
+        #: Each side's conversations (sorted by name, an Arrow array) and their costs (NaN where unpriced), as
+        #: :func:`side_metrics_of` found them: what the cost gate reads, without rebuilding them from the sides.
+        self.costs: dict[str, tuple[pa.Array, np.ndarray]] = {}
         #: The replays as stored (every column: what the rule's own checks and consistency read).
         self.raw_replays = raw_replays or replays
         try:
@@ -94,7 +99,27 @@ class Source:
 
     def epochs(self) -> list[int]:
         """The epochs the verdicts hold (a missing or zero epoch is the first), sorted."""
-        return sorted(int(e) for (e,) in self.db.execute(f"SELECT DISTINCT {_EPOCH} FROM {self.verdicts}").fetchall())
+        return sorted(int(e) for e in self.counts()["epochs"])
+
+    def counts(self) -> dict[str, Any]:
+        """What the decision counts of the verdicts, from one scan (made once): ``total`` verdicts, judged
+        ``losses`` and those ``unknown`` (without a severity), the audit of stage 2 (``stage2``, ``audited``,
+        ``different``, ``candidate``, ``baseline``: see :func:`audit_of`) and the ``epochs`` held."""
+        if self._counts is None:
+            said = "stage = 'equivalence' AND audit_outcome"
+            lost = "outcome IN ('candidate', 'baseline')"
+            row = self.db.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE {lost}), "
+                f"count(*) FILTER (WHERE {lost} AND severity IS NULL), "
+                f"count(*) FILTER (WHERE stage = 'equivalence'), count(*) FILTER (WHERE {said} IS NOT NULL), "
+                f"count(*) FILTER (WHERE {said} IN ('candidate', 'baseline')), "
+                f"count(*) FILTER (WHERE {said} = 'candidate'), count(*) FILTER (WHERE {said} = 'baseline'), "
+                f"list(DISTINCT {_EPOCH}) FROM {self.verdicts}"
+            ).fetchall()[0]  # fmt: skip
+            names = ("total", "losses", "unknown", "stage2", "audited", "different", "candidate", "baseline")
+            self._counts = {name: int(n or 0) for name, n in zip(names, row[:-1], strict=True)}
+            self._counts["epochs"] = [int(e) for e in row[-1] or ()]
+        return self._counts
 
     def epoch(self, k: int) -> Source:
         """The rows of epoch ``k`` alone (close it after use)."""
@@ -204,6 +229,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         costs[side] = dict(zip(names[start:end], values[start:end], strict=True))
         mine = priced[start:end]
         known_costs[side] = mine[~np.isnan(mine)].tolist()
+        src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
     # Every side's latencies from one scan.
     timed = src.db.execute(
@@ -255,11 +281,12 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
         g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
     if replay_side and src.replays is not None:
         found.update(_replay_gates(src, replay_side, w, weighted, checks))
+    ratio = _cost_ratio(src) if any(g.metric == "cost_ratio" for g in gates) else None
     out = []
     for gate in gates:
         metric = gate.metric
         if metric in ("latency_p95_s", "cost_ratio"):
-            out.append(side_gate(gate, sides))
+            out.append(side_gate(gate, sides, ratio if metric == "cost_ratio" else None))
         elif metric in verdict_side:
             out.append(gate_result(gate, *found[metric], confidence))
         elif src.replays is None:
@@ -272,8 +299,25 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
     return out
 
 
+def _cost_ratio(src: Source) -> Rate | None:
+    """:func:`~delta_eval.metrics.sides.cost_ratio` from the sides' arrays (``None`` without both), at its default
+    confidence as :func:`~delta_eval.metrics.gates.side_gate` computes it: the conversations in order already, and
+    the same ones on both sides in a run (no lookup)."""
+    if "candidate" not in src.costs or "baseline" not in src.costs:
+        return None
+    (names, y), (theirs, x) = src.costs["candidate"], src.costs["baseline"]
+    names, theirs = (a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in (names, theirs))
+    y_all = pa.array(y, pa.float64(), mask=np.isnan(y))
+    x_all = pa.array(x, pa.float64(), mask=np.isnan(x))
+    if not names.equals(theirs):
+        x_all = x_all.take(pc.index_in(names, theirs))
+    return cost_ratio_of(names, y_all, x_all, sorted_names=True)
+
+
 def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[Any, str]]:
-    v = src.verdicts
+    counts = src.counts()
+    total, losses, unknown = counts["total"], counts["losses"], counts["unknown"]
+    out: dict[str, tuple[Any, str]] = {}
     side = sql_error_side()
     wanted = {}
     for m in metrics:
@@ -281,24 +325,20 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
             wanted[m] = Metric(a=f"outcome = 'error' AND {side} = 'judge'", binary=True)
         elif m == GOAL_METRIC:
             wanted[m] = GOAL_SQL
+        elif losses and unknown == losses:
+            # Not evaluated whatever its sums: none is computed.
+            out[m] = (None, f"no severity on any of the {losses} judged losses")
         else:
             bad = f"severity IN {_SEVERITIES[m]}"
             wanted[m] = Metric(a=f"outcome = 'baseline' AND {bad}", b=f"outcome = 'candidate' AND {bad}",
                                where="outcome IS DISTINCT FROM 'error'", binary=True, exclusive=True)  # fmt: skip
-    sums = paired_sums(src.db, v, wanted, cluster=_CLUSTER, weight=w)[""]
-    total, losses, unknown = src.db.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE outcome IN ('candidate', 'baseline')), "
-        f"count(*) FILTER (WHERE outcome IN ('candidate', 'baseline') AND severity IS NULL) FROM {v}"
-    ).fetchall()[0]  # fmt: skip
-    out: dict[str, tuple[Any, str]] = {}
-    for m in metrics:
+    sums = paired_sums(src.db, src.verdicts, wanted, cluster=_CLUSTER, weight=w)[""] if wanted else {}
+    for m in wanted:
         s = sums[m]
         if m == "undecided_rate":
             out[m] = (s, "") if total else (None, "no verdicts")
         elif m == GOAL_METRIC:
             out[m] = (s, "") if s.pairs else (None, NO_GOALS)
-        elif losses and unknown == losses:
-            out[m] = (None, f"no severity on any of the {losses} judged losses")
         elif s.pairs == 0:
             out[m] = (None, "no decided pairs")
         else:
@@ -391,14 +431,8 @@ def goal_rates_of(src: Source, weighted: bool, confidence: float = 0.95) -> dict
 
 def audit_of(src: Source) -> dict[str, int]:
     """What the audit of stage 2 found (see :func:`delta_eval.metrics.decision._audit`)."""
-    said = "stage = 'equivalence' AND audit_outcome"
-    row = src.db.execute(
-        f"SELECT count(*) FILTER (WHERE stage = 'equivalence'), count(*) FILTER (WHERE {said} IS NOT NULL), "
-        f"count(*) FILTER (WHERE {said} IN ('candidate', 'baseline')), count(*) FILTER (WHERE {said} = 'candidate'), "
-        f"count(*) FILTER (WHERE {said} = 'baseline') FROM {src.verdicts}"
-    ).fetchall()  # fmt: skip
-    return dict(zip(("stage2", "audited", "different", "candidate", "baseline"), map(int, row[0] if row else (0,) * 5),
-                    strict=True))  # fmt: skip
+    counts = src.counts()
+    return {name: counts[name] for name in ("stage2", "audited", "different", "candidate", "baseline")}
 
 
 def consistency_of(src: Source) -> dict[str, Consistency]:

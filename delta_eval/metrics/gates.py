@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import error_side
 from delta_eval.metrics.goals import GOAL_METRIC, NO_GOALS, goal_sums
-from delta_eval.metrics.sides import SideMetrics, cost_ratio, no_decision_of
+from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio, no_decision_of
 
 __all__ = [
     "ABSOLUTE_METRICS",
@@ -356,8 +356,9 @@ def _passes(gate: Gate, value: float, lo: float, hi: float) -> bool:
     return hi <= tolerance
 
 
-def side_gate(gate: Gate, sides: Mapping[str, SideMetrics]) -> GateResult:
-    """A gate on the sides' summary metrics: the candidate's latency p95, or its cost over the baseline's."""
+def side_gate(gate: Gate, sides: Mapping[str, SideMetrics], ratio: Rate | None = None) -> GateResult:
+    """A gate on the sides' summary metrics: the candidate's latency p95, or its cost over the baseline's (``ratio``
+    when computed already, else :func:`~delta_eval.metrics.sides.cost_ratio` of the sides)."""
     cand, base = sides.get("candidate"), sides.get("baseline")
 
     def missing(why: str) -> GateResult:
@@ -374,7 +375,7 @@ def side_gate(gate: Gate, sides: Mapping[str, SideMetrics]) -> GateResult:
                           passed=_passes(gate, value, lo / 1000, hi / 1000))  # fmt: skip
     if base is None:
         return missing("no baseline replays")
-    ratio = cost_ratio(cand, base)
+    ratio = ratio if ratio is not None else cost_ratio(cand, base)
     if ratio.value is None:
         return missing("no conversation priced on both sides")
     return GateResult(gate=gate, value=ratio.value, ci_low=ratio.ci_low, ci_high=ratio.ci_high,

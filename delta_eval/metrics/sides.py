@@ -35,6 +35,7 @@ __all__ = [
     "Rate",
     "SideMetrics",
     "cost_ratio",
+    "cost_ratio_of",
     "no_decision_of",
     "quantile_interval",
     "rate",
@@ -224,11 +225,19 @@ def cost_ratio(candidate: SideMetrics, baseline: SideMetrics, confidence: float 
     cluster-robust interval (ratio of totals; not a proportion, so its bounds are not held to [0, 1])."""
     cand, base = candidate.costs_by_conversation, baseline.costs_by_conversation
     # As Arrow and numpy arrays: a run of a million pairs has a hundred thousand conversations, each looked up in
-    # the baseline's by Arrow's hash. Totals are summed by Python, in the candidate's order of conversations, as
-    # before.
+    # the baseline's by Arrow's hash.
     names = pa.array(list(cand), pa.string())
     y_all = pa.array(list(cand.values()), pa.float64())  # None: null
     x_all = pa.array(list(base.values()), pa.float64()).take(pc.index_in(names, pa.array(list(base), pa.string())))
+    return cost_ratio_of(names, y_all, x_all, confidence)
+
+
+def cost_ratio_of(names: pa.Array, y_all: pa.Array, x_all: pa.Array, confidence: float = 0.95, *,
+                  sorted_names: bool = False) -> Rate:  # fmt: skip
+    """:func:`cost_ratio` of the candidate's conversations ``names`` (distinct), their costs ``y_all`` and the
+    baseline's costs of the same conversations ``x_all`` (Arrow float arrays, null where unpriced or not replayed);
+    ``sorted_names``: the names are in order already (of their UTF-8 bytes), so they need no sort. Totals are summed
+    by Python, in the order of ``names``."""
     both = np.flatnonzero(pc.and_(y_all.is_valid(), x_all.is_valid()).to_numpy(zero_copy_only=False))
     x = x_all.to_numpy(zero_copy_only=False)[both].astype(float)
     y = y_all.to_numpy(zero_copy_only=False)[both].astype(float)
@@ -237,20 +246,25 @@ def cost_ratio(candidate: SideMetrics, baseline: SideMetrics, confidence: float 
         return Rate(value=1.0, ci_low=1.0, ci_high=1.0, numerator=0.0, n=0.0)  # both free: the same cost
     if not keep.any():
         return Rate(value=None, ci_low=0.0, ci_high=math.inf, numerator=sum(y.tolist()), n=sum(x.tolist()))
-    mean = _one_per_cluster_mean(y[keep] / x[keep], x[keep], names.take(pa.array(both[keep])))
+    mean = _one_per_cluster_mean(y[keep] / x[keep], x[keep], names.take(pa.array(both[keep])), sorted_names)
     assert mean.estimate is not None
     lo, hi = t_interval(mean, confidence, lower=0.0, upper=math.inf)
     return Rate(value=mean.estimate, ci_low=lo, ci_high=hi, numerator=sum(y.tolist()), n=sum(x.tolist()))
 
 
-def _one_per_cluster_mean(values: np.ndarray, weights: np.ndarray, names: pa.Array) -> ClusteredMean:
+def _one_per_cluster_mean(values: np.ndarray, weights: np.ndarray, names: pa.Array, in_order: bool = False
+                          ) -> ClusteredMean:  # fmt: skip
     """:func:`~delta_eval.metrics.intervals.clustered_mean` of values each in a cluster of its own (``names``, all
     distinct), one stratum: the clusters in order of name (Arrow's order of UTF-8 bytes is numpy's of code points)
-    and each one's sums its own value, without the conversion of every name to a numpy string and their sort."""
+    and each one's sums its own value, without the conversion of every name to a numpy string and their sort (nor
+    any sort when ``in_order``: the names are in that order already)."""
     if pc.any(pc.ends_with(names, "\x00")).as_py():  # numpy strings drop trailing NULs: let it order those
         return clustered_mean(values, weights=weights, clusters=names.to_pylist())
-    order = pc.sort_indices(names).to_numpy()
-    y, w = values[order], weights[order]
+    if in_order:
+        y, w = values, weights
+    else:
+        order = pc.sort_indices(names).to_numpy()
+        y, w = values[order], weights[order]
     # + 0.0: the per-cluster sums of clustered_mean start from 0.0 (a -0.0 becomes 0.0 there too).
     return ClusterSums(strata=[""] * len(y), wy=w * y + 0.0, w=w + 0.0, w2y2=w * w * y * y + 0.0,
                        w2y=w * w * y + 0.0, w2=w * w + 0.0, n=len(y)).mean()  # fmt: skip
