@@ -17,6 +17,7 @@ from openai._types import RequestOptions
 
 from delta_eval.adapters.base import JSON_HEADERS, sdk_client_options
 from delta_eval.adapters.errors import connection_error, status_error
+from delta_eval.adapters.kept_urls import kept_urls
 from delta_eval.adapters.options import ProviderOptions
 from delta_eval.adapters.thinking import refused, resolve_effort, wanted_effort
 from delta_eval.calls import GenerateParams
@@ -55,16 +56,18 @@ class OpenAIOptions(ProviderOptions):
 
 
 def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI_API_KEY") -> openai.AsyncOpenAI:
-    """An ``AsyncOpenAI`` client with the SDK's retries off (the run's policy retries, once)."""
+    """An ``AsyncOpenAI`` client with the SDK's retries off (the run's policy retries, once), keeping the URLs it
+    prepares (:func:`~delta_eval.adapters.kept_urls.kept_urls`; not Azure's client, whose URL follows the model)."""
     # An OpenAI-compatible server (vLLM, Ollama, a proxy) may need no key; the SDK still wants a non-empty one.
     key = options.key(env, model=model, required=options.base_url is None) or "unused"
-    return openai.AsyncOpenAI(
+    client: openai.AsyncOpenAI = kept_urls(openai.AsyncOpenAI)(
         api_key=key,
         base_url=options.base_url,
         organization=options.organization,
         project=options.project,
         **sdk_client_options(options, openai),
     )
+    return client
 
 
 def sampling(params: GenerateParams, info: ModelInfo, note: Any, *, budget_field: str) -> dict[str, Any]:
