@@ -113,9 +113,9 @@ class SQLiteCache:
         self._waiting: dict[str, tuple[ModelResponse, tuple[str, str, str, float]]] = {}
         self._writing: dict[str, tuple[ModelResponse, tuple[str, str, str, float]]] = {}
         self._rows_lock = threading.Lock()  # the two dicts, between the run's loop and its commit thread
-        self._flush_lock = threading.Lock()  # one flush at a time
+        self._flush_lock = threading.Lock()  # one writer of the connection at a time
         self._timer_loop: asyncio.AbstractEventLoop | None = None  # the loop whose timer will flush the waiting
-        self._failed: sqlite3.OperationalError | None = None  # a timed flush's error, for the next put to raise
+        self._failed: Exception | None = None  # a timed flush's error, for the next put to raise
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
@@ -180,11 +180,13 @@ class SQLiteCache:
         except RuntimeError:
             loop = None
         if loop is None:
-            self._write([row])
+            with self._flush_lock:  # not inside another thread's transaction of waiting answers
+                self._write([row])
             return
         with self._rows_lock:
             self._waiting[key] = (response, row)
             waiting = len(self._waiting)
+        self.writes += 1  # counted as stored, as one written at once is (a session's stats are read before close)
         if waiting >= GROUP_ROWS:
             self.flush()
         elif self._timer_loop is not loop:
@@ -195,7 +197,7 @@ class SQLiteCache:
         self._timer_loop = None
         try:
             self.flush()
-        except sqlite3.OperationalError as exc:
+        except Exception as exc:  # raised in the loop's timer, where no caller would see it: the next put raises it
             self._failed = exc
 
     def flush(self) -> None:
@@ -206,12 +208,14 @@ class SQLiteCache:
                     return
                 self._writing, self._waiting = self._waiting, {}
             try:
-                self._write([row for _, row in self._writing.values()])
+                self._write([row for _, row in self._writing.values()], counted=True)
             finally:
                 with self._rows_lock:
                     self._writing = {}
 
-    def _write(self, rows: list[tuple[str, str, str, float]]) -> None:
+    def _write(self, rows: list[tuple[str, str, str, float]], *, counted: bool = False) -> None:
+        """Write ``rows`` in one transaction; ``counted``: their :attr:`writes` were counted when they were stored
+        (taken back if the file is found damaged)."""
         try:
             if len(rows) == 1:
                 self._db.execute(_INSERT, rows[0])  # a transaction of its own
@@ -228,8 +232,9 @@ class SQLiteCache:
             raise
         except sqlite3.DatabaseError as exc:
             self._damaged(exc)  # the answers are still used; only their keeping is lost
+            self.writes -= len(rows) if counted else 0
             return
-        self.writes += len(rows)
+        self.writes += 0 if counted else len(rows)
 
     def _damaged(self, exc: sqlite3.DatabaseError) -> None:
         """A page found damaged while the run uses the cache: lookups there miss, and the next session's check at

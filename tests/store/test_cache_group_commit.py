@@ -37,13 +37,14 @@ def test_answers_stored_in_a_loop_are_found_at_once_and_written_within_the_windo
     async def main() -> tuple[set[str], str | None, set[str]]:
         for k in range(3):
             cache.put(f"k{k}", "simulated:x", answer(f"a{k}"))
+        assert cache.writes == 3  # a session reads its count before it closes the cache
         before = in_file(path)
         found = cache.get("k1")
         await asyncio.sleep(GROUP_WINDOW_S * 5)
         return before, found.message.content if found else None, in_file(path)
 
     before, found, after = asyncio.run(main())
-    assert before == set()  # waiting, not yet in the file
+    assert before == set()  # waiting, not yet in the file (and counted as stored all the same)
     assert found == "a1"  # but found all the same
     assert after == {"k0", "k1", "k2"}  # one transaction for the three
     assert cache.writes == 3
@@ -89,7 +90,7 @@ def test_closing_writes_the_waiting_answers(tmp_path: Path) -> None:
 def test_a_timed_writes_error_is_raised_by_the_next_put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = SQLiteCache(tmp_path / "cache.sqlite")
 
-    def full(rows: Any) -> None:
+    def full(rows: Any, **kw: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
     async def main() -> None:
