@@ -174,9 +174,8 @@ class ModelClient:
         """Cache an answer the provider gave for request ``key`` and count it."""
         if self.cache is not None and response.finish_reason != "content_filter":
             self.cache.put(key, self.model, response)
-        # Counted once cached: a session killed after its next batch has its answer in the cache (the batch's record
-        # writes the cache's waiting answers first), where the next session finds the answers the killed one had not
-        # recorded (see RunManifest.begin_session and delta_eval.store.cache's group commit).
+        # Counted once cached: a session killed after this has its answer in the cache, where the next session
+        # finds the answers the killed one had not recorded (see RunManifest.begin_session).
         self.stats.answered += 1
         self.stats.no_usage += response.usage is None
 

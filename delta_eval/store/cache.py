@@ -1,18 +1,9 @@
 """The response cache: canonical responses kept by the hash of their canonical request.
 
 SQLite rather than DuckDB because the cache is a key-value store written one row at a time by many concurrent
-calls, read back by key, and must survive a process being killed mid-write: SQLite's WAL journal commits rows
-durably and lets another process read while this one writes, where DuckDB is built for analytical scans and holds a
-single-writer lock on its file. The run's queryable outputs are Parquet, not this file.
-
-Group commit: an answer stored from inside a running event loop (every call of a run) waits in memory up to
-:data:`GROUP_WINDOW_S` (or until :data:`GROUP_ROWS` wait) and is written with the others in one transaction: a
-commit per answer cost about half of the cache's CPU. Waiting answers are found by :meth:`SQLiteCache.get` as
-written ones are; the file's write lock is held only while they are written, never while they wait (another process
-sharing the file writes in between). The run writes them (:meth:`SQLiteCache.flush`) before it records a batch in its
-manifest and when it closes the cache, so the manifest never counts an answer the file does not hold. A process
-killed meanwhile loses the answers of that last window: the journal of calls sent counts them as lost at the kill,
-and a rerun asks for them again. An answer stored outside an event loop is written at once.
+calls, read back by key, and must survive a process being killed mid-write: SQLite's WAL journal commits each row
+durably on its own and lets another process read while this one writes, where DuckDB is built for analytical scans
+and holds a single-writer lock on its file. The run's queryable outputs are Parquet, not this file.
 
 Example:
     >>> import tempfile, pathlib
@@ -27,9 +18,7 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -40,13 +29,7 @@ from delta_eval.calls import CACHE_KEY_VERSION, ModelResponse
 from delta_eval.exceptions import RunFolderWarning
 from delta_eval.store import safe_paths
 
-__all__ = ["GROUP_ROWS", "GROUP_WINDOW_S", "SQLiteCache", "refuse_linked_cache"]
-
-#: The longest an answer stored from an event loop waits before it is written (seconds), and how many may wait.
-GROUP_WINDOW_S = 0.02
-GROUP_ROWS = 64
-
-_INSERT = "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)"
+__all__ = ["SQLiteCache", "refuse_linked_cache"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -109,13 +92,6 @@ class SQLiteCache:
         self.hits = 0
         self.misses = 0
         self.writes = 0
-        #: Answers waiting to be written, by key, and those a flush is writing (both found by get).
-        self._waiting: dict[str, tuple[ModelResponse, tuple[str, str, str, float]]] = {}
-        self._writing: dict[str, tuple[ModelResponse, tuple[str, str, str, float]]] = {}
-        self._rows_lock = threading.Lock()  # the two dicts, between the run's loop and its commit thread
-        self._flush_lock = threading.Lock()  # one writer of the connection at a time
-        self._timer_loop: asyncio.AbstractEventLoop | None = None  # the loop whose timer will flush the waiting
-        self._failed: Exception | None = None  # a timed flush's error, for the next put to raise
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
@@ -143,13 +119,7 @@ class SQLiteCache:
         return db
 
     def get(self, key: str) -> ModelResponse | None:
-        """The response stored under ``key`` (written, or waiting to be); an unreadable entry counts as a miss."""
-        if self._waiting or self._writing:
-            with self._rows_lock:
-                kept = self._waiting.get(key) or self._writing.get(key)
-            if kept is not None:
-                self.hits += 1
-                return kept[0]  # frozen: the caller cannot change what the cache keeps
+        """The response stored under ``key``; an unreadable entry counts as a miss."""
         try:
             row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
         except sqlite3.OperationalError:
@@ -169,72 +139,18 @@ class SQLiteCache:
         return response
 
     def put(self, key: str, model: str, response: ModelResponse) -> None:
-        """Store ``response`` under ``key``: written at once outside an event loop; inside one, within
-        :data:`GROUP_WINDOW_S` with the answers stored meanwhile (see the module's docstring)."""
-        if self._failed is not None:
-            failed, self._failed = self._failed, None
-            raise failed  # a timed flush's full disk or lock held too long: the run's to report
-        row = (key, model, response.model_dump_json(), time.time())
+        """Store ``response`` under ``key`` (committed at once)."""
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:
-            with self._flush_lock:  # not inside another thread's transaction of waiting answers
-                self._write([row])
-            return
-        with self._rows_lock:
-            self._waiting[key] = (response, row)
-            waiting = len(self._waiting)
-        self.writes += 1  # counted as stored, as one written at once is (a session's stats are read before close)
-        if waiting >= GROUP_ROWS:
-            self.flush()
-        elif self._timer_loop is not loop:
-            self._timer_loop = loop
-            loop.call_later(GROUP_WINDOW_S, self._timed_flush)
-
-    def _timed_flush(self) -> None:
-        self._timer_loop = None
-        try:
-            self.flush()
-        except Exception as exc:  # raised in the loop's timer, where no caller would see it: the next put raises it
-            self._failed = exc
-
-    def flush(self) -> None:
-        """Write the answers waiting to be written, in one transaction."""
-        with self._flush_lock:
-            with self._rows_lock:
-                if not self._waiting:
-                    return
-                self._writing, self._waiting = self._waiting, {}
-            try:
-                self._write([row for _, row in self._writing.values()], counted=True)
-            finally:
-                with self._rows_lock:
-                    self._writing = {}
-
-    def _write(self, rows: list[tuple[str, str, str, float]], *, counted: bool = False) -> None:
-        """Write ``rows`` in one transaction; ``counted``: their :attr:`writes` were counted when they were stored
-        (taken back if the file is found damaged)."""
-        try:
-            if len(rows) == 1:
-                self._db.execute(_INSERT, rows[0])  # a transaction of its own
-            else:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.executemany(_INSERT, rows)
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    if self._db.in_transaction:
-                        self._db.execute("ROLLBACK")
-                    raise
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)",
+                (key, model, response.model_dump_json(), time.time()),
+            )
         except sqlite3.OperationalError:
             raise
         except sqlite3.DatabaseError as exc:
-            self._damaged(exc)  # the answers are still used; only their keeping is lost
-            self.writes -= len(rows) if counted else 0
+            self._damaged(exc)  # the answer is still used; only its keeping is lost
             return
-        self.writes += 0 if counted else len(rows)
+        self.writes += 1
 
     def _damaged(self, exc: sqlite3.DatabaseError) -> None:
         """A page found damaged while the run uses the cache: lookups there miss, and the next session's check at
@@ -249,12 +165,8 @@ class SQLiteCache:
             )
 
     def __len__(self) -> int:
-        self.flush()
         return int(self._db.execute("SELECT count(*) FROM responses").fetchone()[0])
 
     def close(self) -> None:
-        """Write the answers waiting to be written and close the file."""
-        try:
-            self.flush()
-        finally:
-            self._db.close()
+        """Close the file."""
+        self._db.close()

@@ -292,9 +292,7 @@ class FolderSession:
 
     def checkpoint(self, batch: int, *, pairs_decided: int, calls: dict[str, CallStats]) -> None:
         """Record a committed batch and the session's progress in the manifest (see
-        :meth:`RunManifest.checkpoint`). The answers waiting in the cache are written first: ``calls`` was counted
-        after they were stored, so the manifest counts no answer the cache file does not hold."""
-        self.cache.flush()
+        :meth:`RunManifest.checkpoint`)."""
         self.manifest.checkpoint(batch, pairs_decided=pairs_decided, calls=calls)
         self.folder.write_manifest(self.manifest)
 
