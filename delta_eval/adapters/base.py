@@ -28,6 +28,7 @@ import pydantic
 import pydantic_core
 
 from delta_eval.adapters.batch import BatchBackend
+from delta_eval.adapters.kept_urls import kept_urls
 from delta_eval.adapters.ratelimit_headers import header_hooks
 from delta_eval.calls import ModelRequest, ModelResponse
 from delta_eval.catalog import CATALOG_AS_OF, ModelInfo, ModelOverride, catalog_key, model_info
@@ -110,14 +111,15 @@ def sdk_http_client(sdk: ModuleType, base_url: str | None = None, **kwargs: Any)
     ``DefaultAsyncHttpxClient``. aiohttp runs on asyncio only, as every run does (``anyio.run``'s default).
 
     A ``base_url`` with credentials in it (``http://user:pass@host``) keeps httpx: aiohttp refuses them beside the
-    SDK's own ``Authorization`` header, where httpx sends the SDK's header.
+    SDK's own ``Authorization`` header, where httpx sends the SDK's header. Either keeps the URLs it joins
+    (:func:`~delta_eval.adapters.kept_urls.kept_urls`).
     """
     if installed("aiohttp") and not (base_url and urllib.parse.urlsplit(base_url).username is not None):
         try:
-            return sdk.DefaultAioHttpClient(**kwargs)
+            return kept_urls(sdk.DefaultAioHttpClient)(**kwargs)
         except RuntimeError:  # an SDK built without its aiohttp adapter says so only when one is made
             pass
-    return sdk.DefaultAsyncHttpxClient(**kwargs)
+    return kept_urls(sdk.DefaultAsyncHttpxClient)(**kwargs)
 
 
 def sdk_client_options(options: Any, sdk: ModuleType) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from delta_eval.adapters.openai_common import (
     OpenAIOptions,
     make_client,
     map_openai_error,
+    post_options,
     sampling,
 )
 from delta_eval.adapters.options import parse_options
@@ -324,9 +325,10 @@ class ChatCompletionsAdapter(ModelAdapter):
         with sdk_errors(openai.OpenAIError, self._mapped, model=self.model, secrets=self.options.secrets):
             if request.params.stream:
                 return await self._stream(body)
-            # The raw response, read into its type here (typed_body: one pass in pydantic-core, not the SDK's walk).
-            response = await self.clients.next().post(
-                "/chat/completions", content=body_json(body), cast_to=httpx2.Response, options=REQUEST_OPTIONS
+            # The raw response, read into its type here (typed_body: one pass in pydantic-core, not the SDK's walk);
+            # the SDK's request() with the options its post() would make (post_options: copied, not made anew).
+            response = await self.clients.next().request(
+                httpx2.Response, post_options("/chat/completions", body_json(body))
             )
             completion = typed_body(ChatCompletion, response.content, model=self.model)
         return self.decode(completion, request_id=response.headers.get("x-request-id"))

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import openai
+from openai._models import FinalRequestOptions
 from openai._types import RequestOptions
 
 from delta_eval.adapters.base import JSON_HEADERS, sdk_client_options
 from delta_eval.adapters.errors import connection_error, status_error
+from delta_eval.adapters.kept_urls import kept_urls
 from delta_eval.adapters.options import ProviderOptions
 from delta_eval.adapters.thinking import refused, resolve_effort, wanted_effort
 from delta_eval.calls import GenerateParams
@@ -28,6 +30,7 @@ __all__ = [
     "OpenAIOptions",
     "make_client",
     "map_openai_error",
+    "post_options",
 ]
 
 #: How the adapters call the SDK: ``client.post()`` with the body built here, authenticated as the typed methods
@@ -35,6 +38,25 @@ __all__ = [
 #: costs several milliseconds of CPU per call on agent-sized contexts and changes nothing for plain JSON; the
 #: request, authentication, Azure's routing, errors and the typed response are the SDK's either way.
 REQUEST_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}, "headers": JSON_HEADERS}
+
+#: The options of a POST to each path, as ``client.post(path, options=REQUEST_OPTIONS)`` makes them: made once.
+_POSTS: dict[str, FinalRequestOptions] = {}
+
+
+def post_options(path: str, content: bytes) -> FinalRequestOptions:
+    """What ``client.post(path, content=content, options=REQUEST_OPTIONS)`` hands the SDK's ``client.request()``,
+    made from a copy of the path's options rather than anew: the SDK's ``FinalRequestOptions.construct`` resolves
+    the default of each of its fields on every call (~20 us; a copy ~3). Its header and security mappings are the
+    call's own, as ``construct`` makes them (the SDK may set a refreshed key into the headers of a call's options).
+    """
+    made = _POSTS.get(path)
+    if made is None:
+        made = _POSTS[path] = FinalRequestOptions.construct(
+            method="post", url=path, json_data=None, content=None, files=None, **REQUEST_OPTIONS
+        )
+    return made.model_copy(
+        update={"content": content, "headers": dict(JSON_HEADERS), "security": dict(REQUEST_OPTIONS["security"])}
+    )
 
 
 class OpenAIOptions(ProviderOptions):
@@ -55,16 +77,18 @@ class OpenAIOptions(ProviderOptions):
 
 
 def make_client(options: OpenAIOptions, model: str, *, env: str | None = "OPENAI_API_KEY") -> openai.AsyncOpenAI:
-    """An ``AsyncOpenAI`` client with the SDK's retries off (the run's policy retries, once)."""
+    """An ``AsyncOpenAI`` client with the SDK's retries off (the run's policy retries, once), keeping the URLs it
+    prepares (:func:`~delta_eval.adapters.kept_urls.kept_urls`; not Azure's client, whose URL follows the model)."""
     # An OpenAI-compatible server (vLLM, Ollama, a proxy) may need no key; the SDK still wants a non-empty one.
     key = options.key(env, model=model, required=options.base_url is None) or "unused"
-    return openai.AsyncOpenAI(
+    client: openai.AsyncOpenAI = kept_urls(openai.AsyncOpenAI)(
         api_key=key,
         base_url=options.base_url,
         organization=options.organization,
         project=options.project,
         **sdk_client_options(options, openai),
     )
+    return client
 
 
 def sampling(params: GenerateParams, info: ModelInfo, note: Any, *, budget_field: str) -> dict[str, Any]:

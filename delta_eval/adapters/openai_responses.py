@@ -38,6 +38,7 @@ from delta_eval.adapters.openai_common import (
     OpenAIOptions,
     make_client,
     map_openai_error,
+    post_options,
     sampling,
 )
 from delta_eval.adapters.options import parse_options
@@ -254,9 +255,7 @@ class ResponsesAdapter(ModelAdapter):
                 if final is None:
                     raise TransientError("the stream ended before its last event", model=self.model)
             else:
-                raw = await self.clients.next().post(
-                    "/responses", content=json_body(kwargs), cast_to=httpx2.Response, options=REQUEST_OPTIONS
-                )
+                raw = await self.clients.next().request(httpx2.Response, post_options("/responses", json_body(kwargs)))
                 final = typed_body(Response, raw.content, model=self.model)
                 request_id = raw.headers.get("x-request-id")
         return self.decode(final, request_id=request_id, ttft_ms=ttft)
