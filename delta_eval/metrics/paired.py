@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.counted import Counted, counted_of, counted_rows
-from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.difference import PairedSums, StratumSums
 from delta_eval.metrics.estimand import Components, Estimand
 from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.winrate import Method, WinRate, win_rate_of
@@ -145,19 +145,17 @@ def sign_test(
 
 def sign_test_of(c: Counted | Components) -> SignTest:
     """The sign test on the counted pairs of an estimand."""
-    balance = (counted_of(c) if isinstance(c, Components) else c).balance
-    plus = int((balance > 1e-12).sum())
-    minus = int((balance < -1e-12).sum())
+    plus, minus, balanced = (counted_of(c) if isinstance(c, Components) else c).sign_counts()
     p = 1.0
     if plus + minus:
         from scipy.stats import binomtest
 
         p = float(binomtest(plus, plus + minus, 0.5).pvalue)
-    return SignTest(favour_candidate=plus, favour_baseline=minus, balanced=len(balance) - plus - minus, p_value=p)
+    return SignTest(favour_candidate=plus, favour_baseline=minus, balanced=balanced, p_value=p)
 
 
 def decide_margin(
-    w: WinRate, margin: float, sums: PairedSums | None = None, *, no_difference: bool = False
+    w: WinRate, margin: float, sums: PairedSums | StratumSums | None = None, *, no_difference: bool = False
 ) -> tuple[Verdict, int | None]:
     """The non-inferiority verdict a win rate's interval gives against ``margin``, and for an undecided one, about
     how many more conversations like these would settle it (found with ``sums``, the same interval at a larger
@@ -182,7 +180,7 @@ def decide_margin(
     return "undecided", max(1, math.ceil(needed - w.clusters))
 
 
-def _more_conversations(sums: PairedSums, w: WinRate, bound: float) -> int | None:
+def _more_conversations(sums: PairedSums | StratumSums, w: WinRate, bound: float) -> int | None:
     """The fewest more conversations at which the same interval, around the same estimate, clears the boundary."""
 
     def settled(scale: float) -> bool:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.counted import Counted, counted_rows
-from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.difference import PairedSums, StratumSums
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.multiplicity import adjust
@@ -47,7 +47,7 @@ class StratumDecision(BaseModel):
     small: bool
 
 
-def p_worse(sums: PairedSums, bound: float) -> float:
+def p_worse(sums: PairedSums | StratumSums, bound: float) -> float:
     """One-sided p-value of H0 "win rate >= bound" against "below it": the smallest one-sided level at which the
     interval's upper bound is below ``bound`` (1 when the estimate is not below it).
 
