@@ -51,6 +51,9 @@ __all__ = ["MIN_CONVERSATIONS_SEEN", "PRODUCTS", "Difference", "PairedSums", "Ra
 #: number of conversations: a design effect estimated from a handful of clusters is too unstable to trust.
 MIN_CONVERSATIONS_SEEN = 10
 
+#: A rate's variance below this (a standard error under 1e-13) is rounding, not information: taken as 0.
+ROUNDING_VARIANCE = 1e-26
+
 #: The products of (a, ta, b, tb) whose sums the variances read: per pair weighted by ``w^2`` for the
 #: as-if-independent variance (``iid``), per conversation for the clustered one (:class:`StratumSums`).
 PRODUCTS = (("a", "a"), ("a", "ta"), ("ta", "ta"), ("b", "b"), ("b", "tb"), ("tb", "tb"), ("a", "b"), ("a", "tb"),
@@ -334,6 +337,13 @@ def _difference(design: _Design, iid: np.ndarray, pairs: int, confidence: float,
         empty = RateInterval(None, 0.0, 1.0, 0.0, 0.0, 0)
         return Difference(None, -1.0, 1.0, empty, empty, 0.0, 0.0, 0.0, g, 0, pairs, 0.0, confidence)
     (va, vb, cov), df, n_strata = design.moments, design.df, design.n_strata
+    # A variance at the level of floating-point rounding (a rate's standard error under 1e-13) is none: the
+    # rounding would otherwise set the correlation of the two rates, and with it the interval (and differ between
+    # two ways of adding up the same sums).
+    if va < ROUNDING_VARIANCE:
+        va, cov = 0.0, 0.0
+    if vb < ROUNDING_VARIANCE:
+        vb, cov = 0.0, 0.0
     if scale != 1.0 or spread != 1.0:
         va, vb, cov, g = va * spread / scale, vb * spread / scale, cov * spread / scale, max(1, round(g * scale))
         df = max(0.0, (df + n_strata) * scale - n_strata)
