@@ -5,7 +5,10 @@ reads, whether a query engine computed the sums over a million verdicts or they 
 ``verdicts`` view of a run's connection) with the estimand written in SQL
 (:func:`~delta_eval.metrics.estimand.sql_contribution`), so no pair becomes a Python object;
 :meth:`~delta_eval.metrics.estimand.Components.counted` gives the same sums from rows already in memory (a property
-test holds the two to the same numbers).
+test holds the two to the same numbers). With ``per_conversation=False`` DuckDB adds the conversations up per
+stratum too, so one row per stratum reaches Python (:class:`~delta_eval.metrics.difference.StratumSums`: what the
+win rate, the decision and the summary read; the row per conversation is for the cluster bootstrap, which
+resamples conversations).
 
 Example:
     >>> import pyarrow as pa

@@ -107,7 +107,10 @@ class PairedSums:
     """What the interval needs of each conversation (cluster): its stratum, ``sum(w a)``, ``sum(w t_a)``,
     ``sum(w b)``, ``sum(w t_b)``, and whether each rate's event and non-event occurred in it; plus the totals that
     give the as-if-independent variance. Built from pairs by :meth:`of`, or from per-conversation sums a query
-    engine computed (:meth:`from_clusters`), so a million pairs need not be loaded."""
+    engine computed (:meth:`from_clusters`), so a million pairs need not be loaded. What pairs in memory, the
+    paired metrics of :mod:`~delta_eval.metrics.sql_sums` and the cluster bootstrap (which resamples
+    conversations) read; the win rate and the decision over a table add the conversations up per stratum too
+    (:class:`StratumSums`, the same interval, see :meth:`moments`)."""
 
     strata: np.ndarray
     a: np.ndarray

@@ -117,7 +117,8 @@ def net_preference(
 ) -> NetPreference:
     """The net preference for the candidate over the verdict rows, with its interval."""
     e = _estimand(over, soft, weighted, errors)
-    return net_preference_of(win_rate_of(counted_rows(verdicts, e)[""], e, method=method, confidence=confidence))
+    c = counted_rows(verdicts, e, per_conversation=method == "bootstrap")[""]
+    return net_preference_of(win_rate_of(c, e, method=method, confidence=confidence))
 
 
 def net_preference_of(w: WinRate) -> NetPreference:
@@ -140,7 +141,7 @@ def sign_test(
         >>> round(sign_test(rows).p_value, 4)
         0.002
     """
-    return sign_test_of(counted_rows(verdicts, _estimand(over, soft, False, errors))[""])
+    return sign_test_of(counted_rows(verdicts, _estimand(over, soft, False, errors), per_conversation=False)[""])
 
 
 def sign_test_of(c: Counted | Components) -> SignTest:
@@ -215,7 +216,8 @@ def non_inferiority(
     """Whether the candidate is ``better``, ``not worse`` (within ``margin``), shows ``no difference``, is
     ``worse``, or ``undecided``. ``over``, ``soft``, ``weighted`` and ``errors`` are the estimand."""
     e = _estimand(over, soft, weighted, errors)
-    return non_inferiority_of(counted_rows(verdicts, e)[""], e, margin, method=method, confidence=confidence)
+    c = counted_rows(verdicts, e, per_conversation=method == "bootstrap")[""]
+    return non_inferiority_of(c, e, margin, method=method, confidence=confidence)
 
 
 def non_inferiority_of(

@@ -93,7 +93,7 @@ def by_stratum(
     ``alpha`` defaults to ``(1 - confidence) / 2``. ``verdicts`` may name a table or view of the DuckDB connection
     ``con``; ``counted``: its pairs already counted by ``key`` under the same estimand (not counted again)."""
     e = Estimand(**estimand)
-    groups = counted if counted is not None else counted_rows(verdicts, e, by=key, con=con)
+    groups = counted if counted is not None else counted_rows(verdicts, e, by=key, con=con, per_conversation=False)
     names = sorted(groups)
     parts = [groups[name] for name in names]
     level = (1 - confidence) / 2 if alpha is None else alpha
