@@ -153,11 +153,12 @@ class RunResult:
         :mod:`delta_eval.metrics.winrate`). ``by="stratum"`` (or another verdict column) returns one
         :class:`WinRate` per value.
         """
-        # Summed per conversation by DuckDB over the run's Parquet files: no pair is read into Python.
+        # Summed by DuckDB over the run's Parquet files, per stratum (a row per conversation only for the
+        # bootstrap, which resamples them): no pair is read into Python.
         e = Estimand(over=over, weighted=weighted, soft=soft, errors=errors)
         con = self.connect()
         try:
-            groups = counted("verdicts", e, by=by, null="None", con=con)
+            groups = counted("verdicts", e, by=by, null="None", con=con, per_conversation=method == "bootstrap")
         finally:
             con.close()
         options: dict[str, Any] = {"method": method, "confidence": confidence, "seed": self.manifest.seed}

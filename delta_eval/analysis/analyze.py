@@ -151,11 +151,12 @@ class Analysis:
 
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         e = self.estimand("judged" if judged else "all")
-        # Summed per conversation by DuckDB over the run's files (metrics.counted: what RunResult.win_rate and the
-        # decision read too).
+        # Summed per conversation and stratum by DuckDB over the run's files (metrics.counted: what
+        # RunResult.win_rate and the decision read too).
         if judged:
-            return _win_rate(counted("verdicts", e, con=self.con)[""]), []
-        total, groups = counted_with_total("verdicts", e, by="stratum", null="None", con=self.con)
+            return _win_rate(counted("verdicts", e, con=self.con, per_conversation=False)[""]), []
+        total, groups = counted_with_total("verdicts", e, by="stratum", null="None", con=self.con,
+                                           per_conversation=False)  # fmt: skip
         per = [{"stratum": h, **rate} for h, c in sorted(groups.items()) if (rate := _win_rate(c)) is not None]
         return _win_rate(total), per
 

@@ -5,7 +5,10 @@ reads, whether a query engine computed the sums over a million verdicts or they 
 ``verdicts`` view of a run's connection) with the estimand written in SQL
 (:func:`~delta_eval.metrics.estimand.sql_contribution`), so no pair becomes a Python object;
 :meth:`~delta_eval.metrics.estimand.Components.counted` gives the same sums from rows already in memory (a property
-test holds the two to the same numbers).
+test holds the two to the same numbers). With ``per_conversation=False`` DuckDB adds the conversations up per
+stratum too, so one row per stratum reaches Python (:class:`~delta_eval.metrics.difference.StratumSums`: what the
+win rate, the decision and the summary read; the row per conversation is for the cluster bootstrap, which
+resamples conversations).
 
 Example:
     >>> import pyarrow as pa
@@ -21,13 +24,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.difference import PRODUCTS, PairedSums, StratumSums
 from delta_eval.metrics.estimand import (
     VERDICT_COLUMNS,
     Components,
@@ -40,6 +44,7 @@ from delta_eval.metrics.frames import Rows, fetch_table, rows_of, to_arrow
 from delta_eval.metrics.text_order import text_order
 
 __all__ = [
+    "BALANCED",
     "OUTCOMES",
     "Counted",
     "counted",
@@ -52,6 +57,8 @@ __all__ = [
 
 #: The outcomes every count names, even at 0.
 OUTCOMES = ("candidate", "baseline", "tie", "equivalent", "error")
+#: A conversation whose pairs add up to within this of 0 is in balance (the sign test leaves it out).
+BALANCED = 1e-12
 
 
 @dataclass(frozen=True)
@@ -59,14 +66,19 @@ class Counted:
     """The counted pairs of an estimand, one row per conversation: ``sums`` (weighted when ``weighted``), the
     conversation of each row (``clusters``, sorted by stratum then name), each conversation's unweighted
     ``sum(a - b)`` (``balance``, for the sign test); and over all the rows, the count of every outcome and of the
-    error pairs counted as a loss of each side."""
+    error pairs counted as a loss of each side.
 
-    sums: PairedSums
-    clusters: np.ndarray
-    balance: np.ndarray
+    Or, from :func:`counted` with ``per_conversation=False``, one row per stratum: ``sums`` are
+    :class:`~delta_eval.metrics.difference.StratumSums`, ``clusters`` and ``balance`` are ``None`` and ``signs``
+    holds what the sign test reads (see :meth:`sign_counts`)."""
+
+    sums: PairedSums | StratumSums
+    clusters: np.ndarray | None
+    balance: np.ndarray | None
     counts: dict[str, int] = field(default_factory=dict)
     error_losses: dict[str, int] = field(default_factory=dict)
     weighted: bool = False
+    signs: tuple[int, int, int] | None = None
 
     @property
     def pairs(self) -> int:
@@ -78,9 +90,19 @@ class Counted:
         """Some pairs count and none was won by either side (every one a tie or equivalent)."""
         return self.pairs > 0 and not self.sums.seen[0].any() and not self.sums.seen[2].any()
 
+    def sign_counts(self) -> tuple[int, int, int]:
+        """The conversations whose pairs favour the candidate on balance, those favouring the baseline, and those
+        in balance."""
+        if self.balance is None:
+            return self.signs or (0, 0, 0)
+        plus, minus = int((self.balance > BALANCED).sum()), int((self.balance < -BALANCED).sum())
+        return plus, minus, len(self.balance) - plus - minus
+
     def bootstrap_sums(self) -> tuple[np.ndarray, np.ndarray]:
         """Per conversation, ``sum(w score)`` and ``sum(w)``: what the cluster bootstrap resamples."""
         s = self.sums
+        if not isinstance(s, PairedSums):
+            raise ValueError("the cluster bootstrap needs per-conversation sums: counted(..., per_conversation=True)")
         return 0.5 * s.ta + (s.a - s.b) / 2, s.ta
 
 
@@ -88,8 +110,9 @@ class Counted:
 # position, as Components names it). A conversation's stratum is the largest it has (one, in a sampled run). The
 # rows with a conversation are grouped by it as it is and the (rare) rows without one apart, by their name (a
 # name computed for every row cost a quarter of the query); the rows are sorted in numpy, which is faster than an
-# ORDER BY here. Grouped by stratum too, and the (rare) conversation found in two strata merged in numpy: cheaper
-# than a min and a max of strings per conversation.
+# ORDER BY here. Grouped by stratum too (``{st}`` is ``st``, ``{keys}`` ``, st``), and the (rare) conversation
+# found in two strata merged in numpy: cheaper than a min and a max of strings per conversation; for the sums per
+# stratum (_STRATA), which have no conversation to merge in numpy, ``max(st) AS st`` per conversation.
 _ROWS = """
 WITH rows AS (
     SELECT {group} AS grp, conversation_id::VARCHAR AS conv, _row, pair_id,
@@ -98,10 +121,10 @@ WITH rows AS (
     FROM src WHERE {counted}
 )"""
 _GROUPED = """
-    SELECT grp, conv AS cl, st, count(*) AS n, {sums} FROM rows WHERE conv <> '' GROUP BY grp, conv, st
+    SELECT grp, conv AS cl, {st}, count(*) AS n, {sums} FROM rows WHERE conv <> '' GROUP BY grp, conv{keys}
     UNION ALL
-    SELECT grp, '#' || coalesce(_row::VARCHAR, pair_id) AS cl, st, count(*) AS n, {sums}
-    FROM rows WHERE conv IS NULL OR conv = '' GROUP BY grp, cl, st
+    SELECT grp, '#' || coalesce(_row::VARCHAR, pair_id) AS cl, {st}, count(*) AS n, {sums}
+    FROM rows WHERE conv IS NULL OR conv = '' GROUP BY grp, cl{keys}
 """
 _CLUSTERS = _ROWS + _GROUPED.replace(
     "{sums}",
@@ -133,9 +156,70 @@ _HARD_SUMS = {
 
 _COUNTS = """
 SELECT {group} AS grp, coalesce(outcome, 'None') AS outcome,
-       CASE WHEN {counted} AND outcome = 'error' THEN {side} END AS lost, count(*) AS n
-FROM src GROUP BY ALL
+       CASE WHEN {counted} AND outcome = 'error' THEN {side} END AS lost, count(*) AS n{extra}
+FROM src GROUP BY grp, outcome, lost
 """
+# In the same pass, the range of the counted rows' weights, for weighted="auto" (see weights_vary_sql).
+_SPREAD = ", max({w}) FILTER (WHERE {counted}) AS w_hi, min({w}) FILTER (WHERE {counted}) AS w_lo"
+
+# The sums per conversation (and group) of the queries above (each conversation in the largest stratum it has, as
+# the rows path puts it) added up per stratum, over each group and, for the total, over every row (``whole``, each
+# conversation's rows of every group added up): per stratum, what StratumSums reads, the residuals at the rates of
+# the group (a sum over its conversations: a window over them cost several times more) and their squares about
+# the stratum's mean (``_RESIDUALS``). A conversation counts in the interval where it has units (``wt > 0``); the
+# sign test reads every conversation's balance.
+_MERGED = {
+    False: "SELECT 0 AS whole, * FROM clusters",
+    True: """SELECT 0 AS whole, * FROM clusters
+    UNION ALL
+    SELECT 1 AS whole, NULL AS grp, cl, max(st) AS st, sum(n) AS n, sum(wa) AS wa, sum(wt) AS wt, sum(wb) AS wb,
+           sum(balance) AS balance, bool_or(a_seen) AS a_seen, bool_or(a_not) AS a_not, bool_or(b_seen) AS b_seen,
+           bool_or(b_not) AS b_not, sum(aa) AS aa, sum("at") AS "at", sum(tt) AS tt, sum(bb) AS bb, sum(bt) AS bt,
+           sum(ab) AS ab
+    FROM clusters GROUP BY cl""",
+}
+_STRATA = """
+WITH clusters AS ({clusters}),
+merged AS ({merged}),
+{residuals}
+SELECT whole, grp, st, count(*) FILTER (WHERE keep) AS m, sum(n) AS n, count(*) AS conversations,
+       count(*) FILTER (WHERE keep AND a_seen) AS s0, count(*) FILTER (WHERE keep AND a_not) AS s1,
+       count(*) FILTER (WHERE keep AND b_seen) AS s2, count(*) FILTER (WHERE keep AND b_not) AS s3,
+       count(*) FILTER (WHERE balance > {tie}) AS plus, count(*) FILTER (WHERE balance < -{tie}) AS minus,
+       sum(aa) AS aa, sum("at") AS "at", sum(tt) AS tt, sum(bb) AS bb, sum(bt) AS bt, sum(ab) AS ab, {squares}
+FROM resid GROUP BY whole, grp, st
+""".replace("{tie}", repr(BALANCED))
+_RESIDUALS = {
+    # Sums of floats: the residuals at the group's rates, their squares about the stratum's means from var_pop and
+    # covar_pop (numerically stable).
+    False: (
+        """rates AS (
+    SELECT whole, grp, sum(wt) AS units, coalesce(sum(wa) / nullif(sum(wt), 0), 0) AS ra,
+           coalesce(sum(wb) / nullif(sum(wt), 0), 0) AS rb
+    FROM merged GROUP BY whole, grp
+),
+resid AS (
+    SELECT m.*, units, ra, rb, wa - ra * wt AS u, wb - rb * wt AS v, wt > 0 AS keep
+    FROM merged m JOIN rates r ON r.whole = m.whole AND r.grp IS NOT DISTINCT FROM m.grp
+)""",
+        """any_value(units) AS units, any_value(ra) AS ra, any_value(rb) AS rb,
+       sum(u) FILTER (WHERE keep) AS su, sum(v) FILTER (WHERE keep) AS sv,
+       var_pop(u) FILTER (WHERE keep) * count(*) FILTER (WHERE keep) AS uu,
+       var_pop(v) FILTER (WHERE keep) * count(*) FILTER (WHERE keep) AS vv,
+       covar_pop(u, v) FILTER (WHERE keep) * count(*) FILTER (WHERE keep) AS uv""",
+    ),
+    # Hard outcomes unweighted: each conversation's sums are counts, and so are the sums of them and of their
+    # products (exact as DOUBLE below 2**53, in any order): _exact_residuals expands the squares from those in exact
+    # arithmetic, the same to the last bit whatever order DuckDB added them in (float residuals would not be).
+    True: (
+        "resid AS (SELECT *, wt > 0 AS keep FROM merged)",
+        """sum(wt) AS units, sum(wa) AS a_all, sum(wb) AS b_all,
+       sum(wa) FILTER (WHERE keep) AS s_a, sum(wt) FILTER (WHERE keep) AS s_t, sum(wb) FILTER (WHERE keep) AS s_b,
+       sum(wa * wa) FILTER (WHERE keep) AS q_aa, sum(wa * wt) FILTER (WHERE keep) AS q_at,
+       sum(wt * wt) FILTER (WHERE keep) AS q_tt, sum(wb * wb) FILTER (WHERE keep) AS q_bb,
+       sum(wb * wt) FILTER (WHERE keep) AS q_bt, sum(wa * wb) FILTER (WHERE keep) AS q_ab""",
+    ),
+}
 
 
 def _weight(has_weight: bool) -> str:
@@ -153,18 +237,28 @@ def weights_vary_sql(db: Any, source: str, where: str = "true", *, has_weight: b
     spread = db.execute(f"SELECT max({_weight(has_weight)}), min({_weight(has_weight)}) FROM {source} "
                         f"WHERE {where}").fetchone()  # fmt: skip
     hi, lo = (spread or (None, None))[:2]
-    return hi is not None and hi - lo > 1e-9 * max(abs(hi), 1.0)
+    return _vary(hi, lo)
+
+
+def _vary(hi: float | None, lo: float | None) -> bool:
+    """Whether weights from ``lo`` to ``hi`` (``None``: no row) differ beyond rounding."""
+    return hi is not None and lo is not None and hi - lo > 1e-9 * max(abs(hi), 1.0)
 
 
 def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None = None, null: str = "",
-            con: Any = None, total: dict[str, Counted] | None = None) -> dict[str, Counted]:  # fmt: skip
+            con: Any = None, total: dict[str, Counted] | None = None,
+            per_conversation: bool = True) -> dict[str, Counted]:  # fmt: skip
     """The counted pairs of ``verdicts`` under ``estimand`` (default: :class:`Estimand`'s defaults), by the value of
     the ``by`` column (``str`` of it, ``null`` for null; every row under ``""`` without ``by``). ``weighted="auto"``
     is settled once, on all the counted rows, so every group answers the same question.
 
     ``verdicts`` is an Arrow table, a DuckDB relation or DataFrame, or, with ``con``, the name of a table or view
     in that DuckDB connection (a run's ``verdicts`` view: read straight from its Parquet files). ``total``, when
-    given, receives the counted pairs over every row under ``""`` (see :func:`counted_with_total`)."""
+    given, receives the counted pairs over every row under ``""`` (see :func:`counted_with_total`).
+
+    ``per_conversation=False``: DuckDB adds the conversations up per stratum too, and each :class:`Counted` holds
+    :class:`~delta_eval.metrics.difference.StratumSums` (the same intervals and sign test, a row per stratum
+    reaching Python) instead of a row per conversation; what only the cluster bootstrap needs."""
     import duckdb
 
     e = estimand or Estimand()
@@ -187,39 +281,58 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
         names = set(table.column_names)
         db = duckdb.connect()
         db.register("src", _with_columns(table))
-    # A null group is named in Python, so the queries are the same whatever its name (and shared, see
-    # shared_sums).
-    group = f"{by}::VARCHAR" if by else "''"
-    a, b, where = sql_contribution(e, has_error_side="error_side" in names)
-    side = sql_error_side(has_error_side="error_side" in names)
-    if e.weighted == "auto":
-        weighted = weights_vary_sql(db, "src", where, has_weight="weight" in names)
-    else:
-        weighted = bool(e.weighted)
-    w = _weight("weight" in names) if weighted else "1.0::DOUBLE"
-    clusters = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted]) if not e.soft else _CLUSTERS
-    queries = (clusters.format(group=group, a=a, b=b, w=w, counted=where),
-               _COUNTS.format(group=group, counted=where, side=side))  # fmt: skip
     memo = _SHARED.get() if isinstance(verdicts, str) else None
-    key = (id(db), verdicts, *queries)
-    if memo is not None and key in memo:
-        cols, counts_rows, splits = memo[key][1:]
-    else:
-        cols = fetch_table(db, queries[0])
-        counts_rows = db.execute(queries[1]).fetchall()
-        splits = {}
+
+    def run(sql: str, fetch: Any) -> Any:
+        """The rows of ``sql``, fetched once within :func:`shared_sums`."""
+        key = (id(db), verdicts, sql)
+        if memo is not None and key in memo:
+            return memo[key][1]
+        got = fetch(sql)
         if memo is not None:
-            memo[key] = (db, cols, counts_rows, splits)  # the connection kept alive: its id names no other meanwhile
-    if not isinstance(verdicts, str):
-        db.close()
-    else:
-        db.execute("DROP VIEW src")
+            memo[key] = (db, got)  # the connection kept alive: its id names no other meanwhile
+        return got
+
+    try:
+        # A null group is named in Python, so the queries are the same whatever its name (and shared, see
+        # shared_sums).
+        group = f"{by}::VARCHAR" if by else "''"
+        a, b, where = sql_contribution(e, has_error_side="error_side" in names)
+        side = sql_error_side(has_error_side="error_side" in names)
+        # The counts, and for weighted="auto" the spread of the weights, in one pass.
+        auto = e.weighted == "auto"
+        extra = _SPREAD.format(w=_weight("weight" in names), counted=where) if auto else ""
+        counts = run(_COUNTS.format(group=group, counted=where, side=side, extra=extra),
+                     lambda sql: fetch_table(db, sql).to_pydict())  # fmt: skip
+        counts_rows = list(zip(*(counts[c] for c in ("grp", "outcome", "lost", "n")), strict=True))
+        if auto:
+            weighted = _vary(max((x for x in counts["w_hi"] if x is not None), default=None),
+                             min((x for x in counts["w_lo"] if x is not None), default=None))  # fmt: skip
+        else:
+            weighted = bool(e.weighted)
+        w = _weight("weight" in names) if weighted else "1.0::DOUBLE"
+        clusters = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted]) if not e.soft else _CLUSTERS
+        if per_conversation:
+            sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, st="st", keys=", st")
+        else:
+            level = clusters.format(group=group, a=a, b=b, w=w, counted=where, st="max(st) AS st", keys="")
+            residuals, squares = _RESIDUALS[not (weighted or e.soft)]
+            sql = _STRATA.format(clusters=level, merged=_MERGED[total is not None], residuals=residuals,
+                                 squares=squares)  # fmt: skip
+        cols = run(sql, lambda sql: fetch_table(db, sql))
+    finally:
+        if not isinstance(verdicts, str):
+            db.close()
+        else:
+            db.execute("DROP VIEW src")
     # The sums of each group, and over every row, computed once for the queries' rows (within shared_sums): the
     # name of a null group matters only where there is one.
     named = null if by and any(g is None for g, *_ in counts_rows) else None
-    done = splits.get((named, total is not None))
-    if done is None:
-        done = splits[named, total is not None] = _groups(cols, counts_rows, by, null, weighted, total is not None)
+    if per_conversation:
+        done = run(f"-- split {named!r} {total is not None}\n{sql}",
+                   lambda _: _groups(cols, counts_rows, by, null, weighted, total is not None))  # fmt: skip
+    else:
+        done = _strata_groups(cols, counts_rows, by, null, weighted, total is not None)
     out, everything = done
     if total is not None:
         total.update(everything)
@@ -257,13 +370,101 @@ def shared_sums() -> Iterator[None]:
         _SHARED.reset(token)
 
 
-def counted_with_total(verdicts: Rows, estimand: Estimand | None = None, *, by: str, null: str = "",
-                       con: Any = None) -> tuple[Counted, dict[str, Counted]]:  # fmt: skip
+def counted_with_total(verdicts: Rows, estimand: Estimand | None = None, *, by: str, null: str = "", con: Any = None,
+                       per_conversation: bool = True) -> tuple[Counted, dict[str, Counted]]:  # fmt: skip
     """:func:`counted` over all the rows and by the value of ``by``, from one pass of DuckDB over the verdicts (the
     decision and the summary read both)."""
     total: dict[str, Counted] = {}
-    groups = counted(verdicts, estimand, by=by, null=null, con=con, total=total)
+    groups = counted(verdicts, estimand, by=by, null=null, con=con, total=total, per_conversation=per_conversation)
     return total[""], groups
+
+
+def _strata_groups(cols: pa.Table, counts_rows: list[Any], by: str | None, null: str, weighted: bool, total: bool
+                   ) -> tuple[dict[str, Counted], dict[str, Counted]]:  # fmt: skip
+    """:func:`_groups` from the rows of the query per stratum (:data:`_STRATA`): each group's :class:`Counted` with
+    :class:`~delta_eval.metrics.difference.StratumSums`, and over every row (``""``) when ``total``."""
+    data = cols.to_pydict()
+    rows = list(zip(*data.values(), strict=True)) if data else []
+    index = {name: k for k, name in enumerate(data)}
+    named = [(null if g is None else g, *rest) for g, *rest in counts_rows] if by else counts_rows
+    mine: dict[tuple[int, str | None], list[tuple[Any, ...]]] = {}  # (over every row, the group's value): its rows
+    for r in rows:
+        mine.setdefault((int(r[index["whole"]]), r[index["grp"]]), []).append(r)
+    out: dict[str, Counted] = {}
+    for g in sorted({str(g) for g, *_ in named} | ({""} if not by else set())):
+        raw = None if by and g == null and any(x is None for x, *_ in counts_rows) else g
+        out[g] = _stratum_counted(mine.get((0, raw), []), index, *_counts(named, g), weighted)
+    if not total:
+        return out, {}
+    counts, losses = _counts([("", *rest) for _, *rest in counts_rows], "")
+    return out, {"": _stratum_counted(mine.get((1, None), []), index, counts, losses, weighted)}
+
+
+def _counts(counts_rows: list[Any], g: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The count of every outcome of group ``g``, and of its error pairs counted as a loss of each side."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    losses = {"candidate": 0, "baseline": 0, "both": 0}
+    for name, outcome, lost, n in counts_rows:
+        if name == g:
+            counts[str(outcome)] = counts.get(str(outcome), 0) + int(n)
+            if lost is not None:
+                losses[str(lost)] = losses.get(str(lost), 0) + int(n)
+    return counts, losses
+
+
+def _stratum_counted(rows: list[tuple[Any, ...]], index: dict[str, int], counts: dict[str, int],
+                     losses: dict[str, int], weighted: bool) -> Counted:  # fmt: skip
+    """One group's :class:`Counted` from its rows of the query per stratum (one per stratum; each holds the
+    group's rates and units)."""
+    rows = sorted(rows, key=lambda r: str(r[index["st"]]))  # a fixed order: the same sums whatever the query's
+
+    def col(name: str) -> np.ndarray:
+        return np.array([float(r[index[name]] or 0.0) for r in rows], dtype=float)
+
+    # One unit per pair on both sides (t_a = t_b = t): each product of the iid totals is one of the query's six.
+    short = {"a": "a", "ta": "t", "b": "b", "tb": "t"}
+    product = ["".join(sorted(short[p] + short[q])) for p, q in PRODUCTS]
+    k = len(rows)
+    m = col("m").astype(np.int64)
+    if "q_aa" in index:
+        # Exact sums: the rates from them, as the per-conversation path divides them.
+        units = float(col("units").sum())
+        ra, rb = (float(col(c).sum()) / units if units > 0 else 0.0 for c in ("a_all", "b_all"))
+        residuals = [_exact_residuals(r, index, ra, rb, int(size)) for r, size in zip(rows, m, strict=True)]
+        sums_of, squares_of = np.array([x[:2] for x in residuals]).T, np.array([x[2:] for x in residuals]).T
+    else:
+        # The rates the residuals were taken at, and their units: the same in each row of the group.
+        ra, rb, units = (float(rows[0][index[c]] or 0.0) for c in ("ra", "rb", "units")) if rows else (0.0,) * 3
+        sums_of, squares_of = np.vstack([col("su"), col("sv")]), np.vstack([col("uu"), col("vv"), col("uv")])
+    sums = StratumSums(
+        strata=np.asarray([str(r[index["st"]]) for r in rows], dtype=str),
+        clusters=m,
+        sums=sums_of.reshape(2, k),
+        squares=squares_of.reshape(3, k),
+        seen=np.vstack([col(f"s{j}") for j in range(4)]).reshape(4, k),
+        rates=(ra, rb),
+        units=(units, units),
+        pairs=int(col("n").sum()),
+        iid=np.array([float(col(name).sum()) for name in product]),
+    )
+    plus, minus, every = (int(col(c).sum()) for c in ("plus", "minus", "conversations"))
+    return Counted(sums, None, None, counts, losses, weighted, (plus, minus, every - plus - minus))
+
+
+def _exact_residuals(row: tuple[Any, ...], index: dict[str, int], ra: float, rb: float, m: int) -> list[float]:
+    """A stratum's sums of the residuals ``u = a - A t`` and ``v = b - B t`` and their squares and product about
+    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (:data:`_EXACT`), in exact
+    arithmetic and rounded once."""
+    if m == 0:
+        return [0.0] * 5
+    x = {name: Fraction(float(row[index[name]] or 0.0)) for name in ("s_a", "s_t", "s_b", "q_aa", "q_at", "q_tt",
+                                                                      "q_bb", "q_bt", "q_ab")}  # fmt: skip
+    fa, fb = Fraction(ra), Fraction(rb)
+    su, sv = x["s_a"] - fa * x["s_t"], x["s_b"] - fb * x["s_t"]
+    uu = x["q_aa"] - 2 * fa * x["q_at"] + fa * fa * x["q_tt"] - su * su / m
+    vv = x["q_bb"] - 2 * fb * x["q_bt"] + fb * fb * x["q_tt"] - sv * sv / m
+    uv = x["q_ab"] - fb * x["q_at"] - fa * x["q_bt"] + fa * fb * x["q_tt"] - su * sv / m
+    return [float(su), float(sv), float(uu), float(vv), float(uv)]
 
 
 def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: bool) -> dict[str, Counted]:
@@ -280,13 +481,7 @@ def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: 
     grp = data["grp"]
     out: dict[str, Counted] = {}
     for g in groups:
-        counts = dict.fromkeys(OUTCOMES, 0)
-        losses = {"candidate": 0, "baseline": 0, "both": 0}
-        for name, outcome, lost, n in counts_rows:
-            if name == g:
-                counts[str(outcome)] = counts.get(str(outcome), 0) + int(n)
-                if lost is not None:
-                    losses[str(lost)] = losses.get(str(lost), 0) + int(n)
+        counts, losses = _counts(counts_rows, g)
         lo, hi = np.searchsorted(grp, g, side="left"), np.searchsorted(grp, g, side="right")
         out[g] = _counted(data, slice(int(lo), int(hi)), counts, losses, weighted)
     return out
@@ -357,19 +552,25 @@ def counted_of(c: Components) -> Counted:
 
 
 def counted_rows(
-    verdicts: Rows, estimand: Estimand | None = None, *, by: str | None = None, null: str = "", con: Any = None
+    verdicts: Rows,
+    estimand: Estimand | None = None,
+    *,
+    by: str | None = None,
+    null: str = "",
+    con: Any = None,
+    per_conversation: bool = True,
 ) -> dict[str, Counted]:
     """:func:`counted` for any table of verdicts: in DuckDB for a table, a relation or a DataFrame, or the name of
     a table or view in the DuckDB connection ``con``; from the rows for mappings already in memory (which a query
-    engine would first have to convert)."""
+    engine would first have to convert: their sums are always per conversation, whatever ``per_conversation``)."""
     if isinstance(verdicts, str):
-        return counted(verdicts, estimand, by=by, null=null, con=con)
+        return counted(verdicts, estimand, by=by, null=null, con=con, per_conversation=per_conversation)
     try:
         table = to_arrow(verdicts)
     except TypeError:
         pass  # rows of mappings
     else:
-        return counted(table, estimand, by=by, null=null)
+        return counted(table, estimand, by=by, null=null, per_conversation=per_conversation)
     e = estimand or Estimand()
     rows = rows_of(verdicts)
     if e.weighted == "auto":

@@ -276,8 +276,9 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
 def _decide_source(src: Source, r: DecisionRule) -> Decision:
     """The decision on a :class:`~delta_eval.metrics.decision_sql.Source`: every number computed in DuckDB."""
     e = r.estimand
-    # Over all pairs and per stratum from one pass over the verdicts.
-    counted, per_stratum = counted_with_total(src.counted_verdicts, e, by="stratum", con=src.db)
+    # Over all pairs and per stratum from one pass over the verdicts, added up per stratum (no interval, test or
+    # verdict below needs a row per conversation).
+    counted, per_stratum = counted_with_total(src.counted_verdicts, e, by="stratum", con=src.db, per_conversation=False)
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
     ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
     sides = side_metrics_of(src, r.confidence)
@@ -298,7 +299,8 @@ def _decide_source(src: Source, r: DecisionRule) -> Decision:
                 epochs[k] = _decide_source(one, r).outcome
             finally:
                 one.close()
-    judged = counted_rows(src.counted_verdicts, e.model_copy(update={"over": "judged"}), con=src.db)[""]
+    judged = counted_rows(src.counted_verdicts, e.model_copy(update={"over": "judged"}), con=src.db,
+                          per_conversation=False)[""]  # fmt: skip
     return _decision(
         r, e, counted, ni, judged, gates, strata, sides,
         checks=check_rates_of(src, checks, names, r.confidence) if checks else {},

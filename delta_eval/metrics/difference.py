@@ -39,16 +39,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from delta_eval.metrics.intervals import stratified_moments, t_quantile, wilson_bounds
 
-__all__ = ["MIN_CONVERSATIONS_SEEN", "Difference", "PairedSums", "RateInterval"]
+__all__ = ["MIN_CONVERSATIONS_SEEN", "PRODUCTS", "Difference", "PairedSums", "RateInterval", "StratumSums"]
 
 #: A rate whose rarer outcome was seen in fewer conversations than this has its effective size capped at the
 #: number of conversations: a design effect estimated from a handful of clusters is too unstable to trust.
 MIN_CONVERSATIONS_SEEN = 10
+
+#: A rate's variance below this (a standard error under 1e-13) is rounding, not information: taken as 0.
+ROUNDING_VARIANCE = 1e-26
+
+#: The products of (a, ta, b, tb) whose sums the variances read: per pair weighted by ``w^2`` for the
+#: as-if-independent variance (``iid``), per conversation for the clustered one (:class:`StratumSums`).
+PRODUCTS = (("a", "a"), ("a", "ta"), ("ta", "ta"), ("b", "b"), ("b", "tb"), ("tb", "tb"), ("a", "b"), ("a", "tb"),
+            ("ta", "b"), ("ta", "tb"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,10 @@ class PairedSums:
     """What the interval needs of each conversation (cluster): its stratum, ``sum(w a)``, ``sum(w t_a)``,
     ``sum(w b)``, ``sum(w t_b)``, and whether each rate's event and non-event occurred in it; plus the totals that
     give the as-if-independent variance. Built from pairs by :meth:`of`, or from per-conversation sums a query
-    engine computed (:meth:`from_clusters`), so a million pairs need not be loaded."""
+    engine computed (:meth:`from_clusters`), so a million pairs need not be loaded. What pairs in memory, the
+    paired metrics of :mod:`~delta_eval.metrics.sql_sums` and the cluster bootstrap (which resamples
+    conversations) read; the win rate and the decision over a table add the conversations up per stratum too
+    (:class:`StratumSums`, the same interval, see :meth:`moments`)."""
 
     strata: np.ndarray
     a: np.ndarray
@@ -186,6 +198,31 @@ class PairedSums:
             iid = np.array([sa, sa, n, sb, sb, n, 0.0, sa, sb, n])
         return cls(np.asarray(strata, dtype=str), av, tav, bv, tbv, seen, pairs, iid)
 
+    def moments(self) -> StratumSums:
+        """The same sums added up per stratum (:class:`StratumSums`): what the interval reads of them."""
+        keep = (self.ta > 0) | (self.tb > 0)
+        ta_sum, tb_sum = float(self.ta.sum()), float(self.tb.sum())
+        ra = float(self.a.sum() / ta_sum) if ta_sum > 0 else 0.0
+        rb = float(self.b.sum() / tb_sum) if tb_sum > 0 else 0.0
+        names, which = np.unique(self.strata[keep], return_inverse=True)
+        k = len(names)
+        m = np.bincount(which, minlength=k)
+        u, v = self.a[keep] - ra * self.ta[keep], self.b[keep] - rb * self.tb[keep]
+        sums = np.vstack([np.bincount(which, weights=x, minlength=k) for x in (u, v)]).reshape(2, k)
+        du, dv = u - (sums[0] / np.maximum(m, 1))[which], v - (sums[1] / np.maximum(m, 1))[which]
+        squares = np.vstack([np.bincount(which, weights=x * y, minlength=k) for x, y in ((du, du), (dv, dv), (du, dv))])
+        return StratumSums(
+            strata=names,
+            clusters=m,
+            sums=sums,
+            squares=squares.reshape(3, k),
+            seen=np.vstack([np.bincount(which, weights=row[keep], minlength=k) for row in self.seen]).reshape(4, k),
+            rates=(ra, rb),
+            units=(ta_sum, tb_sum),
+            pairs=self.pairs,
+            iid=self.iid,
+        )
+
     def difference(
         self, confidence: float = 0.95, *, scale: float = 1.0, spread: float = 1.0, same_kind: bool = False
     ) -> Difference:
@@ -195,75 +232,179 @@ class PairedSums:
         multiplies the variances (planning uses an upper bound of the pilot's). ``same_kind``: the two rates count the
         same kind of event on each side (a failure of the candidate and of the baseline), so a rate seen too rarely to
         estimate its design effect may borrow the other's; not so for wins and losses, whose clustering differs."""
+        return _difference(self._design(), self.iid, self.pairs, confidence, scale, spread, same_kind)
+
+    def _design(self) -> _Design:
         keep = (self.ta > 0) | (self.tb > 0)
         g = int(keep.sum())
         ta_sum, tb_sum = float(self.ta.sum()), float(self.tb.sum())
         if g == 0 or ta_sum <= 0 or tb_sum <= 0:
-            empty = RateInterval(None, 0.0, 1.0, 0.0, 0.0, 0)
-            return Difference(None, -1.0, 1.0, empty, empty, 0.0, 0.0, 0.0, g, 0, self.pairs, 0.0, confidence)
-        strata = self.strata[keep]
+            return _Design(g, ta_sum, tb_sum, 0.0, 0.0, (0.0, 0.0, 0.0), 0.0, 0, np.zeros(4))
         ra, rb = float(self.a.sum() / ta_sum), float(self.b.sum() / tb_sum)
         za = (self.a[keep] - ra * self.ta[keep]) / ta_sum
         zb = (self.b[keep] - rb * self.tb[keep]) / tb_sum
-        (va, vb, cov), df, n_strata = stratified_moments(strata, za, zb)
-        if scale != 1.0 or spread != 1.0:
-            va, vb, cov, g = va * spread / scale, vb * spread / scale, cov * spread / scale, max(1, round(g * scale))
-            df = max(0.0, (df + n_strata) * scale - n_strata)
-        c = t_quantile(confidence, df) if df > 0 else math.inf
-        seen = self.seen[:, keep].sum(axis=1) * scale
-        seen_a, seen_b = int(min(seen[0], seen[1])), int(min(seen[2], seen[3]))
-        # Kish's effective number of units of each rate, and its design effect where it can be estimated: a rate
-        # seen in too few conversations borrows the other's (the same kind of event on the same pairs).
-        tata, tbtb = float(self.iid[2]), float(self.iid[5])
-        units_a = ta_sum * ta_sum / tata * scale if tata > 0 else float(g)
-        units_b = tb_sum * tb_sum / tbtb * scale if tbtb > 0 else float(g)
-        deffs = [units * var / (r * (1 - r)) for units, var, r, seen_in in
-                 ((units_a, va, ra, seen_a), (units_b, vb, rb, seen_b))
-                 if seen_in >= MIN_CONVERSATIONS_SEEN and 0 < r < 1 and var > 0]  # fmt: skip
-        deff = max(1.0, *deffs) if deffs and same_kind else None
-        ia = self._rate(ra, va, g, c, seen_a, None if deff is None else units_a / deff)
-        ib = self._rate(rb, vb, g, c, seen_b, None if deff is None else units_b / deff)
-        r = cov / math.sqrt(va * vb) if va > 0 and vb > 0 else 0.0
-        r = min(max(r, -1.0), 1.0)
-        d = ra - rb
-        # MOVER: each bound of the difference recovers the variance from the bounds of the two rates.
-        below_a, above_b = ra - ia.ci_low, ib.ci_high - rb
-        above_a, below_b = ia.ci_high - ra, rb - ib.ci_low
-        lo = d - math.sqrt(max(below_a**2 + above_b**2 - 2 * r * below_a * above_b, 0.0))
-        hi = d + math.sqrt(max(above_a**2 + below_b**2 - 2 * r * above_a * below_b, 0.0))
-        var_iid = _iid_var(self.iid, ra, rb, ta_sum, tb_sum, self.pairs) * spread / scale
-        return Difference(
-            estimate=d,
-            ci_low=max(-1.0, lo),
-            ci_high=min(1.0, hi),
-            a=ia,
-            b=ib,
-            se=math.sqrt(max(va + vb - 2 * cov, 0.0)),
-            se_iid=math.sqrt(var_iid),
-            df=df,
-            clusters=g,
-            strata=n_strata,
-            pairs=self.pairs,
-            correlation=r,
-            confidence=confidence,
-        )
+        moments, df, n_strata = stratified_moments(self.strata[keep], za, zb)
+        return _Design(g, ta_sum, tb_sum, ra, rb, moments, df, n_strata, self.seen[:, keep].sum(axis=1))
 
-    @staticmethod
-    def _rate(p: float, var: float, clusters: int, c: float, seen_in: int, borrowed: float | None) -> RateInterval:
-        n_eff = p * (1 - p) / var if var > 0 else math.inf
-        if seen_in < MIN_CONVERSATIONS_SEEN:
-            # Too few conversations to estimate this rate's design effect: at most what the other rate's design
-            # effect allows, and never less than one unit per conversation.
-            n_eff = min(n_eff, max(float(clusters), borrowed or 0.0))
-        n_eff = max(n_eff, 1.0)
-        lo, hi = wilson_bounds(min(max(p, 0.0), 1.0), n_eff, c)
-        return RateInterval(p, lo, hi, math.sqrt(max(var, 0.0)), n_eff, seen_in)
+
+@dataclass(frozen=True)
+class StratumSums:
+    """What the interval needs of the conversations, added up per stratum (a column each). With the two rates
+    ``A = sum(w a) / sum(w t_a)`` and ``B`` (``rates``, over every conversation, whose ``units`` are ``sum(w t_a)``
+    and ``sum(w t_b)``), each conversation's residuals ``u = sum(w a) - A sum(w t_a)`` and ``v`` (the same of ``b``)
+    are the linearised totals the variance reads: per stratum, the conversations with units (``clusters``), the sums
+    of their ``u`` and ``v`` (``sums``), the sums of squares and products of those about the stratum's means
+    (``squares``: ``uu``, ``vv``, ``uv``), and how many saw each rate's event and non-event (``seen``: a-event,
+    a-non-event, b-event, b-non-event); ``pairs`` and ``iid`` as :class:`PairedSums`.
+
+    The interval is the one :class:`PairedSums` gives (the stratified-cluster variance needs no more), so a query
+    engine can add the conversations up per stratum and only a row per stratum reaches Python
+    (:func:`~delta_eval.metrics.counted.counted`). The residuals are taken at the rates and centred per stratum
+    before they are squared, as the per-conversation path does (an expansion into raw sums of squares loses the
+    variance when one conversation outweighs the rest; ``tests/metrics/test_moments.py`` holds the two to the
+    same intervals).
+
+    Example:
+        >>> s = PairedSums.of([1, 0, 0, 1, 0, 0], [0, 1, 0, 0, 0, 0], clusters=["a", "a", "b", "b", "c", "c"])
+        >>> d, e = s.moments().difference(), s.difference()
+        >>> round(d.estimate, 12) == round(e.estimate, 12), round(d.se - e.se, 12), d.strata, d.clusters
+        (True, 0.0, 1, 3)
+    """
+
+    strata: np.ndarray
+    clusters: np.ndarray
+    sums: np.ndarray
+    squares: np.ndarray
+    seen: np.ndarray
+    rates: tuple[float, float]
+    units: tuple[float, float]
+    pairs: int
+    iid: np.ndarray
+
+    def difference(
+        self, confidence: float = 0.95, *, scale: float = 1.0, spread: float = 1.0, same_kind: bool = False
+    ) -> Difference:
+        """``A - B`` and its interval: :meth:`PairedSums.difference`, from the sums per stratum."""
+        return _difference(self._design, self.iid, self.pairs, confidence, scale, spread, same_kind)
+
+    @cached_property
+    def _design(self) -> _Design:
+        # Computed once: the decision asks for many intervals of the same sums (bisections over levels and sizes).
+        g = int(self.clusters.sum())
+        (ra, rb), (ta_sum, tb_sum) = self.rates, self.units
+        if g == 0 or ta_sum <= 0 or tb_sum <= 0:
+            return _Design(g, ta_sum, tb_sum, 0.0, 0.0, (0.0, 0.0, 0.0), 0.0, 0, np.zeros(4))
+        m = self.clusters
+        # Strata of two conversations or more are groups of their own, their squares already about their means.
+        own = m > 1
+        factor = m[own] / (m[own] - 1)
+        uu, vv, uv = (float((factor * row[own]).sum()) for row in self.squares)
+        df = float((m[own] - 1).sum())
+        # Strata of one conversation are pooled into one group (a lone conversation says nothing about its
+        # stratum's spread): their residuals (each stratum's sums) about the group's mean.
+        lone = m == 1
+        size = int(lone.sum())
+        if size > 1:
+            du, dv = (row[lone] - row[lone].mean() for row in self.sums)
+            pooled = size / (size - 1)
+            uu, vv = uu + pooled * float((du * du).sum()), vv + pooled * float((dv * dv).sum())
+            uv += pooled * float((du * dv).sum())
+            df += size - 1
+        moments = (uu / (ta_sum * ta_sum), vv / (tb_sum * tb_sum), uv / (ta_sum * tb_sum))
+        return _Design(g, ta_sum, tb_sum, ra, rb, moments, df, int((m > 0).sum()), self.seen.sum(axis=1))
+
+
+@dataclass(frozen=True)
+class _Design:
+    """What the interval reads of the sums, however they were kept: the conversations counted (``g``), each rate's
+    units and value, the variances of the two linearised totals and their covariance, the degrees of freedom, the
+    strata, and the conversations where each rate's event and non-event occurred (a-event, a-non-event, b-event,
+    b-non-event)."""
+
+    g: int
+    ta_sum: float
+    tb_sum: float
+    ra: float
+    rb: float
+    moments: tuple[float, float, float]
+    df: float
+    n_strata: int
+    seen: np.ndarray
+
+
+def _difference(design: _Design, iid: np.ndarray, pairs: int, confidence: float, scale: float, spread: float,
+                same_kind: bool) -> Difference:  # fmt: skip
+    """:meth:`PairedSums.difference` from its design (shared with :meth:`StratumSums.difference`)."""
+    g, ta_sum, tb_sum, ra, rb = design.g, design.ta_sum, design.tb_sum, design.ra, design.rb
+    if g == 0 or ta_sum <= 0 or tb_sum <= 0:
+        empty = RateInterval(None, 0.0, 1.0, 0.0, 0.0, 0)
+        return Difference(None, -1.0, 1.0, empty, empty, 0.0, 0.0, 0.0, g, 0, pairs, 0.0, confidence)
+    (va, vb, cov), df, n_strata = design.moments, design.df, design.n_strata
+    # A variance at the level of floating-point rounding (a rate's standard error under 1e-13) is none: the
+    # rounding would otherwise set the correlation of the two rates, and with it the interval (and differ between
+    # two ways of adding up the same sums).
+    if va < ROUNDING_VARIANCE:
+        va, cov = 0.0, 0.0
+    if vb < ROUNDING_VARIANCE:
+        vb, cov = 0.0, 0.0
+    if scale != 1.0 or spread != 1.0:
+        va, vb, cov, g = va * spread / scale, vb * spread / scale, cov * spread / scale, max(1, round(g * scale))
+        df = max(0.0, (df + n_strata) * scale - n_strata)
+    c = t_quantile(confidence, df) if df > 0 else math.inf
+    seen = design.seen * scale
+    seen_a, seen_b = int(min(seen[0], seen[1])), int(min(seen[2], seen[3]))
+    # Kish's effective number of units of each rate, and its design effect where it can be estimated: a rate
+    # seen in too few conversations borrows the other's (the same kind of event on the same pairs).
+    tata, tbtb = float(iid[2]), float(iid[5])
+    units_a = ta_sum * ta_sum / tata * scale if tata > 0 else float(g)
+    units_b = tb_sum * tb_sum / tbtb * scale if tbtb > 0 else float(g)
+    deffs = [units * var / (r * (1 - r)) for units, var, r, seen_in in
+             ((units_a, va, ra, seen_a), (units_b, vb, rb, seen_b))
+             if seen_in >= MIN_CONVERSATIONS_SEEN and 0 < r < 1 and var > 0]  # fmt: skip
+    deff = max(1.0, *deffs) if deffs and same_kind else None
+    ia = _rate(ra, va, g, c, seen_a, None if deff is None else units_a / deff)
+    ib = _rate(rb, vb, g, c, seen_b, None if deff is None else units_b / deff)
+    r = cov / math.sqrt(va * vb) if va > 0 and vb > 0 else 0.0
+    r = min(max(r, -1.0), 1.0)
+    d = ra - rb
+    # MOVER: each bound of the difference recovers the variance from the bounds of the two rates.
+    below_a, above_b = ra - ia.ci_low, ib.ci_high - rb
+    above_a, below_b = ia.ci_high - ra, rb - ib.ci_low
+    lo = d - math.sqrt(max(below_a**2 + above_b**2 - 2 * r * below_a * above_b, 0.0))
+    hi = d + math.sqrt(max(above_a**2 + below_b**2 - 2 * r * above_a * below_b, 0.0))
+    var_iid = _iid_var(iid, ra, rb, ta_sum, tb_sum, pairs) * spread / scale
+    return Difference(
+        estimate=d,
+        ci_low=max(-1.0, lo),
+        ci_high=min(1.0, hi),
+        a=ia,
+        b=ib,
+        se=math.sqrt(max(va + vb - 2 * cov, 0.0)),
+        se_iid=math.sqrt(var_iid),
+        df=df,
+        clusters=g,
+        strata=n_strata,
+        pairs=pairs,
+        correlation=r,
+        confidence=confidence,
+    )
+
+
+def _rate(p: float, var: float, clusters: int, c: float, seen_in: int, borrowed: float | None) -> RateInterval:
+    n_eff = p * (1 - p) / var if var > 0 else math.inf
+    if seen_in < MIN_CONVERSATIONS_SEEN:
+        # Too few conversations to estimate this rate's design effect: at most what the other rate's design
+        # effect allows, and never less than one unit per conversation.
+        n_eff = min(n_eff, max(float(clusters), borrowed or 0.0))
+    n_eff = max(n_eff, 1.0)
+    lo, hi = wilson_bounds(min(max(p, 0.0), 1.0), n_eff, c)
+    return RateInterval(p, lo, hi, math.sqrt(max(var, 0.0)), n_eff, seen_in)
 
 
 def _iid_products(w: np.ndarray, a: np.ndarray, ta: np.ndarray, b: np.ndarray, tb: np.ndarray) -> np.ndarray:
     w2 = w * w
-    products = ((a, a), (a, ta), (ta, ta), (b, b), (b, tb), (tb, tb), (a, b), (a, tb), (ta, b), (ta, tb))
-    return np.array([float((w2 * x * y).sum()) for x, y in products])
+    x = {"a": a, "ta": ta, "b": b, "tb": tb}
+    return np.array([float((w2 * x[p] * x[q]).sum()) for p, q in PRODUCTS])
 
 
 def _iid_var(p: np.ndarray, ra: float, rb: float, ta: float, tb: float, n: int) -> float:

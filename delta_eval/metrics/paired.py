@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.counted import Counted, counted_of, counted_rows
-from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.difference import PairedSums, StratumSums
 from delta_eval.metrics.distributions import binom_two_sided_p
 from delta_eval.metrics.estimand import Components, Estimand
 from delta_eval.metrics.frames import Rows
@@ -118,7 +118,8 @@ def net_preference(
 ) -> NetPreference:
     """The net preference for the candidate over the verdict rows, with its interval."""
     e = _estimand(over, soft, weighted, errors)
-    return net_preference_of(win_rate_of(counted_rows(verdicts, e)[""], e, method=method, confidence=confidence))
+    c = counted_rows(verdicts, e, per_conversation=method == "bootstrap")[""]
+    return net_preference_of(win_rate_of(c, e, method=method, confidence=confidence))
 
 
 def net_preference_of(w: WinRate) -> NetPreference:
@@ -141,22 +142,20 @@ def sign_test(
         >>> round(sign_test(rows).p_value, 4)
         0.002
     """
-    return sign_test_of(counted_rows(verdicts, _estimand(over, soft, False, errors))[""])
+    return sign_test_of(counted_rows(verdicts, _estimand(over, soft, False, errors), per_conversation=False)[""])
 
 
 def sign_test_of(c: Counted | Components) -> SignTest:
     """The sign test on the counted pairs of an estimand."""
-    balance = (counted_of(c) if isinstance(c, Components) else c).balance
-    plus = int((balance > 1e-12).sum())
-    minus = int((balance < -1e-12).sum())
+    plus, minus, balanced = (counted_of(c) if isinstance(c, Components) else c).sign_counts()
     p = 1.0
     if plus + minus:
         p = binom_two_sided_p(plus, plus + minus)
-    return SignTest(favour_candidate=plus, favour_baseline=minus, balanced=len(balance) - plus - minus, p_value=p)
+    return SignTest(favour_candidate=plus, favour_baseline=minus, balanced=balanced, p_value=p)
 
 
 def decide_margin(
-    w: WinRate, margin: float, sums: PairedSums | None = None, *, no_difference: bool = False
+    w: WinRate, margin: float, sums: PairedSums | StratumSums | None = None, *, no_difference: bool = False
 ) -> tuple[Verdict, int | None]:
     """The non-inferiority verdict a win rate's interval gives against ``margin``, and for an undecided one, about
     how many more conversations like these would settle it (found with ``sums``, the same interval at a larger
@@ -181,7 +180,7 @@ def decide_margin(
     return "undecided", max(1, math.ceil(needed - w.clusters))
 
 
-def _more_conversations(sums: PairedSums, w: WinRate, bound: float) -> int | None:
+def _more_conversations(sums: PairedSums | StratumSums, w: WinRate, bound: float) -> int | None:
     """The fewest more conversations at which the same interval, around the same estimate, clears the boundary."""
 
     def settled(scale: float) -> bool:
@@ -216,7 +215,8 @@ def non_inferiority(
     """Whether the candidate is ``better``, ``not worse`` (within ``margin``), shows ``no difference``, is
     ``worse``, or ``undecided``. ``over``, ``soft``, ``weighted`` and ``errors`` are the estimand."""
     e = _estimand(over, soft, weighted, errors)
-    return non_inferiority_of(counted_rows(verdicts, e)[""], e, margin, method=method, confidence=confidence)
+    c = counted_rows(verdicts, e, per_conversation=method == "bootstrap")[""]
+    return non_inferiority_of(c, e, margin, method=method, confidence=confidence)
 
 
 def non_inferiority_of(

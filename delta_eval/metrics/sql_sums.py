@@ -27,17 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.difference import PRODUCTS, PairedSums
 from delta_eval.metrics.frames import fetch_table
 from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident
 
 __all__ = ["Metric", "paired_sums"]
-
-#: The products of one pair's (a, ta, b, tb) whose weighted totals the as-if-independent variance reads, in the order
-#: of :func:`delta_eval.metrics.difference._iid_products`.
-_PRODUCTS = (("a", "a"), ("a", "ta"), ("ta", "ta"), ("b", "b"), ("b", "tb"), ("tb", "tb"), ("a", "b"), ("a", "tb"),
-             ("ta", "b"), ("ta", "tb"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -145,7 +140,7 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
             ex, et = factor[x], factor[t]
             mine[f"seen{2 * k}"] = agg(f"bool_or({ex} > 0)") if ex else ""
             mine[f"seen{2 * k + 1}"] = agg(f"bool_or({et} - {ex} > 0)" if ex else f"bool_or({et} > 0)") if et else ""
-        for k, (x, y) in enumerate(_PRODUCTS):
+        for k, (x, y) in enumerate(PRODUCTS):
             fx, fy = factor[x], factor[y]
             if fx is None or fy is None or (m.exclusive and {x, y} == {"a", "b"}):
                 mine[f"p{k}"] = ""
@@ -195,7 +190,7 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                 return picked
 
             seen = np.vstack([pick(f"seen{k}").astype(bool) for k in range(4)]).reshape(4, -1)
-            iid = np.array([float(pick(f"p{k}").astype(float).sum()) for k in range(len(_PRODUCTS))])
+            iid = np.array([float(pick(f"p{k}").astype(float).sum()) for k in range(len(PRODUCTS))])
             a, ta, b, tb = (pick(x).astype(float) for x in ("a", "ta", "b", "tb"))
             strata = np.full(size, "", dtype=str)
             out[g][name] = PairedSums.from_clusters(strata, a, ta, b, tb, pairs=int(pick("n").sum()), seen=seen,

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.counted import Counted, counted_rows
-from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.difference import PairedSums, StratumSums
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.frames import Rows
 from delta_eval.metrics.multiplicity import adjust
@@ -47,7 +47,7 @@ class StratumDecision(BaseModel):
     small: bool
 
 
-def p_worse(sums: PairedSums, bound: float) -> float:
+def p_worse(sums: PairedSums | StratumSums, bound: float) -> float:
     """One-sided p-value of H0 "win rate >= bound" against "below it": the smallest one-sided level at which the
     interval's upper bound is below ``bound`` (1 when the estimate is not below it).
 
@@ -93,7 +93,7 @@ def by_stratum(
     ``alpha`` defaults to ``(1 - confidence) / 2``. ``verdicts`` may name a table or view of the DuckDB connection
     ``con``; ``counted``: its pairs already counted by ``key`` under the same estimand (not counted again)."""
     e = Estimand(**estimand)
-    groups = counted if counted is not None else counted_rows(verdicts, e, by=key, con=con)
+    groups = counted if counted is not None else counted_rows(verdicts, e, by=key, con=con, per_conversation=False)
     names = sorted(groups)
     parts = [groups[name] for name in names]
     level = (1 - confidence) / 2 if alpha is None else alpha

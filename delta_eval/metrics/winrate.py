@@ -121,8 +121,8 @@ def win_rate(
     ``conversation_id``, ``stratum``, ``error_side``): an Arrow table, a DuckDB relation, a DataFrame or mappings.
     ``over``, ``weighted``, ``soft`` and ``errors`` are the estimand (:mod:`delta_eval.metrics.estimand`)."""
     e = Estimand(over=over, weighted=weighted, soft=soft, errors=errors)
-    return win_rate_of(counted_rows(verdicts, e)[""], e, method=method, confidence=confidence, resamples=resamples,
-                       seed=seed, stratum=stratum)  # fmt: skip
+    c = counted_rows(verdicts, e, per_conversation=method == "bootstrap")[""]
+    return win_rate_of(c, e, method=method, confidence=confidence, resamples=resamples, seed=seed, stratum=stratum)
 
 
 def win_rate_of(
@@ -156,10 +156,11 @@ def win_rate_of(
         half = normal_quantile(confidence) * se
         lo, hi = max(0.0, estimate - half), min(1.0, estimate + half)
     elif chosen == "bootstrap":
+        sw, ww = c.bootstrap_sums()  # per conversation: only the bootstrap needs them
+        strata = c.sums.strata
         # conversations sorted by name, as the bootstrap of per-pair scores draws them
-        order = np.argsort(c.clusters, kind="stable")
-        sw, ww = c.bootstrap_sums()
-        lo, hi = cluster_bootstrap_interval(sw[order], ww[order], c.sums.strata[order].tolist(),
+        order = np.argsort(np.asarray(c.clusters, dtype=str), kind="stable")
+        lo, hi = cluster_bootstrap_interval(sw[order], ww[order], strata[order].tolist(),
                                             confidence=confidence, resamples=resamples, seed=seed)  # fmt: skip
     else:
         raise ValueError(f"unknown interval method {method!r}; one of auto, cluster, bootstrap, wilson, iid")
@@ -194,5 +195,5 @@ def win_rates_by(verdicts: Rows, key: str = "stratum", **options: Any) -> list[W
     ``weighted="auto"`` the choice is made once, on all the rows, so every group answers the same question."""
     e = Estimand(**{k: v for k, v in options.items() if k in ("over", "soft", "errors", "weighted")})
     rest = {k: v for k, v in options.items() if k not in ("over", "soft", "errors", "weighted")}
-    groups = counted_rows(verdicts, e, by=key, null="None")
+    groups = counted_rows(verdicts, e, by=key, null="None", per_conversation=rest.get("method") == "bootstrap")
     return [win_rate_of(c, e, stratum=name, **rest) for name, c in sorted(groups.items())]
