@@ -385,6 +385,8 @@ async def execute(
     failure: str | None = None
     sharded = _Sharded()
     try:
+        if stages.candidates and executor is not None:
+            executor.prepare()  # its workers start while this process samples
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
             await anyio.to_thread.run_sync(_record_estimate, c, source, sample, session, stages.notes)
@@ -407,6 +409,8 @@ async def execute(
         raise
     finally:
         with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
+            if executor is not None:
+                executor.release()
             await pool.aclose()
             if batches is not None:
                 batches.close()

@@ -3,6 +3,7 @@ gap when several writers commit into one folder, resuming pays for nothing twice
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,28 @@ def test_a_run_over_processes_gives_the_verdicts_of_a_one_process_run(tmp_path: 
     )
     assert result.status == "completed"
     assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Path) -> None:
+    """ProcessExecutor starts its workers while the session samples (prepare); a worker that gets no shard (fewer
+    conversations than workers), and every worker of a run that ends before its shards ran, ends with the run."""
+    executor = de.ProcessExecutor(3)
+    two = list(demo_conversations())[:2]
+    de.run(_config(tmp_path / "one"), conversations=two, progress=False)
+    result = de.run(_config(tmp_path / "procs"), conversations=two, progress=False, executor=executor)
+    assert result.status == "completed"
+    assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
+    assert executor._ready == []
+    assert multiprocessing.active_children() == []
+
+    executor.prepare()
+    workers = [process for process, _ in executor._ready]
+    assert len(workers) == 3
+    assert all(p.is_alive() for p in workers)
+    executor.release()
+    assert executor._ready == []
+    assert not any(p.is_alive() for p in workers)
 
 
 def test_a_reset_removes_live_counters_a_killed_session_left_and_nothing_else(tmp_path: Path) -> None:

@@ -76,6 +76,14 @@ class Executor(ABC):
     def shard_count(self) -> int:
         """How many shards to cut the session into (at least one)."""
 
+    def prepare(self) -> None:  # noqa: B027 - optional hook: most executors have nothing to start early
+        """Start what the shards will run on, while the session samples (the session calls it once its models are
+        built, before it samples). Nothing by default."""
+
+    def release(self) -> None:  # noqa: B027 - optional hook, as prepare
+        """End what :meth:`prepare` started that :meth:`run` did not use (the session ended before its shards
+        ran). Nothing by default."""
+
     def batch_numbers(self) -> Callable[[int], int] | None:
         """How the shards of a run in an object store number their batches when they may run on machines that
         share no file system with the session: each shard then works in a working copy of its own (see

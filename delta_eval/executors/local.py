@@ -8,8 +8,11 @@ commit its finished pairs before it ends.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import multiprocessing
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
@@ -68,8 +71,16 @@ class InProcessExecutor(Executor):
         return sorted(reports, key=lambda r: r.index)
 
 
-def _child(shard: Shard, conn: Connection) -> None:
-    """A worker process: run the shard, send its report (or its error) back."""
+def _child(conn: Connection, modules: list[str]) -> None:
+    """A worker process: import what its shard will run on, wait for the shard, run it and send its report (or its
+    error) back; then end at once (everything the shard wrote is closed and committed by then)."""
+    for name in modules:
+        with contextlib.suppress(Exception):  # a module that fails to import fails the shard itself, said there
+            importlib.import_module(name)
+    try:
+        shard: Shard = conn.recv()
+    except EOFError:  # the session ended before it had a shard for this worker
+        return
     try:
         conn.send(("ok", run_shard(shard)))
     except BaseException as exc:
@@ -77,11 +88,26 @@ def _child(shard: Shard, conn: Connection) -> None:
         conn.send(("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", text[:2000]))
     finally:
         conn.close()
+    # The interpreter's teardown (freeing every object of the shard) is work the session would wait for.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _warm_modules() -> list[str]:
+    """What a worker imports before its shard arrives: the shard's code, and the adapters (with their SDKs and
+    transports) this process's models were built on: the shard builds the same models."""
+    adapters = sorted(name for name in sys.modules if name.startswith("delta_eval.adapters."))
+    transports = [name for name in ("uvloop", "aiohttp") if name in sys.modules]
+    return ["delta_eval.executors.shard", *transports, *adapters]
 
 
 @dataclass(frozen=True)
 class ProcessExecutor(Executor):
     """One process per shard on this machine, ``workers`` of them (default: one per core).
+
+    The processes start while the session samples (:meth:`prepare`) and import what a shard runs on meanwhile;
+    each gets its shard when the sample is cut. One session at a time per executor.
 
     Example::
 
@@ -89,24 +115,61 @@ class ProcessExecutor(Executor):
     """
 
     workers: int | None = None
+    #: The processes started by :meth:`prepare` and not yet given a shard, each with its end of a duplex pipe.
+    _ready: list[tuple[Any, Connection]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def shard_count(self) -> int:
         """``workers``, or the number of cores."""
         return max(1, self.workers or os.cpu_count() or 1)
 
-    async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:
-        """Start a process per shard and wait for every report; on cancellation, stop them (each commits first)."""
+    def prepare(self) -> None:
+        """Start a worker process per shard now (``spawn``: a fresh interpreter each), so that their start-up and
+        imports overlap the session's sampling."""
+        self.release()
+        self._ready.extend(self._start(self.shard_count()))
+
+    def release(self) -> None:
+        """End the workers :meth:`prepare` started that got no shard: their pipe closed, each ends by itself."""
+        idle, self._ready[:] = list(self._ready), []
+        for _, conn in idle:
+            conn.close()
+        for process, _ in idle:
+            process.join(5)
+            if process.is_alive():
+                process.terminate()
+
+    @staticmethod
+    def _start(n: int) -> list[tuple[Any, Connection]]:
         ctx = multiprocessing.get_context("spawn")
+        modules = _warm_modules()
+        started = []
+        for _ in range(n):
+            # Only the pipe and module names go to the process at its start (a shard is sent once it waits for
+            # it): start() does not block on a child that reads a large shard while it still imports.
+            mine, theirs = ctx.Pipe(duplex=True)
+            process = ctx.Process(target=_child, args=(theirs, modules), daemon=True)
+            process.start()
+            theirs.close()
+            started.append((process, mine))
+        return started
+
+    async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:
+        """Give each shard to a worker (started now where :meth:`prepare` did not) and wait for every report; on
+        cancellation, stop them (each commits first)."""
         split = SplitLimiters(len(shards))
         started: list[tuple[Any, Connection]] = []
         try:
-            for shard in shards:
-                mine, theirs = ctx.Pipe(duplex=False)
-                process = ctx.Process(target=_child, args=(replace(shard, limiters=split), theirs), daemon=True)
-                process.start()
-                theirs.close()
-                started.append((process, mine))
+            taken = min(len(shards), len(self._ready))
+            started, self._ready[:taken] = self._ready[:taken], []
+            self.release()  # more workers prepared than there are shards (fewer conversations than workers)
+            started += self._start(len(shards) - len(started))
             results: dict[int, tuple[str, Any]] = {}
+
+            async def give(k: int, shard: Shard, conn: Connection) -> None:
+                # Each on its own thread: a send blocks until the worker has read the shard. A worker that died
+                # before it did is reported by wait().
+                with contextlib.suppress(OSError):
+                    await anyio.to_thread.run_sync(conn.send, replace(shard, limiters=split), abandon_on_cancel=True)
 
             async def wait(k: int, process: Any, conn: Connection) -> None:
                 # Polled, not a blocking recv: a process that dies before it took its end of the pipe leaves no
@@ -121,7 +184,8 @@ class ProcessExecutor(Executor):
                     results[k] = ("failed", f"its worker process died (exit code {process.exitcode})")
 
             async with anyio.create_task_group() as tg:
-                for k, (process, conn) in enumerate(started):
+                for k, ((process, conn), shard) in enumerate(zip(started, shards, strict=True)):
+                    tg.start_soon(give, k, shard, conn)
                     tg.start_soon(wait, k, process, conn)
         except BaseException:
             for process, _ in started:
