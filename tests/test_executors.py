@@ -16,7 +16,7 @@ from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.executors import live
 from delta_eval.executors.base import SplitLimiters, deal
 from delta_eval.progress import RunProgress
-from delta_eval.schema import Verdict
+from delta_eval.schema import Conversation, Message, ToolCall, Verdict
 from delta_eval.store.folder import RunFolder
 
 
@@ -193,6 +193,34 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     executor.release()
     assert executor._ready == []
     assert not any(p.is_alive() for p in workers)
+
+
+def _turn_with_tools(k: int, rounds: int) -> list[Message]:
+    out = [Message(role="user", content=f"question {k}")]
+    for r in range(rounds):
+        call = ToolCall(id=f"c{k}-{r}", name="look_up", arguments="{}")
+        out += [Message(role="assistant", tool_calls=(call,)), Message(role="tool", tool_call_id=call.id, content="x")]
+    return [*out, Message(role="assistant", content=f"answer {k}")]
+
+
+def test_conversations_are_dealt_to_shards_by_their_recorded_calls_not_their_pairs(tmp_path: Path) -> None:
+    """One conversation of one turn with five tool rounds (6 calls a side) and two of two plain turns (2 calls):
+    dealt by pairs, one shard would get 8 calls and the other 2; by calls, 6 and 4."""
+    long = Conversation(id="long", messages=tuple(_turn_with_tools(0, 5)))
+    short = [Conversation(id=f"short{k}", messages=(*_turn_with_tools(1, 0), *_turn_with_tools(2, 0))) for k in (1, 2)]
+    cut: list[list[str]] = []
+
+    class Recording(de.Executor):
+        def shard_count(self) -> int:
+            return 2
+
+        async def run(self, shards: list[Any], limits: dict[str, ModelLimits]) -> list[Any]:
+            cut.extend(sorted(conv.id for _, conv in shard.conversations) for shard in shards)
+            raise de.ShardFailedError("recorded")
+
+    with pytest.raises(de.ShardFailedError, match="recorded"):
+        de.run(_config(tmp_path / "run"), conversations=[long, *short], progress=False, executor=Recording())
+    assert sorted(cut) == [["long"], ["short1", "short2"]]
 
 
 def test_a_reset_removes_live_counters_a_killed_session_left_and_nothing_else(tmp_path: Path) -> None:
