@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +186,10 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
     assert executor._ready == []
     assert multiprocessing.active_children() == []
+    assert forkserver._forkserver._forkserver_pid is None  # type: ignore[attr-defined] # the fork server ended too
 
     executor.prepare()
+    executor._started()  # prepare starts them on a thread
     workers = [process for process, _ in executor._ready]
     assert len(workers) == 3
     assert all(p.is_alive() for p in workers)
