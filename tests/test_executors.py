@@ -14,7 +14,7 @@ import pytest
 import delta_eval as de
 from delta_eval.adapters.limits import ModelLimiter, ModelLimits
 from delta_eval.demo import demo_config, demo_conversations
-from delta_eval.executors import live
+from delta_eval.executors import live, local
 from delta_eval.executors.base import SplitLimiters, deal
 from delta_eval.progress import RunProgress
 from delta_eval.schema import Conversation, Message, ToolCall, Verdict
@@ -196,6 +196,18 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     executor.release()
     assert executor._ready == []
     assert not any(p.is_alive() for p in workers)
+
+
+def test_the_fork_server_preloads_nothing_where_it_would_import_another_copy_of_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.11's fork server imports what it preloads from the working directory first: a folder holding
+    another ``delta_eval`` would give the workers that copy."""
+    assert local._fork_server_imports_this_package()
+    (tmp_path / "delta_eval").mkdir()
+    (tmp_path / "delta_eval" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert not local._fork_server_imports_this_package()
 
 
 def _turn_with_tools(k: int, rounds: int) -> list[Message]:

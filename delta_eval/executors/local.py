@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import multiprocessing
 import os
 import sys
@@ -113,9 +114,20 @@ def _context(modules: list[str]) -> ForkServerContext | SpawnContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    # Read by the fork server when it starts (the first worker of this process), ignored after.
-    ctx.set_forkserver_preload(modules)
+    if _fork_server_imports_this_package():
+        # Read by the fork server when it starts (the first worker of this process), ignored after.
+        ctx.set_forkserver_preload(modules)
     return ctx
+
+
+def _fork_server_imports_this_package() -> bool:
+    """Whether the fork server would import this very package: on Python 3.11 it imports what it preloads from its
+    own path (the working directory first, then PYTHONPATH and site-packages), not from this process's. Where that
+    finds another copy, nothing is preloaded: each worker then imports this process's copy on its own, after
+    taking its path (as a spawned one does)."""
+    here = sys.modules["delta_eval"].__spec__
+    there = importlib.machinery.PathFinder.find_spec("delta_eval", [os.getcwd(), *sys.path[1:]])
+    return here is not None and there is not None and here.origin == there.origin
 
 
 def _stop_fork_server() -> None:
