@@ -3,8 +3,8 @@
 :class:`ProcessExecutor` is what uses every core of one machine: one event loop per process, each with its share
 of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`), started from multiprocessing's fork
 server (``spawn`` where there is none; either way the shard, its configuration and a tool simulator of yours must
-pickle) and stopped with SIGTERM, which makes each shard
-commit its finished pairs before it ends.
+pickle) and stopped with SIGTERM, which makes each shard commit its finished pairs before it ends. The fork server
+is this package's for the length of a run: it is stopped (killed) when the run ends.
 """
 
 from __future__ import annotations
