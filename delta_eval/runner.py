@@ -36,7 +36,7 @@ from delta_eval.pipeline import Stages, VerdictCallback, run_stages
 from delta_eval.pricing import total_cost
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer, SupportsReplay
-from delta_eval.replay.points import count_turns
+from delta_eval.replay.points import recorded_calls
 from delta_eval.replay.session import SessionReplayer
 from delta_eval.replay.tools import ToolSimulator
 from delta_eval.replay.user_simulator import UserSimulator
@@ -202,7 +202,12 @@ async def _run_sharded(
     c, p, folder = stages.config, stages.progress, stages.folder
     n = executor.shard_count()  # here, not on a worker thread: Ray connects from the thread that runs the session
     items = await anyio.to_thread.run_sync(lambda: list(iter_selected(stages.source, sample.selected)))
-    sizes = {position: count_turns(conv, greetings=c.replay_greetings) for position, conv in items}
+    # Dealt by the model calls their replays make if they do what was recorded, not by their pairs: a pair's
+    # calls range from one to max_tool_rounds + 1, and the shards should end together.
+    sizes = {
+        position: sum(recorded_calls(point.recorded, c.max_tool_rounds) for point in stages.points_of(conv)[1])
+        for position, conv in items
+    }
     by_position = dict(items)
     each = shard_config(c, n)
     # Shards that may run apart from the session's folder (a Ray run into an object store) number their batches
@@ -385,6 +390,8 @@ async def execute(
     failure: str | None = None
     sharded = _Sharded()
     try:
+        if stages.candidates and executor is not None:
+            executor.prepare()  # its workers start while this process samples
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
             await anyio.to_thread.run_sync(_record_estimate, c, source, sample, session, stages.notes)
@@ -407,6 +414,8 @@ async def execute(
         raise
     finally:
         with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
+            if executor is not None:
+                executor.release()
             await pool.aclose()
             if batches is not None:
                 batches.close()

@@ -3,7 +3,9 @@ gap when several writers commit into one folder, resuming pays for nothing twice
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,10 @@ import pytest
 import delta_eval as de
 from delta_eval.adapters.limits import ModelLimiter, ModelLimits
 from delta_eval.demo import demo_config, demo_conversations
-from delta_eval.executors import live
+from delta_eval.executors import live, local
 from delta_eval.executors.base import SplitLimiters, deal
 from delta_eval.progress import RunProgress
-from delta_eval.schema import Verdict
+from delta_eval.schema import Conversation, Message, ToolCall, Verdict
 from delta_eval.store.folder import RunFolder
 
 
@@ -170,6 +172,70 @@ def test_a_run_over_processes_gives_the_verdicts_of_a_one_process_run(tmp_path: 
     )
     assert result.status == "completed"
     assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Path) -> None:
+    """ProcessExecutor starts its workers while the session samples (prepare); a worker that gets no shard (fewer
+    conversations than workers), and every worker of a run that ends before its shards ran, ends with the run."""
+    executor = de.ProcessExecutor(3)
+    two = list(demo_conversations())[:2]
+    de.run(_config(tmp_path / "one"), conversations=two, progress=False)
+    result = de.run(_config(tmp_path / "procs"), conversations=two, progress=False, executor=executor)
+    assert result.status == "completed"
+    assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
+    assert executor._ready == []
+    assert multiprocessing.active_children() == []
+    assert forkserver._forkserver._forkserver_pid is None  # type: ignore[attr-defined] # the fork server ended too
+
+    executor.prepare()
+    executor._started()  # prepare starts them on a thread
+    workers = [process for process, _ in executor._ready]
+    assert len(workers) == 3
+    assert all(p.is_alive() for p in workers)
+    executor.release()
+    assert executor._ready == []
+    assert not any(p.is_alive() for p in workers)
+
+
+def test_the_fork_server_preloads_nothing_where_it_would_import_another_copy_of_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.11's fork server imports what it preloads from the working directory first: a folder holding
+    another ``delta_eval`` would give the workers that copy."""
+    assert local._fork_server_imports_this_package()
+    (tmp_path / "delta_eval").mkdir()
+    (tmp_path / "delta_eval" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert not local._fork_server_imports_this_package()
+
+
+def _turn_with_tools(k: int, rounds: int) -> list[Message]:
+    out = [Message(role="user", content=f"question {k}")]
+    for r in range(rounds):
+        call = ToolCall(id=f"c{k}-{r}", name="look_up", arguments="{}")
+        out += [Message(role="assistant", tool_calls=(call,)), Message(role="tool", tool_call_id=call.id, content="x")]
+    return [*out, Message(role="assistant", content=f"answer {k}")]
+
+
+def test_conversations_are_dealt_to_shards_by_their_recorded_calls_not_their_pairs(tmp_path: Path) -> None:
+    """One conversation of one turn with five tool rounds (6 calls a side) and two of two plain turns (2 calls):
+    dealt by pairs, one shard would get 8 calls and the other 2; by calls, 6 and 4."""
+    long = Conversation(id="long", messages=tuple(_turn_with_tools(0, 5)))
+    short = [Conversation(id=f"short{k}", messages=(*_turn_with_tools(1, 0), *_turn_with_tools(2, 0))) for k in (1, 2)]
+    cut: list[list[str]] = []
+
+    class Recording(de.Executor):
+        def shard_count(self) -> int:
+            return 2
+
+        async def run(self, shards: list[Any], limits: dict[str, ModelLimits]) -> list[Any]:
+            cut.extend(sorted(conv.id for _, conv in shard.conversations) for shard in shards)
+            raise de.ShardFailedError("recorded")
+
+    with pytest.raises(de.ShardFailedError, match="recorded"):
+        de.run(_config(tmp_path / "run"), conversations=[long, *short], progress=False, executor=Recording())
+    assert sorted(cut) == [["long"], ["short1", "short2"]]
 
 
 def test_a_reset_removes_live_counters_a_killed_session_left_and_nothing_else(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ reports back.
 A shard is a set of whole conversations: every turn of a conversation, the baseline's replay of each point and the
 judging of each of its pairs happen in one shard, so no request is made by two shards (the shards share the run's
 response cache as well, so a shard retried after its worker was killed is answered from it). The conversations are
-dealt to the shards by their number of pairs (the largest first, each to the shard with the fewest pairs so far),
-which the sample fixes, so the cut is the same on every rerun.
+dealt to the shards by the model calls their replays make if they do what was recorded (the largest first, each
+to the shard with the fewest so far), which the sample fixes, so the cut is the same on every rerun.
 """
 
 from __future__ import annotations
@@ -76,6 +76,14 @@ class Executor(ABC):
     def shard_count(self) -> int:
         """How many shards to cut the session into (at least one)."""
 
+    def prepare(self) -> None:  # noqa: B027 - optional hook: most executors have nothing to start early
+        """Start what the shards will run on, while the session samples (the session calls it once its models are
+        built, before it samples). Nothing by default."""
+
+    def release(self) -> None:  # noqa: B027 - optional hook, as prepare
+        """End what :meth:`prepare` started that :meth:`run` did not use (the session ended before its shards
+        ran). Nothing by default."""
+
     def batch_numbers(self) -> Callable[[int], int] | None:
         """How the shards of a run in an object store number their batches when they may run on machines that
         share no file system with the session: each shard then works in a working copy of its own (see
@@ -98,8 +106,9 @@ def shard_config(config: RunConfig, shards: int) -> RunConfig:
 
 
 def deal(sizes: dict[int, int], shards: int) -> list[list[int]]:
-    """Positions of conversations dealt to ``shards`` shards by their ``sizes`` (pairs): the largest first, each to
-    the shard with the fewest pairs so far (the lowest index on a tie); each shard's positions in order.
+    """Positions of conversations dealt to ``shards`` shards by their ``sizes`` (the session gives their recorded
+    model calls): the largest first, each to the shard with the least so far (the lowest index on a tie); each
+    shard's positions in order.
 
     Example:
         >>> deal({0: 5, 1: 1, 2: 3, 3: 3}, 2)
