@@ -265,3 +265,27 @@ def test_a_failed_shard_reaches_the_caller_as_the_executors_own_error(tmp_path: 
     with pytest.raises(de.ShardFailedError, match="boom"):
         de.run(_config(tmp_path / "run"), conversations=demo_conversations(), progress=False, executor=Failing())
     assert de.open_result(tmp_path / "run").status == "failed"
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+@pytest.mark.slow
+def test_a_fork_server_the_program_runs_already_keeps_running_after_the_run(tmp_path: Path) -> None:
+    """The run stops only a fork server it started: one the program's own pools use (the default start method from
+    Python 3.14) is the program's."""
+    ctx = multiprocessing.get_context("forkserver")
+    with ctx.Pool(1) as pool:
+        assert pool.map(_square, [3]) == [9]
+    theirs = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    assert theirs is not None
+    try:
+        result = de.run(_config(tmp_path / "procs"), conversations=list(demo_conversations())[:4], progress=False,
+                        executor=de.ProcessExecutor(2))  # fmt: skip
+        assert result.status == "completed"
+        assert forkserver._forkserver._forkserver_pid == theirs  # type: ignore[attr-defined]
+        with ctx.Pool(1) as pool:  # and it still serves the program
+            assert pool.map(_square, [4]) == [16]
+    finally:
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]

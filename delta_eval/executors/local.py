@@ -3,8 +3,8 @@
 :class:`ProcessExecutor` is what uses every core of one machine: one event loop per process, each with its share
 of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`), started from multiprocessing's fork
 server (``spawn`` where there is none; either way the shard, its configuration and a tool simulator of yours must
-pickle) and stopped with SIGTERM, which makes each shard commit its finished pairs before it ends. The fork server
-is this package's for the length of a run: it is stopped (killed) when the run ends.
+pickle) and stopped with SIGTERM, which makes each shard commit its finished pairs before it ends. A fork server
+the run started is stopped (killed) when the run ends; one the program ran already is left running.
 """
 
 from __future__ import annotations
@@ -114,7 +114,13 @@ def _context(modules: list[str]) -> ForkServerContext | SpawnContext:
     event loop."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver
+
     ctx = multiprocessing.get_context("forkserver")
+    if forkserver._forkserver._forkserver_pid is None:  # type: ignore[attr-defined]
+        # Not running: the first worker starts it, for this run (see _stop_fork_server). One the program runs
+        # already (its own pools', the default start method from Python 3.14) is the program's, left alone.
+        _OURS.add("fork server")
     if _fork_server_imports_this_package():
         # Read by the fork server when it starts (the first worker of this process), ignored after.
         ctx.set_forkserver_preload(modules)
@@ -131,12 +137,18 @@ def _fork_server_imports_this_package() -> bool:
     return here is not None and there is not None and here.origin == there.origin
 
 
+#: Holds "fork server" while multiprocessing's fork server is one this module started (for a run's workers).
+_OURS: set[str] = set()
+
+
 def _stop_fork_server() -> None:
-    """Stop multiprocessing's fork server where it runs: it would outlive the run (a process of its own with the
-    run's modules imported), and once this process has waited for it, every worker's CPU time counts among this
-    process's children's, as a spawned worker's does."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    """Stop multiprocessing's fork server where this module started it: it would outlive the run (a process of its
+    own with the run's modules imported), and once this process has waited for it, every worker's CPU time counts
+    among this process's children's, as a spawned worker's does. A fork server the program ran before the run
+    started its workers is the program's: it keeps running."""
+    if "fork server" not in _OURS:
         return
+    _OURS.discard("fork server")
     from multiprocessing import forkserver
 
     server: Any = forkserver._forkserver
