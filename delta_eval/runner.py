@@ -415,7 +415,8 @@ async def execute(
     finally:
         with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
             if executor is not None:
-                executor.release()
+                with anyio.CancelScope(shield=True):  # off the loop (it joins processes), and even when cancelled
+                    await anyio.to_thread.run_sync(executor.release)
             await pool.aclose()
             if batches is not None:
                 batches.close()

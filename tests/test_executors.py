@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 import delta_eval as de
 from delta_eval.adapters.limits import ModelLimiter, ModelLimits
 from delta_eval.demo import demo_config, demo_conversations
-from delta_eval.executors import live, local
+from delta_eval.executors import live
 from delta_eval.executors.base import SplitLimiters, deal
 from delta_eval.progress import RunProgress
 from delta_eval.schema import Conversation, Message, ToolCall, Verdict
@@ -186,7 +185,6 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
     assert executor._ready == []
     assert multiprocessing.active_children() == []
-    assert forkserver._forkserver._forkserver_pid is None  # type: ignore[attr-defined] # the fork server ended too
 
     executor.prepare()
     executor._started()  # prepare starts them on a thread
@@ -196,18 +194,6 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     executor.release()
     assert executor._ready == []
     assert not any(p.is_alive() for p in workers)
-
-
-def test_the_fork_server_preloads_nothing_where_it_would_import_another_copy_of_the_package(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Python 3.11's fork server imports what it preloads from the working directory first: a folder holding
-    another ``delta_eval`` would give the workers that copy."""
-    assert local._fork_server_imports_this_package()
-    (tmp_path / "delta_eval").mkdir()
-    (tmp_path / "delta_eval" / "__init__.py").write_text("")
-    monkeypatch.chdir(tmp_path)
-    assert not local._fork_server_imports_this_package()
 
 
 def _turn_with_tools(k: int, rounds: int) -> list[Message]:
@@ -265,27 +251,3 @@ def test_a_failed_shard_reaches_the_caller_as_the_executors_own_error(tmp_path: 
     with pytest.raises(de.ShardFailedError, match="boom"):
         de.run(_config(tmp_path / "run"), conversations=demo_conversations(), progress=False, executor=Failing())
     assert de.open_result(tmp_path / "run").status == "failed"
-
-
-def _square(x: int) -> int:
-    return x * x
-
-
-@pytest.mark.slow
-def test_a_fork_server_the_program_runs_already_keeps_running_after_the_run(tmp_path: Path) -> None:
-    """The run stops only a fork server it started: one the program's own pools use (the default start method from
-    Python 3.14) is the program's."""
-    ctx = multiprocessing.get_context("forkserver")
-    with ctx.Pool(1) as pool:
-        assert pool.map(_square, [3]) == [9]
-    theirs = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    assert theirs is not None
-    try:
-        result = de.run(_config(tmp_path / "procs"), conversations=list(demo_conversations())[:4], progress=False,
-                        executor=de.ProcessExecutor(2))  # fmt: skip
-        assert result.status == "completed"
-        assert forkserver._forkserver._forkserver_pid == theirs  # type: ignore[attr-defined]
-        with ctx.Pool(1) as pool:  # and it still serves the program
-            assert pool.map(_square, [4]) == [16]
-    finally:
-        forkserver._forkserver._stop()  # type: ignore[attr-defined]

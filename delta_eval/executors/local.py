@@ -1,26 +1,24 @@
 """Executors on this machine: the shards as tasks of this process's event loop, or one process per core.
 
 :class:`ProcessExecutor` is what uses every core of one machine: one event loop per process, each with its share
-of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`), started from multiprocessing's fork
-server (``spawn`` where there is none; either way the shard, its configuration and a tool simulator of yours must
-pickle) and stopped with SIGTERM, which makes each shard commit its finished pairs before it ends. A fork server
-the run started is stopped (killed) when the run ends; one the program ran already is left running.
+of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`), started with ``spawn`` (so the shard,
+its configuration and a tool simulator of yours must pickle) while the session samples, and stopped with SIGTERM,
+which makes each shard commit its finished pairs before it ends. Spawned, not forked from a fork server: a fork
+server is one per program (a run could not stop it without stopping the program's own pools, and its workers
+would get its environment of when it started, not the session's API keys of now).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.machinery
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
 import anyio
@@ -79,12 +77,12 @@ class InProcessExecutor(Executor):
 def _child(conn: Connection, modules: list[str]) -> None:
     """A worker process: import what its shard will run on, wait for the shard, run it and send its report (or its
     error) back; then end at once (everything the shard wrote is closed and committed by then)."""
-    for name in modules:
-        with contextlib.suppress(Exception):  # a module that fails to import fails the shard itself, said there
-            importlib.import_module(name)
     try:
+        for name in modules:
+            with contextlib.suppress(Exception):  # a module that fails to import fails the shard itself, said there
+                importlib.import_module(name)
         shard: Shard = conn.recv()
-    except EOFError:  # the session ended before it had a shard for this worker
+    except (EOFError, KeyboardInterrupt):  # the session ended (or was interrupted) before it had a shard for it
         return
     try:
         conn.send(("ok", run_shard(shard)))
@@ -93,7 +91,10 @@ def _child(conn: Connection, modules: list[str]) -> None:
         conn.send(("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", text[:2000]))
     finally:
         conn.close()
-    # The interpreter's teardown (freeing every object of the shard) is work the session would wait for.
+    # The interpreter's teardown (freeing every object of the shard) is work the session would wait for: ended at
+    # once, once what may still be buffered (output, log handlers) is out.
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -105,59 +106,6 @@ def _warm_modules() -> list[str]:
     adapters = sorted(name for name in sys.modules if name.startswith("delta_eval.adapters."))
     transports = [name for name in ("uvloop", "aiohttp") if name in sys.modules]
     return ["delta_eval.executors.shard", *transports, *adapters]
-
-
-def _context(modules: list[str]) -> ForkServerContext | SpawnContext:
-    """Where workers come from: forked from multiprocessing's fork server where the platform has one (a process
-    started once, that imports ``modules`` once: each worker then starts with them imported, instead of importing
-    them on its own, ~1.2 s of CPU each), else spawned. Never forked from this process: it runs threads and an
-    event loop."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    from multiprocessing import forkserver
-
-    ctx = multiprocessing.get_context("forkserver")
-    if forkserver._forkserver._forkserver_pid is None:  # type: ignore[attr-defined]
-        # Not running: the first worker starts it, for this run (see _stop_fork_server). One the program runs
-        # already (its own pools', the default start method from Python 3.14) is the program's, left alone.
-        _OURS.add("fork server")
-    if _fork_server_imports_this_package():
-        # Read by the fork server when it starts (the first worker of this process), ignored after.
-        ctx.set_forkserver_preload(modules)
-    return ctx
-
-
-def _fork_server_imports_this_package() -> bool:
-    """Whether the fork server would import this very package: on Python 3.11 it imports what it preloads from its
-    own path (the working directory first, then PYTHONPATH and site-packages), not from this process's. Where that
-    finds another copy, nothing is preloaded: each worker then imports this process's copy on its own, after
-    taking its path (as a spawned one does)."""
-    here = sys.modules["delta_eval"].__spec__
-    there = importlib.machinery.PathFinder.find_spec("delta_eval", [os.getcwd(), *sys.path[1:]])
-    return here is not None and there is not None and here.origin == there.origin
-
-
-#: Holds "fork server" while multiprocessing's fork server is one this module started (for a run's workers).
-_OURS: set[str] = set()
-
-
-def _stop_fork_server() -> None:
-    """Stop multiprocessing's fork server where this module started it: it would outlive the run (a process of its
-    own with the run's modules imported), and once this process has waited for it, every worker's CPU time counts
-    among this process's children's, as a spawned worker's does. A fork server the program ran before the run
-    started its workers is the program's: it keeps running."""
-    if "fork server" not in _OURS:
-        return
-    _OURS.discard("fork server")
-    from multiprocessing import forkserver
-
-    server: Any = forkserver._forkserver
-    if server._forkserver_pid is not None:
-        # Killed, not asked to end: its workers have ended (each reaped by it) and it holds nothing to save, while
-        # its interpreter's teardown (every module of the run) took ~0.3 s the session waited for.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(server._forkserver_pid, signal.SIGKILL)
-    server._stop()  # closes its end of the pipe that keeps it alive, and waits for it (the module's own tests use it)
 
 
 @dataclass(frozen=True)
@@ -183,8 +131,8 @@ class ProcessExecutor(Executor):
         return max(1, self.workers or os.cpu_count() or 1)
 
     def prepare(self) -> None:
-        """Start a worker process per shard now, on a thread of its own (a worker from the fork server waits for
-        the server to be up), so that their start-up overlaps the session's sampling."""
+        """Start a worker process per shard now, on a thread of its own (starting a process blocks until it runs),
+        so that their start-up (each imports what its shard runs on) overlaps the session's sampling."""
         self.release()
         modules = _warm_modules()  # here: what this process's models imported
 
@@ -203,8 +151,7 @@ class ProcessExecutor(Executor):
         self._starting.clear()
 
     def release(self) -> None:
-        """End the workers :meth:`prepare` started that got no shard (their pipe closed, each ends by itself), and
-        the fork server."""
+        """End the workers :meth:`prepare` started that got no shard (their pipe closed, each ends by itself)."""
         self._started()
         idle, self._ready[:] = list(self._ready), []
         for _, conn in idle:
@@ -213,11 +160,10 @@ class ProcessExecutor(Executor):
             process.join(5)
             if process.is_alive():
                 process.terminate()
-        _stop_fork_server()
 
     @staticmethod
     def _start(n: int, modules: list[str]) -> list[tuple[Any, Connection]]:
-        ctx = _context(modules)
+        ctx = multiprocessing.get_context("spawn")  # never forked: this process runs threads and an event loop
         started = []
         for _ in range(n):
             # Only the pipe and module names go to the process at its start (a shard is sent once it waits for
