@@ -305,6 +305,10 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
         counts = run(_COUNTS.format(group=group, counted=where, side=side, extra=extra),
                      lambda sql: fetch_table(db, sql).to_pydict())  # fmt: skip
         counts_rows = list(zip(*(counts[c] for c in ("grp", "outcome", "lost", "n")), strict=True))
+        if by and not per_conversation and {None, null} <= {g for g, *_ in counts_rows}:
+            # The null group named as a real one: the two are one group, whose sums per stratum the query (taking
+            # each group's rates) cannot give; added up per conversation, as the rows path does.
+            per_conversation = True
         if auto:
             weighted = _vary(max((x for x in counts["w_hi"] if x is not None), default=None),
                              min((x for x in counts["w_lo"] if x is not None), default=None))  # fmt: skip
@@ -453,7 +457,7 @@ def _stratum_counted(rows: list[tuple[Any, ...]], index: dict[str, int], counts:
 
 def _exact_residuals(row: tuple[Any, ...], index: dict[str, int], ra: float, rb: float, m: int) -> list[float]:
     """A stratum's sums of the residuals ``u = a - A t`` and ``v = b - B t`` and their squares and product about
-    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (:data:`_EXACT`), in exact
+    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (``_RESIDUALS[True]``), in exact
     arithmetic and rounded once."""
     if m == 0:
         return [0.0] * 5

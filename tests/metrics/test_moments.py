@@ -139,3 +139,20 @@ def test_counted_per_stratum_is_counted_per_conversation(table: pa.Table, e: Est
             y.counts, y.error_losses, y.weighted, y.pairs, y.none_won, y.sign_counts())  # fmt: skip
         _close(x.sums.difference(), y.sums.difference())
         _close(x.sums.difference(0.9, scale=3.0), y.sums.difference(0.9, scale=3.0))
+
+
+def test_a_null_group_named_as_a_real_one_is_one_group() -> None:
+    """Rows with a null stratum and rows whose stratum is the null's name (``""`` for the decision, ``"None"`` for
+    the win rate by stratum) are one group, counted per stratum as per conversation."""
+    outcomes = ["candidate", "baseline", "tie", "candidate", "candidate", "baseline"] * 4
+    rows = [{"pair_id": f"p{i}", "outcome": o, "conversation_id": f"c{i % 9}", "stratum": [None, "", "a"][i % 3]}
+            for i, o in enumerate(outcomes)]  # fmt: skip
+    table = pa.Table.from_pylist(rows)
+    per_stratum = counted(table, Estimand(), by="stratum", null="", per_conversation=False)
+    per_conversation = counted(table, Estimand(), by="stratum", null="")
+    assert per_stratum.keys() == per_conversation.keys() == {"", "a"}
+    for name, x in per_stratum.items():
+        y = per_conversation[name]
+        assert (x.counts, x.pairs, x.sign_counts()) == (y.counts, y.pairs, y.sign_counts())
+        _close(x.sums.difference(), y.sums.difference())
+    assert per_stratum[""].pairs == 16
