@@ -33,10 +33,11 @@ __all__ = [
     "post_options",
 ]
 
-#: How the adapters call the SDK: ``client.post()`` with the body built here, authenticated as the typed methods
-#: are. The typed ``create()`` first walks the whole body against its parameter types (``maybe_transform``), which
-#: costs several milliseconds of CPU per call on agent-sized contexts and changes nothing for plain JSON; the
-#: request, authentication, Azure's routing, errors and the typed response are the SDK's either way.
+#: How the adapters call the SDK: its ``client.request()`` with the options ``client.post()`` would make (see
+#: :func:`post_options`) and the body built here, authenticated as the typed methods are. The typed ``create()``
+#: first walks the whole body against its parameter types (``maybe_transform``), which costs several milliseconds
+#: of CPU per call on agent-sized contexts and changes nothing for plain JSON; the request, authentication, Azure's
+#: routing, errors and the typed response are the SDK's either way.
 REQUEST_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}, "headers": JSON_HEADERS}
 
 #: The options of a POST to each path, as ``client.post(path, options=REQUEST_OPTIONS)`` makes them: made once.
