@@ -6,9 +6,9 @@ reads, whether a query engine computed the sums over a million verdicts or they 
 (:func:`~delta_eval.metrics.estimand.sql_contribution`), so no pair becomes a Python object;
 :meth:`~delta_eval.metrics.estimand.Components.counted` gives the same sums from rows already in memory (a property
 test holds the two to the same numbers). With ``per_conversation=False`` DuckDB adds the conversations up per
-stratum too, so one row per stratum reaches Python (:class:`~delta_eval.metrics.difference.StratumSums`: what the
-win rate, the decision and the summary read; the row per conversation is for the cluster bootstrap, which
-resamples conversations).
+stratum too (hard outcomes, unweighted), so one row per stratum reaches Python
+(:class:`~delta_eval.metrics.difference.StratumSums`: what the win rate, the decision and the summary read; the row
+per conversation is for weighted or soft sums and the cluster bootstrap, which resamples conversations).
 
 Example:
     >>> import pyarrow as pa
@@ -164,10 +164,10 @@ _SPREAD = ", max({w}) FILTER (WHERE {counted}) AS w_hi, min({w}) FILTER (WHERE {
 
 # The sums per conversation (and group) of the queries above (each conversation in the largest stratum it has, as
 # the rows path puts it) added up per stratum, over each group and, for the total, over every row (``whole``, each
-# conversation's rows of every group added up): per stratum, what StratumSums reads, the residuals at the rates of
-# the group (a sum over its conversations: a window over them cost several times more) and their squares about
-# the stratum's mean (``_RESIDUALS``). A conversation counts in the interval where it has units (``wt > 0``); the
-# sign test reads every conversation's balance.
+# conversation's rows of every group added up): per stratum, what StratumSums reads, the exact sums the residuals
+# at the group's rates and their squares about the stratum's mean are expanded from (``_RESIDUALS``). A
+# conversation counts in the interval where it has units (``wt > 0``); the sign test reads every conversation's
+# balance.
 _MERGED = {
     False: "SELECT 0 AS whole, * FROM clusters",
     True: """SELECT 0 AS whole, * FROM clusters
@@ -189,37 +189,18 @@ SELECT whole, grp, st, count(*) FILTER (WHERE keep) AS m, sum(n) AS n, count(*) 
        sum(aa) AS aa, sum("at") AS "at", sum(tt) AS tt, sum(bb) AS bb, sum(bt) AS bt, sum(ab) AS ab, {squares}
 FROM resid GROUP BY whole, grp, st
 """.replace("{tie}", repr(BALANCED))
-_RESIDUALS = {
-    # Sums of floats: the residuals at the group's rates, their squares about the stratum's means from var_pop and
-    # covar_pop (numerically stable).
-    False: (
-        """rates AS (
-    SELECT whole, grp, sum(wt) AS units, coalesce(sum(wa) / nullif(sum(wt), 0), 0) AS ra,
-           coalesce(sum(wb) / nullif(sum(wt), 0), 0) AS rb
-    FROM merged GROUP BY whole, grp
-),
-resid AS (
-    SELECT m.*, units, ra, rb, wa - ra * wt AS u, wb - rb * wt AS v, wt > 0 AS keep
-    FROM merged m JOIN rates r ON r.whole = m.whole AND r.grp IS NOT DISTINCT FROM m.grp
-)""",
-        """any_value(units) AS units, any_value(ra) AS ra, any_value(rb) AS rb,
-       sum(u) FILTER (WHERE keep) AS su, sum(v) FILTER (WHERE keep) AS sv,
-       var_pop(u) FILTER (WHERE keep) * count(*) FILTER (WHERE keep) AS uu,
-       var_pop(v) FILTER (WHERE keep) * count(*) FILTER (WHERE keep) AS vv,
-       covar_pop(u, v) FILTER (WHERE keep) * count(*) FILTER (WHERE keep) AS uv""",
-    ),
-    # Hard outcomes unweighted: each conversation's sums are counts, and so are the sums of them and of their
-    # products (exact as DOUBLE below 2**53, in any order): _exact_residuals expands the squares from those in exact
-    # arithmetic, the same to the last bit whatever order DuckDB added them in (float residuals would not be).
-    True: (
-        "resid AS (SELECT *, wt > 0 AS keep FROM merged)",
-        """sum(wt) AS units, sum(wa) AS a_all, sum(wb) AS b_all,
+# The residuals and their squares per stratum (hard outcomes, unweighted: see counted): each conversation's sums
+# are counts, and so are the sums of them and of their products (exact as DOUBLE below 2**53, in any order):
+# _exact_residuals expands the squares from those in exact arithmetic, the same to the last bit whatever order
+# DuckDB added them in (float residuals would not be).
+_RESIDUALS = (
+    "resid AS (SELECT *, wt > 0 AS keep FROM merged)",
+    """sum(wt) AS units, sum(wa) AS a_all, sum(wb) AS b_all,
        sum(wa) FILTER (WHERE keep) AS s_a, sum(wt) FILTER (WHERE keep) AS s_t, sum(wb) FILTER (WHERE keep) AS s_b,
        sum(wa * wa) FILTER (WHERE keep) AS q_aa, sum(wa * wt) FILTER (WHERE keep) AS q_at,
        sum(wt * wt) FILTER (WHERE keep) AS q_tt, sum(wb * wb) FILTER (WHERE keep) AS q_bb,
        sum(wb * wt) FILTER (WHERE keep) AS q_bt, sum(wa * wb) FILTER (WHERE keep) AS q_ab""",
-    ),
-}
+)
 
 
 def _weight(has_weight: bool) -> str:
@@ -256,9 +237,11 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     in that DuckDB connection (a run's ``verdicts`` view: read straight from its Parquet files). ``total``, when
     given, receives the counted pairs over every row under ``""`` (see :func:`counted_with_total`).
 
-    ``per_conversation=False``: DuckDB adds the conversations up per stratum too, and each :class:`Counted` holds
-    :class:`~delta_eval.metrics.difference.StratumSums` (the same intervals and sign test, a row per stratum
-    reaching Python) instead of a row per conversation; what only the cluster bootstrap needs."""
+    ``per_conversation=False``: for hard outcomes unweighted, DuckDB adds the conversations up per stratum too, and
+    each :class:`Counted` holds :class:`~delta_eval.metrics.difference.StratumSums` (the same intervals and sign
+    test, a row per stratum reaching Python) instead of a row per conversation (what only the cluster bootstrap
+    needs). Weighted or soft sums stay per conversation: added up in a fixed order, they are the same to the last
+    bit whatever order the rows are stored in."""
     import duckdb
 
     e = estimand or Estimand()
@@ -315,12 +298,17 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
         else:
             weighted = bool(e.weighted)
         w = _weight("weight" in names) if weighted else "1.0::DOUBLE"
+        if weighted or e.soft:
+            # Sums of weights or preferences over a stratum's conversations vary in their last bits with the order
+            # DuckDB adds them in (a resumed run's files are in another order than a fresh run's): per
+            # conversation, numpy adds them in a fixed order, and the same run gives the same figures.
+            per_conversation = True
         clusters = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted]) if not e.soft else _CLUSTERS
         if per_conversation:
             sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, st="st", keys=", st")
         else:
             level = clusters.format(group=group, a=a, b=b, w=w, counted=where, st="max(st) AS st", keys="")
-            residuals, squares = _RESIDUALS[not (weighted or e.soft)]
+            residuals, squares = _RESIDUALS
             sql = _STRATA.format(clusters=level, merged=_MERGED[total is not None], residuals=residuals,
                                  squares=squares)  # fmt: skip
         cols = run(sql, lambda sql: fetch_table(db, sql))
@@ -430,16 +418,11 @@ def _stratum_counted(rows: list[tuple[Any, ...]], index: dict[str, int], counts:
     product = ["".join(sorted(short[p] + short[q])) for p, q in PRODUCTS]
     k = len(rows)
     m = col("m").astype(np.int64)
-    if "q_aa" in index:
-        # Exact sums: the rates from them, as the per-conversation path divides them.
-        units = float(col("units").sum())
-        ra, rb = (float(col(c).sum()) / units if units > 0 else 0.0 for c in ("a_all", "b_all"))
-        residuals = [_exact_residuals(r, index, ra, rb, int(size)) for r, size in zip(rows, m, strict=True)]
-        sums_of, squares_of = np.array([x[:2] for x in residuals]).T, np.array([x[2:] for x in residuals]).T
-    else:
-        # The rates the residuals were taken at, and their units: the same in each row of the group.
-        ra, rb, units = (float(rows[0][index[c]] or 0.0) for c in ("ra", "rb", "units")) if rows else (0.0,) * 3
-        sums_of, squares_of = np.vstack([col("su"), col("sv")]), np.vstack([col("uu"), col("vv"), col("uv")])
+    # Exact sums: the rates from them, as the per-conversation path divides them.
+    units = float(col("units").sum())
+    ra, rb = (float(col(c).sum()) / units if units > 0 else 0.0 for c in ("a_all", "b_all"))
+    residuals = [_exact_residuals(r, index, ra, rb, int(size)) for r, size in zip(rows, m, strict=True)]
+    sums_of, squares_of = np.array([x[:2] for x in residuals]).T, np.array([x[2:] for x in residuals]).T
     sums = StratumSums(
         strata=np.asarray([str(r[index["st"]]) for r in rows], dtype=str),
         clusters=m,
@@ -457,7 +440,7 @@ def _stratum_counted(rows: list[tuple[Any, ...]], index: dict[str, int], counts:
 
 def _exact_residuals(row: tuple[Any, ...], index: dict[str, int], ra: float, rb: float, m: int) -> list[float]:
     """A stratum's sums of the residuals ``u = a - A t`` and ``v = b - B t`` and their squares and product about
-    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (``_RESIDUALS[True]``), in exact
+    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (``_RESIDUALS``), in exact
     arithmetic and rounded once."""
     if m == 0:
         return [0.0] * 5
