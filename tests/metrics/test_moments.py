@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from delta_eval.metrics.counted import counted
 from delta_eval.metrics.difference import PairedSums, StratumSums
 from delta_eval.metrics.estimand import Estimand
+from tests.metrics.test_counted import ESTIMANDS
 
 
 def _close(x: Any, y: Any, path: str = "") -> None:
@@ -112,15 +113,6 @@ def verdicts(draw: Any) -> pa.Table:
             "error_side": draw(st.sampled_from(["baseline", "candidate", "judge"])) if outcome == "error" else None,
         })  # fmt: skip
     return pa.Table.from_pylist(rows, schema=ROWS_SCHEMA)
-
-
-ESTIMANDS = st.builds(
-    Estimand,
-    over=st.sampled_from(["all", "judged"]),
-    soft=st.booleans(),
-    weighted=st.sampled_from([True, False, "auto"]),
-    errors=st.sampled_from(["loss", "exclude"]),
-)
 
 
 @seed(31)
