@@ -290,6 +290,10 @@ class RemoteFolder:
         from delta_eval.store.cache import SQLiteCache
 
         SQLiteCache(self.cache, root=self.local).close()  # the table, the key-version mark
+        # Marked before the rows come in: a copy killed while adding them would otherwise upload them as its own
+        # when swept (see _settled).
+        state["importing"] = True
+        self._save_state(state)
         db = sqlite3.connect(self.cache, timeout=30)
         try:
             for rel in todo:
@@ -306,6 +310,7 @@ class RemoteFolder:
         state["imported"] = sorted(set(state.get("imported", [])) | set(todo))
         if last is not None and last[0] >= int(state.get("cache_rowid", 0)):
             state["cache_rowid"], state["cache_key"] = last
+        del state["importing"]
         self._save_state(state)
 
     # -- working copy to remote ------------------------------------------------------------------------------
@@ -422,7 +427,7 @@ class RemoteFolder:
         """Upload the response cache's rows written since the last upload, as one segment."""
         if self.cache is None or not self.cache.is_file():
             return
-        state = self._cache_state()
+        state = self._settled(self._cache_state())
         since = int(state.get("cache_rowid", 0))
         db = sqlite3.connect(f"file:{self.cache}?mode=ro", uri=True, timeout=30)
         try:
@@ -444,10 +449,43 @@ class RemoteFolder:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         rel = f"{CACHE_DIR}/{uuid.uuid4().hex}.parquet"
+        # Marked before it goes up: a copy killed between the upload and the mark after it would otherwise upload
+        # the same rows again when swept (see _settled).
+        state["pending"] = {"segment": rel, "rowid": rows[-1][0], "key": rows[-1][1]}
+        self._save_state(state)
         self._put(rel, sink.getvalue().to_pybytes())
+        del state["pending"]
         state["cache_rowid"], state["cache_key"] = rows[-1][0], rows[-1][1]
         state["imported"] = [*state.get("imported", []), rel]  # this copy's own rows: never added back
         self._save_state(state)
+
+    def _settled(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` with what a copy killed mid-way left settled: a segment it was uploading that reached the
+        remote counts as uploaded (one that did not is uploaded again with the rows after it), and rows it was
+        adding from the remote's segments count as uploaded (none of them is the copy's own: its own rows went up
+        before the import began, and a killed copy adds none after)."""
+        pending, importing = state.pop("pending", None), state.pop("importing", None)
+        if pending is None and importing is None:
+            return state
+        if pending is not None and self._exists(pending["segment"]):
+            state["cache_rowid"], state["cache_key"] = pending["rowid"], pending["key"]
+            state["imported"] = [*state.get("imported", []), pending["segment"]]
+        if importing is not None and self.cache is not None:
+            db = sqlite3.connect(f"file:{self.cache}?mode=ro", uri=True, timeout=30)
+            try:
+                last = db.execute("SELECT rowid, key FROM responses ORDER BY rowid DESC LIMIT 1").fetchone()
+            finally:
+                db.close()
+            if last is not None and last[0] > int(state.get("cache_rowid", 0)):
+                state["cache_rowid"], state["cache_key"] = last
+        self._save_state(state)
+        return state
+
+    def _exists(self, rel: str) -> bool:
+        try:
+            return bool(self.fs.get_file_info(self._at(rel)).type == pafs.FileType.File)
+        except OSError as exc:
+            raise self._not_read(rel, exc) from None
 
     def _state(self) -> dict[str, Any]:
         try:

@@ -280,6 +280,63 @@ def test_answers_a_killed_session_left_unuploaded_go_up_before_another_machines_
     )  # each answer uploaded once
 
 
+def _copy_with_answers(uri: str, local: Path, keys: list[str]) -> tuple[RemoteFolder, Path]:
+    cache = local / "cache.sqlite"
+    SQLiteCache(cache, root=local).close()
+    remote = RemoteFolder(uri, local, cache=cache)
+    RunFolder(local).mark()
+    remote.sync()
+    with sqlite3.connect(cache) as con:
+        con.executemany("INSERT INTO responses VALUES (?, 'simulated:x', '{}', 0)", [(k,) for k in keys])
+    con.close()
+    return remote, cache
+
+
+def _each_uploaded_once(s3: S3, name: str) -> dict[str, int]:
+    return {k: n for k, n in Counter(s3.cache_keys(name)).items() if n != 1}
+
+
+def test_a_copy_killed_between_an_upload_and_its_mark_is_not_uploaded_twice_when_swept(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = s3.uri("between")
+    killed, cache = _copy_with_answers(uri, tmp_path / "killed", ["paid-1", "paid-2"])
+    put = killed._put
+
+    def put_then_die(rel: str, data: bytes) -> None:
+        put(rel, data)
+        raise KeyboardInterrupt  # killed as the segment landed, before the copy marked it uploaded
+
+    monkeypatch.setattr(killed, "_put", put_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        killed._push_cache()
+    RemoteFolder(uri, tmp_path / "killed", cache=cache).cache_written()  # the sweep of the killed copy
+    assert sorted(s3.cache_keys("between")) == ["paid-1", "paid-2"]
+
+
+def test_a_copy_killed_while_adding_the_remotes_answers_does_not_upload_them_as_its_own(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = s3.uri("adding")
+    other, _ = _copy_with_answers(uri, tmp_path / "other", ["paid-elsewhere"])
+    other._push_cache()
+    killed, cache = _copy_with_answers(uri, tmp_path / "killed", [])
+    save = killed._save_state
+
+    def die_at_the_last_mark(state: dict[str, Any]) -> None:
+        if "importing" in state or not state.get("imported"):
+            save(state)  # the marks before the rows come in
+            return
+        raise KeyboardInterrupt  # killed with the rows in, before the mark after them
+
+    monkeypatch.setattr(killed, "_save_state", die_at_the_last_mark)
+    with pytest.raises(KeyboardInterrupt):
+        killed.pull()
+    assert _keys(cache) == {"paid-elsewhere"}
+    RemoteFolder(uri, tmp_path / "killed", cache=cache).cache_written()  # the sweep
+    assert _each_uploaded_once(s3, "adding") == {}
+
+
 def test_a_working_copy_deleted_and_pulled_again_takes_the_remotes_answers_and_uploads_its_own(
     s3: S3, tmp_path: Path
 ) -> None:
