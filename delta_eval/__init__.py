@@ -84,11 +84,10 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: every public name,
     from delta_eval.judges.llm import EquivalenceJudge, PairwiseJudge
     from delta_eval.mapping import FieldMapping, Pseudonymize, SourceConfig
     from delta_eval.matching import MatchOptions
-    from delta_eval.metrics.checks import Check
-    from delta_eval.metrics.decision import Decision, DecisionRule, ExitCode, decide
+    from delta_eval.metrics.decision import Decision, ExitCode, decide
     from delta_eval.metrics.estimand import Estimand
-    from delta_eval.metrics.gates import Gate
     from delta_eval.metrics.planning import SamplePlan
+    from delta_eval.metrics.rule import Check, DecisionRule, Gate
     from delta_eval.metrics.score import ScoreWeights
     from delta_eval.metrics.winrate import WinRate
     from delta_eval.pricing import Price, Spend
@@ -182,11 +181,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "delta_eval.judges.llm": ("EquivalenceJudge", "PairwiseJudge"),
     "delta_eval.mapping": ("FieldMapping", "Pseudonymize", "SourceConfig"),
     "delta_eval.matching": ("MatchOptions",),
-    "delta_eval.metrics.checks": ("Check",),
-    "delta_eval.metrics.decision": ("Decision", "DecisionRule", "ExitCode", "decide"),
+    "delta_eval.metrics.decision": ("Decision", "ExitCode", "decide"),
     "delta_eval.metrics.estimand": ("Estimand",),
-    "delta_eval.metrics.gates": ("Gate",),
     "delta_eval.metrics.planning": ("SamplePlan",),
+    "delta_eval.metrics.rule": ("Check", "DecisionRule", "Gate"),
     "delta_eval.metrics.score": ("ScoreWeights",),
     "delta_eval.metrics.winrate": ("WinRate",),
     "delta_eval.pricing": ("Price", "Spend"),

@@ -40,8 +40,7 @@ from delta_eval.exceptions import ConfigError
 from delta_eval.fingerprint import comparable
 from delta_eval.judges.config import Judges
 from delta_eval.mapping import SourceConfig
-from delta_eval.metrics.decision import DecisionRule
-from delta_eval.metrics.gates import Gate
+from delta_eval.metrics.rule import DecisionRule, Gate
 from delta_eval.metrics.score import ScoreWeights
 from delta_eval.pricing import Price
 from delta_eval.redact import describe_invalid, redact_secrets
@@ -151,7 +150,7 @@ class RunConfig(BaseModel):
       the candidate side is named ``candidate``; both sides are replayed independently.
     - ``decision``: how the report and :meth:`~delta_eval.result.RunResult.decision` turn the numbers into
       APPROVED / PARTIAL / REJECTED (the estimate that decides, its margin, gates, your own checks, ...; see
-      :class:`~delta_eval.metrics.decision.DecisionRule`); ``de.plan`` and ``stop_early`` read the same rule.
+      :class:`~delta_eval.metrics.rule.DecisionRule`); ``de.plan`` and ``stop_early`` read the same rule.
     - ``candidates``: several candidates instead of one ``candidate`` (each with its own ``name``: ``candidate-1``,
       ... where none is given). Each turn is replayed once on the baseline and once per candidate, and each
       candidate is judged against the baseline: a pair is (turn, candidate), its id ``conversation#turn~name``.

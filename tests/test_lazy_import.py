@@ -87,6 +87,17 @@ def test_the_version_option_prints_the_installed_version(capsys: pytest.CaptureF
     assert capsys.readouterr().out == f"delta-eval {de.__version__}\n"
 
 
+def test_loading_a_run_s_configuration_imports_neither_the_numerics_nor_the_data_engines() -> None:
+    # Every shard and worker of a run loads its configuration first: its decision rule, gates, checks and sample
+    # are configuration (delta_eval.metrics.rule, sampling's Stratified), not what computes with them.
+    setup = (
+        "import delta_eval.config\nimport delta_eval as de\n"
+        "rule = de.DecisionRule(gates=(de.Gate(metric='error_rate', max=0.01),), checks=(de.Check(name='c', "
+        "tool_called='t'),))\nsample = de.Stratified(n=5)"
+    )
+    assert [m for m in _loaded(setup) if m.startswith(("numpy", "pyarrow", "duckdb"))] == []
+
+
 def test_a_ray_run_s_actors_import_only_the_limiters() -> None:
     # Ray sends an actor's class by its module's path: the actor's process imports that module, and only it.
     from delta_eval.executors import ray_cluster

@@ -36,14 +36,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict
 
-from delta_eval.callables import callable_name, resolve_callable
 from delta_eval.matching import canonical_arguments
 from delta_eval.metrics.frames import Rows, rows_of, to_arrow
+from delta_eval.metrics.rule import REGEX_PREFIX, Check, CheckKind, Predicate
 from delta_eval.schema import Step, ToolCall, ToolResult, TurnOutput
 
 __all__ = [
@@ -58,21 +58,12 @@ __all__ = [
     "check_results",
 ]
 
-#: The kinds of assertion a :class:`Check` makes; each check sets exactly one of these fields.
-CheckKind = Literal["text_matches", "text_not_matches", "tool_called", "tool_not_called", "predicate"]
-_KINDS: tuple[CheckKind, ...] = ("text_matches", "text_not_matches", "tool_called", "tool_not_called", "predicate")
 _SIDES = ("baseline", "candidate")
 #: The columns the declarative checks read; a predicate gets every column.
 _COLUMNS = ("side", "pair_id", "conversation_id", "error", "steps", "final_text")
-_REGEX_PREFIX = "re:"
 _DETAIL_CHARS = 160
 _BATCH_ROWS = 4096
 _MISSING = object()
-
-#: A predicate: takes a :class:`CheckedTurn`, returns ``True``, ``False``, ``None`` or ``(one of those, detail)``.
-#: It serialises as its ``"module:function"`` name. (A serializer in the type, not a ``field_serializer``: the latter
-#: makes pydantic keep the field in ``exclude_defaults`` dumps, and a ``None`` cannot be written to TOML.)
-Predicate = Annotated[Callable[..., Any], PlainSerializer(callable_name, return_type=str)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,88 +112,6 @@ class CheckedTurn:
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """Every tool call of the turn, in order."""
         return self.output.tool_calls
-
-
-class Check(BaseModel):
-    """One of the user's checks (see the module docstring): a ``name`` (gates refer to it as ``check:<name>``), an
-    optional ``description`` for reports, exactly one assertion, and optionally where it applies.
-
-    A predicate serialises as its ``"module:qualname"``, so only a module-level function can be read back from a
-    dump (a lambda or a nested function cannot).
-
-    Example:
-        >>> c = Check(name="economy", tool_called="book_reservation", arguments={"cabin": "economy", "n": "re:^[12]$"},
-        ...           when_recorded_calls="book_reservation")
-        >>> c.kind, c.describe()
-        ('tool_called', "calls book_reservation with {'cabin': 'economy', 'n': 're:^[12]$'}
-        (where production called book_reservation)")
-        >>> Check.model_validate(c.model_dump(mode="json")) == c
-        True
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    # Identifier-like, so that a gate's metric ``check:<name>`` reads unambiguously in configs and reports.
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_\-]*$", max_length=100)
-    description: str = ""
-    text_matches: str | None = None
-    text_not_matches: str | None = None
-    tool_called: str | None = Field(default=None, min_length=1)
-    tool_not_called: str | None = Field(default=None, min_length=1)
-    arguments: dict[str, Any] | None = None
-    predicate: Predicate | None = None
-    when_recorded_calls: str | None = Field(default=None, min_length=1)
-
-    @field_validator("predicate", mode="before")
-    @classmethod
-    def _resolve_predicate(cls, value: Any, info: ValidationInfo) -> Any:
-        # Resolved when the config loads, so a misspelt "module:function" fails before any replay is made.
-        name = info.data.get("name", "?")
-        return None if value is None else resolve_callable(value, f"check {name!r}: predicate")
-
-    @model_validator(mode="after")
-    def _one_valid_assertion(self) -> Check:
-        kinds = [k for k in _KINDS if getattr(self, k) is not None]
-        if len(kinds) != 1:
-            found = ", ".join(kinds) if kinds else "none"
-            raise ValueError(f"check {self.name!r} needs exactly one of {', '.join(_KINDS)} (found: {found})")
-        if self.arguments is not None and kinds[0] not in ("tool_called", "tool_not_called"):
-            raise ValueError(f"check {self.name!r}: arguments only go with tool_called or tool_not_called")
-        for kind in ("text_matches", "text_not_matches"):
-            if (pattern := getattr(self, kind)) is not None:
-                _compile(self.name, kind, pattern)
-        for key, value in (self.arguments or {}).items():
-            if isinstance(value, str) and value.startswith(_REGEX_PREFIX):
-                _compile(self.name, f"arguments[{key!r}]", value[len(_REGEX_PREFIX) :])
-        return self
-
-    @property
-    def kind(self) -> CheckKind:
-        """Which assertion the check makes."""
-        return next(k for k in _KINDS if getattr(self, k) is not None)
-
-    def describe(self) -> str:
-        """One line saying what the check asserts, for reports."""
-        kind = self.kind
-        if kind == "text_matches":
-            out = f"text matches /{self.text_matches}/"
-        elif kind == "text_not_matches":
-            out = f"text does not match /{self.text_not_matches}/"
-        elif kind == "predicate":
-            out = f"predicate {callable_name(self.predicate) if self.predicate else '?'}"
-        else:
-            verb = "calls" if kind == "tool_called" else "does not call"
-            out = f"{verb} {getattr(self, kind)}" + (f" with {self.arguments}" if self.arguments else "")
-        if self.when_recorded_calls is not None:
-            out += f" (where production called {self.when_recorded_calls})"
-        return out
-
-
-def _compile(check: str, what: str, pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"check {check!r}: {what} {pattern!r} is not a valid regular expression ({exc})") from None
 
 
 class CheckResult(BaseModel):
@@ -459,8 +368,8 @@ class _ArgumentMatcher:
     """The ``arguments`` of a tool check, compiled once: canonical values to compare, regexes to search."""
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        self.regexes = {k: re.compile(v[len(_REGEX_PREFIX) :]) for k, v in arguments.items()
-                        if isinstance(v, str) and v.startswith(_REGEX_PREFIX)}  # fmt: skip
+        self.regexes = {k: re.compile(v[len(REGEX_PREFIX) :]) for k, v in arguments.items()
+                        if isinstance(v, str) and v.startswith(REGEX_PREFIX)}  # fmt: skip
         plain = {k: v for k, v in arguments.items() if k not in self.regexes}
         # Canonicalised exactly as a call's arguments are, so the library's tolerances apply to both alike; a key
         # whose canonical form is absent (a null) must be absent or null in the call.

@@ -37,9 +37,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from delta_eval.metrics.checks import Check, check_results
+from delta_eval.metrics.checks import check_results
 from delta_eval.metrics.consistency import Consistency, consistency
 from delta_eval.metrics.counted import Counted, counted_rows, counted_with_total
 from delta_eval.metrics.decision_sql import (
@@ -53,7 +53,7 @@ from delta_eval.metrics.decision_sql import (
 )
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.frames import Rows, rows_of, to_arrow
-from delta_eval.metrics.gates import DEFAULT_GATES, Gate, GateResult, evaluate_gates
+from delta_eval.metrics.gates import GateResult, evaluate_gates
 from delta_eval.metrics.goals import goal_rates, goal_sums
 from delta_eval.metrics.paired import (
     NetPreference,
@@ -63,12 +63,12 @@ from delta_eval.metrics.paired import (
     non_inferiority_of,
     sign_test_of,
 )
+from delta_eval.metrics.rule import DecisionRule, Outcome
 from delta_eval.metrics.sides import SIDE_COLUMNS, Rate, SideMetrics, rate, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
 
 __all__ = ["Decision", "DecisionRule", "ExitCode", "FailOn", "Outcome", "decide"]
 
-Outcome = Literal["APPROVED", "PARTIAL", "REJECTED"]
 _RANK: dict[Outcome, int] = {"APPROVED": 2, "PARTIAL": 1, "REJECTED": 0}
 
 #: The least severe outcome that fails a merge gate: ``rejected`` (the default: only REJECTED fails), ``partial``
@@ -94,44 +94,6 @@ class ExitCode(IntEnum):
     REJECTED = 3  #: the decision is REJECTED
     PARTIAL = 4  #: PARTIAL with fail_on partial: too little evidence, a gate not evaluated, a stratum worse
     INCOMPLETE = 5  #: the run started but gave no decision: failed, interrupted, or no pair could be judged
-
-
-class DecisionRule(BaseModel):
-    """How the numbers become a decision (the decision matrix). In TOML, the ``[decision]`` table.
-
-    - ``margin``: non-inferiority margin on the scale of the estimand (0.02: at most 2 points below 50% of the win
-      rate ``over`` defines);
-    - ``over``, ``soft``, ``weighted``, ``errors``: the estimand (see :mod:`delta_eval.metrics.estimand`): all or
-      judged pairs, hard or soft scores, reweighted to the population (``"auto"``: whenever the weights vary), and
-      replay errors as losses of the side that failed or left out;
-    - ``gates``: the eliminatory gates (default :data:`~delta_eval.metrics.gates.DEFAULT_GATES`);
-    - ``checks``: your own checks of each side's output (:class:`~delta_eval.metrics.checks.Check`), reported per
-      side and usable in gates as ``check:<name>``;
-    - ``undecided`` / ``stratum_worse``: the outcome of an undecided comparison, and of a stratum shown worse;
-    - ``adjustment``, ``min_conversations``: multiplicity adjustment across strata, and the size below which a
-      stratum is flagged small;
-    - ``confidence``: of every interval (tests are one-sided at half of ``1 - confidence``).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    margin: float = Field(default=0.02, ge=0.0, lt=0.5)
-    over: Literal["judged", "all"] = "all"
-    soft: bool = False
-    weighted: bool | Literal["auto"] = "auto"
-    errors: Literal["loss", "exclude"] = "loss"
-    gates: tuple[Gate, ...] = DEFAULT_GATES
-    checks: tuple[Check, ...] = ()
-    undecided: Outcome = "PARTIAL"
-    stratum_worse: Outcome = "PARTIAL"
-    adjustment: Literal["holm", "bh", "none"] = "holm"
-    min_conversations: int = Field(default=10, ge=1)
-    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
-
-    @property
-    def estimand(self) -> Estimand:
-        """The estimand this rule decides on."""
-        return Estimand(over=self.over, soft=self.soft, weighted=self.weighted, errors=self.errors)
 
 
 class Decision(BaseModel):

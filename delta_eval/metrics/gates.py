@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import error_side
@@ -64,73 +64,7 @@ __all__ = [
     "side_gate",
 ]
 
-#: The built-in metrics a gate can name (besides ``check:<name>``).
-METRICS = (
-    "critical_rate",
-    "severity_rate",
-    "error_rate",
-    "undecided_rate",
-    "invalid_tool_call_rate",
-    "text_instead_of_action_rate",
-    "no_decision_rate",
-    GOAL_METRIC,
-    "latency_p95_s",
-    "cost_ratio",
-)
-#: Metrics that are checked against their limit, never against the baseline.
-ABSOLUTE_METRICS = ("undecided_rate", "latency_p95_s", "cost_ratio")
-
-
-class Gate(BaseModel):
-    """One limit (see the module docstring). ``on_fail``: what failing it makes the decision; ``required``: whether
-    a gate that could not be evaluated keeps the decision from APPROVED."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    metric: str
-    max: float = Field(ge=-1.0)
-    compare: Literal["baseline", "absolute"] = "baseline"
-    test: Literal["shown", "point", "upper"] = "shown"
-    on_fail: Literal["REJECTED", "PARTIAL"] = "REJECTED"
-    required: bool = True
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_metric(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping):
-            return data
-        metric = str(data.get("metric", ""))
-        if metric not in METRICS and not (metric.startswith("check:") and len(metric) > 6):
-            raise ValueError(f"unknown gate metric {metric!r}; one of {', '.join(METRICS)}, or check:<name>")
-        if metric in ABSOLUTE_METRICS:
-            if data.get("compare") == "baseline":
-                raise ValueError(f"{metric} is checked against its limit, not against the baseline (compare must "
-                                 "be 'absolute')")  # fmt: skip
-            data = {**data, "compare": "absolute"}
-        return data
-
-    @property
-    def label(self) -> str:
-        """How the gate is named in reports: ``metric: candidate - baseline <= max`` or ``metric <= max``."""
-        if self.compare == "baseline":
-            said = f"{self.metric}: candidate - baseline <= {self.max:g}"
-        elif self.metric in ABSOLUTE_METRICS:
-            said = f"{self.metric} <= {self.max:g}"
-        else:
-            said = f"{self.metric} (absolute) <= {self.max:g}"
-        return said + {"shown": "", "point": " (point value)", "upper": " (upper bound)"}[self.test]
-
-
-#: The gates a decision checks unless told otherwise.
-DEFAULT_GATES: tuple[Gate, ...] = (
-    Gate(metric="critical_rate", max=0.0),
-    Gate(metric="severity_rate", max=0.02),
-    Gate(metric="error_rate", max=0.02),
-    Gate(metric="undecided_rate", max=0.05, on_fail="PARTIAL"),
-    # Latency and cost are service limits on the observed value, not rates of rare events.
-    Gate(metric="latency_p95_s", max=30.0, test="point"),
-    Gate(metric="cost_ratio", max=2.0, test="point", on_fail="PARTIAL"),
-)
+from delta_eval.metrics.rule import ABSOLUTE_METRICS, DEFAULT_GATES, METRICS, Gate
 
 
 class GateResult(BaseModel):

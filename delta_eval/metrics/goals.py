@@ -22,13 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from delta_eval.metrics.difference import PairedSums
+from delta_eval.metrics.rule import GOAL_METRIC
 from delta_eval.metrics.sides import Rate
 from delta_eval.metrics.sql_sums import Metric
 
 __all__ = ["GOAL_METRIC", "GOAL_SQL", "NO_GOALS", "goal_of", "goal_rates", "goal_sums"]
 
-#: The gate metric: sessions where a side missed the goal (candidate minus baseline, by default).
-GOAL_METRIC = "goal_missed_rate"
 #: Why a goal gate is not evaluated.
 NO_GOALS = "no session whose goal was checked for both sides (a session run with session.expected)"
 

@@ -18,9 +18,8 @@ import difflib
 import json
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from delta_eval.allocation import allocate
@@ -28,6 +27,9 @@ from delta_eval.callables import callable_name, resolve_callable
 from delta_eval.exceptions import ConfigError, SampleWarning
 from delta_eval.schema import Conversation, Stratum
 from delta_eval.sql import quote_ident
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "PRESENT_FIELDS",
@@ -203,7 +205,9 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
     fields present, and the close matches); one missing from more than half of them is a :class:`SampleWarning`,
     kept in the result's ``notes``.
     """
+    # Here, not at the top: a run's configuration holds a Stratified and loads without the data engines.
     import duckdb
+    import pyarrow as pa
 
     con = duckdb.connect()
     try:
