@@ -311,6 +311,22 @@ class RunConfig(BaseModel):
             return {"baseline": self.baseline, **{v.name: v for v in self.candidates}}
         return {"baseline": self.baseline, "candidate": self.the_candidate}
 
+    def model_ids(self) -> list[str]:
+        """Every model the run's replays and judges call, once each in order: the sides', the LLM judges', and in
+        session mode the user and tool simulators'.
+
+        Example:
+            >>> c = RunConfig(out="run", baseline=Variant(model="openai:gpt-4o"),
+            ...               candidate=Variant(model="simulated:a"), judges={"judge": {"model": "openai:gpt-4o"}})
+            >>> c.model_ids()
+            ['openai:gpt-4o', 'simulated:a']
+        """
+        found = [v.model for v in self.sides().values()]
+        found += [m for stage in self.judges.models().values() for m in stage]
+        if self.mode == "session":
+            found += [m for m in (self.session.user, self.session.tool_model) if m is not None]
+        return list(dict.fromkeys(found))
+
     @property
     def cache_path(self) -> Path:
         """Where the response cache lives."""

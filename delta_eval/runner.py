@@ -391,7 +391,7 @@ async def execute(
     sharded = _Sharded()
     try:
         if stages.candidates and executor is not None:
-            executor.prepare()  # its workers start while this process samples
+            executor.prepare(c)  # its workers start while this process samples
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
             await anyio.to_thread.run_sync(_record_estimate, c, source, sample, session, stages.notes)

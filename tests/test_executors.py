@@ -3,6 +3,7 @@ gap when several writers commit into one folder, resuming pays for nothing twice
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import threading
 from pathlib import Path
@@ -12,9 +13,12 @@ import pytest
 
 import delta_eval as de
 from delta_eval.adapters.limits import ModelLimiter, ModelLimits
+from delta_eval.adapters.registry import adapter_modules, known_prefixes
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.executors import live
 from delta_eval.executors.base import SplitLimiters, deal
+from delta_eval.executors.local import SHARD_MODULES, shard_modules
+from delta_eval.installed import installed
 from delta_eval.progress import RunProgress
 from delta_eval.schema import Conversation, Message, ToolCall, Verdict
 from delta_eval.store.folder import RunFolder
@@ -194,6 +198,41 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     executor.release()
     assert executor._ready == []
     assert not any(p.is_alive() for p in workers)
+
+
+def test_workers_preload_the_modules_the_run_declares_not_what_the_session_happened_to_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This process has imported adapters the run does not use: a worker must not import them because of that.
+    import delta_eval.adapters.gemini_schema  # noqa: F401 - imported for what it adds to sys.modules
+
+    config = _config(tmp_path / "run")  # simulated models only
+    expected = [*SHARD_MODULES, *(["uvloop"] if installed("uvloop") else []), "delta_eval.adapters.simulated"]
+    assert shard_modules(config) == expected
+    assert shard_modules(None) == expected[:-1]  # no model known: the shard's code and its event loop
+    openai = shard_modules(config.model_copy(update={"baseline": de.Variant(model="openai:gpt-4o")}))
+    assert "delta_eval.adapters.openai_chat" in openai
+    assert ("aiohttp" in openai) == installed("aiohttp")  # the transport the openai SDK's client runs on
+
+    started: list[list[str]] = []
+
+    def start(n: int, modules: list[str]) -> list[Any]:
+        started.append(modules)
+        return []
+
+    monkeypatch.setattr(de.ProcessExecutor, "_start", staticmethod(start))
+    executor = de.ProcessExecutor(2)
+    executor.prepare(config)
+    executor.release()
+    assert started == [expected]
+
+
+def test_every_built_in_adapter_s_declared_modules_exist() -> None:
+    # A misspelt name would only be skipped by the worker (it imports what it can), so it is checked here.
+    for prefix in known_prefixes():
+        for name in adapter_modules(f"{prefix}:some-model"):
+            assert name.startswith("delta_eval.") or installed(name), (prefix, name)
+            assert importlib.util.find_spec(name) is not None, (prefix, name)
 
 
 def _turn_with_tools(k: int, rounds: int) -> list[Message]:

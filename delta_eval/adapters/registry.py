@@ -29,6 +29,7 @@ from delta_eval.installed import installed
 __all__ = [
     "AdapterContext",
     "AdapterFactory",
+    "adapter_modules",
     "check_available",
     "create_adapter",
     "known_prefixes",
@@ -59,20 +60,21 @@ class _Builtin:
     factory: str  # "module:function", imported on first use
     sdk: str | None = None  # the provider SDK's import name
     extra: str | None = None  # the pip extra that installs it
+    transport: str | None = None  # the HTTP transport its SDK client runs on where installed (base.sdk_http_client)
 
 
 _BUILTIN: dict[str, _Builtin] = {
     "simulated": _Builtin("delta_eval.adapters.simulated:create"),
-    "openai": _Builtin("delta_eval.adapters.openai_chat:create", "openai", "openai"),
-    "openai-responses": _Builtin("delta_eval.adapters.openai_responses:create", "openai", "openai"),
-    "azure": _Builtin("delta_eval.adapters.azure:create_chat", "openai", "openai"),
-    "azure-responses": _Builtin("delta_eval.adapters.azure:create_responses", "openai", "openai"),
-    "anthropic": _Builtin("delta_eval.adapters.anthropic:create", "anthropic", "anthropic"),
+    "openai": _Builtin("delta_eval.adapters.openai_chat:create", "openai", "openai", "aiohttp"),
+    "openai-responses": _Builtin("delta_eval.adapters.openai_responses:create", "openai", "openai", "aiohttp"),
+    "azure": _Builtin("delta_eval.adapters.azure:create_chat", "openai", "openai", "aiohttp"),
+    "azure-responses": _Builtin("delta_eval.adapters.azure:create_responses", "openai", "openai", "aiohttp"),
+    "anthropic": _Builtin("delta_eval.adapters.anthropic:create", "anthropic", "anthropic", "aiohttp"),
     "gemini": _Builtin("delta_eval.adapters.gemini:create", "google.genai", "gemini"),
     "vertex": _Builtin("delta_eval.adapters.gemini_vertex:create", "google.genai", "vertex"),
-    "anthropic-vertex": _Builtin("delta_eval.adapters.anthropic_vertex:create", "anthropic", "vertex"),
-    "anthropic-bedrock": _Builtin("delta_eval.adapters.anthropic_bedrock:create", "botocore", "bedrock"),
-    "bedrock": _Builtin("delta_eval.adapters.anthropic_bedrock:create", "botocore", "bedrock"),
+    "anthropic-vertex": _Builtin("delta_eval.adapters.anthropic_vertex:create", "anthropic", "vertex", "aiohttp"),
+    "anthropic-bedrock": _Builtin("delta_eval.adapters.anthropic_bedrock:create", "botocore", "bedrock", "aiohttp"),
+    "bedrock": _Builtin("delta_eval.adapters.anthropic_bedrock:create", "botocore", "bedrock", "aiohttp"),
 }
 _registered: dict[str, AdapterFactory] = {}
 
@@ -161,6 +163,26 @@ def _factory(prefix: str) -> AdapterFactory | None:
         return None
     loaded: AdapterFactory = plugin.load()
     return loaded
+
+
+def adapter_modules(model: str) -> list[str]:
+    """The modules a process imports to serve ``model``, found without importing any: its adapter's module, and
+    for a built-in adapter the HTTP transport its SDK client runs on where that is installed. A worker of a
+    sharded run imports them before its shard arrives. An unknown prefix has none.
+
+    Example:
+        >>> adapter_modules("simulated:base")
+        ['delta_eval.adapters.simulated']
+    """
+    prefix = split_model_id(model)[0]
+    if prefix in _registered:
+        return [_registered[prefix].__module__]
+    builtin = _BUILTIN.get(prefix)
+    if builtin is not None:
+        transport = [builtin.transport] if builtin.transport is not None and installed(builtin.transport) else []
+        return [builtin.factory.partition(":")[0], *transport]
+    plugin = _plugins().get(prefix)
+    return [plugin.module] if plugin is not None else []
 
 
 def create_adapter(

@@ -76,9 +76,9 @@ class Executor(ABC):
     def shard_count(self) -> int:
         """How many shards to cut the session into (at least one)."""
 
-    def prepare(self) -> None:  # noqa: B027 - optional hook: most executors have nothing to start early
-        """Start what the shards will run on, while the session samples (the session calls it once its models are
-        built, before it samples). Nothing by default."""
+    def prepare(self, config: RunConfig | None = None) -> None:  # noqa: B027 - optional hook, most start nothing early
+        """Start what the shards of ``config`` will run on, while the session samples (the session calls it once its
+        models are built, before it samples). Nothing by default."""
 
     def release(self) -> None:  # noqa: B027 - optional hook, as prepare
         """End what :meth:`prepare` started that :meth:`run` did not use (the session ended before its shards

@@ -24,11 +24,14 @@ from typing import Any
 import anyio
 
 from delta_eval.adapters.limits import Limiter, ModelLimiter, ModelLimits
+from delta_eval.adapters.registry import adapter_modules
+from delta_eval.config import RunConfig
 from delta_eval.exceptions import DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, ShardReport, SplitLimiters
 from delta_eval.executors.shard import arun_shard, run_shard
+from delta_eval.installed import installed
 
-__all__ = ["InProcessExecutor", "ProcessExecutor", "ShardFailedError"]
+__all__ = ["SHARD_MODULES", "InProcessExecutor", "ProcessExecutor", "ShardFailedError", "shard_modules"]
 
 
 class ShardFailedError(DeltaEvalError):
@@ -100,12 +103,25 @@ def _child(conn: Connection, modules: list[str]) -> None:
     os._exit(0)
 
 
-def _warm_modules() -> list[str]:
-    """What a worker imports before its shard arrives: the shard's code, and the adapters (with their SDKs and
-    transports) this process's models were built on: the shard builds the same models."""
-    adapters = sorted(name for name in sys.modules if name.startswith("delta_eval.adapters."))
-    transports = [name for name in ("uvloop", "aiohttp") if name in sys.modules]
-    return ["delta_eval.executors.shard", *transports, *adapters]
+#: What every worker imports before its shard arrives, whatever the run: the code a shard runs.
+SHARD_MODULES = ("delta_eval.executors.shard",)
+
+
+def shard_modules(config: RunConfig | None) -> list[str]:
+    """What a worker imports before its shard arrives, declared rather than read from what this process happened
+    to import: :data:`SHARD_MODULES`, the event loop a shard runs on (uvloop where installed, as
+    :func:`~delta_eval.sync.run_loop`), and for each model of ``config`` (``None``: no model known yet) the modules
+    the registry names for it (its adapter, its SDK's HTTP transport): the shard builds the same models.
+
+    Example:
+        >>> from delta_eval.demo import demo_config
+        >>> [m for m in shard_modules(demo_config("run")) if m != "uvloop"]
+        ['delta_eval.executors.shard', 'delta_eval.adapters.simulated']
+    """
+    loop = ["uvloop"] if installed("uvloop") else []
+    models = config.model_ids() if config is not None else []
+    adapters = [name for model in models for name in adapter_modules(model)]
+    return list(dict.fromkeys([*SHARD_MODULES, *loop, *adapters]))
 
 
 @dataclass(frozen=True)
@@ -130,11 +146,12 @@ class ProcessExecutor(Executor):
         """``workers``, or the number of cores."""
         return max(1, self.workers or os.cpu_count() or 1)
 
-    def prepare(self) -> None:
+    def prepare(self, config: RunConfig | None = None) -> None:
         """Start a worker process per shard now, on a thread of its own (starting a process blocks until it runs),
-        so that their start-up (each imports what its shard runs on) overlaps the session's sampling."""
+        so that their start-up (each imports what a shard of ``config`` runs on, :func:`shard_modules`) overlaps
+        the session's sampling."""
         self.release()
-        modules = _warm_modules()  # here: what this process's models imported
+        modules = shard_modules(config)
 
         def start() -> None:
             self._ready.extend(self._start(self.shard_count(), modules))
@@ -184,7 +201,8 @@ class ProcessExecutor(Executor):
             await anyio.to_thread.run_sync(self._started)
             taken = min(len(shards), len(self._ready))
             started, self._ready[:taken] = self._ready[:taken], []
-            more = await anyio.to_thread.run_sync(self._start, len(shards) - len(started), _warm_modules())
+            modules = shard_modules(shards[0].config if shards else None)
+            more = await anyio.to_thread.run_sync(self._start, len(shards) - len(started), modules)
             started += more
             results: dict[int, tuple[str, Any]] = {}
 
