@@ -42,7 +42,12 @@ def test_each_call_has_options_of_its_own() -> None:
     first = post_options("/chat/completions", b"1")
     first.headers["Authorization"] = "Bearer refreshed"  # type: ignore[index]  # as the SDK's key refresh may
     first.security["admin_api_key_auth"] = True  # type: ignore[typeddict-unknown-key]
+    first.params["api-version"] = "2025-01-01"  # type: ignore[index]  # as a hook adding to the query may
     second = post_options("/chat/completions", b"2")
     assert (second.content, first.content) == (b"2", b"1")
     assert second.headers == {"Content-Type": "application/json"}
     assert second.security == {"bearer_auth": True}
+    assert second.params == {}
+    assert (
+        second.model_fields_set == first.model_fields_set == options_of_post("/chat/completions", b"2").model_fields_set
+    )
