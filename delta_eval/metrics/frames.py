@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -18,6 +19,14 @@ __all__ = ["Rows", "fetch_table", "rows_of", "to_arrow"]
 
 #: What a metric accepts as a table of rows.
 Rows = Any
+
+# DuckDB warns that Arrow from a result of execute costs a copy: a copy of the result, far cheaper than Python
+# objects (see fetch_table). The warning names the line that asked, so this silences it for this module's calls
+# alone; set once here, because a warnings.catch_warnings() around each call would swap the process's filters
+# under every other thread (a worker thread's warnings lost meanwhile, or the filters left swapped).
+warnings.filterwarnings(
+    "ignore", message="Arrow output on a DB-API result", category=UserWarning, module=re.escape(__name__) + r"\Z"
+)
 
 
 def to_arrow(data: Any) -> pa.Table:
@@ -34,12 +43,10 @@ def fetch_table(db: Any, sql: str, params: Sequence[Any] = ()) -> pa.Table:
     connection's relations are refused while a caller's result of ``execute`` is unfinished)."""
     result = db.execute(sql, list(params))
     # Arrow straight from DuckDB: text stays in Arrow buffers (through numpy, each value became a Python object).
-    # DuckDB warns that Arrow from a result of execute costs a copy: a copy of the result, far cheaper than objects.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
-        # DuckDB 2.0 names it to_arrow_table; before, the connection's fetch_arrow_table.
-        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
-        table: pa.Table = fetch()
+    # DuckDB warns that it costs a copy of the result (far cheaper than objects): silenced for this module above.
+    # DuckDB 2.0 names it to_arrow_table; before, the connection's fetch_arrow_table.
+    fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+    table: pa.Table = fetch()
     # Text as plain strings, whatever Arrow encoding the connection's settings give it (large strings or string
     # views), as the metrics read it.
     text = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_large_string(f.type) or
