@@ -139,7 +139,9 @@ def test_every_public_name_resolves_and_is_listed() -> None:
         assert scope[name] is getattr(de, name), name
 
 
-@pytest.mark.parametrize("package", ["delta_eval.executors", "delta_eval.testing"])
+@pytest.mark.parametrize(
+    "package", ["delta_eval.executors", "delta_eval.metrics", "delta_eval.sampling", "delta_eval.testing"]
+)
 def test_a_lazy_sub_package_s_names_resolve_are_listed_and_import_nothing_first(package: str) -> None:
     fresh = _fresh(
         f"import json, sys, importlib\npackage = importlib.import_module({package!r})\n"
