@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -154,6 +155,20 @@ def test_a_lazy_sub_package_s_names_resolve_are_listed_and_import_nothing_first(
     assert fresh == {"first": [], "unlisted": [], "resolved": module.__all__}
     with pytest.raises(AttributeError, match=f"^module '{package}' has no attribute 'no_such_name'$"):
         _ = module.no_such_name
+
+
+@pytest.mark.parametrize("package", ["delta_eval.metrics", "delta_eval.sampling"])
+def test_each_module_of_a_lazy_sub_package_is_its_attribute_on_first_use(package: str) -> None:
+    # `delta_eval.metrics.gates` worked when the package imported every module: it still does, in a fresh process
+    # where nothing imported the module first.
+    module = importlib.import_module(package)
+    names = sorted(m.name for m in pkgutil.iter_modules(module.__path__))
+    fresh = _fresh(
+        f"import json, importlib\npackage = importlib.import_module({package!r})\n"
+        f"print(json.dumps({{n: getattr(package, n).__name__ for n in {names!r}}}))"
+    )
+    assert fresh == {name: f"{package}.{name}" for name in names}
+    assert set(names) <= set(dir(module))
 
 
 def test_a_public_name_is_the_object_its_module_defines() -> None:

@@ -8,6 +8,7 @@ The names are imported on first use (see :mod:`delta_eval.lazy`): a process that
 configuration (:mod:`delta_eval.metrics.rule`, which every run's configuration holds) imports none of the numerics.
 """
 
+import pkgutil as _pkgutil
 import typing as _typing
 
 from delta_eval.lazy import lazy_names as _lazy_names
@@ -83,7 +84,9 @@ _EXPORTS = {
     "delta_eval.metrics.winrate": ("SCORES", "WinRate", "score_of", "win_rate", "win_rates_by"),
 }
 if not _typing.TYPE_CHECKING:  # hidden from type checkers, so that a misspelt name stays an error for them
-    __getattr__, __dir__ = _lazy_names(__name__, _EXPORTS)
+    # every module of the package answers as an attribute too (``delta_eval.metrics.gates``), as it did when the
+    # package imported them all
+    __getattr__, __dir__ = _lazy_names(__name__, _EXPORTS, tuple(m.name for m in _pkgutil.iter_modules(__path__)))
 
 __all__ = [
     "CHECK_RESULTS_SCHEMA",
