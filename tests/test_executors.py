@@ -3,7 +3,9 @@ gap when several writers commit into one folder, resuming pays for nothing twice
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import json
 import multiprocessing
 import threading
 from pathlib import Path
@@ -225,6 +227,25 @@ def test_workers_preload_the_modules_the_run_declares_not_what_the_session_happe
     executor.prepare(config)
     executor.release()
     assert started == [expected]
+
+
+def test_workers_preload_the_user_s_judges_and_registered_adapters_modules(tmp_path: Path) -> None:
+    # A judge named "module:factory", a factory, a partial of one, an instance: each one's module; an adapter
+    # registered as a partial: its function's module, not functools.
+    from delta_eval.adapters.registry import register_adapter, unregister_adapter
+    from delta_eval.judges.rules import RulePairwiseJudge
+
+    config = _config(tmp_path / "run")
+    judges = de.Judges(
+        equivalence=[functools.partial(json.loads), "rule"], judge=["my_judges.strict:make", RulePairwiseJudge()]
+    )
+    declared = shard_modules(config.model_copy(update={"judges": judges}))
+    assert declared[-3:] == ["json", "my_judges.strict", "delta_eval.judges.rules"]
+    register_adapter("mine", functools.partial(json.loads))
+    try:
+        assert adapter_modules("mine:x") == ["json"]
+    finally:
+        unregister_adapter("mine")
 
 
 def test_every_built_in_adapter_s_declared_modules_exist() -> None:

@@ -176,7 +176,10 @@ def adapter_modules(model: str) -> list[str]:
     """
     prefix = split_model_id(model)[0]
     if prefix in _registered:
-        return [_registered[prefix].__module__]
+        factory = _registered[prefix]
+        # a partial names functools: its function's module is the adapter's
+        module = getattr(getattr(factory, "func", factory), "__module__", None)
+        return [module] if module and module != "__main__" else []
     builtin = _BUILTIN.get(prefix)
     if builtin is not None:
         transport = [builtin.transport] if builtin.transport is not None and installed(builtin.transport) else []

@@ -111,7 +111,8 @@ def shard_modules(config: RunConfig | None) -> list[str]:
     """What a worker imports before its shard arrives, declared rather than read from what this process happened
     to import: :data:`SHARD_MODULES`, the event loop a shard runs on (uvloop where installed, as
     :func:`~delta_eval.sync.run_loop`), and for each model of ``config`` (``None``: no model known yet) the modules
-    the registry names for it (its adapter, its SDK's HTTP transport): the shard builds the same models.
+    the registry names for it (its adapter, its SDK's HTTP transport) and the modules of the user's own judges:
+    the shard builds the same models and judges.
 
     Example:
         >>> from delta_eval.demo import demo_config
@@ -121,7 +122,8 @@ def shard_modules(config: RunConfig | None) -> list[str]:
     loop = ["uvloop"] if installed("uvloop") else []
     models = config.model_ids() if config is not None else []
     adapters = [name for model in models for name in adapter_modules(model)]
-    return list(dict.fromkeys([*SHARD_MODULES, *loop, *adapters]))
+    judges = config.judges.modules() if config is not None else []
+    return list(dict.fromkeys([*SHARD_MODULES, *loop, *adapters, *judges]))
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,26 @@ class Judges(BaseModel):
             for stage, spec in (("equivalence", self.equivalence), ("judge", self.judge))
         }
 
+    def modules(self) -> list[str]:
+        """The modules the user's own judges come from (a ``"module:factory"`` name's module, a factory's or an
+        instance's), in order: a sharded run's workers import them before their shard arrives.
+
+        Example:
+            >>> Judges(equivalence="rule", judge="my_judges:strict").modules()
+            ['my_judges']
+        """
+        found: list[str] = []
+        for spec in [*_as_list(self.equivalence), *_as_list(self.judge)]:
+            if isinstance(spec, str):
+                module = spec.partition(":")[0] if ":" in spec else None
+            elif spec is None or isinstance(spec, EquivalenceJudge | PairwiseJudge):
+                module = None
+            else:  # a factory (a partial's function) or an instance
+                module = getattr(getattr(spec, "func", spec), "__module__", None) or type(spec).__module__
+            if module and module != "__main__":  # a worker's __main__ is not the session's script
+                found.append(module)
+        return list(dict.fromkeys(found))
+
 
 def _settings(value: Any, settings: type[EquivalenceJudge] | type[PairwiseJudge]) -> Any:
     # TOML gives an LLM judge as a table, a panel as an array: read them as the judge's settings.
