@@ -62,8 +62,8 @@ ABSOLUTE_METRICS = ("undecided_rate", "latency_p95_s", "cost_ratio")
 
 
 class Gate(BaseModel):
-    """One limit (see the module docstring). ``on_fail``: what failing it makes the decision; ``required``: whether
-    a gate that could not be evaluated keeps the decision from APPROVED."""
+    """One limit (see :mod:`delta_eval.metrics.gates`). ``on_fail``: what failing it makes the decision;
+    ``required``: whether a gate that could not be evaluated keeps the decision from APPROVED."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -127,8 +127,9 @@ Predicate = Annotated[Callable[..., Any], PlainSerializer(callable_name, return_
 
 
 class Check(BaseModel):
-    """One of the user's checks (see the module docstring): a ``name`` (gates refer to it as ``check:<name>``), an
-    optional ``description`` for reports, exactly one assertion, and optionally where it applies.
+    """One of the user's checks (see :mod:`delta_eval.metrics.checks`): a ``name`` (gates refer to it as
+    ``check:<name>``), an optional ``description`` for reports, exactly one assertion, and optionally where it
+    applies.
 
     A predicate serialises as its ``"module:qualname"``, so only a module-level function can be read back from a
     dump (a lambda or a nested function cannot).
