@@ -64,6 +64,9 @@ class Source:
         #: Each side's conversations (sorted by name, an Arrow array) and their costs (NaN where unpriced), as
         #: :func:`side_metrics_of` found them: what the cost gate reads, without rebuilding them from the sides.
         self.costs: dict[str, tuple[pa.Array, np.ndarray]] = {}
+        #: Each side's turns and errors per conversation (in the order of :attr:`costs`), as
+        #: :func:`side_metrics_of` counted them: what the error-rate gate reads when every pair is complete.
+        self.turns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         #: The replays as stored (every column: what the rule's own checks and consistency read).
         self.raw_replays = raw_replays or replays
         try:
@@ -296,6 +299,7 @@ def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], 
     out: dict[str, dict[str, PairedSums]] = {}
     for side, (lo, hi) in bounds.items():
         n, fails = data["n"][lo:hi].astype(float), data["fails"][lo:hi].astype(float)
+        src.turns[side] = (n, fails)
         mine = {"error_rate": _binary(n, fails), "matches_recorded_rate": _binary(n - fails, data["m"][lo:hi]),
                 "no_decision_rate": _binary(data["nd_n"][lo:hi], data["nd_a"][lo:hi])}  # fmt: skip
         if texts:
@@ -375,7 +379,8 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
     replay_side = sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
         g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
     if replay_side and src.replays is not None:
-        found.update(_replay_gates(src, replay_side, w, weighted, checks))
+        errors = _error_gate(src) if replay_side == ["error_rate"] and not weighted else None
+        found.update({"error_rate": errors} if errors else _replay_gates(src, replay_side, w, weighted, checks))
     ratio = _cost_ratio(src) if any(g.metric == "cost_ratio" for g in gates) else None
     out = []
     for gate in gates:
@@ -439,6 +444,47 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
         else:
             out[m] = (s, f"{unknown} of {losses} judged losses without a severity" if unknown else "")
     return out
+
+
+def _error_gate(src: Source) -> tuple[Any, str] | None:
+    """The error-rate gate's sums without grouping the pairs of replays by conversation, when every candidate replay
+    has exactly one baseline replay of its pair (a complete run; ``None`` otherwise, or before the sides' metrics):
+    each conversation's pairs and candidate errors are then the candidate side's turns and errors
+    (:attr:`Source.turns`), and only the pairs whose baseline failed are joined to their candidate. The sums are
+    those of :func:`_replay_gates` (counts: the same doubles), unweighted."""
+    if "candidate" not in src.turns or "candidate" not in src.costs:
+        return None
+    r = src.replays
+    n, fails = src.turns["candidate"]
+    # Each candidate replay with exactly one baseline replay: the rows of a left join are the candidate replays
+    # (none has two partners) and so are its matches (none has none).
+    rows, matched = src.db.execute(
+        f"SELECT count(*), count(b.pair_id) FROM (SELECT pair_id FROM {r} WHERE side = 'candidate') c "
+        f"LEFT JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline') b ON b.pair_id = c.pair_id"
+    ).fetchall()[0]  # fmt: skip
+    total = int(n.sum())
+    if not (rows == matched == total):
+        return None
+    failed = fetch_table(
+        src.db,
+        f"SELECT ({_CLUSTER})::VARCHAR AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
+        f"FROM {r} c SEMI JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
+        "ON f.pair_id = c.pair_id WHERE c.side = 'candidate' GROUP BY cl",
+    )  # fmt: skip
+    names = src.costs["candidate"][0]
+    b, ab = np.zeros(len(n)), 0.0
+    if failed.num_rows:
+        at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False)
+        b[at.astype(np.int64)] = failed.column("b").to_numpy()
+        ab = float(failed.column("ab").to_numpy().sum())
+    if not total:
+        return None, "no pair where the metric applies"
+    sa, sb, st = float(fails.sum()), float(b.sum()), float(total)
+    seen = np.vstack([fails > 0, n - fails > 0, b > 0, n - b > 0]).reshape(4, -1)
+    # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a pair).
+    iid = np.array([sa, sa, st, sb, sb, st, ab, sa, sb, st])
+    return PairedSums.from_clusters(np.full(len(n), "", dtype=str), fails, n, b, n, pairs=total, seen=seen,
+                                    iid=iid), ""  # fmt: skip
 
 
 def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, checks: str | None

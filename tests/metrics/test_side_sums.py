@@ -103,3 +103,48 @@ def test_the_sides_sums_are_those_of_paired_sums(rows: list[dict[str, Any]]) -> 
         src.close()
     finally:
         db.close()
+
+
+@st.composite
+def pairs_of_replays(draw: Any) -> list[dict[str, Any]]:
+    """Replays of pairs, complete (one baseline and one candidate replay each) or not (a side missing, a side
+    twice, or a side's replay in another conversation than its pair's)."""
+    out = []
+    broken = draw(st.booleans())
+    for i in range(draw(st.integers(0, 25))):
+        conversation = draw(st.sampled_from([None, "c0", "c1", "c2", "é"]))
+        for side in ("baseline", "candidate", "recorded"):
+            times = draw(st.sampled_from([0, 1, 1, 1, 2])) if broken else 1
+            for _ in range(times):
+                moved = broken and draw(st.integers(0, 4)) == 0
+                out.append({"pair_id": f"p{i}", "side": side, "conversation_id": "c9" if moved else conversation,
+                            "error": "boom" if draw(st.integers(0, 3)) == 0 else None})  # fmt: skip
+    return out
+
+
+@seed(21)
+@settings(max_examples=150, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(pairs_of_replays())
+def test_the_error_gate_of_complete_pairs_is_that_of_the_join(rows: list[dict[str, Any]]) -> None:
+    db = duckdb.connect()
+    try:
+        db.register("v", pa.table({"pair_id": pa.array([], pa.string())}))
+        db.register("r", pa.Table.from_pylist(rows) if rows else pa.table({"pair_id": pa.array([], pa.string())}))
+        src = Source(db, "v", "r")
+        decision_sql.side_metrics_of(src)
+        expected = decision_sql._replay_gates(src, ["error_rate"], "1.0", False, None)["error_rate"]
+        got = decision_sql._error_gate(src)
+        complete = sorted((r["pair_id"], r["side"]) for r in rows if r["side"] in ("baseline", "candidate")) == sorted(
+            {(r["pair_id"], s) for r in rows for s in ("baseline", "candidate")}
+        )
+        if got is None:  # the join's sums, then: only where a pair is not complete
+            assert not complete or not any(r["side"] == "candidate" for r in rows)
+            return
+        assert got[1] == expected[1]
+        if expected[0] is None:
+            assert got[0] is None
+        else:
+            _same(got[0], expected[0], "error_rate")
+        src.close()
+    finally:
+        db.close()
