@@ -275,25 +275,35 @@ def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], 
     ok = "error IS NULL"
     texts = recorded  # without recorded rows production acted nowhere: the rate applies to no turn
     cols = [f"({_CLUSTER})::VARCHAR AS cl", "(side)::VARCHAR AS grp", "cost_usd",
-            "(error IS NOT NULL)::DOUBLE AS f",
+            "(error IS NOT NULL)::DOUBLE AS fails",
             f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END AS inv",
             f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END AS calls",
             f"({ok} AND coalesce(matches_recorded, false))::DOUBLE AS m", "(nd IS NOT NULL)::DOUBLE AS nd_n",
             "coalesce(nd, false)::DOUBLE AS nd_a"]  # fmt: skip
-    aggs = ["count(*)::DOUBLE AS n", "sum(f) AS fails", "sum(inv) AS inv", "sum(calls) AS calls",
-            "bit_or((inv > 0)::INTEGER + 2 * (calls - inv > 0)::INTEGER + 4 * (calls > 0)::INTEGER) AS seen",
-            "sum(m) AS m", "sum(nd_n) AS nd_n", "sum(nd_a) AS nd_a",
-            "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END AS cost"]  # fmt: skip
+    counts = ["fails", "m", "nd_n", "nd_a"]
     if texts:
         cols += [f"coalesce({ok} AND recorded_acted, false)::DOUBLE AS t_n",
                  f"coalesce({ok} AND recorded_acted AND text_instead_of_action, false)::DOUBLE AS t_a"]  # fmt: skip
-        aggs += ["sum(t_n) AS t_n", "sum(t_a) AS t_a"]
-    got = fetch_table(src.db, f"WITH rows AS (SELECT {', '.join(cols)} FROM {rows}) SELECT grp, cl, {', '.join(aggs)} "
-                              "FROM rows GROUP BY grp, cl")  # fmt: skip
+        counts += ["t_n", "t_a"]
+
+    def query(packed: bool) -> pa.Table:
+        aggs = ["count(*)::DOUBLE AS n", *_count_sums(counts, packed), "sum(inv) AS inv", "sum(calls) AS calls",
+                "bit_or((inv > 0)::INTEGER + 2 * (calls - inv > 0)::INTEGER + 4 * (calls > 0)::INTEGER) AS seen",
+                "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END AS cost"]  # fmt: skip
+        return fetch_table(src.db, f"WITH rows AS (SELECT {', '.join(cols)} FROM {rows}) SELECT grp, cl, "
+                                   f"{', '.join(aggs)} FROM rows GROUP BY grp, cl")  # fmt: skip
+
+    got = query(packed=True)
+    n_all = got.column("n").to_numpy()
+    packed = not len(n_all) or float(n_all.max()) < 2**_FIELD
+    if not packed:  # a conversation of 2**13 turns of a side or more: a sum of each count
+        got = query(packed=False)
     # The conversations in PairedSums.of's order: by side, then by name.
     order = text_order([got.column("grp"), got.column("cl")])
     data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False))[order] for k in got.column_names
             if k not in ("grp", "cl")}  # fmt: skip
+    if packed:
+        data.update(_unpacked(data, counts))
     bounds = _runs(pc.take(got.column("grp"), order))
     found = {"runs": bounds, "cl": pc.take(got.column("cl"), order), "cost": data["cost"].astype(float)}
     out: dict[str, dict[str, PairedSums]] = {}
@@ -321,6 +331,34 @@ def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], 
         )
         out[side] = mine
     return found, out
+
+
+#: Counts of 0/1 columns are summed four to a sum, in fields of this many bits (below 2**52 in all: exact doubles)
+#: while no conversation has 2**13 turns of a side: one aggregate instead of four.
+_FIELD = 13
+
+
+def _count_sums(names: Sequence[str], packed: bool) -> list[str]:
+    """The aggregates of the 0/1 columns ``names``: one sum each, or ``packed`` four to a sum (``pk0``, ``pk1``...)
+    in fields of :data:`_FIELD` bits (see :func:`_unpacked`)."""
+    if not packed:
+        return [f"sum({c}) AS {c}" for c in names]
+    out = []
+    for j in range(0, len(names), 4):
+        terms = [c if k == 0 else f"{2 ** (_FIELD * k)}::DOUBLE * {c}" for k, c in enumerate(names[j : j + 4])]
+        out.append(f"sum({' + '.join(terms)}) AS pk{j // 4}")
+    return out
+
+
+def _unpacked(data: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each of the counts ``names`` from the packed sums of :func:`_count_sums`, as doubles."""
+    out = {}
+    mask = (1 << _FIELD) - 1
+    for j in range(0, len(names), 4):
+        whole = data[f"pk{j // 4}"].astype(np.int64)
+        for k, c in enumerate(names[j : j + 4]):
+            out[c] = ((whole >> (_FIELD * k)) & mask).astype(float)
+    return out
 
 
 def _binary(n: np.ndarray, events: np.ndarray) -> PairedSums:

@@ -62,6 +62,20 @@ def _same(x: PairedSums, y: PairedSums, where: str) -> None:
 @settings(max_examples=150, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(replays())
 def test_the_sides_sums_are_those_of_paired_sums(rows: list[dict[str, Any]]) -> None:
+    _same_side_sums(rows)
+
+
+def test_a_conversation_of_more_turns_than_a_packed_count_holds_is_summed_as_well() -> None:
+    """Past 2**13 turns of a side in a conversation the counts no longer fit their fields: each is summed alone."""
+    many = [{"pair_id": f"p{i}", "side": side, "conversation_id": "long", "error": "boom" if i % 2 else None,
+             "n_tool_calls": 1, "invalid_tool_calls": 0, "matches_recorded": i % 3 == 0,
+             "text_instead_of_action": i % 5 == 0, "no_decision": i % 7 == 0, "final_text": "ok", "cost_usd": 0.1,
+             "latency_ms": 100.0}
+            for i in range(2**13 + 5) for side in ("baseline", "candidate", "recorded")]  # fmt: skip
+    _same_side_sums([*many, {**many[0], "conversation_id": "short", "pair_id": "q"}])
+
+
+def _same_side_sums(rows: list[dict[str, Any]]) -> None:
     db = duckdb.connect()
     try:
         db.register("v", pa.table({"pair_id": pa.array([], pa.string())}))
