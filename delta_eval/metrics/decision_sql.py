@@ -227,7 +227,8 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     every = np.asarray(timed.column("x").to_numpy(zero_copy_only=False), dtype=float)
     products = _products(src)
     for k, side in enumerate(sides, start=1):
-        latencies = np.sort(every[which == k])  # sorted once: for the quantiles, and as the rows path lists them
+        latencies = every[which == k]  # a copy already: sorted in place, once (for the quantiles, and as the rows
+        latencies.sort()  # path lists them)
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
         own = costs[side]
