@@ -20,12 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_eval.metrics.consistency import Consistency, consistency
+from delta_eval.metrics.difference import PRODUCTS, PairedSums
 from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
-from delta_eval.metrics.frames import to_arrow
+from delta_eval.metrics.frames import fetch_table, to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
 from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
 from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio_of, sorted_quantile_interval
-from delta_eval.metrics.sql_sums import Metric, paired_sums
+from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums
+from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident, quote_literal
 
 __all__ = ["Source", "audit_of", "check_rates_of", "gate_results", "goal_rates_of", "side_metrics_of"]
@@ -62,6 +64,9 @@ class Source:
         #: Each side's conversations (sorted by name, an Arrow array) and their costs (NaN where unpriced), as
         #: :func:`side_metrics_of` found them: what the cost gate reads, without rebuilding them from the sides.
         self.costs: dict[str, tuple[pa.Array, np.ndarray]] = {}
+        #: Each side's turns and errors per conversation (in the order of :attr:`costs`), as
+        #: :func:`side_metrics_of` counted them: what the error-rate gate reads when every pair is complete.
+        self.turns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         #: The replays as stored (every column: what the rule's own checks and consistency read).
         self.raw_replays = raw_replays or replays
         try:
@@ -193,33 +198,11 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
                 f"WHERE r.side <> 'recorded')")  # fmt: skip
     else:
         rows = f"(SELECT *, false AS recorded_acted, {_no_decision(src)} AS nd FROM {r} WHERE side <> 'recorded')"
-    metrics = {
-        "error_rate": Metric(a="error IS NOT NULL", binary=True),
-        "invalid_tool_call_rate": Metric(
-            a="coalesce(invalid_tool_calls, 0)",
-            ta="coalesce(n_tool_calls, 0)",
-            tb="coalesce(n_tool_calls, 0)",
-            where="error IS NULL",
-        ),
-        "matches_recorded_rate": Metric(a="coalesce(matches_recorded, false)", where="error IS NULL", binary=True),
-        # Without recorded rows production acted nowhere: the rate applies to no turn (and costs no aggregate).
-        "text_instead_of_action_rate": Metric(
-            a="coalesce(text_instead_of_action, false)",
-            where="error IS NULL AND recorded_acted" if recorded else "false",
-            binary=True,
-        ),
-        "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL", binary=True),
-    }
-    # Each conversation's cost, in the same pass: NaN where a turn is unpriced (a NULL would come back from
-    # fetchnumpy as a masked 0).
-    cost = "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END"
-    found: dict[str, Any] = {}
-    sums = paired_sums(src.db, rows, metrics, cluster=_CLUSTER, group="side", extra={"cost": cost},
-                       carry=["cost_usd"], per_conversation=found)  # fmt: skip
+    found, sums = _side_sums(src, rows, bool(recorded))
     # Each side's conversations (sorted by side, then name: each side's a run of rows) and their costs, None where
     # unpriced, as the rows path gives them.
     names = found["cl"].to_pylist()
-    priced = found["cost"].astype(float)
+    priced = found["cost"]
     values = priced.astype(object)
     values[np.isnan(priced)] = None
     values = values.tolist()
@@ -232,22 +215,31 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
     # Every side's latencies from one scan.
-    timed = src.db.execute(
+    sides = sorted(costs)
+    # Through Arrow: no copy of the two million values, as numpy's fetch makes.
+    timed = fetch_table(
+        src.db,
         f"SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
         f"FROM {r} WHERE error IS NULL AND side <> 'recorded'",
-        [sorted(costs)],
-    ).fetchnumpy()
-    which, every = np.asarray(timed["k"]), np.asarray(timed["x"], dtype=float)
-    for k, side in enumerate(sorted(costs), start=1):
-        latencies = np.sort(every[which == k])  # sorted once: for the quantiles, and as the rows path lists them
+        [sides],
+    )
+    which = timed.column("k").to_numpy(zero_copy_only=False)
+    every = np.asarray(timed.column("x").to_numpy(zero_copy_only=False), dtype=float)
+    products = _products(src)
+    for k, side in enumerate(sides, start=1):
+        latencies = every[which == k]  # a copy already: sorted in place, once (for the quantiles, and as the rows
+        latencies.sort()  # path lists them)
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
         own = costs[side]
         known = known_costs[side]
         mine = sums.get(side, {})
+        invalid = mine.get("invalid_tool_call_rate")
+        if invalid is not None:
+            mine["invalid_tool_call_rate"] = _with_products(src, rows, side, invalid, products.get(side))
         # Built without validation: every field is of its type here, and checking a million latencies one by one
         # costs more than the rest of the side.
-        fields: dict[str, Any] = {name: _rate(mine.get(name), confidence) for name in metrics}
+        fields: dict[str, Any] = {name: _rate(mine.get(name), confidence) for name in _SIDE_RATES}
         out[side] = SideMetrics.model_construct(
             side=side,
             turns=mine["error_rate"].pairs,  # every turn counts in the error rate
@@ -261,6 +253,155 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
             costs_by_conversation=own,
         )
     return out
+
+
+#: The rates of each side, in the order :class:`~delta_eval.metrics.sides.SideMetrics` lists them.
+_SIDE_RATES = ("error_rate", "invalid_tool_call_rate", "matches_recorded_rate", "text_instead_of_action_rate",
+               "no_decision_rate")  # fmt: skip
+#: The invalid-tool-call rate as :func:`~delta_eval.metrics.sql_sums.paired_sums` reads it (what the sums below
+#: equal; see tests/metrics/test_side_sums.py).
+INVALID_TOOL_CALLS = Metric(a="coalesce(invalid_tool_calls, 0)", ta="coalesce(n_tool_calls, 0)",
+                            tb="coalesce(n_tool_calls, 0)", where="error IS NULL")  # fmt: skip
+#: Below this, a total of integers is the same double whatever the order it is summed in.
+_EXACT = 2**53
+
+
+def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], dict[str, dict[str, PairedSums]]]:
+    """Per side (and conversation), the sums of each side's rates over ``rows`` (the non-recorded replays with
+    ``nd`` and ``recorded_acted``) and each conversation's cost, from one GROUP BY with the fewest aggregates: what
+    :func:`~delta_eval.metrics.sql_sums.paired_sums` gives of the same metrics (``per_conversation`` as it fills
+    it), but for the invalid-tool-call rate's products, which :func:`_with_products` adds.
+
+    Every rate but the invalid tool calls' is of 0/1 events over one unit a turn: its sums are two counts, and
+    whether a conversation saw an event or a non-event follows from them. The turns without an error are the
+    turns less the errors (no count of their own); the three flags of the invalid tool calls (an invalid call, a
+    valid one, any call seen) are bits of one ``bit_or``."""
+    ok = "error IS NULL"
+    texts = recorded  # without recorded rows production acted nowhere: the rate applies to no turn
+    cols = [f"({_CLUSTER})::VARCHAR AS cl", "(side)::VARCHAR AS grp", "cost_usd",
+            "(error IS NOT NULL)::DOUBLE AS fails",
+            f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END AS inv",
+            f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END AS calls",
+            f"({ok} AND coalesce(matches_recorded, false))::DOUBLE AS m", "(nd IS NOT NULL)::DOUBLE AS nd_n",
+            "coalesce(nd, false)::DOUBLE AS nd_a"]  # fmt: skip
+    counts = ["fails", "m", "nd_n", "nd_a"]
+    if texts:
+        cols += [f"coalesce({ok} AND recorded_acted, false)::DOUBLE AS t_n",
+                 f"coalesce({ok} AND recorded_acted AND text_instead_of_action, false)::DOUBLE AS t_a"]  # fmt: skip
+        counts += ["t_n", "t_a"]
+
+    def query(packed: bool) -> pa.Table:
+        aggs = ["count(*)::DOUBLE AS n", *_count_sums(counts, packed), "sum(inv) AS inv", "sum(calls) AS calls",
+                "bit_or((inv > 0)::INTEGER + 2 * (calls - inv > 0)::INTEGER + 4 * (calls > 0)::INTEGER) AS seen",
+                "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END AS cost"]  # fmt: skip
+        return fetch_table(src.db, f"WITH rows AS (SELECT {', '.join(cols)} FROM {rows}) SELECT grp, cl, "
+                                   f"{', '.join(aggs)} FROM rows GROUP BY grp, cl")  # fmt: skip
+
+    got = query(packed=True)
+    n_all = got.column("n").to_numpy()
+    packed = not len(n_all) or float(n_all.max()) < 2**_FIELD
+    if not packed:  # a conversation of 2**13 turns of a side or more: a sum of each count
+        got = query(packed=False)
+    # The conversations in PairedSums.of's order: by side, then by name.
+    order = text_order([got.column("grp"), got.column("cl")])
+    data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False))[order] for k in got.column_names
+            if k not in ("grp", "cl")}  # fmt: skip
+    if packed:
+        data.update(_unpacked(data, counts))
+    bounds = _runs(pc.take(got.column("grp"), order))
+    found = {"runs": bounds, "cl": pc.take(got.column("cl"), order), "cost": data["cost"].astype(float)}
+    out: dict[str, dict[str, PairedSums]] = {}
+    for side, (lo, hi) in bounds.items():
+        n, fails = data["n"][lo:hi].astype(float), data["fails"][lo:hi].astype(float)
+        src.turns[side] = (n, fails)
+        mine = {"error_rate": _binary(n, fails), "matches_recorded_rate": _binary(n - fails, data["m"][lo:hi]),
+                "no_decision_rate": _binary(data["nd_n"][lo:hi], data["nd_a"][lo:hi])}  # fmt: skip
+        if texts:
+            mine["text_instead_of_action_rate"] = _binary(data["t_n"][lo:hi], data["t_a"][lo:hi])
+        keep = np.flatnonzero(n - fails > 0)  # the conversations with a turn without an error
+        bits = data["seen"][lo:hi][keep].astype(np.int64)
+        a, t = data["inv"][lo:hi][keep].astype(float), data["calls"][lo:hi][keep].astype(float)
+        size = len(keep)
+        seen = np.vstack([bits & 1 > 0, bits & 2 > 0, np.zeros(size, dtype=bool), bits & 4 > 0]).reshape(4, -1)
+        mine["invalid_tool_call_rate"] = PairedSums.from_clusters(
+            np.full(size, "", dtype=str),
+            a,
+            t,
+            np.zeros(size),
+            t,
+            pairs=int((n - fails)[keep].sum()),
+            seen=seen,
+            iid=np.zeros(len(PRODUCTS)),
+        )
+        out[side] = mine
+    return found, out
+
+
+#: Counts of 0/1 columns are summed four to a sum, in fields of this many bits (below 2**52 in all: exact doubles)
+#: while no conversation has 2**13 turns of a side: one aggregate instead of four.
+_FIELD = 13
+
+
+def _count_sums(names: Sequence[str], packed: bool) -> list[str]:
+    """The aggregates of the 0/1 columns ``names``: one sum each, or ``packed`` four to a sum (``pk0``, ``pk1``...)
+    in fields of :data:`_FIELD` bits (see :func:`_unpacked`)."""
+    if not packed:
+        return [f"sum({c}) AS {c}" for c in names]
+    out = []
+    for j in range(0, len(names), 4):
+        terms = [c if k == 0 else f"{2 ** (_FIELD * k)}::DOUBLE * {c}" for k, c in enumerate(names[j : j + 4])]
+        out.append(f"sum({' + '.join(terms)}) AS pk{j // 4}")
+    return out
+
+
+def _unpacked(data: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each of the counts ``names`` from the packed sums of :func:`_count_sums`, as doubles."""
+    out = {}
+    mask = (1 << _FIELD) - 1
+    for j in range(0, len(names), 4):
+        whole = data[f"pk{j // 4}"].astype(np.int64)
+        for k, c in enumerate(names[j : j + 4]):
+            out[c] = ((whole >> (_FIELD * k)) & mask).astype(float)
+    return out
+
+
+def _binary(n: np.ndarray, events: np.ndarray) -> PairedSums:
+    """The sums of a rate of 0/1 events over one unit a turn, from each conversation's turns ``n`` and events (as
+    :func:`~delta_eval.metrics.sql_sums.paired_sums` gives them: the conversations with a turn)."""
+    keep = np.flatnonzero(n > 0)
+    t, a = n[keep].astype(float), events[keep].astype(float)
+    size = len(keep)
+    seen = np.vstack([a > 0, t - a > 0, np.zeros(size, dtype=bool), t > 0]).reshape(4, -1)
+    sa, st = float(a.sum()), float(t.sum())
+    return PairedSums.from_clusters(np.full(size, "", dtype=str), a, t, np.zeros(size), t, pairs=int(st), seen=seen,
+                                    iid=np.array([sa, sa, st, 0.0, 0.0, st, 0.0, sa, 0.0, st]))  # fmt: skip
+
+
+def _products(src: Source) -> dict[str, tuple[float, float, float]]:
+    """Per side, the totals over its successful turns of the products of the invalid-tool-call rate's events and
+    units (invalid calls squared, invalid calls times calls, calls squared): what its as-if-independent variance
+    reads, from one small aggregate rather than three more per conversation."""
+    found = src.db.execute(
+        "SELECT grp, sum(i * i), sum(i * c), sum(c * c) FROM (SELECT (side)::VARCHAR AS grp, "
+        "coalesce(invalid_tool_calls, 0)::DOUBLE AS i, coalesce(n_tool_calls, 0)::DOUBLE AS c "
+        f"FROM {src.replays} WHERE error IS NULL AND side <> 'recorded') GROUP BY grp"
+    ).fetchall()
+    return {str(g): (float(aa or 0.0), float(at or 0.0), float(tt or 0.0)) for g, aa, at, tt in found}
+
+
+def _with_products(src: Source, rows: str, side: str, sums: PairedSums,
+                   products: tuple[float, float, float] | None) -> PairedSums:  # fmt: skip
+    """The invalid-tool-call rate's sums with the totals of its ``products`` (see :func:`_products`). Totals of
+    integers are the same doubles whatever the order they are summed in (per conversation, then over them, before)
+    while every partial sum stays below 2**53, which squares below half of it ensure (``|i c| <= (i i + c c) / 2``);
+    past that (no run's tool calls come near) the sums per conversation of
+    :func:`~delta_eval.metrics.sql_sums.paired_sums`, as before."""
+    aa, at, tt = products or (0.0, 0.0, 0.0)
+    if aa + tt >= _EXACT / 2:
+        return paired_sums(src.db, rows, {"m": INVALID_TOOL_CALLS}, cluster=_CLUSTER, group="side")[side]["m"]
+    # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (no b; tb is ta).
+    iid = np.array([aa, at, tt, 0.0, 0.0, tt, 0.0, at, 0.0, tt])
+    return PairedSums(sums.strata, sums.a, sums.ta, sums.b, sums.tb, sums.seen, sums.pairs, iid)
 
 
 _SEVERITIES = {"critical_rate": "('critical')", "severity_rate": "('minor', 'critical')"}
@@ -280,7 +421,8 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
     replay_side = sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
         g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
     if replay_side and src.replays is not None:
-        found.update(_replay_gates(src, replay_side, w, weighted, checks))
+        errors = _error_gate(src) if replay_side == ["error_rate"] and not weighted else None
+        found.update({"error_rate": errors} if errors else _replay_gates(src, replay_side, w, weighted, checks))
     ratio = _cost_ratio(src) if any(g.metric == "cost_ratio" for g in gates) else None
     out = []
     for gate in gates:
@@ -344,6 +486,47 @@ def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[An
         else:
             out[m] = (s, f"{unknown} of {losses} judged losses without a severity" if unknown else "")
     return out
+
+
+def _error_gate(src: Source) -> tuple[Any, str] | None:
+    """The error-rate gate's sums without grouping the pairs of replays by conversation, when every candidate replay
+    has exactly one baseline replay of its pair (a complete run; ``None`` otherwise, or before the sides' metrics):
+    each conversation's pairs and candidate errors are then the candidate side's turns and errors
+    (:attr:`Source.turns`), and only the pairs whose baseline failed are joined to their candidate. The sums are
+    those of :func:`_replay_gates` (counts: the same doubles), unweighted."""
+    if "candidate" not in src.turns or "candidate" not in src.costs:
+        return None
+    r = src.replays
+    n, fails = src.turns["candidate"]
+    # Each candidate replay with exactly one baseline replay: the rows of a left join are the candidate replays
+    # (none has two partners) and so are its matches (none has none).
+    rows, matched = src.db.execute(
+        f"SELECT count(*), count(b.pair_id) FROM (SELECT pair_id FROM {r} WHERE side = 'candidate') c "
+        f"LEFT JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline') b ON b.pair_id = c.pair_id"
+    ).fetchall()[0]  # fmt: skip
+    total = int(n.sum())
+    if not (rows == matched == total):
+        return None
+    failed = fetch_table(
+        src.db,
+        f"SELECT ({_CLUSTER})::VARCHAR AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
+        f"FROM {r} c SEMI JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
+        "ON f.pair_id = c.pair_id WHERE c.side = 'candidate' GROUP BY cl",
+    )  # fmt: skip
+    names = src.costs["candidate"][0]
+    b, ab = np.zeros(len(n)), 0.0
+    if failed.num_rows:
+        at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False)
+        b[at.astype(np.int64)] = failed.column("b").to_numpy()
+        ab = float(failed.column("ab").to_numpy().sum())
+    if not total:
+        return None, "no pair where the metric applies"
+    sa, sb, st = float(fails.sum()), float(b.sum()), float(total)
+    seen = np.vstack([fails > 0, n - fails > 0, b > 0, n - b > 0]).reshape(4, -1)
+    # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a pair).
+    iid = np.array([sa, sa, st, sb, sb, st, ab, sa, sb, st])
+    return PairedSums.from_clusters(np.full(len(n), "", dtype=str), fails, n, b, n, pairs=total, seen=seen,
+                                    iid=iid), ""  # fmt: skip
 
 
 def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, checks: str | None
