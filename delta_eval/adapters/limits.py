@@ -155,17 +155,19 @@ class ModelLimiter:
         (a pass of a loop with hundreds of calls in flight, and ~3% of a call's CPU with its cancel scopes); a call
         queued for a slot still keeps its turn. :meth:`slot` takes it so; the actor granting a batch of slots to
         another process yields between them (see :mod:`delta_eval.executors.ray_actors`)."""
+        taken = False
         if at_once:
             try:
                 self._capacity.acquire_on_behalf_of_nowait(owner)
+                taken = True
             except anyio.WouldBlock:
-                at_once = False
-        if not at_once:
+                pass
+        if not taken:
             await self._capacity.acquire_on_behalf_of(owner)
         try:
             if self._rate is not None:
                 await self._rate.acquire()
-            return Ticket(await self._admitted())
+            return Ticket(await self._admitted(at_once))
         except BaseException:
             self._capacity.release_on_behalf_of(owner)
             raise
@@ -188,8 +190,13 @@ class ModelLimiter:
             and self.wait_s() <= 0
         )
 
-    async def _admitted(self) -> float:
-        """Wait until the provider has a request left (as far as its headers tell), and count this one."""
+    async def _admitted(self, at_once: bool = False) -> float:
+        """Wait until the provider has a request left (as far as its headers tell), and count this one; ``at_once``:
+        without entering the lock (and its checkpoint) when no one waits and a request is left."""
+        if at_once and not self._admit.locked() and self.wait_s() <= 0:
+            now = self._clock()
+            self._sent.append(now)
+            return now
         async with self._admit:
             while (wait := self.wait_s()) > 0:  # noqa: ASYNC110 -- a wait of known length, not for an event
                 await anyio.sleep(wait)
