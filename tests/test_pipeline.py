@@ -469,3 +469,50 @@ def test_the_longest_recorded_turns_start_first_and_the_order_changes_no_result(
     monkeypatch.setattr(pipeline, "_LOOKAHEAD", 0)  # the source's order
     assert verdicts(tmp_path / "source") == longest
     assert len(longest) > 20
+
+
+def test_the_writer_takes_the_pairs_waiting_for_it_without_a_pass_of_the_event_loop_each(tmp_path: Path) -> None:
+    """A stage that took one item per pass of the event loop (``receive()`` yields first) fell behind the replays
+    under a loaded loop: the pairs waiting for the writer are taken in runs, the loop passing now and then."""
+    import time
+
+    from delta_eval import pipeline
+    from delta_eval.replay.points import replay_points
+
+    conversations, _ = demo_conversations().load()
+    pairs = [pipeline._Pair(p, "all", 1.0) for c in conversations[:30] for p in replay_points(c)]
+    assert len(pairs) >= 64
+
+    class Folder:  # the writer's side of a run folder: pairs with no decisions add nothing
+        def add(self, dataset: str, rows: Any) -> None:
+            raise AssertionError(dataset)
+
+        def commit(self, note: Any = None) -> None:
+            return None
+
+    stages = pipeline.Stages(
+        config=small_config(tmp_path / "run"),
+        source=demo_conversations(),
+        folder=Folder(),  # type: ignore[arg-type]
+        state=None,  # type: ignore[arg-type]
+        progress=de.RunProgress(),
+        recordings=None,
+        on_verdict=None,
+        last_commit=time.monotonic(),
+    )
+    passes = 0
+
+    async def main() -> None:
+        nonlocal passes
+        send, recv = anyio.create_memory_object_stream[Any](len(pairs))
+        for pair in pairs:
+            send.send_nowait(pair)
+        send.close()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stages.write, recv)
+            while not stages.wake.is_set():  # set as the writer ends
+                await anyio.lowlevel.checkpoint()
+                passes += 1
+
+    anyio.run(main)
+    assert 0 < passes <= len(pairs) // 8

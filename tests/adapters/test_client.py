@@ -144,6 +144,29 @@ def test_cache_key_covers_request_and_namespace() -> None:
     assert REQUEST.cache_key(namespace="a") != REQUEST.cache_key(namespace="b")
 
 
+def test_the_adapters_identity_is_asked_once_and_keys_every_call(tmp_path: Path) -> None:
+    """The identity (an endpoint) is the adapter's configuration: asked once, not made anew for every call's key."""
+    asked: list[int] = []
+
+    class Endpoint(ScriptedAdapter):
+        def cache_identity(self) -> dict[str, str]:
+            asked.append(1)
+            return {"base_url": "http://a.example/v1"}
+
+    cache = SQLiteCache(tmp_path / "cache.sqlite")
+    client = ModelClient(Endpoint("scripted:m", ["one", "two", "three"]), ModelLimiter(2), cache=cache)
+    requests = [REQUEST.model_copy(update={"messages": (Message(role="user", content=f"q{k}"),)}) for k in range(3)]
+
+    async def main() -> list[str]:
+        return [(await client.generate(r, namespace="n")).response.message.content or "" for r in requests]
+
+    assert anyio.run(main) == ["one", "two", "three"]
+    assert len(asked) == 1
+    identity = {"base_url": "http://a.example/v1"}
+    assert all(cache.get(r.cache_key(namespace="n", identity=identity)) is not None for r in requests)
+    cache.close()
+
+
 def test_limiter_caps_concurrency() -> None:
     in_flight = peak = 0
 

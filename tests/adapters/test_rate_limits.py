@@ -183,3 +183,47 @@ def test_the_real_sdks_successful_answers_pace_calls_by_their_headers(model: str
         client = anyio.run(main)
     assert client.stats.answered == 6
     assert client.stats.rate_limited == 0
+
+
+def test_a_free_slot_is_taken_without_a_pass_of_the_event_loop_and_a_queued_call_keeps_its_turn() -> None:
+    """anyio's acquire yields to the event loop even when a slot is free: a pass of a loop with hundreds of calls in
+    flight, on every call. A free slot is taken at once; a call queued for a slot is not overtaken."""
+    limiter = ModelLimiter(max_concurrency=2)
+    order: list[str] = []
+    passes = 0
+
+    async def main() -> None:
+        nonlocal passes
+        done = anyio.Event()
+
+        async def free_slots() -> None:
+            for _ in range(50):
+                async with limiter.slot():
+                    pass
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(free_slots)
+            while not done.is_set():
+                await anyio.lowlevel.checkpoint()
+                passes += 1
+
+        # Both slots held, one call queued: a slot given back goes to it, not to a call arriving meanwhile.
+        held = [object(), object()]
+        for owner in held:
+            await limiter.acquire(owner)
+
+        async def call(name: str) -> None:
+            async with limiter.slot():
+                order.append(name)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "queued")
+            await anyio.wait_all_tasks_blocked()
+            limiter.release(held[0])
+            await call("later")
+        limiter.release(held[1])
+
+    anyio.run(main)
+    assert passes <= 1
+    assert order == ["queued", "later"]
