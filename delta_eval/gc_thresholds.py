@@ -24,7 +24,7 @@ import gc
 import threading
 from collections.abc import Iterator
 
-__all__ = ["RUN_THRESHOLDS", "fewer_collections"]
+__all__ = ["RUN_THRESHOLDS", "collector_paused", "fewer_collections"]
 
 #: The collector's thresholds during a run (a larger one set by the application is kept).
 RUN_THRESHOLDS = (50_000, 20, 10)
@@ -52,3 +52,38 @@ def fewer_collections() -> Iterator[None]:
             if _users == 0 and _saved is not None:
                 gc.set_threshold(*_saved)
                 _saved = None
+
+
+_pause_lock = threading.Lock()
+_pausers = 0
+_was_enabled = False
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Within it, the cyclic collector is off; it comes back on when the last of the pauses inside one (several
+    may overlap, on threads) ends, if it was on when the first began. Counted under a lock: each pause reading
+    ``gc.isenabled()`` and then calling ``gc.disable()`` on its own could read "off" while another pause held it,
+    then switch it off after that pause had switched it back on, and leave it off for good.
+
+    Example:
+        >>> import gc
+        >>> with collector_paused():
+        ...     gc.isenabled()
+        False
+        >>> gc.isenabled()
+        True
+    """
+    global _pausers, _was_enabled
+    with _pause_lock:
+        if _pausers == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pausers += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pausers -= 1
+            if _pausers == 0 and _was_enabled:
+                gc.enable()

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import gc
 import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from delta_eval.exceptions import ConfigError, RecordError, SourceWarning
+from delta_eval.gc_thresholds import collector_paused
 from delta_eval.ingest.describe import describe_records, nearest_paths
 from delta_eval.ingest.native import detect_format, native_conversation
 from delta_eval.ingest.pseudonymize import Pseudonymizer
@@ -214,13 +214,8 @@ def _collector_paused(items: Iterable[_T]) -> Iterator[_T]:
     nothing there and cost about a third of a trace's reading time; reference counting frees what parsing drops."""
     it = iter(items)
     while True:
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():  # counted: sources read on several threads at once
             item = next(it, _END)
-        finally:
-            if paused:
-                gc.enable()
         if item is _END:
             return
         yield item  # type: ignore[misc]
