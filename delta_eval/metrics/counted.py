@@ -126,6 +126,17 @@ _GROUPED = """
     SELECT grp, '#' || coalesce(_row::VARCHAR, pair_id) AS cl, {st}, count(*) AS n, {sums}
     FROM rows WHERE conv IS NULL OR conv = '' GROUP BY grp, cl{keys}
 """
+# The same over the conversations' keys (every counted row has one, see counted): grouped on a number, not on
+# the id's text (which also goes unread).
+_ROWS_KEYED = """
+WITH rows AS (
+    SELECT {group} AS grp, conversation_key AS conv, coalesce(stratum::VARCHAR, '') AS st, {a} AS a, {b} AS b,
+           {w} AS w
+    FROM src WHERE {counted}
+)"""
+_GROUPED_KEYED = """
+    SELECT grp, conv AS cl, {st}, count(*) AS n, {sums} FROM rows GROUP BY grp, conv{keys}
+"""
 _CLUSTERS = _ROWS + _GROUPED.replace(
     "{sums}",
     """sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb, sum(a - b) AS balance,
@@ -137,17 +148,14 @@ _CLUSTERS = _ROWS + _GROUPED.replace(
 # The same for hard outcomes (``a`` and ``b`` are 0 or 1, never both): every product is one of a few sums, and
 # whether a win (or a non-win) occurred follows from the counts, so the query adds up 3 values per row unweighted,
 # 9 weighted, instead of 14 (each aggregate over a million rows costs about as much as grouping them).
-_CLUSTERS_HARD = (
-    _ROWS
-    + ", sums AS ("
-    + _GROUPED
-    + """)
+_HARD_SELECT = """)
 SELECT grp, cl, st, n, wa, wt, wb, ua - ub AS balance,
        ua > 0 AS a_seen, ua < n AS a_not, ub > 0 AS b_seen, ub < n AS b_not,
        w2a AS aa, w2a AS "at", tt, w2b AS bb, w2b AS bt, 0.0::DOUBLE AS ab
 FROM sums
 """
-)
+_CLUSTERS_HARD = {False: _ROWS + ", sums AS (" + _GROUPED + _HARD_SELECT,
+                  True: _ROWS_KEYED + ", sums AS (" + _GROUPED_KEYED + _HARD_SELECT}  # fmt: skip
 _HARD_SUMS = {
     False: "sum(a) AS ua, sum(b) AS ub, ua AS wa, ub AS wb, n::DOUBLE AS wt, ua AS w2a, wt AS tt, ub AS w2b",
     True: "sum(a) AS ua, sum(b) AS ub, sum(w * a) AS wa, sum(w * b) AS wb, sum(w) AS wt, sum(w * w * a) AS w2a, "
@@ -161,6 +169,8 @@ FROM src GROUP BY grp, outcome, lost
 """
 # In the same pass, the range of the counted rows' weights, for weighted="auto" (see weights_vary_sql).
 _SPREAD = ", max({w}) FILTER (WHERE {counted}) AS w_hi, min({w}) FILTER (WHERE {counted}) AS w_lo"
+# In the same pass, how many counted rows have no conversation key (see counted).
+_UNKEYED = ", count(*) FILTER (WHERE ({counted}) AND conversation_key IS NULL) AS unkeyed"
 
 # The sums per conversation (and group) of the queries above (each conversation in the largest stratum it has, as
 # the rows path puts it) added up per stratum, over each group and, for the total, over every row (``whole``, each
@@ -285,6 +295,8 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
         # The counts, and for weighted="auto" the spread of the weights, in one pass.
         auto = e.weighted == "auto"
         extra = _SPREAD.format(w=_weight("weight" in names), counted=where) if auto else ""
+        keyed = "conversation_key" in names
+        extra += _UNKEYED.format(counted=where) if keyed else ""  # whatever the caller: one query shared
         counts = run(_COUNTS.format(group=group, counted=where, side=side, extra=extra),
                      lambda sql: fetch_table(db, sql).to_pydict())  # fmt: skip
         counts_rows = list(zip(*(counts[c] for c in ("grp", "outcome", "lost", "n")), strict=True))
@@ -303,7 +315,12 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             # DuckDB adds them in (a resumed run's files are in another order than a fresh run's): per
             # conversation, numpy adds them in a fixed order, and the same run gives the same figures.
             per_conversation = True
-        clusters = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted]) if not e.soft else _CLUSTERS
+        # Per stratum, the conversations grouped on their keys where every counted row has one (a folder written
+        # before verdicts had keys, or a row without a conversation, has none: grouped on the ids' text then). Two
+        # conversations whose ids share a key would be summed as one: see delta_eval.store.conversation_key.
+        keyed = keyed and not per_conversation and not sum(int(x or 0) for x in counts["unkeyed"])
+        hard = _CLUSTERS_HARD[keyed].replace("{sums}", _HARD_SUMS[weighted])
+        clusters = hard if not e.soft else _CLUSTERS
         if per_conversation:
             sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, st="st", keys=", st")
         else:
