@@ -180,11 +180,6 @@ _SPREAD = (
     ", max({w}) AS w_hi, min({w}) AS w_lo",
     ", max(w_hi) FILTER (WHERE {counted}) AS w_hi, min(w_lo) FILTER (WHERE {counted}) AS w_lo",
 )
-# In the same pass, how many counted rows have no conversation key (see counted).
-_UNKEYED = (
-    ", count(*) FILTER (WHERE conversation_key IS NULL) AS nokey",
-    ", sum(nokey) FILTER (WHERE {counted})::BIGINT AS unkeyed",
-)
 
 # Per stratum (hard outcomes, unweighted: see counted), the sums per conversation (and group) of a query as
 # above (each conversation in the largest stratum it has, as the rows path puts it) added up, over each group and,
@@ -214,12 +209,12 @@ per AS (
            count_if(ua > 0) AS s0, count_if(ua < t) AS s1, count_if(ub > 0) AS s2, count_if(ub < t) AS s3,
            count_if(ua - ub > {tie}) AS plus, count_if(ua - ub < -{tie}) AS minus,
            sum(ua * ua) AS q_aa, sum(ua * t) AS q_at, sum(t * t) AS q_tt, sum(ub * ub) AS q_bb, sum(ub * t) AS q_bt,
-           sum(ua * ub) AS q_ab
+           sum(ua * ub) AS q_ab, count_if(cl IS NULL) AS nokey
     FROM merged GROUP BY whole, grp, st
 )
 SELECT whole, grp, st, conversations AS m, t AS n, conversations, s0, s1, s2, s3, plus, minus,
        a AS aa, a AS "at", t AS tt, b AS bb, b AS bt, 0.0::DOUBLE AS ab, t AS units, a AS a_all, b AS b_all,
-       a AS s_a, t AS s_t, b AS s_b, q_aa, q_at, q_tt, q_bb, q_bt, q_ab
+       a AS s_a, t AS s_t, b AS s_b, q_aa, q_at, q_tt, q_bb, q_bt, q_ab, nokey
 FROM per
 """.replace("{tie}", repr(BALANCED))
 
@@ -308,8 +303,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
         a, b, where = (x.replace(side, "_side") for x in (a, b, where))
         # The counts, and for weighted="auto" the spread of the weights, in one pass.
         auto = e.weighted == "auto"
-        keyed = "conversation_key" in names  # asked whatever the caller: one query shared
-        extras = [x for x, wanted in ((_SPREAD, auto), (_UNKEYED, keyed)) if wanted]
+        extras = [_SPREAD] if auto else []
         # Over the grouped rows, whose error_side is every error's side (read from the text where the folder has
         # no such column).
         grouped = sql_contribution(e, has_error_side=True)[2].replace(sql_error_side(has_error_side=True), "error_side")
@@ -333,20 +327,23 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             # DuckDB adds them in (a resumed run's files are in another order than a fresh run's): per
             # conversation, numpy adds them in a fixed order, and the same run gives the same figures.
             per_conversation = True
-        # Per stratum, the conversations grouped on their keys where every counted row has one (a folder written
-        # before verdicts had keys, or a row without a conversation, has none: grouped on the ids' text then). Two
-        # conversations whose ids share a key would be summed as one: see delta_eval.store.conversation_key.
-        keyed = keyed and not per_conversation and not sum(int(x or 0) for x in counts["unkeyed"])
         hard = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted])
         clusters = hard if not e.soft else _CLUSTERS
         if per_conversation:
             sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, side=side, st="st", keys=", st")
+            cols = run(sql, lambda sql: fetch_table(db, sql))
         else:
-            # Hard outcomes, unweighted (else per_conversation, above).
-            level = _LEVEL[keyed].format(group=group, a=a, b=b, w=w, counted=where, side=side, st="max(st) AS st",
-                                         keys="")  # fmt: skip
-            sql = _STRATA.format(clusters=level, merged=_MERGED[total is not None])
-        cols = run(sql, lambda sql: fetch_table(db, sql))
+            # Hard outcomes, unweighted (else per_conversation, above). The conversations grouped on their keys;
+            # where a counted row has none (a folder written before verdicts had keys, or a row without a
+            # conversation), on the ids' text instead. Two conversations whose ids share a key would be summed as
+            # one: see delta_eval.store.conversation_key.
+            for keyed in [True, False] if "conversation_key" in names else [False]:
+                level = _LEVEL[keyed].format(group=group, a=a, b=b, w=w, counted=where, side=side,
+                                             st="max(st) AS st", keys="")  # fmt: skip
+                sql = _STRATA.format(clusters=level, merged=_MERGED[total is not None])
+                cols = run(sql, lambda sql: fetch_table(db, sql))
+                if not keyed or not any(cols.column("nokey").to_pylist()):
+                    break
     finally:
         if not isinstance(verdicts, str):
             db.close()
