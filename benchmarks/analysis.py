@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 import delta_eval as de
 from delta_eval.adapters.simulated_judge import behaviour
+from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.folder import MARKER, RunFolder, write_json_atomic
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.tables import SCHEMAS
@@ -91,7 +92,9 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0) -> Path:
     folder = RunFolder(out)
     out.mkdir(parents=True)
     write_json_atomic(out / MARKER, {"library": "delta_eval", "format": "delta_eval.run/1"})
+    keys = {c: conversation_key(c) for c in set(conv)}  # as the run's writer computes them (store/tables.py)
     verdicts = _table("verdicts", {"pair_id": ids, "conversation_id": conv, "turn_index": [0] * pairs,
+                                   "conversation_key": [keys[c] for c in conv],
                                    "epoch": [1] * pairs, "stage": stage, "outcome": outcome, "stratum": strata,
                                    "weight": [1.0] * pairs, "summary": summary, "reasoning": reasoning,
                                    "judge": ["simulated:judge"] * pairs}, pairs)  # fmt: skip

@@ -156,7 +156,7 @@ class RunResult:
         # Summed by DuckDB over the run's Parquet files, per stratum (a row per conversation only for the
         # bootstrap, which resamples them): no pair is read into Python.
         e = Estimand(over=over, weighted=weighted, soft=soft, errors=errors)
-        con = self.connect()
+        con = open_run(self.path, candidate=self.candidate, datasets=("verdicts",))  # the one view it reads
         try:
             groups = counted("verdicts", e, by=by, null="None", con=con, per_conversation=method == "bootstrap")
         finally:

@@ -118,13 +118,24 @@ WITH rows AS (
     SELECT {group} AS grp, conversation_id::VARCHAR AS conv, _row, pair_id,
            coalesce(stratum::VARCHAR, '') AS st, {a} AS a, {b} AS b,
            {w} AS w
-    FROM src WHERE {counted}
+    FROM (SELECT *, CASE WHEN outcome = 'error' THEN {side} END AS _side FROM src) WHERE {counted}
 )"""
 _GROUPED = """
     SELECT grp, conv AS cl, {st}, count(*) AS n, {sums} FROM rows WHERE conv <> '' GROUP BY grp, conv{keys}
     UNION ALL
     SELECT grp, '#' || coalesce(_row::VARCHAR, pair_id) AS cl, {st}, count(*) AS n, {sums}
     FROM rows WHERE conv IS NULL OR conv = '' GROUP BY grp, cl{keys}
+"""
+# The same over the conversations' keys (every counted row has one, see counted): grouped on a number, not on
+# the id's text (which also goes unread).
+_ROWS_KEYED = """
+WITH rows AS (
+    SELECT {group} AS grp, conversation_key AS conv, coalesce(stratum::VARCHAR, '') AS st, {a} AS a, {b} AS b,
+           {w} AS w
+    FROM (SELECT *, CASE WHEN outcome = 'error' THEN {side} END AS _side FROM src) WHERE {counted}
+)"""
+_GROUPED_KEYED = """
+    SELECT grp, conv AS cl, {st}, count(*) AS n, {sums} FROM rows GROUP BY grp, conv{keys}
 """
 _CLUSTERS = _ROWS + _GROUPED.replace(
     "{sums}",
@@ -137,70 +148,75 @@ _CLUSTERS = _ROWS + _GROUPED.replace(
 # The same for hard outcomes (``a`` and ``b`` are 0 or 1, never both): every product is one of a few sums, and
 # whether a win (or a non-win) occurred follows from the counts, so the query adds up 3 values per row unweighted,
 # 9 weighted, instead of 14 (each aggregate over a million rows costs about as much as grouping them).
-_CLUSTERS_HARD = (
-    _ROWS
-    + ", sums AS ("
-    + _GROUPED
-    + """)
+_HARD_SELECT = """)
 SELECT grp, cl, st, n, wa, wt, wb, ua - ub AS balance,
        ua > 0 AS a_seen, ua < n AS a_not, ub > 0 AS b_seen, ub < n AS b_not,
        w2a AS aa, w2a AS "at", tt, w2b AS bb, w2b AS bt, 0.0::DOUBLE AS ab
 FROM sums
 """
-)
+_CLUSTERS_HARD = _ROWS + ", sums AS (" + _GROUPED + _HARD_SELECT
 _HARD_SUMS = {
     False: "sum(a) AS ua, sum(b) AS ub, ua AS wa, ub AS wb, n::DOUBLE AS wt, ua AS w2a, wt AS tt, ub AS w2b",
     True: "sum(a) AS ua, sum(b) AS ub, sum(w * a) AS wa, sum(w * b) AS wb, sum(w) AS wt, sum(w * w * a) AS w2a, "
     "sum(w * w) AS tt, sum(w * w * b) AS w2b",
 }
 
+# The count of each outcome, and of the error pairs counted as a loss of each side, per group: the rows grouped
+# first by what decides whether they count (the outcome, and an error's side), which is then decided once per
+# group (``{counted}`` and ``{side}`` read the grouped rows' ``error_side``), not once per row (which cost as much as
+# the sums per stratum).
 _COUNTS = """
-SELECT {group} AS grp, coalesce(outcome, 'None') AS outcome,
-       CASE WHEN {counted} AND outcome = 'error' THEN {side} END AS lost, count(*) AS n{extra}
-FROM src GROUP BY grp, outcome, lost
+WITH kinds AS (
+    SELECT {group} AS grp, outcome, CASE WHEN outcome = 'error' THEN {side} END AS error_side,
+           NULL::VARCHAR AS error, count(*) AS n{inner}
+    FROM src GROUP BY ALL
+)
+SELECT grp, coalesce(outcome, 'None') AS outcome, CASE WHEN {counted} AND outcome = 'error' THEN error_side END AS lost,
+       sum(n)::BIGINT AS n{outer}
+FROM kinds GROUP BY grp, outcome, lost
 """
 # In the same pass, the range of the counted rows' weights, for weighted="auto" (see weights_vary_sql).
-_SPREAD = ", max({w}) FILTER (WHERE {counted}) AS w_hi, min({w}) FILTER (WHERE {counted}) AS w_lo"
+_SPREAD = (
+    ", max({w}) AS w_hi, min({w}) AS w_lo",
+    ", max(w_hi) FILTER (WHERE {counted}) AS w_hi, min(w_lo) FILTER (WHERE {counted}) AS w_lo",
+)
 
-# The sums per conversation (and group) of the queries above (each conversation in the largest stratum it has, as
-# the rows path puts it) added up per stratum, over each group and, for the total, over every row (``whole``, each
-# conversation's rows of every group added up): per stratum, what StratumSums reads, the exact sums the residuals
-# at the group's rates and their squares about the stratum's mean are expanded from (``_RESIDUALS``). A
-# conversation counts in the interval where it has units (``wt > 0``); the sign test reads every conversation's
-# balance.
+# Per stratum (hard outcomes, unweighted: see counted), the sums per conversation (and group) of a query as
+# above (each conversation in the largest stratum it has, as the rows path puts it) added up, over each group and,
+# for the total, over every row (``whole``, each conversation's rows of every group added up): what StratumSums
+# reads. Each conversation's sums are counts (``t`` pairs, ``ua`` and ``ub`` of them won by each side), and so are
+# the sums of them and of their products (exact as DOUBLE below 2**53, in any order): _exact_residuals expands the
+# residuals' squares from those in exact arithmetic, the same to the last bit whatever order DuckDB added them in
+# (float residuals would not be). Every conversation has units (a pair at least), so every one counts in the
+# interval; the sign test reads each one's balance, ``ua - ub``. The last SELECT names the sums as _stratum_counted
+# reads them (several are one: with hard outcomes and a unit per pair, ``sum(w w a) = sum(a)``, ...).
+_LEVEL_SELECT = """)
+SELECT grp, cl, st, n::DOUBLE AS t, ua, ub FROM sums"""
+_LEVEL = {keyed: rows + ", sums AS (" + grouped.replace("{sums}", "sum(a) AS ua, sum(b) AS ub") + _LEVEL_SELECT
+          for keyed, rows, grouped in ((False, _ROWS, _GROUPED), (True, _ROWS_KEYED, _GROUPED_KEYED))}  # fmt: skip
 _MERGED = {
     False: "SELECT 0 AS whole, * FROM clusters",
     True: """SELECT 0 AS whole, * FROM clusters
     UNION ALL
-    SELECT 1 AS whole, NULL AS grp, cl, max(st) AS st, sum(n) AS n, sum(wa) AS wa, sum(wt) AS wt, sum(wb) AS wb,
-           sum(balance) AS balance, bool_or(a_seen) AS a_seen, bool_or(a_not) AS a_not, bool_or(b_seen) AS b_seen,
-           bool_or(b_not) AS b_not, sum(aa) AS aa, sum("at") AS "at", sum(tt) AS tt, sum(bb) AS bb, sum(bt) AS bt,
-           sum(ab) AS ab
+    SELECT 1 AS whole, NULL AS grp, cl, max(st) AS st, sum(t) AS t, sum(ua) AS ua, sum(ub) AS ub
     FROM clusters GROUP BY cl""",
 }
 _STRATA = """
 WITH clusters AS ({clusters}),
 merged AS ({merged}),
-{residuals}
-SELECT whole, grp, st, count(*) FILTER (WHERE keep) AS m, sum(n) AS n, count(*) AS conversations,
-       count(*) FILTER (WHERE keep AND a_seen) AS s0, count(*) FILTER (WHERE keep AND a_not) AS s1,
-       count(*) FILTER (WHERE keep AND b_seen) AS s2, count(*) FILTER (WHERE keep AND b_not) AS s3,
-       count(*) FILTER (WHERE balance > {tie}) AS plus, count(*) FILTER (WHERE balance < -{tie}) AS minus,
-       sum(aa) AS aa, sum("at") AS "at", sum(tt) AS tt, sum(bb) AS bb, sum(bt) AS bt, sum(ab) AS ab, {squares}
-FROM resid GROUP BY whole, grp, st
-""".replace("{tie}", repr(BALANCED))
-# The residuals and their squares per stratum (hard outcomes, unweighted: see counted): each conversation's sums
-# are counts, and so are the sums of them and of their products (exact as DOUBLE below 2**53, in any order):
-# _exact_residuals expands the squares from those in exact arithmetic, the same to the last bit whatever order
-# DuckDB added them in (float residuals would not be).
-_RESIDUALS = (
-    "resid AS (SELECT *, wt > 0 AS keep FROM merged)",
-    """sum(wt) AS units, sum(wa) AS a_all, sum(wb) AS b_all,
-       sum(wa) FILTER (WHERE keep) AS s_a, sum(wt) FILTER (WHERE keep) AS s_t, sum(wb) FILTER (WHERE keep) AS s_b,
-       sum(wa * wa) FILTER (WHERE keep) AS q_aa, sum(wa * wt) FILTER (WHERE keep) AS q_at,
-       sum(wt * wt) FILTER (WHERE keep) AS q_tt, sum(wb * wb) FILTER (WHERE keep) AS q_bb,
-       sum(wb * wt) FILTER (WHERE keep) AS q_bt, sum(wa * wb) FILTER (WHERE keep) AS q_ab""",
+per AS (
+    SELECT whole, grp, st, count(*) AS conversations, sum(t) AS t, sum(ua) AS a, sum(ub) AS b,
+           count_if(ua > 0) AS s0, count_if(ua < t) AS s1, count_if(ub > 0) AS s2, count_if(ub < t) AS s3,
+           count_if(ua - ub > {tie}) AS plus, count_if(ua - ub < -{tie}) AS minus,
+           sum(ua * ua) AS q_aa, sum(ua * t) AS q_at, sum(t * t) AS q_tt, sum(ub * ub) AS q_bb, sum(ub * t) AS q_bt,
+           sum(ua * ub) AS q_ab, count_if(cl IS NULL) AS nokey
+    FROM merged GROUP BY whole, grp, st
 )
+SELECT whole, grp, st, conversations AS m, t AS n, conversations, s0, s1, s2, s3, plus, minus,
+       a AS aa, a AS "at", t AS tt, b AS bb, b AS bt, 0.0::DOUBLE AS ab, t AS units, a AS a_all, b AS b_all,
+       a AS s_a, t AS s_t, b AS s_b, q_aa, q_at, q_tt, q_bb, q_bt, q_ab, nokey
+FROM per
+""".replace("{tie}", repr(BALANCED))
 
 
 def _weight(has_weight: bool) -> str:
@@ -282,10 +298,18 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
         group = f"{by}::VARCHAR" if by else "''"
         a, b, where = sql_contribution(e, has_error_side="error_side" in names)
         side = sql_error_side(has_error_side="error_side" in names)
+        # An error's side is read once per row, as the column _side (written out in each expression that reads it,
+        # DuckDB took longer to plan the queries than to run them over 200,000 rows).
+        a, b, where = (x.replace(side, "_side") for x in (a, b, where))
         # The counts, and for weighted="auto" the spread of the weights, in one pass.
         auto = e.weighted == "auto"
-        extra = _SPREAD.format(w=_weight("weight" in names), counted=where) if auto else ""
-        counts = run(_COUNTS.format(group=group, counted=where, side=side, extra=extra),
+        extras = [_SPREAD] if auto else []
+        # Over the grouped rows, whose error_side is every error's side (read from the text where the folder has
+        # no such column).
+        grouped = sql_contribution(e, has_error_side=True)[2].replace(sql_error_side(has_error_side=True), "error_side")
+        inner = "".join(x[0].format(w=_weight("weight" in names)) for x in extras)
+        outer = "".join(x[1].format(counted=grouped) for x in extras)
+        counts = run(_COUNTS.format(group=group, side=side, counted=grouped, inner=inner, outer=outer),
                      lambda sql: fetch_table(db, sql).to_pydict())  # fmt: skip
         counts_rows = list(zip(*(counts[c] for c in ("grp", "outcome", "lost", "n")), strict=True))
         if by and not per_conversation and {None, null} <= {g for g, *_ in counts_rows}:
@@ -303,15 +327,23 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             # DuckDB adds them in (a resumed run's files are in another order than a fresh run's): per
             # conversation, numpy adds them in a fixed order, and the same run gives the same figures.
             per_conversation = True
-        clusters = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted]) if not e.soft else _CLUSTERS
+        hard = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted])
+        clusters = hard if not e.soft else _CLUSTERS
         if per_conversation:
-            sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, st="st", keys=", st")
+            sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, side=side, st="st", keys=", st")
+            cols = run(sql, lambda sql: fetch_table(db, sql))
         else:
-            level = clusters.format(group=group, a=a, b=b, w=w, counted=where, st="max(st) AS st", keys="")
-            residuals, squares = _RESIDUALS
-            sql = _STRATA.format(clusters=level, merged=_MERGED[total is not None], residuals=residuals,
-                                 squares=squares)  # fmt: skip
-        cols = run(sql, lambda sql: fetch_table(db, sql))
+            # Hard outcomes, unweighted (else per_conversation, above). The conversations grouped on their keys;
+            # where a counted row has none (a folder written before verdicts had keys, or a row without a
+            # conversation), on the ids' text instead. Two conversations whose ids share a key would be summed as
+            # one: see delta_eval.store.conversation_key.
+            for keyed in [True, False] if "conversation_key" in names else [False]:
+                level = _LEVEL[keyed].format(group=group, a=a, b=b, w=w, counted=where, side=side,
+                                             st="max(st) AS st", keys="")  # fmt: skip
+                sql = _STRATA.format(clusters=level, merged=_MERGED[total is not None])
+                cols = run(sql, lambda sql: fetch_table(db, sql))
+                if not keyed or not any(cols.column("nokey").to_pylist()):
+                    break
     finally:
         if not isinstance(verdicts, str):
             db.close()
@@ -440,7 +472,7 @@ def _stratum_counted(rows: list[tuple[Any, ...]], index: dict[str, int], counts:
 
 def _exact_residuals(row: tuple[Any, ...], index: dict[str, int], ra: float, rb: float, m: int) -> list[float]:
     """A stratum's sums of the residuals ``u = a - A t`` and ``v = b - B t`` and their squares and product about
-    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (``_RESIDUALS``), in exact
+    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (``_STRATA``), in exact
     arithmetic and rounded once."""
     if m == 0:
         return [0.0] * 5

@@ -1,7 +1,8 @@
 """The datasets of a run folder, each declared once from its schema type (see :mod:`delta_eval.store.rows`).
 
 - ``replays``: three rows a pair (baseline, candidate, and the recorded production turn), steps as nested lists;
-- ``verdicts``: one row a pair, with the stage that decided it;
+- ``verdicts``: one row a pair, with the stage that decided it (and ``conversation_key``, its conversation's id as
+  a 64-bit integer: see :mod:`delta_eval.store.conversation_key`);
 - ``judgements``: one row per judge call (stage 2 and 3), so both-order judging and panels keep every answer;
 - ``simulator_calls``: one row per call of a session's user simulator or LLM tool simulator, per side (their
   tokens and cost, apart from the sides' own);
@@ -24,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from delta_eval.schema import ErrorRecord, Judgement, Replay, SampledConversation, SimulatorCall, Stratum, Verdict
+from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.media import StoredMedia
 from delta_eval.store.rows import Computed, Table
 
@@ -35,7 +37,12 @@ TABLES: dict[str, Table[Any]] = {
         flatten={"output": "", "usage": ""},
         computed={"n_tool_calls": Computed(pa.int64(), lambda r: len(r.output.tool_calls))},
     ),
-    "verdicts": Table(Verdict, flatten={"judge_usage": "judge_"}),
+    "verdicts": Table(
+        Verdict,
+        flatten={"judge_usage": "judge_"},
+        # What queries group verdicts by conversation on (a number: grouping on the id's text costs twice as much).
+        computed={"conversation_key": Computed(pa.int64(), lambda v: conversation_key(v.conversation_id))},
+    ),
     "judgements": Table(Judgement, flatten={"usage": ""}),
     "simulator_calls": Table(SimulatorCall, flatten={"usage": ""}),
     "errors": Table(ErrorRecord),

@@ -92,6 +92,24 @@ def test_open_run_views(tmp_path: Path) -> None:
     assert de.open_run(tmp_path).execute("SELECT pair_id, outcome FROM pairs").fetchall() == [("x", "tie")]
 
 
+def test_open_run_makes_the_views_asked_alone(tmp_path: Path) -> None:
+    import duckdb
+
+    folder = RunFolder(tmp_path)
+    folder.write_manifest(manifest("completed"))
+    folder.add("verdicts", [verdict("x"), verdict("y~b").model_copy(update={"candidate": "b"})])
+    folder.commit()
+    con = de.open_run(tmp_path, datasets=("verdicts",))
+    assert con.execute("SELECT pair_id FROM verdicts ORDER BY pair_id").fetchall() == [("x",), ("y~b",)]
+    for view in ("replays", "pairs"):
+        with pytest.raises(duckdb.CatalogException):
+            con.execute(f"SELECT * FROM {view}")
+    # a candidate's own verdicts, as in a run of its own
+    mine = de.open_run(tmp_path, candidate="b", datasets=("verdicts", "errors"))
+    assert mine.execute("SELECT pair_id FROM verdicts").fetchall() == [("y~b",)]
+    assert mine.execute("SELECT count(*) FROM errors").fetchone() == (0,)
+
+
 def test_damaged_commit_is_reported(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
     folder.add("verdicts", [verdict("a")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from datetime import UTC
 from pathlib import Path
@@ -29,6 +30,7 @@ from delta_eval.schema import (
     Usage,
     Verdict,
 )
+from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.media import StoredMedia
 from delta_eval.store.tables import SCHEMAS, TABLES
@@ -144,3 +146,14 @@ def test_layout_users_query_by() -> None:
     assert SCHEMAS["verdicts"].field("details").type == pa.string()  # JSON text
     assert SCHEMAS["conversations"].field("messages").type == pa.string()
     assert SCHEMAS["errors"].field("at").type == pa.timestamp("us", tz="UTC")
+
+
+def test_verdicts_carry_their_conversations_key() -> None:
+    # a function of the id alone (the same in every process, shard and resumed run); none without a conversation
+    verdicts = TABLES["verdicts"]
+    row = verdicts.row(Verdict(pair_id="c#0", conversation_id="c", turn_index=0, stage="judge", outcome="tie"))
+    assert SCHEMAS["verdicts"].field("conversation_key").type == pa.int64()
+    digest = hashlib.blake2b(b"c", digest_size=8).digest()
+    assert row["conversation_key"] == conversation_key("c") == int.from_bytes(digest, "little", signed=True)
+    assert conversation_key("") is None
+    assert conversation_key("c") != conversation_key("d")
