@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from delta_eval.adapters.recordings import RecordingIndex
@@ -106,6 +107,11 @@ async def _put(send: MemoryObjectSendStream[T], item: T) -> None:
         send.send_nowait(item)
     except anyio.WouldBlock:
         await send.send(item)
+    except anyio.BrokenResourceError:
+        # The receiver is gone because the run was cancelled (stopped early, interrupted): say that, as send()
+        # would have by checking for cancellation first, not that the stream broke.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        raise
 
 
 @dataclass
