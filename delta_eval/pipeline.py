@@ -7,8 +7,8 @@ a slow stage makes the earlier ones wait (backpressure) and memory stays flat ho
        \\--SampledConversation----------------------------------------------------------------------> write <--+
 
 The loader sends pairs a window at a time, the longest recorded turns first (:func:`longest_first`): a long chain of
-tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs (and at the
-end); a pair's rows always land in one batch.
+tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs, at least
+every 5 seconds, and at the end; a pair's rows always land in one batch.
 With ``stop_early``, conversations go in a seeded random order and the run stops as soon as the anytime-valid test
 of :mod:`delta_eval.stopping` settles. Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already
 finished and marks the manifest ``interrupted``; a killed process loses at most the pairs of its last uncommitted
@@ -432,7 +432,8 @@ async def run_stages(
     c = stages.config
     points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, str]](2 * c.replays_in_flight)
     pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judges_in_flight)
-    write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](c.flush_every)
+    # pairs waiting for the writer hold their rows: room for a batch, but no more than a few hundred
+    write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](min(c.flush_every, 256))
     stages.progress.phase = "replaying"
     stages.progress.replay_started = time.monotonic()
     async with anyio.create_task_group() as tg:
