@@ -95,6 +95,19 @@ def _held_paths(snapshot: Snapshot) -> dict[str, list[Path]] | None:
     return {name: [held / str(fd) for _, fd in files] for name, files in snapshot.files.items()}
 
 
+def _one_schema(files: list[Path]) -> bool:
+    """Whether every file has the first one's columns, so a view can read them by position. ``union_by_name``
+    (what a folder whose batches were written by versions with other columns needs: a column a batch lacks reads
+    as nulls) has DuckDB read every file's footer again each time a query is planned: with hundreds of batches,
+    more than the query itself. Read once here instead, 0.2-0.3 ms a file."""
+    if len(files) < 2:
+        return True
+    import pyarrow.parquet as pq
+
+    first = pq.read_schema(files[0])
+    return all(pq.read_schema(f).equals(first) for f in files[1:])
+
+
 def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str | None = None,
              datasets: Collection[str] | None = None) -> Any:  # fmt: skip
     """A DuckDB connection with views over the run folder's datasets (see the module docstring).
@@ -126,6 +139,9 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)
     try:
         con = duckdb.connect(database)
+        # Each query over a view reads its files' footers again unless kept: a run of a few hundred batches spent
+        # a quarter of its decision there. The files of a snapshot do not change under it.
+        con.execute("SET parquet_metadata_cache = true")
     except BaseException:
         snapshot.close()
         raise
@@ -142,7 +158,8 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         view = quote_ident(f"all_{name}" if candidate is not None and name in PER_PAIR else name)
         if files:
             paths = ", ".join(quote_literal(str(f)) for f in files)  # a view keeps its text: no bound values
-            con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{paths}], union_by_name = true)")
+            by_name = "false" if _one_schema(files) else "true"
+            con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{paths}], union_by_name = {by_name})")
         else:
             con.register(f"_{name}_empty", SCHEMAS[name].empty_table())
             con.execute(f"CREATE VIEW {view} AS SELECT * FROM {quote_ident('_' + name + '_empty')}")
