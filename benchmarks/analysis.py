@@ -12,6 +12,7 @@ costs on top).
 
     python benchmarks/analysis.py                         # 200,000 and 1,000,000 pairs, 20,000 reasons
     python benchmarks/analysis.py --pairs 100000 --reasons 2000
+    python benchmarks/analysis.py --batched        # also the decision over batches as a run commits them
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ def reason(rng: random.Random) -> tuple[str, str]:
     return f"Reply A is better: reply B {said}.", f"Reply B {said}; A follows 1 of 1 reference calls, B 0."
 
 
-def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0) -> Path:
-    """Write a run folder of ``pairs`` verdicts (``reasons`` of them stage-3 with reasons) and their replays."""
+def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pairs: int | None = None) -> Path:
+    """Write a run folder of ``pairs`` verdicts (``reasons`` of them stage-3 with reasons) and their replays: in
+    two files, or with ``batch_pairs`` in batches of that many pairs, each a verdicts file and a replays file, as a
+    run commits them."""
     rng = random.Random(seed)
     conversations = max(1, pairs // 7)
     conv = [f"c{rng.randrange(conversations)}" for _ in range(pairs)]
@@ -107,16 +110,26 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0) -> Path:
     replays = _table("replays", sides, 2 * pairs)
     commits = out / "_commits"
     commits.mkdir()
-    for batch, (name, table) in enumerate([("verdicts", verdicts), ("replays", replays)], start=1):
+    for name in ("verdicts", "replays"):
         (out / name).mkdir()
-        part = out / name / f"part-{batch:06d}.parquet"
-        pq.write_table(table, part, compression="zstd")
-        rel = f"{name}/{part.name}"
-        record = {"batch": batch, "files": {name: [rel]}, "rows": {name: table.num_rows},
-                  "sizes": {rel: part.stat().st_size}}  # fmt: skip
+    if batch_pairs is None:
+        batches = [{"verdicts": verdicts}, {"replays": replays}]
+    else:  # a batch holds its pairs' verdicts and both sides' replays
+        batches = [{"verdicts": verdicts.slice(i, batch_pairs),
+                    "replays": pa.concat_tables([replays.slice(i, batch_pairs), replays.slice(pairs + i, batch_pairs)])}
+                   for i in range(0, pairs, batch_pairs)]  # fmt: skip
+    for batch, tables in enumerate(batches, start=1):
+        record: dict[str, Any] = {"batch": batch, "files": {}, "rows": {}, "sizes": {}}
+        for name, table in tables.items():
+            part = out / name / f"part-{batch:06d}.parquet"
+            pq.write_table(table, part, compression="zstd")
+            rel = f"{name}/{part.name}"
+            record["files"][name] = [rel]
+            record["rows"][name] = table.num_rows
+            record["sizes"][rel] = part.stat().st_size
         write_json_atomic(commits / f"{batch:06d}.json", record)
     manifest = RunManifest(status="completed", fingerprint={}, config={}, source="synthetic", baseline="baseline",
-                           candidate="candidate", batches=2)  # fmt: skip
+                           candidate="candidate", batches=len(batches))  # fmt: skip
     manifest.counts.pairs = pairs
     folder.write_manifest(manifest)
     return out
@@ -198,6 +211,22 @@ def measure(run: Path, pairs: int, repeats: int, figures: str | None = None) -> 
     )  # fmt: skip
 
 
+def batched(tmp: Path, pairs: int, reasons: int, repeats: int) -> None:
+    """The decision over the same verdicts written in batches of a run's default ``flush_every`` pairs (what a run
+    of that many pairs leaves), against the two-file folder: each query over a run opens every batch's files."""
+    every = de.RunConfig.model_fields["flush_every"].default
+    one, many = tmp / "run", tmp / "batched"
+    shutil.rmtree(many, ignore_errors=True)
+    synthetic_run(many, pairs, reasons, batch_pairs=every)
+    times: dict[Path, list[float]] = {one: [], many: []}
+    for _ in range(repeats):
+        for run in times:
+            times[run].append(timed_cpu(lambda: de.open_result(run).decision())[0])  # noqa: B023
+    m, o = statistics.median(times[many]), statistics.median(times[one])
+    print(f"  decision, {-(-pairs // every):,} batches of {every:,} pairs  {m:7.3f} s  ({m / o:4.1f}x the same in one "
+          f"file, {o:.3f} s)")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[200_000, 1_000_000])
@@ -205,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
     parser.add_argument("--no-themes", action="store_true", help="skip the themes")
+    parser.add_argument("--batched", action="store_true",
+                        help="also the decision over the same verdicts in batches, as a run commits them")  # fmt: skip
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="delta-eval-analysis-"))
     try:
@@ -214,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"synthetic run: {pairs:,} pairs, {2 * pairs:,} replays, {args.reasons:,} reasons "
                   f"written in {seconds:.1f} s")  # fmt: skip
             measure(run, pairs, args.repeats, args.figures)
+            if args.batched:
+                batched(tmp, pairs, args.reasons, args.repeats)
         if args.no_themes:
             return
         shutil.rmtree(run / "analysis", ignore_errors=True)
