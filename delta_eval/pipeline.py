@@ -432,7 +432,7 @@ async def run_stages(
     c = stages.config
     points_send, points_recv = anyio.create_memory_object_stream[tuple[_Pair, str]](2 * c.replays_in_flight)
     pairs_send, pairs_recv = anyio.create_memory_object_stream[_Pair](c.judges_in_flight)
-    # pairs waiting for the writer hold their rows: room for a batch, but no more than a few hundred
+    # pairs waiting for the writer hold their rows: as many as a batch holds, and never more than 256
     write_send, write_recv = anyio.create_memory_object_stream[_Pair | SampledConversation](min(c.flush_every, 256))
     stages.progress.phase = "replaying"
     stages.progress.replay_started = time.monotonic()

@@ -194,15 +194,17 @@ class ModelLimiter:
         """Wait until the provider has a request left (as far as its headers tell), and count this one; ``at_once``:
         without entering the lock (and its checkpoint) when no one waits and a request is left."""
         if at_once and not self._admit.locked() and self.wait_s() <= 0:
-            now = self._clock()
-            self._sent.append(now)
-            return now
+            return self._count_sent()
         async with self._admit:
             while (wait := self.wait_s()) > 0:  # noqa: ASYNC110 -- a wait of known length, not for an event
                 await anyio.sleep(wait)
-            now = self._clock()
-            self._sent.append(now)
-            return now
+            return self._count_sent()
+
+    def _count_sent(self) -> float:
+        """Count a request sent now (what :meth:`wait_s` holds against the provider's budget); its time."""
+        now = self._clock()
+        self._sent.append(now)
+        return now
 
     def wait_s(self) -> float:
         """Seconds a call must wait now: for a pause the provider asked for, or for a request to come back."""

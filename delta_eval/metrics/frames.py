@@ -21,21 +21,20 @@ __all__ = ["Rows", "fetch_table", "rows_of", "to_arrow"]
 Rows = Any
 
 # DuckDB 2 warns that Arrow from a result of execute costs a copy (see fetch_table, which takes that path only when
-# it must). The warning names the line that asked, so this filter silences it for this module's calls alone, and
-# fetch_table puts it back in front when a filter added since (``simplefilter("error")``, pytest's per-test filters)
-# or a ``catch_warnings()`` block that ended has hidden or dropped it: a ``catch_warnings()`` around each call would
-# swap the process's filters under every other thread.
+# it must). The warning names the line that asked, so the filter silences it for this module's calls alone; it is
+# put back in front before each such call when a filter added since (``simplefilter("error")``, pytest's per-test
+# filters) or a ``catch_warnings()`` block that ended has hidden or dropped it: a ``catch_warnings()`` around each
+# call would swap the process's filters under every other thread.
 _COPY_WARNING = "Arrow output on a DB-API result"
-
-
 _MODULE = re.escape(__name__) + r"\Z"
-warnings.filterwarnings("ignore", message=_COPY_WARNING, category=UserWarning, module=_MODULE)
-_QUIET = warnings.filters[0]
+_quiet_filter: Any = None  # the filter as it stands in warnings.filters, once added
 
 
 def _quiet() -> None:
-    if not warnings.filters or warnings.filters[0] != _QUIET:
+    global _quiet_filter
+    if _quiet_filter is None or not warnings.filters or warnings.filters[0] != _quiet_filter:
         warnings.filterwarnings("ignore", message=_COPY_WARNING, category=UserWarning, module=_MODULE)
+        _quiet_filter = warnings.filters[0]
 
 
 def to_arrow(data: Any) -> pa.Table:
