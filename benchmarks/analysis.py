@@ -213,18 +213,25 @@ def measure(run: Path, pairs: int, repeats: int, figures: str | None = None) -> 
 
 def batched(tmp: Path, pairs: int, reasons: int, repeats: int) -> None:
     """The decision over the same verdicts written in batches of a run's default ``flush_every`` pairs (what a run
-    of that many pairs leaves), against the two-file folder: each query over a run opens every batch's files."""
+    of that many pairs leaves while it runs), then over that folder compacted as a completed session leaves it
+    (:meth:`RunFolder.compact`), against the two-file folder: each query over a run opens every batch's files."""
     every = de.RunConfig.model_fields["flush_every"].default
-    one, many = tmp / "run", tmp / "batched"
-    shutil.rmtree(many, ignore_errors=True)
+    one, many, merged = tmp / "run", tmp / "batched", tmp / "compacted"
+    for folder in (many, merged):
+        shutil.rmtree(folder, ignore_errors=True)
     synthetic_run(many, pairs, reasons, batch_pairs=every)
-    times: dict[Path, list[float]] = {one: [], many: []}
+    shutil.copytree(many, merged)
+    seconds, batches = timed(lambda: RunFolder(merged).compact())
+    times: dict[Path, list[float]] = {one: [], many: [], merged: []}
     for _ in range(repeats):
         for run in times:
             times[run].append(timed_cpu(lambda: de.open_result(run).decision())[0])  # noqa: B023
-    m, o = statistics.median(times[many]), statistics.median(times[one])
+    o = statistics.median(times[one])
+    m, c = statistics.median(times[many]), statistics.median(times[merged])
     print(f"  decision, {-(-pairs // every):,} batches of {every:,} pairs  {m:7.3f} s  ({m / o:4.1f}x the same in one "
           f"file, {o:.3f} s)")  # fmt: skip
+    print(f"  decision, the same compacted into {len(batches)} batch{'es' if len(batches) != 1 else ''} "
+          f"({seconds:.1f} s to compact)  {c:7.3f} s  ({c / o:4.1f}x one file)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

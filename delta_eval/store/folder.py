@@ -30,6 +30,11 @@ committed files, and resuming deletes the rest. Readers hold the files of one sc
 and a dropped batch's record is rewritten before its files go, so a rerun repairing the folder never shows a
 reader half a batch. Every row of a pair (its replays, its verdict, its errors) is in one
 batch, so a pair is either wholly in the run or not at all, and resuming never writes it twice.
+
+A batch may replace others (:meth:`RunFolder.rewrite`: the small batches a completed session merges, see
+:meth:`RunFolder.compact`, or a batch without the pairs tried again): its record names them (``replaces``), readers
+read it and not them from the instant it is committed, and their records are then emptied (``replaced_by``) and
+their files deleted. Every row is in the run once at any instant.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from delta_eval.exceptions import RunFolderChangedError, RunFolderError, RunFold
 from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.schema import SampledConversation
 from delta_eval.store import safe_paths
+from delta_eval.store.compaction import Keep, copy_rows, plan
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.live_files import PROGRESS_DIR, remove_progress
 from delta_eval.store.manifest import FORMAT, RunManifest
@@ -119,7 +125,7 @@ class Mirror(Protocol):
         """A batch was committed (its record is written)."""
 
     def batch_dropped(self, batch: int) -> None:
-        """A batch was dropped (its dropped record is written, its parts deleted)."""
+        """A batch was dropped or replaced (its record, naming no file, is written; its parts deleted)."""
 
     def manifest_written(self) -> None:
         """The manifest was written."""
@@ -280,17 +286,41 @@ class RunFolder:
         return self.scan()[1]
 
     def scan(self) -> tuple[list[dict[str, Any]], list[Damage]]:
-        """:meth:`commits` and :meth:`damage` from one pass over the commit files."""
+        """:meth:`commits` and :meth:`damage` from one pass over the commit files.
+
+        A batch another names in its ``replaces`` (a merge, :meth:`compact`, or a rewrite without some rows,
+        :meth:`remove_rows`) is neither read nor damage: its rows are in the batch that replaced it, whether or not
+        the process writing it lived to empty its record (:meth:`finish_rewrites`)."""
+        for attempt in range(_SNAPSHOT_TRIES):
+            found = self._scan_once()
+            if found is not None:
+                return found
+            time.sleep(0.01 * (attempt + 1))
+        return self._scan_once(last=True) or ([], [])
+
+    def _scan_once(self, *, last: bool = False) -> tuple[list[dict[str, Any]], list[Damage]] | None:
+        """One pass of :meth:`scan`; ``None`` when the listing was older than a record read (a batch emptied by the
+        rewrite that replaced it, committed after the listing): scanning again sees the new batch. On the ``last``
+        pass such a batch is damage instead."""
         folder = self.path / COMMITS
-        good: list[dict[str, Any]] = []
-        damage: list[Damage] = []
-        numbers: set[int] = set()
         files = sorted(f for f in folder.iterdir() if _COMMITTED.match(f.name)) if folder.is_dir() else []
+        numbers = {int(f.name[:6]) for f in files}
+        read: list[tuple[int, Path, Any, str | None]] = []
+        replaced: set[int] = set()
         for f in files:
             batch = int(f.name[:6])
-            numbers.add(batch)
+            record, problem = self._load_commit(f, batch)
+            read.append((batch, f, record, problem))
+            if problem is None:
+                replaced.update(self._replaces(record, batch))
+        good: list[dict[str, Any]] = []
+        damage: list[Damage] = []
+        for batch, f, record, problem in read:
+            if batch in replaced:
+                continue
             rel = f"{COMMITS}/{f.name}"
-            record, problem = self._read_commit(f, batch)
+            if problem is None:
+                problem = self._check_parts(record)
             for _ in range(3):
                 # A part gone while its record was read: a rerun dropping the batch rewrote the record first, so
                 # reading it again finds the batch dropped (not damaged); a record that stays is real damage.
@@ -300,29 +330,47 @@ class RunFolder:
                 if again == record:
                     break
                 record, problem = again, problem_again
+            by = record.get("replaced_by") if problem is None else None
+            if isinstance(by, int) and by not in numbers:
+                if not last:
+                    return None
+                problem = f"its rows were moved to batch {by}, whose commit file {COMMITS}/{by:06d}.json is missing"
             if problem is not None:
                 damage.append(Damage(batch, f"{rel} {problem}" if problem.startswith("is ") else problem))
                 continue
             good.append(record)
-        last = max(numbers | {self._counted_batches()})
+        last_number = max(numbers | {self._counted_batches()})
         damage += [
-            Damage(n, f"its commit file {COMMITS}/{n:06d}.json is missing") for n in range(1, last + 1)
+            Damage(n, f"its commit file {COMMITS}/{n:06d}.json is missing") for n in range(1, last_number + 1)
             if n not in numbers
         ]  # fmt: skip
         return good, sorted(damage)
 
-    def _read_commit(self, f: Path, batch: int) -> tuple[Any, str | None]:
-        """A commit file's record and what is wrong with it (see :meth:`_check_commit`)."""
+    @staticmethod
+    def _replaces(record: dict[str, Any], batch: int) -> list[int]:
+        """The batches a record says its batch replaces (numbers below its own; anything else is ignored)."""
+        named = record.get("replaces")
+        if not isinstance(named, list):
+            return []
+        return [n for n in named if isinstance(n, int) and not isinstance(n, bool) and 0 < n < batch]
+
+    def _load_commit(self, f: Path, batch: int) -> tuple[Any, str | None]:
+        """A commit file's record and what is wrong with it as a record (its parts unchecked)."""
         try:
             record = json.loads(f.read_bytes())
         except (OSError, ValueError) as exc:
             return None, f"is not readable JSON ({exc})"
-        return record, self._check_commit(record, batch)
-
-    def _check_commit(self, record: Any, batch: int) -> str | None:
-        """What is wrong with a commit record and the parts it names (``None``: nothing)."""
         if not isinstance(record, dict) or record.get("batch") != batch or not isinstance(record.get("files"), dict):
-            return "is not a commit record of this batch"
+            return record, "is not a commit record of this batch"
+        return record, None
+
+    def _read_commit(self, f: Path, batch: int) -> tuple[Any, str | None]:
+        """A commit file's record and what is wrong with it and the parts it names."""
+        record, problem = self._load_commit(f, batch)
+        return record, problem if problem is not None else self._check_parts(record)
+
+    def _check_parts(self, record: dict[str, Any]) -> str | None:
+        """What is wrong with the parts a record names (``None``: nothing)."""
         sizes = record.get("sizes") or {}
         for rels in record["files"].values():
             for rel in rels if isinstance(rels, list) else [rels]:
@@ -557,21 +605,27 @@ class RunFolder:
         return removed
 
     def repair(self) -> list[Damage]:
-        """Drop every damaged batch (:meth:`drop`) and remove what a killed process left (:meth:`recover`). The
-        pairs of a dropped batch are no longer done: a rerun recomputes them (their answers come from the response
-        cache). Returns what was dropped."""
+        """Drop every damaged batch (:meth:`drop`), finish the rewrites a killed process left half done
+        (:meth:`finish_rewrites`) and remove what it left uncommitted (:meth:`recover`). The pairs of a dropped
+        batch are no longer done: a rerun recomputes them (their answers come from the response cache). Returns
+        what was dropped."""
         damage = self.damage()
         for d in damage:
             self.drop(d.batch, d.problem)
+        self.finish_rewrites()
         self.recover()
         return damage
 
     def drop(self, batch: int, reason: str) -> None:
         """Remove a batch: its part files go, and a commit record saying why takes its number (so the numbers stay
         without gaps). Its rows are no longer in the run."""
+        self._empty(batch, {"dropped": reason})
+
+    def _empty(self, batch: int, why: dict[str, Any]) -> None:
+        """Replace a batch's record by one that names no file and says ``why``, then delete its part files."""
         commits = safe_paths.mkdir(self.path, self.path / COMMITS)
         parts = [safe_paths.check(self.path, self.path / name / f"part-{batch:06d}.parquet") for name in DATASETS]
-        record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), "dropped": reason}
+        record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), **why}
         header = self._header_of(commits / f"{batch:06d}.json")
         if header is not None:
             record["run"] = header  # what a damaged manifest is rebuilt from stays
@@ -584,26 +638,99 @@ class RunFolder:
             self.mirror.batch_dropped(batch)
         self._media = None  # the batch may have held media: read what is left when next needed
 
-    def remove_rows(self, batch: int, column: str, values: set[Any], reason: str) -> int | None:
-        """Take the rows whose ``column`` is one of ``values`` out of a committed batch: the batch is dropped
-        (:meth:`drop`) and the rest of its rows, in every dataset, committed again as a new batch, whose number is
-        returned (``None``: nothing was left). Datasets without ``column`` keep all their rows.
+    def rewrite(self, records: list[dict[str, Any]], reason: str, *, keep: Keep | None = None,
+                note: dict[str, Any] | None = None) -> int | None:  # fmt: skip
+        """Replace the committed batches of ``records`` by one new batch holding their rows (those ``keep`` keeps),
+        in order, with ``note`` in its record; returns its number (``None``: no row was kept, and the batches are
+        dropped for ``reason``).
 
-        Dropped before rewritten, so a kill in between loses the kept rows (a rerun recomputes them) rather than
-        leaving them twice."""
+        The new batch is committed naming the batches it ``replaces`` (readers then read it instead of them), and
+        only then is each old record emptied (saying ``reason`` and the batch its rows went to) and its files
+        deleted: a process killed at any point leaves every row once, in the old batches or in the new one, and
+        the next session finishes the job (:meth:`finish_rewrites`). Rows are copied a record batch at a time
+        (see :mod:`delta_eval.store.compaction`)."""
+        self.catch_up()  # numbered after every batch on disk (a sharded session's shards committed some)
+        staged: list[tuple[str, Path, Path, int]] = []
+        try:
+            for name in DATASETS:
+                sources = [self.path / rel for r in records for rel in r["files"].get(name, [])]
+                if not sources:
+                    continue
+                folder = safe_paths.mkdir(self.path, self.path / name)
+                tmp = safe_paths.check(self.path, folder / f".part-000000.{uuid.uuid4().hex}.tmp")
+                staged.append((name, folder, tmp, 0))
+                staged[-1] = (name, folder, tmp, copy_rows(name, sources, tmp, keep))
+            staged = [s for s in staged if s[3]]
+            old = sorted(int(r["batch"]) for r in records)
+            if not staged:
+                for batch in old:
+                    self.drop(batch, reason)
+                return None
+            carried = {"run": records[-1]["run"]} if "run" in records[-1] else {}  # the header, if none is set here
+            batch = self._commit_staged(staged, {**carried, **(note or {}), "replaces": old})
+        except BaseException:
+            for _, _, tmp, _ in staged:  # a file renamed into place, of a batch never committed: recover() removes it
+                safe_paths.unlink(self.path, tmp, missing_ok=True)
+            raise
+        for number in old:
+            self._empty(number, {"replaced_by": batch, "reason": reason})
+        return batch
+
+    def finish_rewrites(self) -> list[int]:
+        """Empty the records of batches a committed rewrite replaces that still name their files (a process killed
+        during :meth:`rewrite`), and delete those files; returns their numbers."""
+        folder = self.path / COMMITS
+        records = sorted(f for f in folder.iterdir() if _COMMITTED.match(f.name)) if folder.is_dir() else []
+        by: dict[int, int] = {}
+        for f in records:
+            batch = int(f.name[:6])
+            record, problem = self._load_commit(f, batch)
+            if problem is None:
+                by.update({old: batch for old in self._replaces(record, batch)})
+        done = []
+        for f in records:
+            batch = int(f.name[:6])
+            if batch not in by:
+                continue
+            record, _ = self._load_commit(f, batch)
+            if isinstance(record, dict) and record.get("replaced_by") == by[batch] and not record.get("files"):
+                continue
+            self._empty(batch, {"replaced_by": by[batch], "reason": "its rows were rewritten into that batch"})
+            done.append(batch)
+        return done
+
+    def compact(self) -> list[int]:
+        """Merge the folder's many small batches into a few large ones (see :func:`~delta_eval.store.compaction.
+        plan` for which): every query over the run opens each batch's files, so a large run reads faster merged.
+        Returns the new batches' numbers (none for a folder with damage, which a rerun repairs first). The caller
+        holds the folder's lock."""
+        commits, damage = self.scan()
+        if damage:
+            return []
+        merged = []
+        for group in plan(commits):
+            batch = self.rewrite(group, "merged with other batches")
+            if batch is not None:
+                merged.append(batch)
+        return merged
+
+    def remove_rows(self, batch: int, column: str, values: set[Any], reason: str) -> int | None:
+        """Take the rows whose ``column`` is one of ``values`` out of a committed batch: the rest of its rows, in
+        every dataset, are committed again as a new batch replacing it (:meth:`rewrite`, with the batch's note),
+        whose number is returned (``None``: nothing was left, and the batch is dropped). Datasets without
+        ``column`` keep all their rows."""
         record = next((c for c in self.commits() if int(c["batch"]) == batch), None)
         if record is None:
             return None
-        kept: dict[str, pa.Table] = {}
-        for name, rels in record["files"].items():
-            table = pa.concat_tables([pq.read_table(self.path / rel, schema=SCHEMAS[name]) for rel in rels])
-            if column in table.column_names:
-                table = table.filter(pc.invert(pc.is_in(table.column(column), pa.array(values))))
-            if table.num_rows:
-                kept[name] = table
-        self.drop(batch, reason)
-        note = {k: v for k, v in record.items() if k not in ("batch", "files", "rows", "sizes", "at")}
-        return self._write_batch(kept, note) if kept else None
+        wanted = pa.array(list(values))
+
+        def keep(name: str, rows: pa.RecordBatch) -> pa.RecordBatch:
+            if column not in rows.schema.names:
+                return rows
+            return rows.filter(pc.invert(pc.fill_null(pc.is_in(rows.column(column), value_set=wanted), False)))
+
+        note = {k: v for k, v in record.items() if k not in ("batch", "files", "rows", "sizes", "at", "replaces")}
+        return self.rewrite([record], reason, keep=keep, note=note)
 
     def batches_holding(self, dataset: str, column: str, values: set[Any]) -> set[int]:
         """The committed batches whose rows of ``dataset`` have one of ``values`` in ``column``."""
@@ -678,9 +805,7 @@ class RunFolder:
         return batch
 
     def _write_batch(self, tables: dict[str, pa.Table], note: dict[str, Any] | None) -> int:
-        """Write ``tables`` as the next batch: its part files, then its commit file. In a :attr:`shared` folder the
-        parts are encoded first and the batch numbered under the folder's commit lock, so that the processes
-        writing it never take the same number nor leave a gap; with :attr:`numbers`, by it, once they are."""
+        """Write ``tables`` as the next batch: its part files, then its commit file (see :meth:`_commit_staged`)."""
         staged: list[tuple[str, Path, Path, int]] = []
         for name, table in tables.items():
             folder = safe_paths.mkdir(self.path, self.path / name)
@@ -691,6 +816,13 @@ class RunFolder:
             stats: bool | list[str] = [c for c in table.column_names if c not in skip] if skip else True
             pq.write_table(_scrubbed(table), tmp, compression="zstd", write_statistics=stats)
             staged.append((name, folder, tmp, table.num_rows))
+        return self._commit_staged(staged, note)
+
+    def _commit_staged(self, staged: list[tuple[str, Path, Path, int]], note: dict[str, Any] | None) -> int:
+        """Commit the part files ``staged`` (dataset, its folder, temporary file, rows) as the next batch: each
+        renamed into place, then the batch's commit file. In a :attr:`shared` folder the batch is numbered under the
+        folder's commit lock, so that the processes writing it never take the same number nor leave a gap; with
+        :attr:`numbers`, by it, once they are."""
         with self._numbering():
             if self.numbers is not None:
                 batch = self.numbers(self._last_on_disk())

@@ -231,7 +231,8 @@ class RemoteFolder:
         A commit record is read again only when its object changed since this copy took it (its size or the time
         it was written, as the listing gives them): opening a run again costs one listing and two small reads. A
         record rewritten elsewhere within the store's time resolution (a second on S3) at the same size would be
-        missed; the library rewrites a record only when a later session drops its batch."""
+        missed; the library rewrites a record only when a later session drops or replaces its batch (a record emptied
+        when its batch is replaced is smaller than the record it replaces)."""
         listing = self._listing()
         self.local.mkdir(parents=True, exist_ok=True)
         if listing and MARKER not in listing:
@@ -344,7 +345,7 @@ class RemoteFolder:
             )
 
     def batch_dropped(self, batch: int) -> None:
-        """Replace a dropped batch's record on the remote, then delete its parts there."""
+        """Replace a dropped (or replaced) batch's record on the remote, then delete its parts there."""
         rel = f"{COMMITS}/{batch:06d}.json"
         self._put(rel, (self.local / rel).read_bytes())
         for name in DATASETS:

@@ -296,6 +296,16 @@ class FolderSession:
         self.manifest.checkpoint(batch, pairs_decided=pairs_decided, calls=calls)
         self.folder.write_manifest(self.manifest)
 
+    def _compact(self) -> list[str]:
+        """Merge the run's small batches; what went wrong, as notes (the run's rows stay as they were)."""
+        try:
+            self.folder.compact()
+        except (OSError, RunFolderError) as exc:
+            with contextlib.suppress(OSError):
+                self.folder.recover()  # the merge's files not committed (a full disk)
+            return [f"the run's batches were not merged into larger files ({exc}); they stay as written"]
+        return []
+
     def close(
         self,
         status: RunStatus,
@@ -309,7 +319,10 @@ class FolderSession:
         failure: str | None = None,
     ) -> RunManifest:
         """End the session: count what the folder holds (with ``read``, what reading and sampling found), record
-        the session's calls, cache use and the adapters' notes, write the manifest, close the cache."""
+        the session's calls, cache use and the adapters' notes, write the manifest, close the cache. A completed
+        session first merges the run's small batches (:meth:`~delta_eval.store.folder.RunFolder.compact`)."""
+        if status == "completed":
+            notes = [*(notes or []), *self._compact()]
         counts = RunCounts.tally(
             self.folder.read("verdicts", VERDICT_COLUMNS),
             self.folder.read("errors", ["stage"]),

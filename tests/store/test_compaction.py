@@ -1,0 +1,370 @@
+"""Compaction of a run folder (delta_eval.store.compaction, RunFolder.compact / rewrite): a completed run's many
+small batches merged into a few large files, every row once whatever instant a process is killed at, readers
+never seeing a row twice or missing while it happens, and the plan of what to merge."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import delta_eval as de
+from delta_eval.demo import demo_config, demo_conversations
+from delta_eval.exceptions import RunFolderChangedError
+from delta_eval.schema import Stratum
+from delta_eval.store import compaction
+from delta_eval.store.compaction import ROW_GROUP_ROWS, copy_rows, plan
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.manifest import RunManifest
+from delta_eval.store.remote import RemoteFolder
+from delta_eval.uris import WORK_DIR_ENV, working_copy
+from tests.object_store import S3, s3_server
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
+    """A fresh S3 server for the test (stopped at its end); working copies under ``tmp_path/work``."""
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
+    with s3_server(monkeypatch) as server:
+        yield server
+
+
+class Killed(Exception):
+    """What a test raises where a process would be killed."""
+
+
+def manifest() -> RunManifest:
+    return RunManifest(status="running", fingerprint={}, config={}, source="s", baseline="b", candidate="c")  # type: ignore[arg-type]
+
+
+def batches(out: Path, n: int = 20, per: int = 3) -> RunFolder:
+    """A folder of a population batch and ``n`` batches of ``per`` pairs: verdicts, replays, an error each."""
+    folder = RunFolder(out)
+    folder.write_manifest(manifest())
+    folder.add("strata", [Stratum(stratum="all", population=n * per, sampled=n * per, weight=1.0)])
+    folder.commit(note={"kind": "population"})
+    for b in range(n):
+        pairs = [f"p{b}-{i}" for i in range(per)]
+        folder.add("verdicts", [de.Verdict(pair_id=p, conversation_id=f"c{b}", turn_index=i, stage="judge",
+                                           outcome="tie") for i, p in enumerate(pairs)])  # fmt: skip
+        folder.add("errors", [de.ErrorRecord(stage="replay", message="m", pair_id=pairs[0])])
+        folder.commit()
+    return folder
+
+
+def rows(folder: RunFolder) -> dict[str, list[dict[str, Any]]]:
+    return {name: folder.read(name).to_pylist() for name in ("verdicts", "errors", "strata")}
+
+
+def parts(out: Path, dataset: str) -> list[str]:
+    return sorted(p.name for p in (out / dataset).iterdir())
+
+
+def test_many_batches_become_one_with_every_row_in_order(tmp_path: Path) -> None:
+    folder = batches(tmp_path)
+    before = rows(folder)
+    merged = folder.compact()
+    assert merged == [22]
+    assert rows(folder) == before  # same rows, same order
+    assert parts(tmp_path, "verdicts") == ["part-000022.parquet"]
+    assert parts(tmp_path, "strata") == ["part-000001.parquet"]  # the population batch stays apart
+    record = json.loads((tmp_path / "_commits" / "000022.json").read_bytes())
+    assert record["replaces"] == list(range(2, 22))
+    assert record["rows"] == {"verdicts": 60, "errors": 20}
+    old = json.loads((tmp_path / "_commits" / "000005.json").read_bytes())
+    assert old["files"] == {}
+    assert old["replaced_by"] == 22
+    assert folder.damage() == []
+    con = de.open_run(tmp_path)
+    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (60, 60)
+    con.close()
+    # Nothing left to merge: compacting again writes nothing.
+    assert folder.compact() == []
+    assert parts(tmp_path, "verdicts") == ["part-000022.parquet"]
+
+
+def test_few_batches_are_left_as_they_are(tmp_path: Path) -> None:
+    folder = batches(tmp_path, n=compaction.MIN_BATCHES)
+    assert folder.compact() == []
+    assert len(parts(tmp_path, "verdicts")) == compaction.MIN_BATCHES
+
+
+def test_a_damaged_folder_is_not_compacted(tmp_path: Path) -> None:
+    folder = batches(tmp_path)
+    (tmp_path / "verdicts" / "part-000004.parquet").write_bytes(b"not parquet")
+    assert folder.compact() == []
+    assert len(parts(tmp_path, "verdicts")) == 20
+
+
+@pytest.mark.parametrize("empties_before_kill", [0, 1, 7, 19])
+def test_a_kill_during_the_rewrite_leaves_every_row_once_and_the_next_session_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empties_before_kill: int
+) -> None:
+    folder = batches(tmp_path)
+    before = rows(folder)
+    real = RunFolder._empty
+    done = {"n": 0}
+
+    def empty_then_die(self: RunFolder, batch: int, why: dict[str, Any]) -> None:
+        if done["n"] == empties_before_kill:
+            raise Killed
+        done["n"] += 1
+        real(self, batch, why)
+
+    monkeypatch.setattr(RunFolder, "_empty", empty_then_die)
+    with pytest.raises(Killed):
+        folder.compact()
+    monkeypatch.setattr(RunFolder, "_empty", real)
+    # The merged batch is committed: readers take it and leave the batches it replaces, emptied or not.
+    after = RunFolder(tmp_path)
+    assert after.damage() == []
+    assert sorted(map(str, after.read("verdicts").to_pylist())) == sorted(map(str, before["verdicts"]))
+    con = de.open_run(tmp_path)
+    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (60, 60)
+    con.close()
+    # The next session's repair empties what is left and deletes the replaced files.
+    assert len(after.finish_rewrites()) == 20 - empties_before_kill
+    after.recover()
+    assert parts(tmp_path, "verdicts") == ["part-000022.parquet"]
+    assert sorted(map(str, after.read("verdicts").to_pylist())) == sorted(map(str, before["verdicts"]))
+
+
+def test_a_kill_before_the_merged_batch_is_committed_leaves_the_old_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = batches(tmp_path)
+    before = rows(folder)
+
+    def die(self: RunFolder, staged: Any, note: Any) -> int:
+        raise Killed
+
+    monkeypatch.setattr(RunFolder, "_commit_staged", die)
+    with pytest.raises(Killed):
+        folder.compact()
+    monkeypatch.undo()
+    assert rows(RunFolder(tmp_path)) == before
+    assert not any(p.name.endswith(".tmp") for p in (tmp_path / "verdicts").iterdir())  # removed on the way out
+
+
+def test_a_reader_whose_listing_predates_the_merged_batch_scans_again(tmp_path: Path) -> None:
+    """A reader listing the commit files before the merged batch's record exists, and reading a replaced batch's
+    record once emptied, would miss its rows: it scans again, and finds the merged batch."""
+    folder = batches(tmp_path)
+    expected = len(folder.read("verdicts"))
+    merged = folder.compact()[0]
+    record = tmp_path / "_commits" / f"{merged:06d}.json"
+    hidden = record.read_bytes()
+    record.unlink()  # as a listing taken before it was written sees the folder
+    reader = RunFolder(tmp_path)
+    real = reader._scan_once
+    calls = {"n": 0}
+
+    def put_back_after_first(*, last: bool = False) -> Any:
+        calls["n"] += 1
+        found = real(last=last)
+        if calls["n"] == 1:
+            record.write_bytes(hidden)
+        return found
+
+    reader._scan_once = put_back_after_first  # type: ignore[method-assign]
+    assert len(reader.read("verdicts")) == expected
+    assert calls["n"] >= 2
+    # One that never finds it names the batches whose rows went missing, as damage.
+    record.unlink()
+    damage = RunFolder(tmp_path).damage()
+    assert {d.batch for d in damage} == set(range(2, 22))
+    assert all(f"moved to batch {merged}" in d.problem for d in damage)
+
+
+def test_removing_rows_rewrites_the_rest_and_a_kill_between_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = batches(tmp_path, n=3)
+
+    def die(self: RunFolder, batch: int, why: dict[str, Any]) -> None:
+        raise Killed
+
+    monkeypatch.setattr(RunFolder, "_empty", die)
+    with pytest.raises(Killed):
+        folder.remove_rows(3, "pair_id", {"p1-0"}, "tried again")
+    monkeypatch.undo()
+    # Killed after the rewritten batch's commit: the old batch's rows are no longer read, the kept ones once.
+    pairs = RunFolder(tmp_path).read("verdicts").column("pair_id").to_pylist()
+    assert sorted(pairs) == sorted(f"p{b}-{i}" for b in range(3) for i in range(3) if (b, i) != (1, 0))
+    errors = RunFolder(tmp_path).read("errors").column("pair_id").to_pylist()
+    assert sorted(errors) == ["p0-0", "p2-0"]
+    again = RunFolder(tmp_path)
+    assert again.finish_rewrites() == [3]
+    # Every row of a batch removed: nothing is rewritten, the batch is dropped.
+    assert again.remove_rows(2, "pair_id", {"p0-0", "p0-1", "p0-2"}, "tried again") is None
+    assert json.loads((tmp_path / "_commits" / "000002.json").read_bytes())["dropped"] == "tried again"
+
+
+def test_files_of_an_older_version_are_merged_under_the_current_schema(tmp_path: Path) -> None:
+    """A batch written before ``conversation_key`` existed: its rows read with nulls there, as a view shows them."""
+    folder = batches(tmp_path)
+    part = tmp_path / "verdicts" / "part-000003.parquet"
+    old = pq.read_table(part).drop_columns(["conversation_key"])
+    pq.write_table(old, part)
+    record_path = tmp_path / "_commits" / "000003.json"
+    record = json.loads(record_path.read_bytes())
+    record["sizes"]["verdicts/part-000003.parquet"] = part.stat().st_size
+    record_path.write_text(json.dumps(record))
+    folder.compact()
+    merged = folder.read("verdicts")
+    keys = dict(zip(merged.column("pair_id").to_pylist(), merged.column("conversation_key").to_pylist(), strict=True))
+    assert keys["p1-0"] is None
+    assert keys["p2-0"] is not None
+    assert len(keys) == 60
+
+
+def test_copy_rows_writes_row_groups_of_duckdbs_size_and_bounds_its_buffer(tmp_path: Path) -> None:
+    folder = batches(tmp_path, n=2, per=1)
+    source = tmp_path / "verdicts" / "part-000002.parquet"
+    big = pa.concat_tables([pq.read_table(source)] * (ROW_GROUP_ROWS + 10))
+    pq.write_table(big, tmp_path / "big.parquet")
+    dest = tmp_path / "out.parquet"
+    assert copy_rows("verdicts", [tmp_path / "big.parquet", source], dest) == ROW_GROUP_ROWS + 11
+    meta = pq.ParquetFile(dest).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_ROWS, 11]
+    assert copy_rows("verdicts", [source], tmp_path / "none.parquet", lambda _, b: b.slice(0, 0)) == 0
+    assert not (tmp_path / "none.parquet").exists()
+    del folder
+
+
+def record(n: int, size: int, note: dict[str, Any] | None = None) -> dict[str, Any]:
+    rel = f"verdicts/part-{n:06d}.parquet"
+    return {"batch": n, "files": {"verdicts": [rel]}, "sizes": {rel: size}, **(note or {})}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=400), max_size=60),
+    noted=st.sets(st.integers(min_value=0, max_value=59), max_size=5),
+    target=st.integers(min_value=10, max_value=1_000),
+    at_least=st.integers(min_value=0, max_value=20),
+)
+def test_the_plan_merges_small_plain_batches_in_order_within_the_target(
+    sizes: list[int], noted: set[int], target: int, at_least: int
+) -> None:
+    records = [record(n + 1, s, {"kind": "population"} if n in noted else None) for n, s in enumerate(sizes)]
+    groups = plan(records, target=target, at_least=at_least)
+    mergeable = [r for r in records if "kind" not in r and r["sizes"][r["files"]["verdicts"][0]] < target // 2]
+    if len(mergeable) <= at_least:
+        assert groups == []
+        return
+    merged = [r for g in groups for r in g]
+    assert [r["batch"] for r in merged] == sorted(r["batch"] for r in merged)  # in batch order, each once
+    assert all(r in mergeable for r in merged)
+    for g in groups:
+        assert len(g) > 1
+        assert sum(r["sizes"][r["files"]["verdicts"][0]] for r in g) <= target
+    # Greedy: a batch left out of every group is one that fit no group (a group of one).
+    left = [r for r in mergeable if r not in merged]
+    assert len(left) <= len(mergeable) - len(merged)
+
+
+def test_a_completed_run_is_left_compacted_with_the_verdicts_of_one_that_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = demo_config(tmp_path / "merged", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+    merged = de.run(config, conversations=demo_conversations(), progress=False)
+    monkeypatch.setattr(compaction, "MIN_BATCHES", 10**9)
+    monkeypatch.setattr(RunFolder, "compact", lambda self: [])
+    plain = de.run(config.model_copy(update={"out": tmp_path / "plain"}), conversations=demo_conversations(),
+                   progress=False)  # fmt: skip
+    assert len(parts(tmp_path / "merged", "verdicts")) < 4 < len(parts(tmp_path / "plain", "verdicts"))
+    for name in ("verdicts", "replays", "judgements", "conversations", "errors"):
+        a = de.open_result(merged.path).table(name).to_pylist()
+        b = de.open_result(plain.path).table(name).to_pylist()
+        kept = [
+            [{k: v for k, v in r.items() if "latency" not in k and not k.endswith("_at")} for r in t] for t in (a, b)
+        ]
+        clean = [sorted(json.dumps(r, sort_keys=True, default=str) for r in t) for t in kept]
+        assert clean[0] == clean[1], name
+    assert merged.manifest.counts.pairs == plain.manifest.counts.pairs
+    assert merged.manifest.batches > plain.manifest.batches  # the merged batches took new numbers
+    # Resumed: nothing to do, nothing merged again.
+    again = de.run(config, conversations=demo_conversations(), progress=False)
+    assert again.manifest.sessions[-1].resumed_pairs == merged.manifest.counts.pairs
+    assert again.manifest.batches == merged.manifest.batches
+
+
+def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = s3.uri("c")
+    local = working_copy(uri)
+    folder = batches(local)
+    folder.mark()
+    remote = RemoteFolder(uri, local)
+    remote.sync()
+    folder.mirror = remote
+    before = rows(folder)
+    folder.compact()
+    files = s3.files("c")
+    assert sorted(rel for rel in files if rel.startswith("verdicts/")) == ["verdicts/part-000022.parquet"]
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "elsewhere"))
+    fresh = RunFolder(working_copy(uri))
+    RemoteFolder(uri, fresh.path).pull()
+    assert fresh.path != local
+    assert rows(fresh) == before
+
+
+@pytest.mark.slow
+def test_readers_see_every_row_once_while_batches_are_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    monkeypatch.setattr(RunFolder, "compact", lambda self: [])  # many small batches, to rewrite as the test goes
+    de.run(demo_config(out, n=24, latency_ms=0.0).model_copy(update={"flush_every": 2}),
+           conversations=demo_conversations(), progress=False)  # fmt: skip
+    monkeypatch.undo()
+    pairs = de.open_result(out).counts.pairs
+    stop, rewrites = threading.Event(), [0]
+
+    def churn() -> None:
+        rng = random.Random(0)
+        folder = RunFolder(out)
+        while not stop.is_set():
+            live = [c for c in folder.commits() if c.get("files") and "kind" not in c]
+            if len(live) > 1:
+                folder.rewrite(rng.sample(live, min(len(live), rng.randint(2, 4))), "churn")
+                rewrites[0] += 1
+
+    thread = threading.Thread(target=churn, daemon=True)
+    problems: list[str] = []
+    thread.start()
+    deadline = time.monotonic() + 5
+    try:
+        while time.monotonic() < deadline:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    result = de.open_result(out)
+                    assert result.damage == []
+                    con = result.connect()
+                    seen = con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone()
+                    replays = con.execute("SELECT count(*) FROM replays").fetchone()
+                    con.close()
+            except RunFolderChangedError:
+                continue
+            if seen != (pairs, pairs) or replays != (3 * pairs,):
+                problems.append(f"{seen} verdicts, {replays} replays where {pairs} pairs")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert problems == []
+    assert rewrites[0] > 5
+    assert RunFolder(out).damage() == []
