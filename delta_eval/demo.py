@@ -230,13 +230,13 @@ def demo_config(
     judges: JudgeKind = "llm",
     models: DemoModels | None = None,
     description: str | None = None,
-    flush_every: int = 50,
+    flush_every: int | None = None,
 ) -> RunConfig:
     """The demo's run configuration: ``n`` conversations stratified by task type, the two variants and the judges:
     by default the simulated models (see :func:`demo_models`), or those given (e.g. from :func:`wire_models`).
 
-    The demo commits a batch every ``flush_every`` pairs (a run's default is larger, for large runs): its few
-    hundred pairs still land in several batches, so that a demo killed and resumed shows what resuming keeps."""
+    ``flush_every``: the run's (default: a run's own, whose first batches of 50 pairs put the demo's few hundred
+    pairs in several batches, so that a demo killed and resumed shows what resuming keeps)."""
     m = models or demo_models(seed=seed, latency_ms=latency_ms, candidate=candidate, judges=judges)
     return RunConfig(
         out=out if is_uri(out) else Path(out),  # an object-store URI is the config's to resolve
@@ -248,5 +248,5 @@ def demo_config(
         seed=seed,
         retry=RetryPolicy(initial_wait=0.05, max_wait=1.0),
         description=description,
-        flush_every=flush_every,
+        **({"flush_every": flush_every} if flush_every is not None else {}),
     )

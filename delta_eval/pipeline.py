@@ -7,8 +7,9 @@ a slow stage makes the earlier ones wait (backpressure) and memory stays flat ho
        \\--SampledConversation----------------------------------------------------------------------> write <--+
 
 The loader sends pairs a window at a time, the longest recorded turns first (:func:`longest_first`): a long chain of
-tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs, at least
-every 5 seconds, and at the end; a pair's rows always land in one batch.
+tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs (the
+first batches of a session smaller: :meth:`Stages.batch_size`), at least every 5 seconds, and at the end; a pair's
+rows always land in one batch.
 With ``stop_early``, conversations go in a seeded random order and the run stops as soon as the anytime-valid test
 of :mod:`delta_eval.stopping` settles. Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already
 finished and marks the manifest ``interrupted``; a killed process loses at most the pairs of its last uncommitted
@@ -51,7 +52,10 @@ from delta_eval.stopping import EarlyStop, random_order
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.session import Resume
 
-__all__ = ["Stages", "VerdictCallback", "candidate_pair_id", "longest_first", "run_stages"]
+__all__ = ["FIRST_BATCH", "Stages", "VerdictCallback", "candidate_pair_id", "longest_first", "run_stages"]
+
+#: The pairs of a session's first batches (see :meth:`Stages.batch_size`).
+FIRST_BATCH = 50
 
 VerdictCallback = Callable[[Verdict], Awaitable[None] | None]
 
@@ -384,6 +388,15 @@ class Stages:
             raise SourceError(why)  # never "completed, 0 pairs" in silence; the bad records are written above
         return plan.sample
 
+    def batch_size(self) -> int:
+        """The pairs the writer commits in a batch now: ``flush_every``, reached from smaller first batches
+        (:data:`FIRST_BATCH` pairs, then a quarter of the pairs the session has written), so that a run killed in
+        its first minutes loses little and a long run still commits few, large batches.
+
+        Example: with the default ``flush_every`` of 1,000, a session's batches hold 50, 50, 50, 50, 50, 62, 78,
+        97, ... pairs, and 1,000 from its 4,000th pair on."""
+        return min(self.config.flush_every, max(FIRST_BATCH, self.progress.written // 4))
+
     def _commit(self) -> None:
         if self.folder.commit() is not None:
             self.progress.written += self.since_commit
@@ -415,7 +428,7 @@ class Stages:
                         self.since_commit += 1
                         if self.on_verdict is not None and (out := self.on_verdict(decision.verdict)) is not None:
                             await out
-                    if self.since_commit >= self.config.flush_every or time.monotonic() - self.last_commit > 5.0:
+                    if self.since_commit >= self.batch_size() or time.monotonic() - self.last_commit > 5.0:
                         # Parquet encoding releases the GIL: on a thread, replays go on while a batch is written.
                         # Only this task adds rows, and it waits here, so the batch cannot change under the write.
                         await anyio.to_thread.run_sync(self._commit)

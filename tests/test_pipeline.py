@@ -13,6 +13,8 @@ import pytest
 import delta_eval as de
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import RunFolderError
+from delta_eval.pipeline import FIRST_BATCH
+from delta_eval.store.folder import RunFolder
 
 
 def small_config(out: Path, n: int = 12, **changes: Any) -> de.RunConfig:
@@ -516,3 +518,19 @@ def test_the_writer_takes_the_pairs_waiting_for_it_without_a_pass_of_the_event_l
 
     anyio.run(main)
     assert 0 < passes <= len(pairs) // 8
+
+
+def test_a_sessions_first_batches_are_small_and_grow_to_flush_every(tmp_path: Path) -> None:
+    """A run killed in its first minutes loses little: its first batches hold 50 pairs, then a quarter of what the
+    session has written, up to ``flush_every`` (and a batch is also cut every 5 seconds, which only shortens one)."""
+    result = de.run(small_config(tmp_path / "run", n=60).model_copy(update={"flush_every": 70}),
+                    conversations=demo_conversations())  # fmt: skip
+    records = [c for c in RunFolder(result.path).commits() if "verdicts" in c["rows"]]
+    sizes = [c["rows"]["verdicts"] for c in records]
+    assert sum(sizes) == result.counts.pairs > 300
+    written = 0
+    for size in sizes[:-1]:
+        assert size <= min(70, max(FIRST_BATCH, written // 4))
+        written += size
+    assert sizes[0] == FIRST_BATCH  # cut by the size, not the clock: the simulated models answer at once
+    assert max(sizes) == 70  # grown to flush_every

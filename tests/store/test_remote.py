@@ -527,7 +527,9 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
     """SIGKILL after some batches are uploaded; the run resumes on another working copy: every pair once, the
     verdicts of a local run, and no answer the killed run had uploaded is asked again."""
     uri = s3.uri("k")
-    cmd = [sys.executable, "-m", "delta_eval", "demo", "--out", uri, "-n", "30", "--latency-ms", "40",
+    # 100 conversations: the run is still asking when its second batch goes up (replays run up to the writer's
+    # queue, 256 pairs, ahead of what is committed; a smaller demo has all its answers by then)
+    cmd = [sys.executable, "-m", "delta_eval", "demo", "--out", uri, "-n", "100", "--latency-ms", "40",
            "--no-progress"]  # fmt: skip
     env = {**os.environ, WORK_DIR_ENV: str(tmp_path / "killed")}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -537,13 +539,13 @@ def test_a_run_killed_mid_way_resumes_from_the_uri_on_a_fresh_working_copy(
     assert uploaded
 
     # the same run, complete, in a local folder: what the resumed one must end as
-    config = demo_config(tmp_path / "reference", n=30, latency_ms=40.0)
+    config = demo_config(tmp_path / "reference", n=100, latency_ms=40.0)
     de.run(config, conversations=demo_conversations(), progress=False)
     every_answer = _keys(tmp_path / "reference" / "cache.sqlite")
     assert uploaded < every_answer
 
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "fresh"))
-    result = de.run(demo_config(uri, n=30, latency_ms=40.0), conversations=demo_conversations(), progress=False)
+    result = de.run(demo_config(uri, n=100, latency_ms=40.0), conversations=demo_conversations(), progress=False)
     assert result.status == "completed"
     assert result.path.is_relative_to(tmp_path / "fresh")
     con = result.connect()
