@@ -420,7 +420,9 @@ async def execute(
             await pool.aclose()
             if batches is not None:
                 batches.close()
-            p.phase = status
+            # What the display shows while the session ends: a completed one may merge its batches (seconds, on a
+            # large run); the status once the manifest says it.
+            p.phase = "saving"
             try:
                 manifest = session.close(
                     status,
@@ -436,4 +438,6 @@ async def execute(
                 if status == "completed":
                     raise
                 # The run's own error is on its way out and is the one to see (a full disk fails this write too).
+            finally:
+                p.phase = status
     return manifest
