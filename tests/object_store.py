@@ -12,7 +12,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-__all__ = ["CREDENTIALS", "S3", "s3_server"]
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.remote import RemoteFolder
+from delta_eval.uris import working_copy
+
+__all__ = ["CREDENTIALS", "S3", "mirrored", "s3_server"]
 
 #: What pyarrow's S3 filesystem reads from the environment to talk to the server (and no instance metadata).
 CREDENTIALS = {
@@ -69,3 +73,14 @@ def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
         yield S3(host, port)
     finally:
         server.stop()
+
+
+def mirrored(uri: str) -> tuple[RunFolder, RemoteFolder]:
+    """A new run folder in ``uri``'s working copy, each batch it commits uploaded to ``uri``."""
+    local = working_copy(uri)
+    folder = RunFolder(local)
+    folder.mark()
+    remote = RemoteFolder(uri, local)
+    remote.sync()
+    folder.mirror = remote
+    return folder, remote

@@ -9,7 +9,6 @@ import random
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +28,7 @@ from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.uris import WORK_DIR_ENV, working_copy
-from tests.object_store import S3, s3_server
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
-    """A fresh S3 server for the test (stopped at its end); working copies under ``tmp_path/work``."""
-    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
-    with s3_server(monkeypatch) as server:
-        yield server
+from tests.object_store import S3, mirrored
 
 
 class Killed(Exception):
@@ -305,11 +296,9 @@ def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uri = s3.uri("c")
-    local = working_copy(uri)
-    folder = batches(local)
-    folder.mark()
-    remote = RemoteFolder(uri, local)
-    remote.sync()
+    empty, remote = mirrored(uri)
+    folder = batches(empty.path)
+    remote.sync()  # the batches, uploaded
     folder.mirror = remote
     before = rows(folder)
     folder.compact()
@@ -318,7 +307,7 @@ def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "elsewhere"))
     fresh = RunFolder(working_copy(uri))
     RemoteFolder(uri, fresh.path).pull()
-    assert fresh.path != local
+    assert fresh.path != empty.path
     assert rows(fresh) == before
 
 

@@ -39,15 +39,7 @@ from delta_eval.store.shard_copy import shard_copies, shard_copy
 from delta_eval.uris import WORK_DIR_ENV, working_copy
 from tests.apart import Apart
 from tests.killing import kill_when
-from tests.object_store import S3, s3_server
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3]:
-    """A fresh S3 server for the test (stopped at its end); working copies under ``tmp_path/work``."""
-    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "work"))
-    with s3_server(monkeypatch) as server:
-        yield server
+from tests.object_store import S3, mirrored
 
 
 def _config(out: str | Path, **update: Any) -> de.RunConfig:
@@ -71,17 +63,6 @@ def _keys(cache: Path) -> set[str]:
         return {row[0] for row in con.execute("SELECT key FROM responses")}
     finally:
         con.close()
-
-
-def _mirrored(uri: str) -> tuple[RunFolder, RemoteFolder]:
-    """A new run folder in ``uri``'s working copy, each batch it commits uploaded to ``uri``."""
-    local = working_copy(uri)
-    folder = RunFolder(local)
-    folder.mark()
-    remote = RemoteFolder(uri, local)
-    remote.sync()
-    folder.mirror = remote
-    return folder, remote
 
 
 class Wrapped:
@@ -165,7 +146,7 @@ def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_er
     """A dropped batch's parts are deleted on the remote after its record is replaced; a store that refuses the
     delete stops the run with a RunFolderError naming the object (a missing object is no error)."""
     uri = s3.uri("d")
-    folder, remote = _mirrored(uri)
+    folder, remote = mirrored(uri)
     folder.add("errors", [ErrorRecord(stage="replay", message="x")])
     assert folder.commit() == 1
 
@@ -189,7 +170,7 @@ def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_er
 def test_a_batch_is_on_the_remote_only_once_whole(s3: S3, tmp_path: Path) -> None:
     """Its parts are uploaded before its record, and a pull ignores parts no record names."""
     uri = s3.uri("b")
-    folder, remote = _mirrored(uri)
+    folder, remote = mirrored(uri)
     puts: list[str] = []
     put, upload = remote._put, remote._upload
 
@@ -455,7 +436,7 @@ def test_shards_apart_write_copies_of_their_own_and_give_the_verdicts_of_a_local
 
 def test_shards_apart_show_their_counters_to_the_session_through_the_remote(s3: S3, tmp_path: Path) -> None:
     uri = s3.uri("live")
-    _mirrored(uri)
+    mirrored(uri)
     shard, session = RemoteFolder(uri, tmp_path / "shard"), RemoteFolder(uri, tmp_path / "session")
     shard.pull()
     session.pull()
@@ -493,7 +474,7 @@ with shard_copy(sys.argv[1]) as remote:
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_the_answers_a_killed_attempt_left_in_its_copy_go_up_with_the_next_attempt_on_its_machine(s3: S3) -> None:
     uri = s3.uri("swept")
-    _mirrored(uri)
+    mirrored(uri)
     killed = subprocess.run([sys.executable, "-c", _KILLED_ATTEMPT, uri], capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     [left] = [p for p in shard_copies(uri).iterdir() if p.is_dir()]
