@@ -89,7 +89,7 @@ def local_run(path: str | Path) -> Path:
         raise RunFolderError(str(exc)) from None
     if uri.startswith("file://"):
         return local
-    from delta_eval.store.folder import FolderLock
+    from delta_eval.store.folder import FolderLock, RunFolder
 
     remote = RemoteFolder(uri, local)
     lock = FolderLock(local)
@@ -99,6 +99,9 @@ def local_run(path: str | Path) -> Path:
         return local  # being written here: what the writer committed is in the copy already
     try:
         remote.pull()
+        # The parts of batches dropped or merged on the remote since the copy last took them: no record names them
+        # now, and a copy read again and again would keep every version of the run otherwise.
+        RunFolder(local).recover()
     finally:
         lock.release()
     if not (local / MANIFEST).is_file():

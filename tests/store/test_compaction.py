@@ -311,6 +311,27 @@ def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     assert rows(fresh) == before
 
 
+def test_a_reader_s_working_copy_keeps_no_part_of_batches_merged_since_it_last_read(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = s3.uri("r")
+    empty, remote = mirrored(uri)
+    folder = batches(empty.path)
+    remote.sync()
+    folder.mirror = remote
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))
+    con = de.open_run(uri)  # the reader's copy takes the run's 20 batches
+    assert con.execute("SELECT count(*) FROM verdicts").fetchone() == (60,)
+    con.close()
+    reader = working_copy(uri)
+    assert len(parts(reader, "verdicts")) == 20
+    folder.compact()
+    con = de.open_run(uri)
+    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (60, 60)
+    con.close()
+    assert parts(reader, "verdicts") == ["part-000022.parquet"]
+
+
 @pytest.mark.slow
 def test_readers_see_every_row_once_while_batches_are_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
