@@ -211,7 +211,7 @@ def measure(run: Path, pairs: int, repeats: int, figures: str | None = None) -> 
     )  # fmt: skip
 
 
-def batched(tmp: Path, pairs: int, reasons: int, repeats: int) -> None:
+def batched(tmp: Path, pairs: int, reasons: int, repeats: int, figures: str | None = None) -> None:
     """The decision over the same verdicts written in batches of a run's default ``flush_every`` pairs (what a run
     of that many pairs leaves while it runs), then over that folder compacted as a completed session leaves it
     (:meth:`RunFolder.compact`), against the two-file folder: each query over a run opens every batch's files."""
@@ -232,6 +232,13 @@ def batched(tmp: Path, pairs: int, reasons: int, repeats: int) -> None:
           f"file, {o:.3f} s)")  # fmt: skip
     print(f"  decision, the same compacted into {len(batches)} batch{'es' if len(batches) != 1 else ''} "
           f"({seconds:.1f} s to compact)  {c:7.3f} s  ({c / o:4.1f}x one file)")  # fmt: skip
+    at = f"{pairs:,} verdicts"
+    record(
+        figures,
+        Figure("analysis", f"decision, {at} in batches of {every:,}", m, "s", note=f"{m / o:.1f}x one file"),
+        Figure("analysis", f"decision, {at} compacted", c, "s", SECONDS_TARGET if pairs >= 1_000_000 else None,
+               note=f"{c / o:.1f}x one file; compacted in {seconds:.1f} s"),
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -253,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"written in {seconds:.1f} s")  # fmt: skip
             measure(run, pairs, args.repeats, args.figures)
             if args.batched:
-                batched(tmp, pairs, args.reasons, args.repeats)
+                batched(tmp, pairs, args.reasons, args.repeats, args.figures)
         if args.no_themes:
             return
         shutil.rmtree(run / "analysis", ignore_errors=True)

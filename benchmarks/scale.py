@@ -5,7 +5,8 @@ of every figure beside its target.
   process and two (``de.ProcessExecutor``), beside a bare ``AsyncOpenAI`` loop (targets: <= 1.5 ms, <= 2x);
 - ``sampling_memory.py``: peak RSS sampling from 10k / 50k / 100k source conversations (< 300 MB each);
 - ``analysis.py``: the win rate over a plain DuckDB query, the decision and a cold summary at 200k and 1M verdicts
-  (<= 3x; < 1 s at 1M);
+  (<= 3x; < 1 s at 1M), and the decision over the same verdicts in a run's batches, then compacted as a completed
+  run leaves them;
 - ``long_conversation.py --replay``: the replay CPU of a 5,000-message conversation over a 2,000-message one (<= 3);
 - with ``--ray``, ``ray_scaling.py``: 2,000 pairs on a local Ray cluster of two workers over their ideal (<= 1.3x),
   and the same Ray run into ``s3://`` (moto on 127.0.0.1) against the one into a local folder.
@@ -37,13 +38,13 @@ HERE = Path(__file__).resolve().parent
 FULL: dict[str, list[str]] = {
     "providers": ["--repeats", "3", "--scenarios", "200:256", "--processes", "2"],
     "sampling_memory": [],
-    "analysis": ["--reasons", "1000", "--no-themes"],
+    "analysis": ["--reasons", "1000", "--no-themes", "--batched"],
     "long_conversation": ["--replay", "--sizes", "1000", "--repeats", "3"],
 }
 QUICK: dict[str, list[str]] = {
     "providers": ["--repeats", "1", "--conversations", "10", "--scenarios", "20:16", "--processes", "2"],
     "sampling_memory": ["--sizes", "400", "800", "--n", "40"],
-    "analysis": ["--pairs", "2000", "--reasons", "50", "--repeats", "1", "--no-themes"],
+    "analysis": ["--pairs", "2000", "--reasons", "50", "--repeats", "1", "--no-themes", "--batched"],
     "long_conversation": ["--replay", "--sizes", "100", "--repeats", "1", "--replay-sizes", "100", "200"],
 }
 RAY = {
