@@ -28,6 +28,7 @@ from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.uris import WORK_DIR_ENV, working_copy
+from tests.apart import Apart
 from tests.object_store import S3, mirrored
 
 
@@ -378,3 +379,27 @@ def test_readers_see_every_row_once_while_batches_are_rewritten(
     assert problems == []
     assert rewrites[0] > 5
     assert RunFolder(out).damage() == []
+
+
+def test_a_run_of_shards_apart_into_an_object_store_is_compacted_once_their_batches_meet(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards number their batches from outside the session's copy (as on Ray); the session merges them at its
+    end and uploads the merged batch: a fresh copy reads the verdicts of a local run, without damage or a gap."""
+    config = demo_config(tmp_path / "local", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+    local = de.run(config, conversations=demo_conversations(), progress=False)
+    uri = s3.uri("shards")
+    result = de.run(config.model_copy(update={"out": uri}), conversations=demo_conversations(), progress=False,
+                    executor=Apart())  # fmt: skip
+    assert result.status == "completed"
+    on_remote = [rel for rel in s3.files("shards") if rel.startswith("verdicts/")]
+    assert 0 < len(on_remote) < 4
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))
+    fresh = RunFolder(working_copy(uri))
+    RemoteFolder(uri, fresh.path).pull()
+    assert fresh.damage() == []
+    got = sorted(fresh.read("verdicts").select(["pair_id", "outcome", "stage"]).to_pylist(), key=str)
+    want = sorted(RunFolder(local.path).read("verdicts").select(["pair_id", "outcome", "stage"]).to_pylist(), key=str)
+    assert got == want
+    numbers = sorted(int(rel[9:15]) for rel in s3.files("shards") if rel.startswith("_commits/"))
+    assert numbers == list(range(1, len(numbers) + 1))
