@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ __all__ = ["BUFFER_BYTES", "MIN_BATCHES", "ROW_GROUP_ROWS", "TARGET_BYTES", "cop
 ROW_GROUP_ROWS = 122_880
 #: A row group is written early once its rows hold this many bytes in memory (a dataset of long transcripts).
 BUFFER_BYTES = 64 << 20
+#: Rows read at a time: few enough that a record batch of long transcripts stays well under :data:`BUFFER_BYTES`.
+READ_ROWS = 4_096
 #: The size (Parquet bytes over every dataset) a merged batch grows to at most; a batch of half as much or more is
 #: left as it is.
 TARGET_BYTES = 512 << 20
@@ -79,6 +81,19 @@ def plan(records: Iterable[dict[str, Any]], *, target: int = TARGET_BYTES, at_le
     return [g for g in groups if len(g) > 1]
 
 
+def _batches(source: Path, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The rows of a part file, :data:`READ_ROWS` at a time, with ``schema``. A file of the current schema is read a
+    row group at a time (copying a 40 MB file of 3 KB transcripts peaked at 306 MB this way, 623 MB through a
+    dataset scan); one written by an older version through a dataset over it, which reads it with the current
+    schema (a column it lacks is nulls)."""
+    with pq.ParquetFile(source) as file:
+        if file.schema_arrow.equals(schema):
+            yield from file.iter_batches(batch_size=READ_ROWS)
+            return
+    scan = pads.dataset(source, schema=schema, format="parquet")
+    yield from scan.to_batches(batch_size=READ_ROWS, batch_readahead=1, fragment_readahead=1)
+
+
 #: What a rewrite keeps of a dataset's rows: called with the dataset's name and a record batch of its rows.
 Keep = Callable[[str, pa.RecordBatch], pa.RecordBatch]
 
@@ -106,7 +121,7 @@ def copy_rows(name: str, sources: Iterable[Path], dest: Path, keep: Keep | None 
     try:
         for source in sources:
             # A dataset over one file reads it with the current schema: a column an older file lacks is nulls.
-            for batch in pads.dataset(source, schema=schema, format="parquet").to_batches(batch_size=ROW_GROUP_ROWS):
+            for batch in _batches(source, schema):
                 if keep is not None:
                     batch = keep(name, batch)
                 if not batch.num_rows:
