@@ -44,6 +44,7 @@ import json
 import re
 import shutil
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ __all__ = [
     "local_run",
 ]
 
+#: How many times a pull lists the remote folder while a rewrite there makes its listing stale.
+_LISTINGS = 5
 #: The remote folder of the response cache's uploaded rows.
 CACHE_DIR = "_cache"
 _RECORD = re.compile(rf"^{COMMITS}/\d{{6}}\.json$")
@@ -236,36 +239,54 @@ class RemoteFolder:
         record rewritten elsewhere within the store's time resolution (a second on S3) at the same size would be
         missed; the library rewrites a record only when a later session drops or replaces its batch (a record emptied
         when its batch is replaced is smaller than the record it replaces)."""
-        listing = self._listing()
         self.local.mkdir(parents=True, exist_ok=True)
-        if listing and MARKER not in listing:
-            raise RunFolderError(
-                f"{shown(self.uri)} holds files and is not a delta_eval run folder; choose an empty or new 'out'"
-            )
-        records = sorted(rel for rel in listing if _RECORD.match(rel))
+        for attempt in range(_LISTINGS):
+            listing = self._listing()
+            if listing and MARKER not in listing:
+                raise RunFolderError(
+                    f"{shown(self.uri)} holds files and is not a delta_eval run folder; choose an empty or new 'out'"
+                )
+            records = sorted(rel for rel in listing if _RECORD.match(rel))
+            state = self._state()
+            seen: dict[str, list[Any]] = state.get("records", {})
+            fetched: dict[str, tuple[bytes, bool]] = {}
+            for rel in records:
+                mine = self.local / rel
+                if seen.get(rel) == list(listing[rel]) and listing[rel][1] is not None and mine.is_file():
+                    # The object this copy took last time, unchanged (same size, same time written): not read again.
+                    fetched[rel] = (mine.read_bytes(), True)
+                else:
+                    data = self._get(rel)
+                    fetched[rel] = (data, mine.is_file() and mine.read_bytes() == data)
+            # A record emptied by a rewrite committed after the listing was taken: the listing lacks the batch its
+            # rows went to. Listed again, it has it.
+            moved_to = {n for data, _ in fetched.values() if (n := _field(data, "replaced_by")) is not None}
+            if all(f"{COMMITS}/{n:06d}.json" in listing for n in moved_to):
+                break
+            time.sleep(0.05 * (attempt + 1))
         commits = self.local / COMMITS
         if commits.is_dir():
             for f in commits.iterdir():
                 if _RECORD.match(f"{COMMITS}/{f.name}") and f"{COMMITS}/{f.name}" not in listing:
                     safe_paths.unlink(self.local, f)
-        state = self._state()
-        seen: dict[str, list[Any]] = state.get("records", {})
-        for rel in records:
-            mine = self.local / rel
-            if seen.get(rel) == list(listing[rel]) and listing[rel][1] is not None and mine.is_file():
-                # The object this copy took last time, unchanged (same size, same time written): not read again.
-                data = mine.read_bytes()
-                same = True
-            else:
-                data = self._get(rel)
-                same = mine.is_file() and mine.read_bytes() == data
-            for part in _parts_named(data):
-                # A changed record's parts are fetched again (a batch rewritten elsewhere keeps its part names).
-                if part in listing and (not same or _size(self.local / part) != listing[part][0]):
-                    self._download(part)
+        replaced = {n for data, _ in fetched.values() for n in _field(data, "replaces") or []}
+
+        def order(rel: str) -> tuple[int, int]:
+            # The copy stays readable throughout: a batch that replaces others is in place (its parts first) before
+            # the records of those it replaces change, and a record emptied by a rewrite comes last.
+            batch = int(rel[len(COMMITS) + 1 :][:6])
+            return (2 if _field(fetched[rel][0], "replaced_by") is not None else 1 if batch in replaced else 0, batch)
+
+        for rel in sorted(fetched, key=order):
+            data, same = fetched[rel]
+            if int(rel[len(COMMITS) + 1 :][:6]) not in replaced:  # a replaced batch's rows are read from its successor
+                for part in _parts_named(data):
+                    # A changed record's parts are fetched again (a batch rewritten elsewhere keeps its part names).
+                    if part in listing and (not same or _size(self.local / part) != listing[part][0]):
+                        self._download(part)
             if not same:
                 safe_paths.mkdir(self.local, commits)
-                safe_paths.write_atomic(self.local, mine, data)
+                safe_paths.write_atomic(self.local, self.local / rel, data)
         state["records"] = {rel: list(listing[rel]) for rel in records}
         self._save_state(state)
         for name in (MARKER, MANIFEST):
@@ -543,6 +564,19 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return -1
+
+
+def _field(record: bytes, name: str) -> Any:
+    """A field of a commit record (``None`` when it is missing or the record is not readable): ``replaces`` (a list
+    of batch numbers) or ``replaced_by`` (a batch number); anything of another type is ``None``."""
+    try:
+        data = json.loads(record)
+    except ValueError:
+        return None
+    value = data.get(name) if isinstance(data, dict) else None
+    if name == "replaces":
+        return [n for n in value if isinstance(n, int)] if isinstance(value, list) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _parts_named(record: bytes) -> list[str]:

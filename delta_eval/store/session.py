@@ -296,15 +296,25 @@ class FolderSession:
         self.manifest.checkpoint(batch, pairs_decided=pairs_decided, calls=calls)
         self.folder.write_manifest(self.manifest)
 
-    def _compact(self) -> list[str]:
-        """Merge the run's small batches; what went wrong, as notes (the run's rows stay as they were)."""
+    def _compact(self) -> None:
+        """Merge the run's small batches once its manifest says it completed, and record the merged batches' numbers
+        in it. The merge only speeds up reading: whatever stops it (a full disk, memory, an object store refusing an
+        upload) is a note, the rows stay once in the run, and the next session finishes a merge begun."""
         try:
-            self.folder.compact()
-        except (OSError, RunFolderError) as exc:
-            with contextlib.suppress(OSError):
-                self.folder.recover()  # the merge's files not committed (a full disk)
-            return [f"the run's batches were not merged into larger files ({exc}); they stay as written"]
-        return []
+            merged = self.folder.compact()
+        except Exception as exc:  # nothing about the run's results depends on it
+            with contextlib.suppress(Exception):
+                self.folder.recover()  # the merge's files not committed
+            self.manifest.notes.append(
+                f"the run's batches were not all merged into larger files ({type(exc).__name__}: {exc}); every row is "
+                "in the run once, and the next session finishes a merge begun"
+            )
+        else:
+            if not merged:
+                return
+        self.manifest.batches = max(self.manifest.batches, self.folder.last_batch)
+        with contextlib.suppress(OSError):  # the manifest written before stands: the same rows, fewer files
+            self.folder.write_manifest(self.manifest)
 
     def close(
         self,
@@ -320,9 +330,8 @@ class FolderSession:
     ) -> RunManifest:
         """End the session: count what the folder holds (with ``read``, what reading and sampling found), record
         the session's calls, cache use and the adapters' notes, write the manifest, close the cache. A completed
-        session first merges the run's small batches (:meth:`~delta_eval.store.folder.RunFolder.compact`)."""
-        if status == "completed":
-            notes = [*(notes or []), *self._compact()]
+        session then merges the run's small batches (:meth:`~delta_eval.store.folder.RunFolder.compact`): a kill
+        meanwhile leaves a completed run, its merge finished by the next session."""
         counts = RunCounts.tally(
             self.folder.read("verdicts", VERDICT_COLUMNS),
             self.folder.read("errors", ["stage"]),
@@ -358,6 +367,8 @@ class FolderSession:
                         with contextlib.suppress(OSError):  # nothing more to try: the run's own error says why
                             self.lock.record({"status": status, "failure": failure, "ended": self.manifest.ended_at})
                     raise
+            if status == "completed":
+                self._compact()
         finally:
             # Also when the manifest could not be written (a full disk, an object store refusing its upload).
             self.cache.close()

@@ -403,3 +403,105 @@ def test_a_run_of_shards_apart_into_an_object_store_is_compacted_once_their_batc
     assert got == want
     numbers = sorted(int(rel[9:15]) for rel in s3.files("shards") if rel.startswith("_commits/"))
     assert numbers == list(range(1, len(numbers) + 1))
+
+
+def test_a_pull_whose_listing_predates_the_merged_batch_lists_again(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader lists the remote, the writer then commits its merged batch and empties the old records, and the
+    reader's reads of those records come after: it lists again and takes the merged batch."""
+    uri = s3.uri("stale")
+    empty, remote = mirrored(uri)
+    folder = batches(empty.path)
+    remote.sync()
+    folder.mirror = remote
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))
+    stale = RemoteFolder(uri, working_copy(uri))._listing()  # the reader's listing, before the merged record
+    folder.compact()
+    real = RemoteFolder._listing
+    listings = []
+
+    def listing(self: RemoteFolder) -> dict[str, tuple[int, int | None]]:
+        listings.append(1)
+        return stale if len(listings) == 1 else real(self)
+
+    monkeypatch.setattr(RemoteFolder, "_listing", listing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # damage would warn
+        con = de.open_run(uri)
+    assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (60, 60)
+    con.close()
+    assert len(listings) == 2
+
+
+def test_a_reader_of_a_working_copy_mid_pull_sees_the_old_batches_or_the_merged_one(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = s3.uri("window")
+    empty, remote = mirrored(uri)
+    folder = batches(empty.path)
+    remote.sync()
+    folder.mirror = remote
+    monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))
+    de.open_run(uri).close()  # the reader's copy holds the 20 batches
+    reader = RunFolder(working_copy(uri))
+    folder.compact()
+    seen: list[tuple[int, list[int]]] = []
+    real = RemoteFolder._download
+
+    def download(self: RemoteFolder, rel: str) -> None:
+        real(self, rel)
+        seen.append((len(reader.read("verdicts")), [d.batch for d in reader.damage()]))  # another reader, mid-pull
+
+    monkeypatch.setattr(RemoteFolder, "_download", download)
+    de.open_run(uri).close()
+    assert seen
+    assert all(s == (60, []) for s in seen)
+
+
+class Death(BaseException):
+    """What a test raises where a process would die (nothing catches it)."""
+
+
+def test_a_session_killed_while_it_merges_is_recorded_completed_and_the_next_finishes_the_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = demo_config(tmp_path / "run", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+    real = RunFolder._empty
+    emptied = {"n": 0}
+
+    def die_midway(self: RunFolder, batch: int, why: dict[str, Any]) -> None:
+        if "replaced_by" in why and emptied["n"] == 5:
+            raise Death
+        emptied["n"] += 1
+        real(self, batch, why)
+
+    monkeypatch.setattr(RunFolder, "_empty", die_midway)
+    with pytest.raises(Death):
+        de.run(config, conversations=demo_conversations(), progress=False)
+    monkeypatch.undo()
+    killed = de.open_result(config.out)
+    assert killed.status == "completed"
+    assert killed.damage == []
+    pairs = killed.counts.pairs
+    assert killed.table("verdicts").num_rows == pairs
+    again = de.run(config, conversations=demo_conversations(), progress=False)
+    assert again.manifest.sessions[-1].resumed_pairs == pairs
+    assert len(parts(again.path, "verdicts")) < 4
+    assert de.open_result(again.path).table("verdicts").num_rows == pairs
+
+
+def test_a_merge_that_fails_is_a_note_and_the_run_completes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(self: RunFolder, name: str, *args: Any) -> int:
+        raise pa.ArrowInvalid("cannot merge")
+
+    monkeypatch.setattr(compaction, "copy_rows", fail)
+    monkeypatch.setattr("delta_eval.store.folder.copy_rows", fail)
+    config = demo_config(tmp_path / "run", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+    result = de.run(config, conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert any("were not all merged" in n and "ArrowInvalid: cannot merge" in n for n in result.manifest.notes)
+    opened = de.open_result(result.path)
+    assert opened.damage == []
+    assert opened.table("verdicts").num_rows == result.counts.pairs
+    assert not any(p.name.endswith(".tmp") for p in (result.path / "verdicts").iterdir())
