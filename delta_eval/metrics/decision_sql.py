@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.difference import PRODUCTS, PairedSums
+from delta_eval.metrics.counted import Counted
+from delta_eval.metrics.difference import PRODUCTS, PairedSums, StratumSums
 from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import fetch_table, to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
@@ -47,6 +48,8 @@ _CLUSTER = "coalesce(conversation_id, 'None')"
 #: A verdict's sampling weight as the rows path reads it (``weight or 1.0``).
 _WEIGHT = "CASE WHEN weight IS NULL OR weight = 0 THEN 1.0 ELSE weight END"
 _EPOCH = "coalesce(nullif(epoch, 0), 1)"
+#: A verdict the judge could not give: the undecided-rate gate's event.
+_UNDECIDED = f"outcome = 'error' AND {sql_error_side()} = 'judge'"
 _names = itertools.count()
 
 
@@ -109,7 +112,8 @@ class Source:
     def counts(self) -> dict[str, Any]:
         """What the decision counts of the verdicts, from one scan (made once): ``total`` verdicts, judged
         ``losses`` and those ``unknown`` (without a severity), the audit of stage 2 (``stage2``, ``audited``,
-        ``different``, ``candidate``, ``baseline``: see :func:`audit_of`) and the ``epochs`` held."""
+        ``different``, ``candidate``, ``baseline``: see :func:`audit_of`), the ``undecided`` verdicts (an error
+        of the judge's), those of no named conversation (``unnamed``: null or empty) and the ``epochs`` held."""
         if self._counts is None:
             said = "stage = 'equivalence' AND audit_outcome"
             lost = "outcome IN ('candidate', 'baseline')"
@@ -119,9 +123,12 @@ class Source:
                 f"count(*) FILTER (WHERE stage = 'equivalence'), count(*) FILTER (WHERE {said} IS NOT NULL), "
                 f"count(*) FILTER (WHERE {said} IN ('candidate', 'baseline')), "
                 f"count(*) FILTER (WHERE {said} = 'candidate'), count(*) FILTER (WHERE {said} = 'baseline'), "
+                f"count(*) FILTER (WHERE {_UNDECIDED}), "
+                f"count(*) FILTER (WHERE conversation_id IS NULL OR conversation_id = ''), "
                 f"list(DISTINCT {_EPOCH}) FROM {self.verdicts}"
             ).fetchall()[0]  # fmt: skip
-            names = ("total", "losses", "unknown", "stage2", "audited", "different", "candidate", "baseline")
+            names = ("total", "losses", "unknown", "stage2", "audited", "different", "candidate", "baseline",
+                     "undecided", "unnamed")  # fmt: skip
             self._counts = {name: int(n or 0) for name, n in zip(names, row[:-1], strict=True)}
             self._counts["epochs"] = [int(e) for e in row[-1] or ()]
         return self._counts
@@ -409,15 +416,17 @@ _REPLAY_METRICS = ("error_rate", "invalid_tool_call_rate", "text_instead_of_acti
 
 
 def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMetrics], *, checks: str | None = None,
-                 check_names: Sequence[str] = (), weighted: bool = False, confidence: float = 0.95
-                 ) -> list[GateResult]:  # fmt: skip
+                 check_names: Sequence[str] = (), weighted: bool = False, confidence: float = 0.95,
+                 counted: Counted | None = None) -> list[GateResult]:  # fmt: skip
     """:func:`~delta_eval.metrics.gates.evaluate_gates` on the source: each gate's result. ``checks`` names a table
-    of the rule's check results (``check``, ``pair_id``, ``side``, ``passed``), ``check_names`` the rule's checks."""
+    of the rule's check results (``check``, ``pair_id``, ``side``, ``passed``), ``check_names`` the rule's checks;
+    ``counted``: the win rate's counted pairs over the source's verdicts, when known (see
+    :func:`_none_undecided`)."""
     w = _WEIGHT if weighted else "1.0"
     verdict_side = {g.metric for g in gates} & {"critical_rate", "severity_rate", "undecided_rate", GOAL_METRIC}
     found: dict[str, tuple[Any, str]] = {}
     if verdict_side:
-        found.update(_verdict_gates(src, verdict_side, w))
+        found.update(_verdict_gates(src, verdict_side, w, counted))
     replay_side = sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
         g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
     if replay_side and src.replays is not None:
@@ -456,15 +465,39 @@ def _cost_ratio(src: Source) -> Rate | None:
     return cost_ratio_of(names, y_all, x_all, sorted_names=True)
 
 
-def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[Any, str]]:
+def _none_undecided(src: Source, w: str, counted: Counted | None) -> StratumSums | None:
+    """The undecided rate's sums without grouping the verdicts by conversation, where no verdict is undecided and
+    the win rate's counted pairs say how many conversations there are (``None`` otherwise): unweighted, every
+    verdict counted in the win rate (so its conversations are the verdicts'), each of a named conversation (so the
+    verdicts of no conversation make no cluster of their own there and one here). Its events are then all 0 and
+    each conversation's residuals too: what the interval reads of the sums per conversation of
+    :func:`~delta_eval.metrics.sql_sums.paired_sums` is the conversations (``g``) and the verdicts (``n``), as
+    sums per stratum of one stratum give them (the same interval, to the last bit)."""
+    counts = src.counts()
+    n = counts["total"]
+    if (w != "1.0" or counted is None or not isinstance(counted.sums, StratumSums) or counts["undecided"]
+            or counts["unnamed"] or not n or counted.pairs != n):  # fmt: skip
+        return None
+    g = int(counted.sums.clusters.sum())
+    # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, none; one unit a verdict).
+    iid = np.array([0.0, 0.0, float(n), 0.0, 0.0, float(n), 0.0, 0.0, 0.0, float(n)])
+    return StratumSums(strata=np.array([""]), clusters=np.array([g]), sums=np.zeros((2, 1)),
+                       squares=np.zeros((3, 1)), seen=np.array([[0], [g], [0], [g]]), rates=(0.0, 0.0),
+                       units=(float(n), float(n)), pairs=n, iid=iid) if g else None  # fmt: skip
+
+
+def _verdict_gates(src: Source, metrics: set[str], w: str, counted: Counted | None) -> dict[str, tuple[Any, str]]:
     counts = src.counts()
     total, losses, unknown = counts["total"], counts["losses"], counts["unknown"]
     out: dict[str, tuple[Any, str]] = {}
-    side = sql_error_side()
     wanted = {}
     for m in metrics:
         if m == "undecided_rate":
-            wanted[m] = Metric(a=f"outcome = 'error' AND {side} = 'judge'", binary=True)
+            none = _none_undecided(src, w, counted)
+            if none is not None:
+                out[m] = (none, "")
+            else:
+                wanted[m] = Metric(a=_UNDECIDED, binary=True)
         elif m == GOAL_METRIC:
             wanted[m] = GOAL_SQL
         elif losses and unknown == losses:
