@@ -113,7 +113,7 @@ class Source:
         """What the decision counts of the verdicts, from one scan (made once): ``total`` verdicts, judged
         ``losses`` and those ``unknown`` (without a severity), the audit of stage 2 (``stage2``, ``audited``,
         ``different``, ``candidate``, ``baseline``: see :func:`audit_of`), the ``undecided`` verdicts (an error
-        of the judge's), those of no named conversation (``unnamed``: null or empty) and the ``epochs`` held."""
+        of the judge's) and the ``epochs`` held."""
         if self._counts is None:
             said = "stage = 'equivalence' AND audit_outcome"
             lost = "outcome IN ('candidate', 'baseline')"
@@ -123,12 +123,11 @@ class Source:
                 f"count(*) FILTER (WHERE stage = 'equivalence'), count(*) FILTER (WHERE {said} IS NOT NULL), "
                 f"count(*) FILTER (WHERE {said} IN ('candidate', 'baseline')), "
                 f"count(*) FILTER (WHERE {said} = 'candidate'), count(*) FILTER (WHERE {said} = 'baseline'), "
-                f"count(*) FILTER (WHERE {_UNDECIDED}), "
-                f"count(*) FILTER (WHERE conversation_id IS NULL OR conversation_id = ''), "
+                f"count(*) FILTER (WHERE CASE WHEN outcome = 'error' THEN {sql_error_side()} = 'judge' END), "
                 f"list(DISTINCT {_EPOCH}) FROM {self.verdicts}"
             ).fetchall()[0]  # fmt: skip
             names = ("total", "losses", "unknown", "stage2", "audited", "different", "candidate", "baseline",
-                     "undecided", "unnamed")  # fmt: skip
+                     "undecided")  # fmt: skip
             self._counts = {name: int(n or 0) for name, n in zip(names, row[:-1], strict=True)}
             self._counts["epochs"] = [int(e) for e in row[-1] or ()]
         return self._counts
@@ -475,8 +474,13 @@ def _none_undecided(src: Source, w: str, counted: Counted | None) -> StratumSums
     sums per stratum of one stratum give them (the same interval, to the last bit)."""
     counts = src.counts()
     n = counts["total"]
-    if (w != "1.0" or counted is None or not isinstance(counted.sums, StratumSums) or counts["undecided"]
-            or counts["unnamed"] or not n or counted.pairs != n):  # fmt: skip
+    if (w != "1.0" or counted is None or not isinstance(counted.sums, StratumSums) or counts["undecided"] or not n
+            or counted.pairs != n):  # fmt: skip
+        return None
+    # One column read, not grouped (a third of what grouping the verdicts by it costs).
+    unnamed = src.db.execute(f"SELECT count(*) FROM {src.verdicts} WHERE conversation_id IS NULL "
+                             "OR conversation_id = ''").fetchall()[0][0]  # fmt: skip
+    if unnamed:
         return None
     g = int(counted.sums.clusters.sum())
     # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, none; one unit a verdict).
