@@ -12,7 +12,9 @@ test holds it equal to the decision on the same rows in memory.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,7 @@ from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums
 from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident, quote_literal
 
-__all__ = ["Source", "audit_of", "check_rates_of", "gate_results", "goal_rates_of", "side_metrics_of"]
+__all__ = ["Source", "audit_of", "check_rates_of", "figures_only", "gate_results", "goal_rates_of", "side_metrics_of"]
 
 _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
                   "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
@@ -196,10 +198,29 @@ def _no_decision(src: Source) -> str:
     return f"CASE WHEN error IS NOT NULL THEN NULL WHEN no_decision IS NOT NULL THEN no_decision ELSE {from_text} END"
 
 
+#: Whether the sides' metrics list each turn's latency and each conversation's cost (see :func:`figures_only`).
+_ITEMS: ContextVar[bool] = ContextVar("delta_eval_side_items", default=True)
+
+
+@contextmanager
+def figures_only() -> Iterator[None]:
+    """Within the block, the sides' metrics of a decision computed in DuckDB leave out their lists of every turn's
+    latency and every conversation's cost (``latencies_ms`` and ``costs_by_conversation`` stay empty): for a caller
+    that reads only the figures (the analysis' summary), which are the same, without a Python object for each of a
+    million latencies."""
+    token = _ITEMS.set(False)
+    try:
+        yield
+    finally:
+        _ITEMS.reset(token)
+
+
 def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetrics]:
-    """:func:`~delta_eval.metrics.sides.side_metrics` of the source's replays."""
+    """:func:`~delta_eval.metrics.sides.side_metrics` of the source's replays (without their lists of latencies and
+    costs within :func:`figures_only`)."""
     if src.replays is None:
         return {}
+    items = _ITEMS.get()
     r = src.replays
     # Whether production acted at each point comes from the recorded rows: joined only when there are some.
     recorded = src.db.execute(f"SELECT count(*) FROM {r} WHERE side = 'recorded'").fetchall()[0][0]
@@ -213,21 +234,26 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     found, sums = _side_sums(src, rows, bool(recorded))
     # Each side's conversations (sorted by side, then name: each side's a run of rows) and their costs, None where
     # unpriced, as the rows path gives them.
-    names = found["cl"].to_pylist()
     priced = found["cost"]
-    values = priced.astype(object)
-    values[np.isnan(priced)] = None
-    values = values.tolist()
+    names: list[str] = found["cl"].to_pylist() if items else []
+    values: list[float | None] = []
+    if items:
+        held = priced.astype(object)
+        held[np.isnan(priced)] = None
+        values = held.tolist()
     costs: dict[str, dict[str, float | None]] = {}
+    conversations: dict[str, int] = {}
     known_costs: dict[str, list[float]] = {}
     for side, (start, end) in found["runs"].items():
-        costs[side] = dict(zip(names[start:end], values[start:end], strict=True))
+        # Each side's conversations are distinct (the groups of its rows).
+        costs[side] = dict(zip(names[start:end], values[start:end], strict=True)) if items else {}
+        conversations[side] = end - start
         mine = priced[start:end]
         known_costs[side] = mine[~np.isnan(mine)].tolist()
         src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
     # Every side's latencies from one scan.
-    sides = sorted(costs)
+    sides = sorted(conversations)
     # Through Arrow: no copy of the two million values, as numpy's fetch makes.
     timed = fetch_table(
         src.db,
@@ -243,7 +269,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         latencies.sort()  # path lists them)
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
-        own = costs[side]
+        own, count = costs[side], conversations[side]
         known = known_costs[side]
         mine = sums.get(side, {})
         invalid = mine.get("invalid_tool_call_rate")
@@ -255,13 +281,13 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         out[side] = SideMetrics.model_construct(
             side=side,
             turns=mine["error_rate"].pairs,  # every turn counts in the error rate
-            conversations=len(own),
+            conversations=count,
             **fields,
             latency_p50_ms=p50,
             latency_p95_ms=p95,
             latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),
-            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == len(own) else None,
-            latencies_ms=latencies.tolist(),
+            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == count else None,
+            latencies_ms=latencies.tolist() if items else [],
             costs_by_conversation=own,
         )
     return out

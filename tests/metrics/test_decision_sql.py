@@ -236,3 +236,36 @@ def test_the_undecided_gate_without_undecided_verdicts_is_the_gate_summed_per_co
                                                                             "error": None, **extra}]  # fmt: skip
         assert decide(pa.Table.from_pylist(rows), None, rule).gates == decide(rows, None, rule).gates
         assert taken == [False]
+
+
+def test_a_decision_of_figures_only_has_every_figure_and_no_list_of_latencies_or_costs() -> None:
+    """Within figures_only (what the analysis' summary keeps of a decision), the sides list no latency and no cost
+    of a conversation, and every other number is the same (conversations counted, the cost per conversation, the
+    cost ratio's gate)."""
+    from delta_eval.metrics.decision_sql import figures_only
+
+    verdicts, replays = [], []
+    for i in range(120):
+        c = i % 17
+        verdicts.append({"pair_id": f"p{i}", "conversation_id": f"c{c}", "outcome": OUTCOMES[i % 4],
+                         "stratum": f"s{c % 3}"})  # fmt: skip
+        for side in ("baseline", "candidate"):
+            replays.append({"pair_id": f"p{i}", "conversation_id": f"c{c}", "side": side,
+                            "error": "boom" if i % 29 == 0 else None, "latency_ms": 100.0 + i * (1 + len(side)),
+                            "cost_usd": None if (i, side) == (7, "baseline") else 0.125 * (1 + i % 3),
+                            "n_tool_calls": i % 3})  # fmt: skip
+    v, r = pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays)
+    full = decide(v, r, DecisionRule())
+    with figures_only():
+        lean = decide(v, r, DecisionRule())
+    assert decide(v, r, DecisionRule()).model_dump() == full.model_dump()  # the block's end restores the lists
+    for side, m in lean.sides.items():
+        assert m.latencies_ms == []
+        assert m.costs_by_conversation == {}
+        assert full.sides[side].latencies_ms
+        assert m.conversations == len(full.sides[side].costs_by_conversation) == 17
+    assert full.sides["candidate"].cost_per_conversation is not None
+    assert full.sides["baseline"].cost_per_conversation is None  # one turn unpriced
+    strip = {"sides": {side: {"latencies_ms", "costs_by_conversation"} for side in full.sides}}
+    assert lean.model_dump(exclude=strip) == full.model_dump(exclude=strip)
+    assert lean.lines() == full.lines()
