@@ -576,15 +576,17 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
     total = int(n.sum())
     if not (rows == matched == total):
         return None
+    names = src.costs["candidate"][0]
+    b, ab = np.zeros(len(n)), 0.0
+    # No baseline replay failed (the sides' metrics counted them): no pair to join.
+    baseline_failed = "baseline" in src.turns and bool(src.turns["baseline"][1].any())
     failed = fetch_table(
         src.db,
         f"SELECT ({_CLUSTER})::VARCHAR AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
         f"FROM {r} c SEMI JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
         "ON f.pair_id = c.pair_id WHERE c.side = 'candidate' GROUP BY cl",
-    )  # fmt: skip
-    names = src.costs["candidate"][0]
-    b, ab = np.zeros(len(n)), 0.0
-    if failed.num_rows:
+    ) if baseline_failed else None  # fmt: skip
+    if failed is not None and failed.num_rows:
         at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False)
         b[at.astype(np.int64)] = failed.column("b").to_numpy()
         ab = float(failed.column("ab").to_numpy().sum())
