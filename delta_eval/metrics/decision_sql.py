@@ -326,11 +326,13 @@ def _sides(src: Source, found: dict[str, Any], sums: dict[str, dict[str, PairedS
 
 class _Pairing:
     """The count of :func:`_error_gate`'s check that every candidate replay has exactly one baseline replay (a
-    join of the two sides' pairs), run by DuckDB on the source's connection in a thread of its own, while the
-    caller (which does not use the connection meanwhile) works in Python: DuckDB releases the GIL as it runs."""
+    join of the two sides' pairs), then the verdicts' counts the gates read (:meth:`Source.counts`, kept by the
+    source), run by DuckDB on the source's connection in a thread of its own while the caller (which does not use
+    the connection meanwhile) works in Python: DuckDB releases the GIL as it runs."""
 
     def __init__(self, src: Source) -> None:
         self._sql = _pairing_sql(str(src.replays))
+        self._src = src
         self._db = src.db
         self._found: tuple[int, int] | None = None
         self._error: BaseException | None = None
@@ -341,6 +343,7 @@ class _Pairing:
         try:
             rows, matched = self._db.execute(self._sql).fetchall()[0]
             self._found = (int(rows), int(matched))
+            self._src.counts()
         except BaseException as error:  # handed to the caller, in its thread
             self._error = error
 
