@@ -47,7 +47,6 @@ from delta_eval.metrics.decision_sql import (
     audit_of,
     check_rates_of,
     consistency_of,
-    error_gate_alone,
     gate_results,
     goal_rates_of,
     side_metrics_of,
@@ -244,10 +243,8 @@ def _decide_source(src: Source, r: DecisionRule) -> Decision:
     counted, per_stratum = counted_with_total(src.counted_verdicts, e, by="stratum", con=src.db, per_conversation=False)
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
     ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
+    sides = side_metrics_of(src, r.confidence)
     checks, names = None, [c.name for c in r.checks]
-    # The pairs' completeness, which the error-rate gate may read, checked by DuckDB while the sides are built.
-    pairing = error_gate_alone(r.gates, names if r.checks else (), counted.weighted)
-    sides = side_metrics_of(src, r.confidence, pairing=pairing)
     if r.checks and src.replays is not None:
         found = check_results(r.checks, src.raw_replays_table())
         checks = src.register(found.select(["check", "pair_id", "side", "passed"]))

@@ -12,7 +12,6 @@ test holds it equal to the decision on the same rows in memory.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -34,16 +33,7 @@ from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums
 from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident, quote_literal
 
-__all__ = [
-    "Source",
-    "audit_of",
-    "check_rates_of",
-    "error_gate_alone",
-    "figures_only",
-    "gate_results",
-    "goal_rates_of",
-    "side_metrics_of",
-]
+__all__ = ["Source", "audit_of", "check_rates_of", "figures_only", "gate_results", "goal_rates_of", "side_metrics_of"]
 
 _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
                   "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
@@ -82,8 +72,6 @@ class Source:
         #: Each side's turns and errors per conversation (in the order of :attr:`costs`), as
         #: :func:`side_metrics_of` counted them: what the error-rate gate reads when every pair is complete.
         self.turns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        #: The count of :func:`_error_gate`'s check of the pairs, when :func:`side_metrics_of` ran it.
-        self.pairing: tuple[int, int] | None = None
         #: The replays as stored (every column: what the rule's own checks and consistency read).
         self.raw_replays = raw_replays or replays
         try:
@@ -227,11 +215,9 @@ def figures_only() -> Iterator[None]:
         _ITEMS.reset(token)
 
 
-def side_metrics_of(src: Source, confidence: float = 0.95, *, pairing: bool = False) -> dict[str, SideMetrics]:
+def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetrics]:
     """:func:`~delta_eval.metrics.sides.side_metrics` of the source's replays (without their lists of latencies and
-    costs within :func:`figures_only`). ``pairing``: the error-rate gate's check that the pairs are complete (see
-    :func:`_error_gate`) will be wanted; DuckDB runs it in another thread while this one builds the sides' figures
-    in Python."""
+    costs within :func:`figures_only`)."""
     if src.replays is None:
         return {}
     items = _ITEMS.get()
@@ -246,36 +232,6 @@ def side_metrics_of(src: Source, confidence: float = 0.95, *, pairing: bool = Fa
     else:
         rows = f"(SELECT *, false AS recorded_acted, {_no_decision(src)} AS nd FROM {r} WHERE side <> 'recorded')"
     found, sums = _side_sums(src, rows, bool(recorded))
-    sides = sorted(found["runs"])
-    # Every side's latencies from one scan, through Arrow: no copy of the two million values, as numpy's fetch makes.
-    timed = fetch_table(
-        src.db,
-        f"SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
-        f"FROM {r} WHERE error IS NULL AND side <> 'recorded'",
-        [sides],
-    )
-    products = _products(src)
-    for side in sides:
-        mine = sums.get(side, {})
-        invalid = mine.get("invalid_tool_call_rate")
-        if invalid is not None:
-            mine["invalid_tool_call_rate"] = _with_products(src, rows, side, invalid, products.get(side))
-    # The connection is not used below (numpy and Python alone) until the pairs' check is collected.
-    pending = _Pairing(src) if pairing and "candidate" in found["runs"] else None
-    try:
-        out = _sides(src, found, sums, timed, sides, confidence, items)
-    finally:
-        if pending is not None:
-            pending.wait()  # the connection is the caller's again once the thread is done with it
-    if pending is not None:
-        src.pairing = pending.result()
-    return out
-
-
-def _sides(src: Source, found: dict[str, Any], sums: dict[str, dict[str, PairedSums]], timed: pa.Table,
-           sides: list[str], confidence: float, items: bool) -> dict[str, SideMetrics]:  # fmt: skip
-    """The sides' metrics from their sums and latencies, in numpy and Python alone (no query: see
-    :func:`side_metrics_of`)."""
     # Each side's conversations (sorted by side, then name: each side's a run of rows) and their costs, None where
     # unpriced, as the rows path gives them.
     priced = found["cost"]
@@ -296,8 +252,18 @@ def _sides(src: Source, found: dict[str, Any], sums: dict[str, dict[str, PairedS
         known_costs[side] = mine[~np.isnan(mine)].tolist()
         src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
+    # Every side's latencies from one scan.
+    sides = sorted(conversations)
+    # Through Arrow: no copy of the two million values, as numpy's fetch makes.
+    timed = fetch_table(
+        src.db,
+        f"SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
+        f"FROM {r} WHERE error IS NULL AND side <> 'recorded'",
+        [sides],
+    )
     which = timed.column("k").to_numpy(zero_copy_only=False)
     every = np.asarray(timed.column("x").to_numpy(zero_copy_only=False), dtype=float)
+    products = _products(src)
     for k, side in enumerate(sides, start=1):
         latencies = every[which == k]  # a copy already: sorted in place, once (for the quantiles, and as the rows
         latencies.sort()  # path lists them)
@@ -306,6 +272,9 @@ def _sides(src: Source, found: dict[str, Any], sums: dict[str, dict[str, PairedS
         own, count = costs[side], conversations[side]
         known = known_costs[side]
         mine = sums.get(side, {})
+        invalid = mine.get("invalid_tool_call_rate")
+        if invalid is not None:
+            mine["invalid_tool_call_rate"] = _with_products(src, rows, side, invalid, products.get(side))
         # Built without validation: every field is of its type here, and checking a million latencies one by one
         # costs more than the rest of the side.
         fields: dict[str, Any] = {name: _rate(mine.get(name), confidence) for name in _SIDE_RATES}
@@ -322,50 +291,6 @@ def _sides(src: Source, found: dict[str, Any], sums: dict[str, dict[str, PairedS
             costs_by_conversation=own,
         )
     return out
-
-
-class _Pairing:
-    """The count of :func:`_error_gate`'s check that every candidate replay has exactly one baseline replay (a
-    join of the two sides' pairs), then the verdicts' counts the gates read (:meth:`Source.counts`, kept by the
-    source), run by DuckDB on the source's connection in a thread of its own while the caller (which does not use
-    the connection meanwhile) works in Python: DuckDB releases the GIL as it runs."""
-
-    def __init__(self, src: Source) -> None:
-        self._sql = _pairing_sql(str(src.replays))
-        self._src = src
-        self._db = src.db
-        self._found: tuple[int, int] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="delta-eval-pairing", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            rows, matched = self._db.execute(self._sql).fetchall()[0]
-            self._found = (int(rows), int(matched))
-            self._src.counts()
-        except BaseException as error:  # handed to the caller, in its thread
-            self._error = error
-
-    def wait(self) -> None:
-        """Until the thread is done."""
-        self._thread.join()
-
-    def result(self) -> tuple[int, int]:
-        """The count (the candidate replays joined to their baseline replays, and those matched), once done."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._found is not None
-        return self._found
-
-
-def _pairing_sql(replays: str) -> str:
-    """Each candidate replay with exactly one baseline replay: the rows of a left join are the candidate replays
-    (none has two partners) and so are its matches (none has none)."""
-    return (f"SELECT count(*), count(b.pair_id) FROM (SELECT pair_id FROM {replays} WHERE side = 'candidate') c "
-            f"LEFT JOIN (SELECT pair_id FROM {replays} WHERE side = 'baseline') b "
-            "ON b.pair_id = c.pair_id")  # fmt: skip
 
 
 #: The rates of each side, in the order :class:`~delta_eval.metrics.sides.SideMetrics` lists them.
@@ -533,9 +458,10 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
     found: dict[str, tuple[Any, str]] = {}
     if verdict_side:
         found.update(_verdict_gates(src, verdict_side, w, counted))
-    replay_side = _replay_metrics(gates, check_names)
+    replay_side = sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
+        g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
     if replay_side and src.replays is not None:
-        errors = _error_gate(src) if error_gate_alone(gates, check_names, weighted) else None
+        errors = _error_gate(src) if replay_side == ["error_rate"] and not weighted else None
         found.update({"error_rate": errors} if errors else _replay_gates(src, replay_side, w, weighted, checks))
     ratio = _cost_ratio(src) if any(g.metric == "cost_ratio" for g in gates) else None
     out = []
@@ -553,19 +479,6 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
         else:
             out.append(gate_result(gate, *found[metric], confidence))
     return out
-
-
-def _replay_metrics(gates: Sequence[Gate], check_names: Sequence[str]) -> list[str]:
-    """The gates' metrics read from the replays of both sides of each pair."""
-    return sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
-        g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
-
-
-def error_gate_alone(gates: Sequence[Gate], check_names: Sequence[str], weighted: bool) -> bool:
-    """Whether the error rate is the only gate on the pairs' replays, unweighted: :func:`gate_results` then takes
-    it from the sides' counts where the pairs are complete (:func:`_error_gate`), which :func:`side_metrics_of`
-    can check meanwhile (``pairing=True``)."""
-    return _replay_metrics(gates, check_names) == ["error_rate"] and not weighted
 
 
 def _cost_ratio(src: Source) -> Rate | None:
@@ -654,8 +567,12 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
         return None
     r = src.replays
     n, fails = src.turns["candidate"]
-    # Counted while the sides' metrics were built, where they were asked to (side_metrics_of), else now.
-    rows, matched = src.pairing if src.pairing is not None else src.db.execute(_pairing_sql(str(r))).fetchall()[0]
+    # Each candidate replay with exactly one baseline replay: the rows of a left join are the candidate replays
+    # (none has two partners) and so are its matches (none has none).
+    rows, matched = src.db.execute(
+        f"SELECT count(*), count(b.pair_id) FROM (SELECT pair_id FROM {r} WHERE side = 'candidate') c "
+        f"LEFT JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline') b ON b.pair_id = c.pair_id"
+    ).fetchall()[0]  # fmt: skip
     total = int(n.sum())
     if not (rows == matched == total):
         return None

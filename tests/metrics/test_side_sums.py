@@ -148,17 +148,6 @@ def test_the_error_gate_of_complete_pairs_is_that_of_the_join(rows: list[dict[st
         decision_sql.side_metrics_of(src)
         expected = decision_sql._replay_gates(src, ["error_rate"], "1.0", False, None)["error_rate"]
         got = decision_sql._error_gate(src)
-        # The same with the pairs' check run by DuckDB in a thread while the sides were built.
-        threaded = Source(db, "v", "r")
-        decision_sql.side_metrics_of(threaded, pairing=True)
-        assert (threaded.pairing is not None) == any(r["side"] == "candidate" for r in rows)
-        again = decision_sql._error_gate(threaded)
-        assert (again is None) == (got is None)
-        if got is not None and again is not None:
-            assert again[1] == got[1]
-            if got[0] is not None:
-                _same(again[0], got[0], "error_rate, threaded")
-        threaded.close()
         complete = sorted((r["pair_id"], r["side"]) for r in rows if r["side"] in ("baseline", "candidate")) == sorted(
             {(r["pair_id"], s) for r in rows for s in ("baseline", "candidate")}
         )
