@@ -47,6 +47,8 @@ SECONDS_TARGET = 1.0
 
 TOOLS = ["get_user_details", "get_reservation_details", "search_direct_flight", "update_reservation_flights",
          "cancel_reservation", "book_reservation", "send_certificate", "calculate"]  # fmt: skip
+#: Rows per Parquet row group of the synthetic files: what a run's compacted files have (DuckDB's default).
+ROW_GROUP = 122_880
 ARGS = ["user_id", "reservation_id", "origin", "date", "cabin", "payment_id", "amount"]
 
 
@@ -122,7 +124,9 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
         record: dict[str, Any] = {"batch": batch, "files": {}, "rows": {}, "sizes": {}}
         for name, table in tables.items():
             part = out / name / f"part-{batch:06d}.parquet"
-            pq.write_table(table, part, compression="zstd")
+            # In row groups of the size a compacted run's files have (DuckDB's default), which DuckDB reads in
+            # parallel: a file of one row group is read by one thread.
+            pq.write_table(table, part, compression="zstd", row_group_size=ROW_GROUP)
             rel = f"{name}/{part.name}"
             record["files"][name] = [rel]
             record["rows"][name] = table.num_rows

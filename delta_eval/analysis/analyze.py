@@ -39,6 +39,7 @@ from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.metrics.counted import Counted, counted, counted_with_total, shared_sums, weights_vary_sql
 from delta_eval.metrics.decision import DecisionRule
+from delta_eval.metrics.decision_sql import figures_only
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.replay.points import replay_points
@@ -134,11 +135,15 @@ class Analysis:
 
     # -- summary -----------------------------------------------------------------------------------------------
 
+    @property
+    def _rule_estimand(self) -> Estimand:
+        """The estimand of the run's decision rule, as configured."""
+        return DecisionRule.model_validate(self.result.manifest.config.get("decision") or {}).estimand
+
     def estimand(self, over: Literal["all", "judged"] | None = None) -> Estimand:
         """The estimand of the run's decision rule (``over`` replaced when given), with ``weighted="auto"`` settled
         on the run's weights."""
-        rule = DecisionRule.model_validate(self.result.manifest.config.get("decision") or {})
-        e = rule.estimand if over is None else rule.estimand.model_copy(update={"over": over})
+        e = self._rule_estimand if over is None else self._rule_estimand.model_copy(update={"over": over})
         if e.weighted == "auto":
             _, _, counted_where = sql_contribution(e, has_error_side=self._error_side_column)
             e = e.model_copy(update={"weighted": weights_vary_sql(self.con, "verdicts", counted_where)})
@@ -150,11 +155,15 @@ class Analysis:
         return "error_side" in {row[0] for row in self.con.execute("DESCRIBE verdicts").fetchall()}
 
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        e = self.estimand("judged" if judged else "all")
         # Summed per conversation and stratum by DuckDB over the run's files (metrics.counted: what
         # RunResult.win_rate and the decision read too).
         if judged:
+            e = self.estimand("judged")
             return _win_rate(counted("verdicts", e, con=self.con, per_conversation=False)[""]), []
+        # Over all pairs, weighted="auto" is left to counted, which settles it as estimand() does (on the counted
+        # rows' weights, from the counts query it runs anyway): the decision's very queries, run once within
+        # shared_sums.
+        e = self._rule_estimand.model_copy(update={"over": "all"})
         total, groups = counted_with_total("verdicts", e, by="stratum", null="None", con=self.con,
                                            per_conversation=False)  # fmt: skip
         per = [{"stratum": h, **rate} for h, c in sorted(groups.items()) if (rate := _win_rate(c)) is not None]
@@ -180,8 +189,17 @@ class Analysis:
         m = self.result.manifest
         con = self.con
         overall, by_stratum = self._win_rates(judged=False)
-        funnel = dict(con.execute("SELECT stage, count(*) FROM verdicts GROUP BY stage ORDER BY stage").fetchall())
-        outcomes = dict(con.execute("SELECT outcome, count(*) FROM verdicts GROUP BY 1 ORDER BY 1").fetchall())
+        # The pairs by stage and by outcome from one scan of the verdicts (grouping sets), each in its order.
+        funnel: dict[Any, int] = {}
+        outcomes: dict[Any, int] = {}
+        for by_outcome, stage, outcome, n in con.execute(
+            "SELECT GROUPING(stage) AS g, stage, outcome, count(*) FROM verdicts "
+            "GROUP BY GROUPING SETS ((stage), (outcome)) ORDER BY g, stage, outcome"
+        ).fetchall():
+            if by_outcome:
+                outcomes[outcome] = n
+            else:
+                funnel[stage] = n
         # Both latency quantiles from one sort of each side's latencies (a list, null when the side has none).
         sides = con.execute(
             "SELECT side, n, cost, priced, counted, tin, tout, q[1], q[2], cap, errs FROM (SELECT side, count(*) AS n, "
@@ -231,7 +249,8 @@ class Analysis:
         cached = self._load("decision.json")
         if cached is not None:
             return dict(cached)
-        d = self.result.decision(con=self.con)
+        with figures_only():  # what is kept of it is figures: no list of every latency and every cost
+            d = self.result.decision(con=self.con)
         view = decision_view(d)
         evidence = {"tests": [{"text": text, "links": [list(x) for x in links]} for text, links in view["tests"]],
                     "gates": view["gates"], "strata": view["strata"]}  # fmt: skip

@@ -249,7 +249,7 @@ def _decide_source(src: Source, r: DecisionRule) -> Decision:
         found = check_results(r.checks, src.raw_replays_table())
         checks = src.register(found.select(["check", "pair_id", "side", "passed"]))
     gates = gate_results(src, r.gates, sides, checks=checks, check_names=names if checks else (),
-                         weighted=counted.weighted, confidence=r.confidence)  # fmt: skip
+                         weighted=counted.weighted, confidence=r.confidence, counted=counted)  # fmt: skip
     strata = by_stratum(src.verdicts, r.margin, adjustment=r.adjustment, min_conversations=r.min_conversations,
                         confidence=r.confidence, counted=per_stratum, **e.model_dump())  # fmt: skip
     seen = src.epochs()

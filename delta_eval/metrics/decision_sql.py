@@ -12,7 +12,9 @@ test holds it equal to the decision on the same rows in memory.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.difference import PRODUCTS, PairedSums
+from delta_eval.metrics.counted import Counted
+from delta_eval.metrics.difference import PRODUCTS, PairedSums, StratumSums
 from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import fetch_table, to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
@@ -30,7 +33,7 @@ from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums
 from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident, quote_literal
 
-__all__ = ["Source", "audit_of", "check_rates_of", "gate_results", "goal_rates_of", "side_metrics_of"]
+__all__ = ["Source", "audit_of", "check_rates_of", "figures_only", "gate_results", "goal_rates_of", "side_metrics_of"]
 
 _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
                   "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
@@ -47,6 +50,8 @@ _CLUSTER = "coalesce(conversation_id, 'None')"
 #: A verdict's sampling weight as the rows path reads it (``weight or 1.0``).
 _WEIGHT = "CASE WHEN weight IS NULL OR weight = 0 THEN 1.0 ELSE weight END"
 _EPOCH = "coalesce(nullif(epoch, 0), 1)"
+#: A verdict the judge could not give: the undecided-rate gate's event.
+_UNDECIDED = f"outcome = 'error' AND {sql_error_side()} = 'judge'"
 _names = itertools.count()
 
 
@@ -109,21 +114,30 @@ class Source:
     def counts(self) -> dict[str, Any]:
         """What the decision counts of the verdicts, from one scan (made once): ``total`` verdicts, judged
         ``losses`` and those ``unknown`` (without a severity), the audit of stage 2 (``stage2``, ``audited``,
-        ``different``, ``candidate``, ``baseline``: see :func:`audit_of`) and the ``epochs`` held."""
+        ``different``, ``candidate``, ``baseline``: see :func:`audit_of`), the ``undecided`` verdicts (an error
+        of the judge's) and the ``epochs`` held."""
         if self._counts is None:
-            said = "stage = 'equivalence' AND audit_outcome"
-            lost = "outcome IN ('candidate', 'baseline')"
-            row = self.db.execute(
-                f"SELECT count(*), count(*) FILTER (WHERE {lost}), "
-                f"count(*) FILTER (WHERE {lost} AND severity IS NULL), "
-                f"count(*) FILTER (WHERE stage = 'equivalence'), count(*) FILTER (WHERE {said} IS NOT NULL), "
-                f"count(*) FILTER (WHERE {said} IN ('candidate', 'baseline')), "
-                f"count(*) FILTER (WHERE {said} = 'candidate'), count(*) FILTER (WHERE {said} = 'baseline'), "
-                f"list(DISTINCT {_EPOCH}) FROM {self.verdicts}"
-            ).fetchall()[0]  # fmt: skip
-            names = ("total", "losses", "unknown", "stage2", "audited", "different", "candidate", "baseline")
-            self._counts = {name: int(n or 0) for name, n in zip(names, row[:-1], strict=True)}
-            self._counts["epochs"] = [int(e) for e in row[-1] or ()]
+            # The verdicts grouped by what is counted of them (a few kinds), added up here: cheaper than a filter
+            # per count over every verdict.
+            kinds = self.db.execute(
+                "SELECT outcome, severity IS NULL, stage = 'equivalence', "
+                "CASE WHEN stage = 'equivalence' THEN audit_outcome END, "
+                f"CASE WHEN outcome = 'error' THEN {sql_error_side()} = 'judge' END, {_EPOCH}, count(*) "
+                f"FROM {self.verdicts} GROUP BY ALL"
+            ).fetchall()  # fmt: skip
+            counts = dict.fromkeys(("total", "losses", "unknown", "stage2", "audited", "different", "candidate",
+                                    "baseline", "undecided"), 0)  # fmt: skip
+            epochs: set[int] = set()
+            for outcome, no_severity, stage2, audit, undecided, epoch, n in kinds:
+                lost = outcome in ("candidate", "baseline")
+                for name, holds in (("total", True), ("losses", lost), ("unknown", lost and no_severity),
+                                    ("stage2", stage2), ("audited", audit is not None),
+                                    ("different", audit in ("candidate", "baseline")),
+                                    ("candidate", audit == "candidate"), ("baseline", audit == "baseline"),
+                                    ("undecided", undecided)):  # fmt: skip
+                    counts[name] += int(n) if holds else 0
+                epochs.add(int(epoch))
+            self._counts = {**counts, "epochs": sorted(epochs)}
         return self._counts
 
     def epoch(self, k: int) -> Source:
@@ -184,10 +198,29 @@ def _no_decision(src: Source) -> str:
     return f"CASE WHEN error IS NOT NULL THEN NULL WHEN no_decision IS NOT NULL THEN no_decision ELSE {from_text} END"
 
 
+#: Whether the sides' metrics list each turn's latency and each conversation's cost (see :func:`figures_only`).
+_ITEMS: ContextVar[bool] = ContextVar("delta_eval_side_items", default=True)
+
+
+@contextmanager
+def figures_only() -> Iterator[None]:
+    """Within the block, the sides' metrics of a decision computed in DuckDB leave out their lists of every turn's
+    latency and every conversation's cost (``latencies_ms`` and ``costs_by_conversation`` stay empty): for a caller
+    that reads only the figures (the analysis' summary), which are the same, without a Python object for each of a
+    million latencies."""
+    token = _ITEMS.set(False)
+    try:
+        yield
+    finally:
+        _ITEMS.reset(token)
+
+
 def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetrics]:
-    """:func:`~delta_eval.metrics.sides.side_metrics` of the source's replays."""
+    """:func:`~delta_eval.metrics.sides.side_metrics` of the source's replays (without their lists of latencies and
+    costs within :func:`figures_only`)."""
     if src.replays is None:
         return {}
+    items = _ITEMS.get()
     r = src.replays
     # Whether production acted at each point comes from the recorded rows: joined only when there are some.
     recorded = src.db.execute(f"SELECT count(*) FROM {r} WHERE side = 'recorded'").fetchall()[0][0]
@@ -201,21 +234,26 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     found, sums = _side_sums(src, rows, bool(recorded))
     # Each side's conversations (sorted by side, then name: each side's a run of rows) and their costs, None where
     # unpriced, as the rows path gives them.
-    names = found["cl"].to_pylist()
     priced = found["cost"]
-    values = priced.astype(object)
-    values[np.isnan(priced)] = None
-    values = values.tolist()
+    names: list[str] = found["cl"].to_pylist() if items else []
+    values: list[float | None] = []
+    if items:
+        held = priced.astype(object)
+        held[np.isnan(priced)] = None
+        values = held.tolist()
     costs: dict[str, dict[str, float | None]] = {}
+    conversations: dict[str, int] = {}
     known_costs: dict[str, list[float]] = {}
     for side, (start, end) in found["runs"].items():
-        costs[side] = dict(zip(names[start:end], values[start:end], strict=True))
+        # Each side's conversations are distinct (the groups of its rows).
+        costs[side] = dict(zip(names[start:end], values[start:end], strict=True)) if items else {}
+        conversations[side] = end - start
         mine = priced[start:end]
         known_costs[side] = mine[~np.isnan(mine)].tolist()
         src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
     # Every side's latencies from one scan.
-    sides = sorted(costs)
+    sides = sorted(conversations)
     # Through Arrow: no copy of the two million values, as numpy's fetch makes.
     timed = fetch_table(
         src.db,
@@ -231,7 +269,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         latencies.sort()  # path lists them)
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
-        own = costs[side]
+        own, count = costs[side], conversations[side]
         known = known_costs[side]
         mine = sums.get(side, {})
         invalid = mine.get("invalid_tool_call_rate")
@@ -243,13 +281,13 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         out[side] = SideMetrics.model_construct(
             side=side,
             turns=mine["error_rate"].pairs,  # every turn counts in the error rate
-            conversations=len(own),
+            conversations=count,
             **fields,
             latency_p50_ms=p50,
             latency_p95_ms=p95,
             latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),
-            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == len(own) else None,
-            latencies_ms=latencies.tolist(),
+            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == count else None,
+            latencies_ms=latencies.tolist() if items else [],
             costs_by_conversation=own,
         )
     return out
@@ -409,15 +447,17 @@ _REPLAY_METRICS = ("error_rate", "invalid_tool_call_rate", "text_instead_of_acti
 
 
 def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMetrics], *, checks: str | None = None,
-                 check_names: Sequence[str] = (), weighted: bool = False, confidence: float = 0.95
-                 ) -> list[GateResult]:  # fmt: skip
+                 check_names: Sequence[str] = (), weighted: bool = False, confidence: float = 0.95,
+                 counted: Counted | None = None) -> list[GateResult]:  # fmt: skip
     """:func:`~delta_eval.metrics.gates.evaluate_gates` on the source: each gate's result. ``checks`` names a table
-    of the rule's check results (``check``, ``pair_id``, ``side``, ``passed``), ``check_names`` the rule's checks."""
+    of the rule's check results (``check``, ``pair_id``, ``side``, ``passed``), ``check_names`` the rule's checks;
+    ``counted``: the win rate's counted pairs over the source's verdicts, when known (see
+    :func:`_none_undecided`)."""
     w = _WEIGHT if weighted else "1.0"
     verdict_side = {g.metric for g in gates} & {"critical_rate", "severity_rate", "undecided_rate", GOAL_METRIC}
     found: dict[str, tuple[Any, str]] = {}
     if verdict_side:
-        found.update(_verdict_gates(src, verdict_side, w))
+        found.update(_verdict_gates(src, verdict_side, w, counted))
     replay_side = sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
         g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
     if replay_side and src.replays is not None:
@@ -456,15 +496,44 @@ def _cost_ratio(src: Source) -> Rate | None:
     return cost_ratio_of(names, y_all, x_all, sorted_names=True)
 
 
-def _verdict_gates(src: Source, metrics: set[str], w: str) -> dict[str, tuple[Any, str]]:
+def _none_undecided(src: Source, w: str, counted: Counted | None) -> StratumSums | None:
+    """The undecided rate's sums without grouping the verdicts by conversation, where no verdict is undecided and
+    the win rate's counted pairs say how many conversations there are (``None`` otherwise): unweighted, every
+    verdict counted in the win rate (so its conversations are the verdicts'), each of a named conversation (so the
+    verdicts of no conversation make no cluster of their own there and one here). Its events are then all 0 and
+    each conversation's residuals too: what the interval reads of the sums per conversation of
+    :func:`~delta_eval.metrics.sql_sums.paired_sums` is the conversations (``g``) and the verdicts (``n``), as
+    sums per stratum of one stratum give them (the same interval, to the last bit)."""
+    counts = src.counts()
+    n = counts["total"]
+    if (w != "1.0" or counted is None or not isinstance(counted.sums, StratumSums) or counts["undecided"] or not n
+            or counted.pairs != n):  # fmt: skip
+        return None
+    # One column read, not grouped (a third of what grouping the verdicts by it costs).
+    unnamed = src.db.execute(f"SELECT count(*) FROM {src.verdicts} WHERE conversation_id IS NULL "
+                             "OR conversation_id = ''").fetchall()[0][0]  # fmt: skip
+    if unnamed:
+        return None
+    g = int(counted.sums.clusters.sum())
+    # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, none; one unit a verdict).
+    iid = np.array([0.0, 0.0, float(n), 0.0, 0.0, float(n), 0.0, 0.0, 0.0, float(n)])
+    return StratumSums(strata=np.array([""]), clusters=np.array([g]), sums=np.zeros((2, 1)),
+                       squares=np.zeros((3, 1)), seen=np.array([[0], [g], [0], [g]]), rates=(0.0, 0.0),
+                       units=(float(n), float(n)), pairs=n, iid=iid) if g else None  # fmt: skip
+
+
+def _verdict_gates(src: Source, metrics: set[str], w: str, counted: Counted | None) -> dict[str, tuple[Any, str]]:
     counts = src.counts()
     total, losses, unknown = counts["total"], counts["losses"], counts["unknown"]
     out: dict[str, tuple[Any, str]] = {}
-    side = sql_error_side()
     wanted = {}
     for m in metrics:
         if m == "undecided_rate":
-            wanted[m] = Metric(a=f"outcome = 'error' AND {side} = 'judge'", binary=True)
+            none = _none_undecided(src, w, counted)
+            if none is not None:
+                out[m] = (none, "")
+            else:
+                wanted[m] = Metric(a=_UNDECIDED, binary=True)
         elif m == GOAL_METRIC:
             wanted[m] = GOAL_SQL
         elif losses and unknown == losses:
@@ -507,15 +576,17 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
     total = int(n.sum())
     if not (rows == matched == total):
         return None
+    names = src.costs["candidate"][0]
+    b, ab = np.zeros(len(n)), 0.0
+    # No baseline replay failed (the sides' metrics counted them): no pair to join.
+    baseline_failed = "baseline" in src.turns and bool(src.turns["baseline"][1].any())
     failed = fetch_table(
         src.db,
         f"SELECT ({_CLUSTER})::VARCHAR AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
         f"FROM {r} c SEMI JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
         "ON f.pair_id = c.pair_id WHERE c.side = 'candidate' GROUP BY cl",
-    )  # fmt: skip
-    names = src.costs["candidate"][0]
-    b, ab = np.zeros(len(n)), 0.0
-    if failed.num_rows:
+    ) if baseline_failed else None  # fmt: skip
+    if failed is not None and failed.num_rows:
         at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False)
         b[at.astype(np.int64)] = failed.column("b").to_numpy()
         ab = float(failed.column("ab").to_numpy().sum())

@@ -215,10 +215,19 @@ def stratified_moments(
         ((20.0, 20.0, 20.0), 2.0, 2)
     """
     if len(strata) and (strata == strata[0]).all():
-        # One stratum (every rate of a side, every gate): no sort of a hundred thousand names to find it.
-        names, which = strata[:1], np.zeros(len(strata), dtype=np.intp)
-    else:
-        names, which = np.unique(strata, return_inverse=True)
+        # One stratum (every rate of a side, every gate): no sort of a hundred thousand names to find it, and no
+        # cluster's group to look up (the same sums, in the same order, as below).
+        g = len(strata)
+        if g < 2:
+            return (0.0, 0.0, 0.0), 0.0, 1
+        one = np.zeros(g, dtype=np.intp)
+        size = float(g)
+        center_a, center_b = (float(np.bincount(one, weights=z, minlength=1)[0]) / size for z in (za, zb))
+        ua, ub = za - center_a, zb - center_b
+        scale = size / (size - 1)
+        return ((float((scale * ua * ua).sum()), float((scale * ub * ub).sum()), float((scale * ua * ub).sum())),
+                size - 1, 1)  # fmt: skip
+    names, which = np.unique(strata, return_inverse=True)
     m = np.bincount(which, minlength=len(names))
     lone = m[which] == 1
     group = np.where(lone, len(names), which)  # every lone cluster into one pooled group

@@ -197,3 +197,75 @@ def test_an_empty_table_of_no_columns_is_decided_as_its_rows_are() -> None:
         mine = decide(v, r, DecisionRule())
         sql = decide(pa.Table.from_pylist(v), None if r is None else pa.Table.from_pylist(r), DecisionRule())
         _close(sql.model_dump(), mine.model_dump())
+
+
+def test_the_undecided_gate_without_undecided_verdicts_is_the_gate_summed_per_conversation(monkeypatch: Any) -> None:
+    """No verdict undecided: the gate's sums come from the win rate's count of conversations, not from grouping the
+    verdicts by conversation; its result is the same to the last bit (one conversation, several, errors of a
+    replay counted as losses, several strata, a conversation in two)."""
+    import delta_eval.metrics.decision_sql as decision_sql
+
+    real = decision_sql._none_undecided
+    taken: list[bool] = []
+
+    def spy(*args: Any) -> Any:
+        found = real(*args)
+        taken.append(found is not None)
+        return found
+
+    rule = DecisionRule(gates=(Gate(metric="undecided_rate", max=0.05), Gate(metric="undecided_rate", max=0.0)))
+    for n, conversations in ((1, 1), (5, 1), (40, 7), (300, 61)):
+        verdicts = [{"pair_id": f"p{i}", "conversation_id": f"c{i % conversations}",
+                     "outcome": OUTCOMES[(i * 3) % 5], "stratum": f"s{(i % conversations) % 3 + (i == 4)}",
+                     "error": ERRORS[1 + i % 3] if OUTCOMES[(i * 3) % 5] == "error" else None}
+                    for i in range(n)]  # fmt: skip
+        table = pa.Table.from_pylist(verdicts)
+        monkeypatch.setattr(decision_sql, "_none_undecided", spy)
+        fast = decide(table, None, rule).gates
+        monkeypatch.setattr(decision_sql, "_none_undecided", lambda *args: None)
+        grouped = decide(table, None, rule).gates
+        assert [g.model_dump() for g in fast] == [g.model_dump() for g in grouped]
+        assert [g.model_dump() for g in fast] == [g.model_dump() for g in decide(verdicts, None, rule).gates]
+    assert taken
+    assert all(taken)
+    # An undecided verdict, or one of no conversation: grouped per conversation, as before.
+    for extra in ({"outcome": "error", "error": "judge answer malformed"}, {"outcome": "tie", "conversation_id": None}):
+        taken.clear()
+        monkeypatch.setattr(decision_sql, "_none_undecided", spy)
+        rows = [{"pair_id": "a", "conversation_id": "c", "outcome": "tie"}, {"pair_id": "b", "conversation_id": "d",
+                                                                            "error": None, **extra}]  # fmt: skip
+        assert decide(pa.Table.from_pylist(rows), None, rule).gates == decide(rows, None, rule).gates
+        assert taken == [False]
+
+
+def test_a_decision_of_figures_only_has_every_figure_and_no_list_of_latencies_or_costs() -> None:
+    """Within figures_only (what the analysis' summary keeps of a decision), the sides list no latency and no cost
+    of a conversation, and every other number is the same (conversations counted, the cost per conversation, the
+    cost ratio's gate)."""
+    from delta_eval.metrics.decision_sql import figures_only
+
+    verdicts, replays = [], []
+    for i in range(120):
+        c = i % 17
+        verdicts.append({"pair_id": f"p{i}", "conversation_id": f"c{c}", "outcome": OUTCOMES[i % 4],
+                         "stratum": f"s{c % 3}"})  # fmt: skip
+        for side in ("baseline", "candidate"):
+            replays.append({"pair_id": f"p{i}", "conversation_id": f"c{c}", "side": side,
+                            "error": "boom" if i % 29 == 0 else None, "latency_ms": 100.0 + i * (1 + len(side)),
+                            "cost_usd": None if (i, side) == (7, "baseline") else 0.125 * (1 + i % 3),
+                            "n_tool_calls": i % 3})  # fmt: skip
+    v, r = pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays)
+    full = decide(v, r, DecisionRule())
+    with figures_only():
+        lean = decide(v, r, DecisionRule())
+    assert decide(v, r, DecisionRule()).model_dump() == full.model_dump()  # the block's end restores the lists
+    for side, m in lean.sides.items():
+        assert m.latencies_ms == []
+        assert m.costs_by_conversation == {}
+        assert full.sides[side].latencies_ms
+        assert m.conversations == len(full.sides[side].costs_by_conversation) == 17
+    assert full.sides["candidate"].cost_per_conversation is not None
+    assert full.sides["baseline"].cost_per_conversation is None  # one turn unpriced
+    strip = {"sides": {side: {"latencies_ms", "costs_by_conversation"} for side in full.sides}}
+    assert lean.model_dump(exclude=strip) == full.model_dump(exclude=strip)
+    assert lean.lines() == full.lines()
