@@ -180,11 +180,17 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
         latencies = sorted(float(r["latency_ms"] or 0.0) for r in ok)
         p50 = float(np.median(latencies)) if latencies else None
         p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if latencies else (None, None, None)
-        costs: dict[str, float | None] = {}
+        # Each conversation's cost summed exactly rounded (math.fsum, as DuckDB's fsum in decision_sql.py): the
+        # same total whatever order its rows come in, so a run and its baseline against itself agree to the bit.
+        each: dict[str, list[float] | None] = {}
         for r in own:
             c = str(r["conversation_id"])
-            prev = costs.get(c, 0.0)
-            costs[c] = None if prev is None or r.get("cost_usd") is None else prev + float(r["cost_usd"])
+            known = each.setdefault(c, [])
+            if known is not None and r.get("cost_usd") is not None:
+                known.append(float(r["cost_usd"]))
+            else:
+                each[c] = None  # a call without a price: the conversation's cost is unknown
+        costs = {c: None if v is None else math.fsum(v) for c, v in each.items()}
         known = [v for v in costs.values() if v is not None]
         out[side] = SideMetrics(
             side=side,

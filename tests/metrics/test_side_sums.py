@@ -26,7 +26,7 @@ REFERENCE = {
     "matches_recorded_rate": Metric(a="coalesce(matches_recorded, false)", where="error IS NULL", binary=True),
     "no_decision_rate": Metric(a="nd", where="nd IS NOT NULL", binary=True),
 }
-COST = "CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) ELSE 'NaN'::DOUBLE END"
+COST = "CASE WHEN count(cost_usd) = count(*) THEN fsum(cost_usd) ELSE 'NaN'::DOUBLE END"
 COUNTS = st.one_of(st.none(), st.integers(0, 3), st.sampled_from([-1, 7, 2**30, 123456789, 98765431]))
 
 
@@ -162,3 +162,33 @@ def test_the_error_gate_of_complete_pairs_is_that_of_the_join(rows: list[dict[st
         src.close()
     finally:
         db.close()
+
+
+def test_a_conversations_cost_is_the_same_whatever_order_its_rows_are_read_in() -> None:
+    """Threads reading a run's row groups add a conversation's costs in any order; a plain sum of 0.1, 0.2 and 0.3
+    is 0.6000000000000001 one way and 0.6 the other, which made a baseline against itself read a cost ratio of
+    1 + 2e-16. Summed exactly rounded, in SQL and in Python alike, the cost is one number."""
+    import math
+
+    from delta_eval.metrics.sides import side_metrics
+
+    def rows(costs: list[float]) -> list[dict[str, Any]]:
+        return [{"pair_id": f"p{i}", "side": side, "conversation_id": "c", "error": None, "n_tool_calls": 0,
+                 "invalid_tool_calls": 0, "matches_recorded": True, "text_instead_of_action": False,
+                 "no_decision": False, "final_text": "ok", "cost_usd": cost, "latency_ms": 100.0}
+                for i, cost in enumerate(costs) for side in ("baseline", "candidate")]  # fmt: skip
+
+    found = []
+    for costs in ([0.1, 0.2, 0.3], [0.3, 0.2, 0.1]):
+        db = duckdb.connect()
+        try:
+            db.register("v", pa.table({"pair_id": pa.array([], pa.string())}))
+            db.register("r", pa.Table.from_pylist(rows(costs)))
+            src = Source(db, "v", "r")
+            source = f"(SELECT *, false AS recorded_acted, {decision_sql._no_decision(src)} AS nd FROM r)"
+            found.append(decision_sql._side_sums(src, source, False)[0]["cost"].tolist())
+        finally:
+            db.close()
+        python = side_metrics(rows(costs))
+        found.append([python[side].costs_by_conversation["c"] for side in ("baseline", "candidate")])
+    assert found == [[math.fsum([0.1, 0.2, 0.3])] * 2] * 4
