@@ -38,7 +38,7 @@ from delta_eval.replay.points import (
     count_turns,
     epochs,
     pair_weight,
-    recorded_calls,
+    replay_calls,
     replay_points,
     select_turns,
 )
@@ -151,14 +151,14 @@ _LOOKAHEAD = 32
 
 def longest_first(pairs: list[_Pair], max_tool_rounds: int) -> list[_Pair]:
     """The pairs in the order to start them: the longest recorded turns (the most model calls, see
-    :func:`~delta_eval.replay.points.recorded_calls`) first, the rest in their order.
+    :func:`~delta_eval.replay.points.replay_calls`) first, the rest in their order.
 
     A turn's replay is a chain of calls, one after the other: started last, a long tool-round chain is the tail of
     the run, with every other worker idle. Started first, it runs beside the short ones. The order changes when a
     pair is replayed, never what it is asked or answers (its cache key and the simulated model's draws are its
     own), so the results are the same.
     """
-    return sorted(pairs, key=lambda pair: -recorded_calls(pair.point.recorded, max_tool_rounds))
+    return sorted(pairs, key=lambda pair: -replay_calls(pair.point.recorded, max_tool_rounds))
 
 
 def _as_pair(side: SideReplay, point: ReplayPoint) -> SideReplay:

@@ -36,7 +36,7 @@ from delta_eval.pipeline import Stages, VerdictCallback, run_stages
 from delta_eval.pricing import total_cost
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer, SupportsReplay
-from delta_eval.replay.points import recorded_calls
+from delta_eval.replay.points import replay_calls
 from delta_eval.replay.session import SessionReplayer
 from delta_eval.replay.tools import ToolSimulator
 from delta_eval.replay.user_simulator import UserSimulator
@@ -205,7 +205,7 @@ async def _run_sharded(
     # Dealt by the model calls their replays make if they do what was recorded, not by their pairs: a pair's
     # calls range from one to max_tool_rounds + 1, and the shards should end together.
     sizes = {
-        position: sum(recorded_calls(point.recorded, c.max_tool_rounds) for point in stages.points_of(conv)[1])
+        position: sum(replay_calls(point.recorded, c.max_tool_rounds) for point in stages.points_of(conv)[1])
         for position, conv in items
     }
     by_position = dict(items)

@@ -448,17 +448,17 @@ def test_the_longest_recorded_turns_start_first_and_the_order_changes_no_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from delta_eval import pipeline
-    from delta_eval.replay.points import recorded_calls, replay_points
+    from delta_eval.replay.points import replay_calls, replay_points
 
     conversations, _ = demo_conversations().load()
     pairs = [pipeline._Pair(p, "all", 1.0) for c in conversations[:20] for p in replay_points(c)]
     ordered = pipeline.longest_first(pairs, max_tool_rounds=5)
-    calls = [recorded_calls(pair.point.recorded, 5) for pair in ordered]
+    calls = [replay_calls(pair.point.recorded, 5) for pair in ordered]
     assert calls == sorted(calls, reverse=True)
     assert calls[0] > calls[-1]  # the demo's turns differ in length: the order is not the source's
     for n in set(calls):  # turns of one length keep their source order
-        same = [pair.point.pair_id for pair in ordered if recorded_calls(pair.point.recorded, 5) == n]
-        assert same == [p.point.pair_id for p in pairs if recorded_calls(p.point.recorded, 5) == n]
+        same = [pair.point.pair_id for pair in ordered if replay_calls(pair.point.recorded, 5) == n]
+        assert same == [p.point.pair_id for p in pairs if replay_calls(p.point.recorded, 5) == n]
 
     def verdicts(out: Path) -> list[tuple[Any, ...]]:
         result = de.run(small_config(out, n=20), conversations=demo_conversations())
@@ -469,6 +469,23 @@ def test_the_longest_recorded_turns_start_first_and_the_order_changes_no_result(
     monkeypatch.setattr(pipeline, "_LOOKAHEAD", 0)  # the source's order
     assert verdicts(tmp_path / "source") == longest
     assert len(longest) > 20
+
+
+def test_a_turn_that_ended_on_a_tool_round_starts_before_a_one_call_turn() -> None:
+    """Its replay asks the model again after the tool results (two calls), though the recording has one call: the
+    run's tail was such turns, ordered among the one-call turns and started last."""
+    from delta_eval import pipeline
+    from delta_eval.replay.points import replay_points
+    from delta_eval.schema import Conversation, Message, ToolCall
+
+    call = ToolCall(id="c1", name="look_up", arguments="{}")
+    ended_on_a_round = Conversation(id="tool", messages=(
+        Message(role="user", content="find it"), Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", tool_call_id="c1", content="found"), Message(role="user", content="thanks")))  # fmt: skip
+    plain = Conversation(id="plain", messages=(Message(role="user", content="hi"),
+                                               Message(role="assistant", content="hello")))  # fmt: skip
+    pairs = [pipeline._Pair(p, "all", 1.0) for c in (plain, ended_on_a_round) for p in replay_points(c)]
+    assert [pair.point.conversation_id for pair in pipeline.longest_first(pairs, 5)] == ["tool", "plain"]
 
 
 def test_the_writer_takes_the_pairs_waiting_for_it_without_a_pass_of_the_event_loop_each(tmp_path: Path) -> None:
