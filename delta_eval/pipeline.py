@@ -43,6 +43,7 @@ from delta_eval.replay.points import (
     select_turns,
 )
 from delta_eval.replay.session import session_point
+from delta_eval.sampling.kept import KeptReading
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -196,8 +197,8 @@ class Stages:
     active: tuple[str, ...] | None = None
     #: Pairs per candidate in the whole sample (set by :meth:`sample`).
     points_total: int = 0
-    #: The sample's conversations at their positions, already read (a shard of a sharded run is given its own);
-    #: ``None``: :meth:`load` reads them from the source.
+    #: The sample's conversations at their positions, already read (a shard of a sharded run is given its own;
+    #: :meth:`sample` keeps them where the source is small); ``None``: :meth:`load` reads them from the source.
     conversations: list[tuple[int, Conversation]] | None = None
 
     @property
@@ -247,6 +248,8 @@ class Stages:
     ) -> None:
         async with send, write:
             given = self.conversations
+            if given is not None:  # those of ``sample`` (screening replays the first of them)
+                given = [(position, conv) for position, conv in given if position in sample.selected]
             iterator: Iterator[tuple[int, Conversation]] = iter(
                 iter_selected(self.source, sample.selected) if given is None else given
             )
@@ -258,10 +261,17 @@ class Stages:
             # stop_early, in the conversations' random order, one at a time.
             lookahead = 0 if self.config.stop_early else _LOOKAHEAD * self.config.concurrency
             window: list[_Pair] = []
+            taken = 0
             while True:
                 if self.stop is not None and self.stop.settled:
                     break
-                position, conv = await anyio.to_thread.run_sync(next, iterator, (-1, None))
+                if given is None:  # read from the source: off the event loop
+                    position, conv = await anyio.to_thread.run_sync(next, iterator, (-1, None))
+                else:  # in memory: taken here, the event loop let run now and then
+                    position, conv = next(iterator, (-1, None))
+                    taken += 1
+                    if taken % _RUN == 0:
+                        await anyio.lowlevel.checkpoint()
                 if conv is None:
                     break
                 stratum, weight = sample.selected[position]
@@ -351,7 +361,9 @@ class Stages:
                 await _put(write, pair)
 
     def sample(self) -> SampleResult:
-        """Read the source once, draw the sample, count its pairs; write the population's rows once per run."""
+        """Read the source once, draw the sample, count its pairs; write the population's rows once per run. Keeps
+        the drawn conversations in :attr:`conversations` where the source is small enough (see
+        :mod:`delta_eval.sampling.kept`)."""
         c, p = self.config, self.progress
 
         def n_pairs(conv: Conversation) -> int:
@@ -364,7 +376,12 @@ class Stages:
             return 0 if c.replay_greetings else count_turns(conv, greetings=True) - count_turns(conv)
 
         counters = {"n_pairs": n_pairs, "greetings": greetings}
-        plan = sample_source(self.source, c.sample or Stratified(), counters=counters)
+        # The conversations read here are kept for the estimate and the loader where the source's pairs fit the
+        # loader's window (which holds them all at once anyway): they are not parsed twice more.
+        reading = KeptReading(self.source, n_pairs, _LOOKAHEAD * c.concurrency)
+        plan = sample_source(reading, c.sample or Stratified(), counters=counters)
+        if self.conversations is None:
+            self.conversations = reading.selected(plan.sample.selected)
         p.read, p.read_errors = plan.read, plan.read_errors
         self.points_total = plan.totals["n_pairs"]
         p.pairs_total = self.points_total * len(self.candidates)  # a pair per point and candidate

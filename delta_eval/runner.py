@@ -14,6 +14,7 @@ import contextlib
 import errno
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -108,18 +109,40 @@ def _write_pseudonyms(config: RunConfig, source: ConversationSource) -> None:
     safe_paths.write_atomic(config.out, path, json.dumps(data, indent=1, ensure_ascii=False).encode())
 
 
-def _record_estimate(
-    config: RunConfig, source: ConversationSource, sample: SampleResult, session: FolderSession, notes: list[str]
-) -> None:
-    """Keep the cost estimate of the whole sample in the manifest as the run begins (once per run), for the report
-    to set beside what the run cost. An estimate that cannot be made is a note, never the run's failure."""
-    try:
-        estimated = estimate_sample(config, source, sample)
-    except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
-        notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
-        return
-    session.manifest.estimate = estimated.to_dict()
-    session.folder.write_manifest(session.manifest)
+class _Estimate:
+    """The cost estimate of the whole sample, kept in the manifest once per run for the report to set beside what
+    the run cost, made on a thread of its own while the run replays: it needs no model, and the first calls'
+    round trips leave the event loop's thread idle. The manifest takes it as soon as it is made, under the lock
+    that every write of the manifest during the run takes (the batches' checkpoints write it from the writer's
+    thread). An estimate that cannot be made is a note, never the run's failure."""
+
+    def __init__(self, config: RunConfig, source: ConversationSource, session: FolderSession, notes: list[str]) -> None:
+        self.config, self.source, self.session, self.notes = config, source, session, notes
+        self.lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self, sample: SampleResult, conversations: list[tuple[int, Conversation]] | None) -> None:
+        """Make the estimate of ``sample`` (its ``conversations`` where already read) on a thread of its own."""
+        self._thread = threading.Thread(
+            target=self._record, args=(sample, conversations), name="delta-eval-estimate", daemon=True
+        )
+        self._thread.start()
+
+    def _record(self, sample: SampleResult, conversations: list[tuple[int, Conversation]] | None) -> None:
+        try:
+            estimated = estimate_sample(self.config, self.source, sample, conversations=conversations)
+        except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
+            self.notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
+            return
+        with self.lock:
+            self.session.manifest.estimate = estimated.to_dict()
+            self.session.folder.write_manifest(self.session.manifest)
+
+    def join(self) -> None:
+        """Wait until the estimate is made (the session's last manifest holds it)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def _first(sample: SampleResult, n: int) -> SampleResult:
@@ -201,7 +224,9 @@ async def _run_sharded(
     session's progress (the shards commit their own batches; the session writes the manifest)."""
     c, p, folder = stages.config, stages.progress, stages.folder
     n = executor.shard_count()  # here, not on a worker thread: Ray connects from the thread that runs the session
-    items = await anyio.to_thread.run_sync(lambda: list(iter_selected(stages.source, sample.selected)))
+    items = stages.conversations  # kept by sampling where the source is small, else read again
+    if items is None:
+        items = await anyio.to_thread.run_sync(lambda: list(iter_selected(stages.source, sample.selected)))
     # Dealt by the model calls their replays make if they do what was recorded, not by their pairs: a pair's
     # calls range from one to max_tool_rounds + 1, and the shards should end together.
     sizes = {
@@ -382,10 +407,16 @@ async def execute(
     if batches is not None:
         pool.use_batches(batches)
     p.call_stats = pool.stats  # live counters: a progress display reads calls, retries and 429s from them
-    # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
-    folder.on_commit = lambda batch: session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
     p.pairs_resumed = len(session.state.done_pairs)
     stages = Stages(c, source, folder, session.state, p, recordings, on_verdict, last_commit=time.monotonic())
+    estimate = _Estimate(c, source, session, stages.notes)
+
+    def checkpoint(batch: int) -> None:
+        # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
+        with estimate.lock:  # the estimate's thread writes the manifest too
+            session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
+
+    folder.on_commit = checkpoint
     status: RunStatus = "failed"
     failure: str | None = None
     sharded = _Sharded()
@@ -394,7 +425,7 @@ async def execute(
             executor.prepare(c)  # its workers start while this process samples
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
-            await anyio.to_thread.run_sync(_record_estimate, c, source, sample, session, stages.notes)
+            estimate.start(sample, stages.conversations)  # beside the replays
         _write_pseudonyms(c, source)
         if c.screen is not None:
             await _screen(stages, sample, sides, cascade, session)
@@ -414,6 +445,8 @@ async def execute(
         raise
     finally:
         with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
+            with anyio.CancelScope(shield=True):  # its thread cannot be stopped: the manifest keeps what it made
+                await anyio.to_thread.run_sync(estimate.join)
             if executor is not None:
                 with anyio.CancelScope(shield=True):  # off the loop (it joins processes), and even when cancelled
                     await anyio.to_thread.run_sync(executor.release)

@@ -471,6 +471,60 @@ def test_the_longest_recorded_turns_start_first_and_the_order_changes_no_result(
     assert len(longest) > 20
 
 
+class _CountedSource(de.ConversationSource):
+    """A source that counts how often it is read."""
+
+    readings = 0
+
+    def __iter__(self) -> Any:
+        self.readings += 1
+        return super().__iter__()
+
+
+def test_a_run_reads_a_small_source_once_and_a_large_one_again_with_the_same_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sampling keeps the conversations it read where the source's pairs fit the loader's window: the estimate and
+    the loader take them from memory (they read the source twice more before). Over the budget, they read it
+    again, and the run's verdicts and estimate are the same."""
+    from delta_eval import pipeline
+
+    def run(out: Path) -> tuple[int, list[tuple[Any, ...]], Any]:
+        source = _CountedSource.from_conversations(demo_conversations().load()[0])
+        # 64 pairs at once: the loader's window (32 x 64 pairs) holds the source's 1,341
+        result = de.run(small_config(out, n=20, concurrency=64), conversations=source, progress=False)
+        assert result.status == "completed"
+        sql = "SELECT pair_id, outcome, stage, preference, reasoning FROM verdicts ORDER BY pair_id"
+        return source.readings, de.open_run(result.path).execute(sql).fetchall(), result.manifest.estimate
+
+    kept = run(tmp_path / "kept")
+    assert kept[0] == 1
+    monkeypatch.setattr(pipeline, "_LOOKAHEAD", 0)  # a budget of no pairs: nothing kept
+    again = run(tmp_path / "again")
+    assert again[0] == 3  # sampling, the estimate, the loader
+    assert again[1:] == kept[1:]
+    assert kept[2] is not None
+    assert len(kept[1]) > 20
+
+
+def test_the_estimate_made_beside_the_replays_is_in_the_manifest_or_says_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from delta_eval import runner
+
+    result = de.run(small_config(tmp_path / "made"), conversations=demo_conversations(), progress=False)
+    assert result.manifest.estimate == de.estimate(small_config(tmp_path / "x"), demo_conversations()).to_dict()
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("the render function failed")
+
+    monkeypatch.setattr(runner, "estimate_sample", fail)
+    result = de.run(small_config(tmp_path / "failed"), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert result.manifest.estimate is None
+    assert "no cost estimate: ValueError: the render function failed" in result.manifest.notes
+
+
 def test_a_turn_that_ended_on_a_tool_round_starts_before_a_one_call_turn() -> None:
     """Its replay asks the model again after the tool results (two calls), though the recording has one call: the
     run's tail was such turns, ordered among the one-call turns and started last."""
