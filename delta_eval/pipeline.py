@@ -8,7 +8,9 @@ a slow stage makes the earlier ones wait (backpressure) and memory stays flat ho
 
 The loader sends pairs a window at a time, the longest recorded turns first (:func:`longest_first`): a long chain of
 tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs, at least
-every 5 seconds, and at the end; a pair's rows always land in one batch.
+every 5 seconds, once when the session's last pairs are all in flight (:meth:`Stages.in_the_tail`: it commits what
+it holds while they finish, so that the end commits only them), and at the end; a pair's rows always land in one
+batch.
 With ``stop_early``, conversations go in a seeded random order and the run stops as soon as the anytime-valid test
 of :mod:`delta_eval.stopping` settles. Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already
 finished and marks the manifest ``interrupted``; a killed process loses at most the pairs of its last uncommitted
@@ -188,6 +190,8 @@ class Stages:
     on_verdict: VerdictCallback | None
     since_commit: int = 0
     last_commit: float = 0.0
+    #: Whether the writer made its commit of the tail (see :meth:`in_the_tail`).
+    tail_committed: bool = False
     stop: EarlyStop | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
     notes: list[str] = field(default_factory=list)
@@ -401,6 +405,18 @@ class Stages:
             raise SourceError(why)  # never "completed, 0 pairs" in silence; the bad records are written above
         return plan.sample
 
+    def in_the_tail(self) -> bool:
+        """Whether the session's pairs left to decide are no more than it replays at once, the first time it is
+        asked since they are: the last of them are in flight, the event loop has little left to do, and the writer
+        commits what it holds then rather than after the last pair (the run's end waited for that write). Never in
+        a session that does not know its pairs (a shard's counters start from none), nor in one whose pairs all
+        run at once from its start."""
+        p, at_once = self.progress, self.config.concurrency
+        if self.tail_committed or p.pairs_to_do <= at_once or p.pairs_to_do - p.decided > at_once:
+            return False
+        self.tail_committed = True
+        return True
+
     def _commit(self) -> None:
         if self.folder.commit() is not None:
             self.progress.written += self.since_commit
@@ -432,7 +448,8 @@ class Stages:
                         self.since_commit += 1
                         if self.on_verdict is not None and (out := self.on_verdict(decision.verdict)) is not None:
                             await out
-                    if self.since_commit >= self.config.flush_every or time.monotonic() - self.last_commit > 5.0:
+                    tail = self.since_commit > 0 and self.in_the_tail()
+                    if tail or self.since_commit >= self.config.flush_every or time.monotonic() - self.last_commit > 5:
                         # Parquet encoding releases the GIL: on a thread, replays go on while a batch is written.
                         # Only this task adds rows, and it waits here, so the batch cannot change under the write.
                         await anyio.to_thread.run_sync(self._commit)

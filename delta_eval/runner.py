@@ -114,12 +114,14 @@ class _Estimate:
     the run cost, made on a thread of its own while the run replays: it needs no model, and the first calls'
     round trips leave the event loop's thread idle. The manifest takes it as soon as it is made, under the lock
     that every write of the manifest during the run takes (the batches' checkpoints write it from the writer's
-    thread). An estimate that cannot be made is a note, never the run's failure."""
+    thread). An estimate that cannot be made is a note, never the run's failure; a manifest that cannot be written
+    is the run's failure, as every write of it is (:meth:`check`)."""
 
     def __init__(self, config: RunConfig, source: ConversationSource, session: FolderSession, notes: list[str]) -> None:
         self.config, self.source, self.session, self.notes = config, source, session, notes
         self.lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
 
     def start(self, sample: SampleResult, conversations: list[tuple[int, Conversation]] | None) -> None:
         """Make the estimate of ``sample`` (its ``conversations`` where already read) on a thread of its own."""
@@ -134,15 +136,23 @@ class _Estimate:
         except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
             self.notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
             return
-        with self.lock:
-            self.session.manifest.estimate = estimated.to_dict()
-            self.session.folder.write_manifest(self.session.manifest)
+        try:
+            with self.lock:
+                self.session.manifest.estimate = estimated.to_dict()
+                self.session.folder.write_manifest(self.session.manifest)
+        except BaseException as exc:  # a full disk, an object store gone: raised in the run by check()
+            self._failed = exc
 
     def join(self) -> None:
         """Wait until the estimate is made (the session's last manifest holds it)."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def check(self) -> None:
+        """Raise what writing the manifest with the estimate raised, if it failed."""
+        if self._failed is not None:
+            raise self._failed
 
 
 def _first(sample: SampleResult, n: int) -> SampleResult:
@@ -434,6 +444,8 @@ async def execute(
             session.cache.hits, session.cache.misses, session.cache.writes = sharded.cache
         elif stages.candidates:
             await run_stages(stages, sample, sides, cascade)
+        await anyio.to_thread.run_sync(estimate.join)
+        estimate.check()
         status = "completed"
     except BaseException as exc:
         if interrupted(exc):
