@@ -16,7 +16,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import anyio
@@ -109,28 +109,49 @@ def _write_pseudonyms(config: RunConfig, source: ConversationSource) -> None:
     safe_paths.write_atomic(config.out, path, json.dumps(data, indent=1, ensure_ascii=False).encode())
 
 
+#: At most how long the estimate waits for the run's first calls to be out (see :meth:`_Estimate.start`).
+_ESTIMATE_WAIT = 1.0
+
+
 class _Estimate:
     """The cost estimate of the whole sample, kept in the manifest once per run for the report to set beside what
     the run cost, made on a thread of its own while the run replays: it needs no model, and the first calls'
-    round trips leave the event loop's thread idle. The manifest takes it as soon as it is made, under the lock
-    that every write of the manifest during the run takes (the batches' checkpoints write it from the writer's
-    thread). An estimate that cannot be made is a note, never the run's failure; a manifest that cannot be written
-    is the run's failure, as every write of it is (:meth:`check`)."""
+    round trips leave the event loop's thread idle (it starts once they are out: started before, it took the
+    interpreter from the loop while the loop sent them, and they went out later). The manifest takes it as soon as
+    it is made, under the lock that every write of the manifest during the run takes (the batches' checkpoints
+    write it from the writer's thread). An estimate that cannot be made is a note, never the run's failure; a
+    manifest that cannot be written is the run's failure, as every write of it is (:meth:`check`)."""
 
     def __init__(self, config: RunConfig, source: ConversationSource, session: FolderSession, notes: list[str]) -> None:
         self.config, self.source, self.session, self.notes = config, source, session, notes
         self.lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
+        self._now = threading.Event()
 
-    def start(self, sample: SampleResult, conversations: list[tuple[int, Conversation]] | None) -> None:
-        """Make the estimate of ``sample`` (its ``conversations`` where already read) on a thread of its own."""
+    def start(
+        self,
+        sample: SampleResult,
+        conversations: list[tuple[int, Conversation]] | None,
+        after: Callable[[], bool] | None = None,
+    ) -> None:
+        """Make the estimate of ``sample`` (its ``conversations`` where already read) on a thread of its own, once
+        ``after()`` is true (checked every few milliseconds, for at most :data:`_ESTIMATE_WAIT` seconds)."""
         self._thread = threading.Thread(
-            target=self._record, args=(sample, conversations), name="delta-eval-estimate", daemon=True
+            target=self._record, args=(sample, conversations, after), name="delta-eval-estimate", daemon=True
         )
         self._thread.start()
 
-    def _record(self, sample: SampleResult, conversations: list[tuple[int, Conversation]] | None) -> None:
+    def _record(
+        self,
+        sample: SampleResult,
+        conversations: list[tuple[int, Conversation]] | None,
+        after: Callable[[], bool] | None,
+    ) -> None:
+        deadline = time.monotonic() + _ESTIMATE_WAIT
+        while after is not None and not after() and time.monotonic() < deadline:
+            if self._now.wait(0.005):  # the run is over (join): no reason to wait any longer
+                break
         try:
             estimated = estimate_sample(self.config, self.source, sample, conversations=conversations)
         except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
@@ -144,7 +165,8 @@ class _Estimate:
             self._failed = exc
 
     def join(self) -> None:
-        """Wait until the estimate is made (the session's last manifest holds it)."""
+        """Wait until the estimate is made (the session's last manifest holds it), started now if it still waits."""
+        self._now.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -435,7 +457,15 @@ async def execute(
             executor.prepare(c)  # its workers start while this process samples
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
-            estimate.start(sample, stages.conversations)  # beside the replays
+            # Beside the replays, once each replay worker of this process has its first call out (a sharded run
+            # replays in other processes: at once).
+            workers = len(sides) * c.replays_in_flight
+
+            def first_out() -> bool:
+                calls = p.calls()
+                return calls.made + calls.cached >= min(workers, p.pairs_to_do)
+
+            estimate.start(sample, stages.conversations, after=None if executor is not None else first_out)
         _write_pseudonyms(c, source)
         if c.screen is not None:
             await _screen(stages, sample, sides, cascade, session)
