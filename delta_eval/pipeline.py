@@ -8,8 +8,8 @@ a slow stage makes the earlier ones wait (backpressure) and memory stays flat ho
 
 The loader sends pairs a window at a time, the longest recorded turns first (:func:`longest_first`): a long chain of
 tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs, at least
-every 5 seconds, once when the session's last pairs are all in flight (:meth:`Stages.in_the_tail`: it commits what
-it holds while they finish, so that the end commits only them), and at the end; a pair's rows always land in one
+every 5 seconds, once when the session's last pairs are in flight (:meth:`Stages.in_the_tail`: it commits what it
+holds while they finish, so that the end commits only them), and at the end; a pair's rows always land in one
 batch.
 With ``stop_early``, conversations go in a seeded random order and the run stops as soon as the anytime-valid test
 of :mod:`delta_eval.stopping` settles. Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already
@@ -147,6 +147,9 @@ def candidate_pair_id(point_pair_id: str, candidate: str) -> str:
     """
     return point_pair_id if candidate == "candidate" else f"{point_pair_id}~{candidate}"
 
+
+#: The writer commits once the pairs left are 1/_TAIL of those replayed at once (see :meth:`Stages.in_the_tail`).
+_TAIL = 4
 
 #: Pairs per unit of concurrency the loader orders at a time (see :func:`longest_first`).
 _LOOKAHEAD = 32
@@ -406,13 +409,13 @@ class Stages:
         return plan.sample
 
     def in_the_tail(self) -> bool:
-        """Whether the session's pairs left to decide are no more than it replays at once, the first time it is
-        asked since they are: the last of them are in flight, the event loop has little left to do, and the writer
-        commits what it holds then rather than after the last pair (the run's end waited for that write). Never in
-        a session that does not know its pairs (a shard's counters start from none), nor in one whose pairs all
-        run at once from its start."""
+        """Whether the session's pairs left to decide are down to a quarter of those it replays at once
+        (:data:`_TAIL`), the first time it is asked since they are: the last of them are in flight, the event loop
+        mostly waits for their answers, and the writer commits what it holds then rather than after the last pair
+        (the run's end waited for that write: ~0.1 s for 250 pairs). Never in a session that does not know its
+        pairs (a shard's counters start from none), nor in one whose pairs all run at once from its start."""
         p, at_once = self.progress, self.config.concurrency
-        if self.tail_committed or p.pairs_to_do <= at_once or p.pairs_to_do - p.decided > at_once:
+        if self.tail_committed or p.pairs_to_do <= at_once or p.pairs_to_do - p.decided > at_once // _TAIL:
             return False
         self.tail_committed = True
         return True

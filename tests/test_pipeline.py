@@ -527,15 +527,15 @@ def test_the_estimate_made_beside_the_replays_is_in_the_manifest_or_says_why_not
 
 def test_the_writer_commits_once_when_the_last_pairs_are_in_flight(tmp_path: Path) -> None:
     """The run's end waited for the write of every pair since the last batch: the writer commits what it holds when
-    the pairs left are no more than run at once, so the end writes only those."""
+    the pairs left are a quarter of those run at once, so the end writes only those."""
     from delta_eval.store.folder import RunFolder
 
-    cfg = small_config(tmp_path / "run", n=20, concurrency=4, flush_every=1000)
+    cfg = small_config(tmp_path / "run", n=20, concurrency=8, flush_every=1000)
     result = de.run(cfg, conversations=demo_conversations(), progress=False)
     pairs = [c["rows"].get("verdicts", 0) for c in RunFolder(result.path).commits()]
     assert pairs[0] == 0  # the population's batch
     assert len(pairs) == 3
-    assert 0 < pairs[-1] <= 4  # the end wrote the last pairs in flight
+    assert 0 < pairs[-1] <= 2  # the end wrote the last pairs in flight
     assert sum(pairs) == result.counts.pairs > 20
 
     cfg = small_config(tmp_path / "few", n=1, concurrency=64, flush_every=1000)
