@@ -149,7 +149,12 @@ class _Estimate:
         after: Callable[[], bool] | None,
     ) -> None:
         deadline = time.monotonic() + _ESTIMATE_WAIT
-        while after is not None and not after() and time.monotonic() < deadline:
+        while after is not None and time.monotonic() < deadline:
+            try:
+                if after():
+                    break
+            except Exception:  # counters read while the event loop changes them: not worth waiting on
+                break
             if self._now.wait(0.005):  # the run is over (join): no reason to wait any longer
                 break
         try:
