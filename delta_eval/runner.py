@@ -4,8 +4,9 @@ In order: the conversation source; one :class:`~delta_eval.adapters.pool.ModelPo
 with every model's client and the judges built (so an unknown model, a missing SDK or key, or bad provider options
 stop the run before anything is written); the run folder's session (resume, reset or refuse; the response cache;
 the manifest's start, see :mod:`delta_eval.store.session`); the sample; then the streaming stages of
-:mod:`delta_eval.pipeline`. Whatever ends the session (completion, Ctrl-C, cancellation, a failure), the pool's
-adapters are closed and the manifest records the end.
+:mod:`delta_eval.pipeline`, with the cost estimate made beside them on a thread of its own. Whatever ends the
+session (completion, Ctrl-C, cancellation, a failure), the pool's adapters are closed and the manifest records the
+end.
 """
 
 from __future__ import annotations
