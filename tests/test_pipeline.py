@@ -534,8 +534,7 @@ def test_the_writer_commits_once_when_the_last_pairs_are_in_flight(tmp_path: Pat
     result = de.run(cfg, conversations=demo_conversations(), progress=False)
     pairs = [c["rows"].get("verdicts", 0) for c in RunFolder(result.path).commits()]
     assert pairs[0] == 0  # the population's batch
-    assert len(pairs) == 3
-    assert 0 < pairs[-1] <= 2  # the end wrote the last pairs in flight
+    assert 0 < pairs[-1] <= 2  # the end wrote the last pairs in flight (a slow machine may add a 5 s commit)
     assert sum(pairs) == result.counts.pairs > 20
 
     cfg = small_config(tmp_path / "few", n=1, concurrency=64, flush_every=1000)
