@@ -409,13 +409,14 @@ class Stages:
         return plan.sample
 
     def in_the_tail(self) -> bool:
-        """Whether the session's pairs left to decide are down to a quarter of those it replays at once
+        """Whether the session's pairs yet to reach the writer are down to a quarter of those it replays at once
         (:data:`_TAIL`), the first time it is asked since they are: the last of them are in flight, the event loop
         mostly waits for their answers, and the writer commits what it holds then rather than after the last pair
         (the run's end waited for that write: ~0.1 s for 250 pairs). Never in a session that does not know its
         pairs (a shard's counters start from none), nor in one whose pairs all run at once from its start."""
         p, at_once = self.progress, self.config.concurrency
-        if self.tail_committed or p.pairs_to_do <= at_once or p.pairs_to_do - p.decided > at_once // _TAIL:
+        taken = p.written + self.since_commit  # by the writer: committed, or held for the next batch
+        if self.tail_committed or p.pairs_to_do <= at_once or p.pairs_to_do - taken > at_once // _TAIL:
             return False
         self.tail_committed = True
         return True
