@@ -104,17 +104,23 @@ def run_pipeline(path: Path, out: Path, base_url: str, concurrency: int, process
         concurrency=max(1, concurrency // 2),  # each pair keeps up to two calls in flight
         judge_concurrency=8,
     )
-    start, cpu = time.perf_counter(), cpu_seconds()
+    start, cpu, started = time.perf_counter(), cpu_seconds(), time.monotonic()
     # With processes, one event loop per process (de.ProcessExecutor), each with its share of the limits.
     executor = de.ProcessExecutor(workers=processes) if processes else None
-    result = de.run(config, conversations=source(path), executor=executor)
-    seconds = time.perf_counter() - start
+    progress = de.RunProgress()  # shown as by default; read for when replaying began
+    result = de.run(config, conversations=source(path), executor=executor, progress=progress)
+    seconds, ended = time.perf_counter() - start, time.time()
+    cpu = cpu_seconds() - cpu
+    # Where the wall time above the replays goes: before the first replay began, and after the last one ended.
+    last = de.open_run(result.path).execute("SELECT max(finished_at) FROM replays").fetchone()
     return {
         "calls": result.counts.calls.answered,
         "errors": result.counts.errors,
         "seconds": seconds,
-        "cpu": cpu_seconds() - cpu,
+        "cpu": cpu,
         "rss_mb": peak_rss_mb(),
+        "start_up": (progress.replay_started or started) - started,
+        "end": ended - last[0].timestamp() if last and last[0] is not None else 0.0,
     }
 
 
@@ -268,6 +274,12 @@ def scenario(
           f"{bare['cpu_per_1000']:.2f} ms, pipeline / bare {cpu_ms / bare['cpu_per_1000']:.2f}")  # fmt: skip
     print(f"  fake server CPU per call: during the pipeline {pipe['server_cpu_per_1000']:.2f} ms, during the bare loop "
           f"{bare['server_cpu_per_1000']:.2f} ms")  # fmt: skip
+    for kind in ("pipeline", "processes"):
+        if kind in runs:
+            start_up = statistics.median(r["start_up"] for r in runs[kind])
+            end = statistics.median(r["end"] for r in runs[kind])
+            print(f"  {kind}: {start_up:.2f} s before replaying began (sampling, workers), {end:.2f} s after the last "
+                  "replay ended (judging, the last batch, the manifest)")  # fmt: skip
     if "processes" in medians:
         spread = medians["processes"]
         print(f"  pipeline on {processes} processes: client CPU per call {spread['cpu_per_1000']:.2f} ms (every "

@@ -762,12 +762,14 @@ def estimate_sample(
     *,
     tokenizer: Tokenizer | None = None,
     pilot: str | Path | None = None,
+    conversations: Iterable[tuple[int, Conversation]] | None = None,
 ) -> CostEstimate:
     """The estimate of ``config`` on a sample already drawn from ``source`` (what a run keeps in its manifest).
 
     The sample's conversations are read again and counted one at a time, their pairs in the order the run makes them
     (see :meth:`delta_eval.pipeline.Stages.load`): never all held at once, so the estimate's memory does not grow
-    with the sample.
+    with the sample. ``conversations``: the sample's conversations already read, at their positions in source order
+    (a run's sampling keeps them where the source is small, see :mod:`delta_eval.sampling.kept`), counted instead.
     """
     c = config
     notes: list[str] = []
@@ -776,7 +778,7 @@ def estimate_sample(
     counts = {side: _SideCount(side, v.model, v.params, c, tokenizer, prices) for side, v in sides.items()}
     judging = _JudgeCounts(c.judges, tokenizer, c.models, SESSION_RUBRIC if c.mode == "session" else None)
     sessions = _SimulatorCount(c, len(sides), tokenizer) if c.mode == "session" else None
-    conversations = points = skipped = turns_total = 0
+    n_conversations = points = skipped = turns_total = 0
 
     def build(point: ReplayPoint) -> dict[str, ModelRequest | None]:
         nonlocal skipped
@@ -790,8 +792,9 @@ def estimate_sample(
             counts[side].add(point, built[side])
         return built
 
-    for _, conv in iter_selected(source, sample.selected):
-        conversations += 1
+    read = iter_selected(source, sample.selected) if conversations is None else conversations
+    for _, conv in read:
+        n_conversations += 1
         if sessions is not None:
             start = session_point(conv, c.session.start)
             chosen = [start] if start is not None else []
@@ -854,7 +857,7 @@ def estimate_sample(
         notes.append("stop_early: the run may stop before the whole sample; this is the cost of all of it")
     name = getattr(tokenizer, "__qualname__", "the given tokenizer") if tokenizer is not None else "approximation"
     pairs = points * (len(sides) - 1)  # a pair per point and candidate
-    return CostEstimate(conversations, pairs, parts, funnel, name, notes)
+    return CostEstimate(n_conversations, pairs, parts, funnel, name, notes)
 
 
 def estimate(

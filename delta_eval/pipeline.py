@@ -8,8 +8,9 @@ a slow stage makes the earlier ones wait (backpressure) and memory stays flat ho
 
 The loader sends pairs a window at a time, the longest recorded turns first (:func:`longest_first`): a long chain of
 tool rounds started last would be the run's tail. The writer commits a batch every ``flush_every`` pairs (the
-first batches of a session smaller: :meth:`Stages.batch_size`), at least every 5 seconds, and at the end; a pair's
-rows always land in one batch.
+first batches of a session smaller: :meth:`Stages.batch_size`), at least every 5 seconds, once when the session's
+last pairs are in flight (:meth:`Stages.in_the_tail`: it commits what it holds while they finish, so that the end
+commits only them), and at the end; a pair's rows always land in one batch.
 With ``stop_early``, conversations go in a seeded random order and the run stops as soon as the anytime-valid test
 of :mod:`delta_eval.stopping` settles. Cancelling the run (Ctrl-C, a cancelled scope) commits the pairs already
 finished and marks the manifest ``interrupted``; a killed process loses at most the pairs of its last uncommitted
@@ -39,11 +40,12 @@ from delta_eval.replay.points import (
     count_turns,
     epochs,
     pair_weight,
-    recorded_calls,
+    replay_calls,
     replay_points,
     select_turns,
 )
 from delta_eval.replay.session import session_point
+from delta_eval.sampling.kept import KeptReading
 from delta_eval.sampling.plan import sample_source
 from delta_eval.sampling.population import iter_selected
 from delta_eval.sampling.stratified import SampleResult, Stratified
@@ -149,20 +151,23 @@ def candidate_pair_id(point_pair_id: str, candidate: str) -> str:
     return point_pair_id if candidate == "candidate" else f"{point_pair_id}~{candidate}"
 
 
+#: The writer commits once the pairs left are 1/_TAIL of those replayed at once (see :meth:`Stages.in_the_tail`).
+_TAIL = 4
+
 #: Pairs per unit of concurrency the loader orders at a time (see :func:`longest_first`).
 _LOOKAHEAD = 32
 
 
 def longest_first(pairs: list[_Pair], max_tool_rounds: int) -> list[_Pair]:
     """The pairs in the order to start them: the longest recorded turns (the most model calls, see
-    :func:`~delta_eval.replay.points.recorded_calls`) first, the rest in their order.
+    :func:`~delta_eval.replay.points.replay_calls`) first, the rest in their order.
 
     A turn's replay is a chain of calls, one after the other: started last, a long tool-round chain is the tail of
     the run, with every other worker idle. Started first, it runs beside the short ones. The order changes when a
     pair is replayed, never what it is asked or answers (its cache key and the simulated model's draws are its
     own), so the results are the same.
     """
-    return sorted(pairs, key=lambda pair: -recorded_calls(pair.point.recorded, max_tool_rounds))
+    return sorted(pairs, key=lambda pair: -replay_calls(pair.point.recorded, max_tool_rounds))
 
 
 def _as_pair(side: SideReplay, point: ReplayPoint) -> SideReplay:
@@ -191,6 +196,8 @@ class Stages:
     on_verdict: VerdictCallback | None
     since_commit: int = 0
     last_commit: float = 0.0
+    #: Whether the writer made its commit of the tail (see :meth:`in_the_tail`).
+    tail_committed: bool = False
     stop: EarlyStop | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
     notes: list[str] = field(default_factory=list)
@@ -200,8 +207,8 @@ class Stages:
     active: tuple[str, ...] | None = None
     #: Pairs per candidate in the whole sample (set by :meth:`sample`).
     points_total: int = 0
-    #: The sample's conversations at their positions, already read (a shard of a sharded run is given its own);
-    #: ``None``: :meth:`load` reads them from the source.
+    #: The sample's conversations at their positions, already read (a shard of a sharded run is given its own;
+    #: :meth:`sample` keeps them where the source is small); ``None``: :meth:`load` reads them from the source.
     conversations: list[tuple[int, Conversation]] | None = None
 
     @property
@@ -251,6 +258,8 @@ class Stages:
     ) -> None:
         async with send, write:
             given = self.conversations
+            if given is not None:  # those of ``sample`` (screening replays the first of them)
+                given = [(position, conv) for position, conv in given if position in sample.selected]
             iterator: Iterator[tuple[int, Conversation]] = iter(
                 iter_selected(self.source, sample.selected) if given is None else given
             )
@@ -262,10 +271,17 @@ class Stages:
             # stop_early, in the conversations' random order, one at a time.
             lookahead = 0 if self.config.stop_early else _LOOKAHEAD * self.config.concurrency
             window: list[_Pair] = []
+            taken = 0
             while True:
                 if self.stop is not None and self.stop.settled:
                     break
-                position, conv = await anyio.to_thread.run_sync(next, iterator, (-1, None))
+                if given is None:  # read from the source: off the event loop
+                    position, conv = await anyio.to_thread.run_sync(next, iterator, (-1, None))
+                else:  # in memory: taken here, the event loop let run now and then
+                    position, conv = next(iterator, (-1, None))
+                    taken += 1
+                    if taken % _RUN == 0:
+                        await anyio.lowlevel.checkpoint()
                 if conv is None:
                     break
                 stratum, weight = sample.selected[position]
@@ -355,7 +371,9 @@ class Stages:
                 await _put(write, pair)
 
     def sample(self) -> SampleResult:
-        """Read the source once, draw the sample, count its pairs; write the population's rows once per run."""
+        """Read the source once, draw the sample, count its pairs; write the population's rows once per run. Keeps
+        the drawn conversations in :attr:`conversations` where the source is small enough (see
+        :mod:`delta_eval.sampling.kept`)."""
         c, p = self.config, self.progress
 
         def n_pairs(conv: Conversation) -> int:
@@ -368,7 +386,12 @@ class Stages:
             return 0 if c.replay_greetings else count_turns(conv, greetings=True) - count_turns(conv)
 
         counters = {"n_pairs": n_pairs, "greetings": greetings}
-        plan = sample_source(self.source, c.sample or Stratified(), counters=counters)
+        # The conversations read here are kept for the estimate and the loader where the source's pairs fit the
+        # loader's window (which holds them all at once anyway): they are not parsed twice more.
+        reading = KeptReading(self.source, n_pairs, _LOOKAHEAD * c.concurrency)
+        plan = sample_source(reading, c.sample or Stratified(), counters=counters)
+        if self.conversations is None:
+            self.conversations = reading.selected(plan.sample.selected)
         p.read, p.read_errors = plan.read, plan.read_errors
         self.points_total = plan.totals["n_pairs"]
         p.pairs_total = self.points_total * len(self.candidates)  # a pair per point and candidate
@@ -396,6 +419,19 @@ class Stages:
         Example: with the default ``flush_every`` of 1,000, a session's batches hold 50, 50, 50, 50, 50, 62, 78,
         97, ... pairs, and 1,000 from its 4,000th pair on."""
         return min(self.config.flush_every, max(FIRST_BATCH, self.progress.written // 4))
+
+    def in_the_tail(self) -> bool:
+        """Whether the session's pairs yet to reach the writer are down to a quarter of those it replays at once
+        (:data:`_TAIL`), the first time it is asked since they are: the last of them are in flight, the event loop
+        mostly waits for their answers, and the writer commits what it holds then rather than after the last pair
+        (the run's end waited for that write: ~0.1 s for 250 pairs). Never in a session that does not know its
+        pairs (a shard's counters start from none), nor in one whose pairs all run at once from its start."""
+        p, at_once = self.progress, self.config.concurrency
+        taken = p.written + self.since_commit  # by the writer: committed, or held for the next batch
+        if self.tail_committed or p.pairs_to_do <= at_once or p.pairs_to_do - taken > at_once // _TAIL:
+            return False
+        self.tail_committed = True
+        return True
 
     def _commit(self) -> None:
         if self.folder.commit() is not None:
@@ -428,7 +464,8 @@ class Stages:
                         self.since_commit += 1
                         if self.on_verdict is not None and (out := self.on_verdict(decision.verdict)) is not None:
                             await out
-                    if self.since_commit >= self.batch_size() or time.monotonic() - self.last_commit > 5.0:
+                    tail = self.since_commit > 0 and self.in_the_tail()
+                    if tail or self.since_commit >= self.batch_size() or time.monotonic() - self.last_commit > 5:
                         # Parquet encoding releases the GIL: on a thread, replays go on while a batch is written.
                         # Only this task adds rows, and it waits here, so the batch cannot change under the write.
                         await anyio.to_thread.run_sync(self._commit)

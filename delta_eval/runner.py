@@ -4,8 +4,9 @@ In order: the conversation source; one :class:`~delta_eval.adapters.pool.ModelPo
 with every model's client and the judges built (so an unknown model, a missing SDK or key, or bad provider options
 stop the run before anything is written); the run folder's session (resume, reset or refuse; the response cache;
 the manifest's start, see :mod:`delta_eval.store.session`); the sample; then the streaming stages of
-:mod:`delta_eval.pipeline`. Whatever ends the session (completion, Ctrl-C, cancellation, a failure), the pool's
-adapters are closed and the manifest records the end.
+:mod:`delta_eval.pipeline`, with the cost estimate made beside them on a thread of its own. Whatever ends the
+session (completion, Ctrl-C, cancellation, a failure), the pool's adapters are closed and the manifest records the
+end.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import contextlib
 import errno
 import json
 import sqlite3
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import anyio
@@ -36,7 +38,7 @@ from delta_eval.pipeline import Stages, VerdictCallback, run_stages
 from delta_eval.pricing import total_cost
 from delta_eval.progress import RunProgress
 from delta_eval.replay.engine import Replayer, SupportsReplay
-from delta_eval.replay.points import recorded_calls
+from delta_eval.replay.points import replay_calls
 from delta_eval.replay.session import SessionReplayer
 from delta_eval.replay.tools import ToolSimulator
 from delta_eval.replay.user_simulator import UserSimulator
@@ -108,18 +110,77 @@ def _write_pseudonyms(config: RunConfig, source: ConversationSource) -> None:
     safe_paths.write_atomic(config.out, path, json.dumps(data, indent=1, ensure_ascii=False).encode())
 
 
-def _record_estimate(
-    config: RunConfig, source: ConversationSource, sample: SampleResult, session: FolderSession, notes: list[str]
-) -> None:
-    """Keep the cost estimate of the whole sample in the manifest as the run begins (once per run), for the report
-    to set beside what the run cost. An estimate that cannot be made is a note, never the run's failure."""
-    try:
-        estimated = estimate_sample(config, source, sample)
-    except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
-        notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
-        return
-    session.manifest.estimate = estimated.to_dict()
-    session.folder.write_manifest(session.manifest)
+#: At most how long the estimate waits for the run's first calls to be out (see :meth:`_Estimate.start`).
+_ESTIMATE_WAIT = 1.0
+
+
+class _Estimate:
+    """The cost estimate of the whole sample, kept in the manifest once per run for the report to set beside what
+    the run cost, made on a thread of its own while the run replays: it needs no model, and the first calls'
+    round trips leave the event loop's thread idle (it starts once they are out: started before, it took the
+    interpreter from the loop while the loop sent them, and they went out later). The manifest takes it as soon as
+    it is made, under the lock that every write of the manifest during the run takes (the batches' checkpoints
+    write it from the writer's thread). An estimate that cannot be made is a note, never the run's failure; a
+    manifest that cannot be written is the run's failure, as every write of it is (:meth:`check`)."""
+
+    def __init__(self, config: RunConfig, source: ConversationSource, session: FolderSession, notes: list[str]) -> None:
+        self.config, self.source, self.session, self.notes = config, source, session, notes
+        self.lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
+        self._now = threading.Event()
+
+    def start(
+        self,
+        sample: SampleResult,
+        conversations: list[tuple[int, Conversation]] | None,
+        after: Callable[[], bool] | None = None,
+    ) -> None:
+        """Make the estimate of ``sample`` (its ``conversations`` where already read) on a thread of its own, once
+        ``after()`` is true (checked every few milliseconds, for at most :data:`_ESTIMATE_WAIT` seconds)."""
+        self._thread = threading.Thread(
+            target=self._record, args=(sample, conversations, after), name="delta-eval-estimate", daemon=True
+        )
+        self._thread.start()
+
+    def _record(
+        self,
+        sample: SampleResult,
+        conversations: list[tuple[int, Conversation]] | None,
+        after: Callable[[], bool] | None,
+    ) -> None:
+        deadline = time.monotonic() + _ESTIMATE_WAIT
+        while after is not None and time.monotonic() < deadline:
+            try:
+                if after():
+                    break
+            except Exception:  # counters read while the event loop changes them: not worth waiting on
+                break
+            if self._now.wait(0.005):  # the run is over (join): no reason to wait any longer
+                break
+        try:
+            estimated = estimate_sample(self.config, self.source, sample, conversations=conversations)
+        except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
+            self.notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
+            return
+        try:
+            with self.lock:
+                self.session.manifest.estimate = estimated.to_dict()
+                self.session.folder.write_manifest(self.session.manifest)
+        except BaseException as exc:  # a full disk, an object store gone: raised in the run by check()
+            self._failed = exc
+
+    def join(self) -> None:
+        """Wait until the estimate is made (the session's last manifest holds it), started now if it still waits."""
+        self._now.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def check(self) -> None:
+        """Raise what writing the manifest with the estimate raised, if it failed."""
+        if self._failed is not None:
+            raise self._failed
 
 
 def _first(sample: SampleResult, n: int) -> SampleResult:
@@ -201,11 +262,13 @@ async def _run_sharded(
     session's progress (the shards commit their own batches; the session writes the manifest)."""
     c, p, folder = stages.config, stages.progress, stages.folder
     n = executor.shard_count()  # here, not on a worker thread: Ray connects from the thread that runs the session
-    items = await anyio.to_thread.run_sync(lambda: list(iter_selected(stages.source, sample.selected)))
+    items = stages.conversations  # kept by sampling where the source is small, else read again
+    if items is None:
+        items = await anyio.to_thread.run_sync(lambda: list(iter_selected(stages.source, sample.selected)))
     # Dealt by the model calls their replays make if they do what was recorded, not by their pairs: a pair's
     # calls range from one to max_tool_rounds + 1, and the shards should end together.
     sizes = {
-        position: sum(recorded_calls(point.recorded, c.max_tool_rounds) for point in stages.points_of(conv)[1])
+        position: sum(replay_calls(point.recorded, c.max_tool_rounds) for point in stages.points_of(conv)[1])
         for position, conv in items
     }
     by_position = dict(items)
@@ -382,10 +445,16 @@ async def execute(
     if batches is not None:
         pool.use_batches(batches)
     p.call_stats = pool.stats  # live counters: a progress display reads calls, retries and 429s from them
-    # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
-    folder.on_commit = lambda batch: session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
     p.pairs_resumed = len(session.state.done_pairs)
     stages = Stages(c, source, folder, session.state, p, recordings, on_verdict, last_commit=time.monotonic())
+    estimate = _Estimate(c, source, session, stages.notes)
+
+    def checkpoint(batch: int) -> None:
+        # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
+        with estimate.lock:  # the estimate's thread writes the manifest too
+            session.checkpoint(batch, pairs_decided=p.decided, calls=pool.stats())
+
+    folder.on_commit = checkpoint
     status: RunStatus = "failed"
     failure: str | None = None
     sharded = _Sharded()
@@ -394,7 +463,15 @@ async def execute(
             executor.prepare(c)  # its workers start while this process samples
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
-            await anyio.to_thread.run_sync(_record_estimate, c, source, sample, session, stages.notes)
+            # Beside the replays, once each replay worker of this process has its first call out (a sharded run
+            # replays in other processes: at once).
+            workers = len(sides) * c.replays_in_flight
+
+            def first_out() -> bool:
+                calls = p.calls()
+                return calls.made + calls.cached >= min(workers, p.pairs_to_do)
+
+            estimate.start(sample, stages.conversations, after=None if executor is not None else first_out)
         _write_pseudonyms(c, source)
         if c.screen is not None:
             await _screen(stages, sample, sides, cascade, session)
@@ -403,6 +480,8 @@ async def execute(
             session.cache.hits, session.cache.misses, session.cache.writes = sharded.cache
         elif stages.candidates:
             await run_stages(stages, sample, sides, cascade)
+        await anyio.to_thread.run_sync(estimate.join)
+        estimate.check()
         status = "completed"
     except BaseException as exc:
         if interrupted(exc):
@@ -414,6 +493,8 @@ async def execute(
         raise
     finally:
         with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
+            with anyio.CancelScope(shield=True):  # its thread cannot be stopped: the manifest keeps what it made
+                await anyio.to_thread.run_sync(estimate.join)
             if executor is not None:
                 with anyio.CancelScope(shield=True):  # off the loop (it joins processes), and even when cancelled
                     await anyio.to_thread.run_sync(executor.release)

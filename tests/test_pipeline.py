@@ -450,17 +450,17 @@ def test_the_longest_recorded_turns_start_first_and_the_order_changes_no_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from delta_eval import pipeline
-    from delta_eval.replay.points import recorded_calls, replay_points
+    from delta_eval.replay.points import replay_calls, replay_points
 
     conversations, _ = demo_conversations().load()
     pairs = [pipeline._Pair(p, "all", 1.0) for c in conversations[:20] for p in replay_points(c)]
     ordered = pipeline.longest_first(pairs, max_tool_rounds=5)
-    calls = [recorded_calls(pair.point.recorded, 5) for pair in ordered]
+    calls = [replay_calls(pair.point.recorded, 5) for pair in ordered]
     assert calls == sorted(calls, reverse=True)
     assert calls[0] > calls[-1]  # the demo's turns differ in length: the order is not the source's
     for n in set(calls):  # turns of one length keep their source order
-        same = [pair.point.pair_id for pair in ordered if recorded_calls(pair.point.recorded, 5) == n]
-        assert same == [p.point.pair_id for p in pairs if recorded_calls(p.point.recorded, 5) == n]
+        same = [pair.point.pair_id for pair in ordered if replay_calls(pair.point.recorded, 5) == n]
+        assert same == [p.point.pair_id for p in pairs if replay_calls(p.point.recorded, 5) == n]
 
     def verdicts(out: Path) -> list[tuple[Any, ...]]:
         result = de.run(small_config(out, n=20), conversations=demo_conversations())
@@ -471,6 +471,94 @@ def test_the_longest_recorded_turns_start_first_and_the_order_changes_no_result(
     monkeypatch.setattr(pipeline, "_LOOKAHEAD", 0)  # the source's order
     assert verdicts(tmp_path / "source") == longest
     assert len(longest) > 20
+
+
+class _CountedSource(de.ConversationSource):
+    """A source that counts how often it is read."""
+
+    readings = 0
+
+    def __iter__(self) -> Any:
+        self.readings += 1
+        return super().__iter__()
+
+
+def test_a_run_reads_a_small_source_once_and_a_large_one_again_with_the_same_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sampling keeps the conversations it read where the source's pairs fit the loader's window: the estimate and
+    the loader take them from memory (they read the source twice more before). Over the budget, they read it
+    again, and the run's verdicts and estimate are the same."""
+    from delta_eval import pipeline
+
+    def run(out: Path) -> tuple[int, list[tuple[Any, ...]], Any]:
+        source = _CountedSource.from_conversations(demo_conversations().load()[0])
+        # 64 pairs at once: the loader's window (32 x 64 pairs) holds the source's 1,341
+        result = de.run(small_config(out, n=20, concurrency=64), conversations=source, progress=False)
+        assert result.status == "completed"
+        sql = "SELECT pair_id, outcome, stage, preference, reasoning FROM verdicts ORDER BY pair_id"
+        return source.readings, de.open_run(result.path).execute(sql).fetchall(), result.manifest.estimate
+
+    kept = run(tmp_path / "kept")
+    assert kept[0] == 1
+    monkeypatch.setattr(pipeline, "_LOOKAHEAD", 0)  # a budget of no pairs: nothing kept
+    again = run(tmp_path / "again")
+    assert again[0] == 3  # sampling, the estimate, the loader
+    assert again[1:] == kept[1:]
+    assert kept[2] is not None
+    assert len(kept[1]) > 20
+
+
+def test_the_estimate_made_beside_the_replays_is_in_the_manifest_or_says_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from delta_eval import runner
+
+    result = de.run(small_config(tmp_path / "made"), conversations=demo_conversations(), progress=False)
+    assert result.manifest.estimate == de.estimate(small_config(tmp_path / "x"), demo_conversations()).to_dict()
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("the render function failed")
+
+    monkeypatch.setattr(runner, "estimate_sample", fail)
+    result = de.run(small_config(tmp_path / "failed"), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert result.manifest.estimate is None
+    assert "no cost estimate: ValueError: the render function failed" in result.manifest.notes
+
+
+def test_the_writer_commits_once_when_the_last_pairs_are_in_flight(tmp_path: Path) -> None:
+    """The run's end waited for the write of every pair since the last batch: the writer commits what it holds when
+    the pairs left are a quarter of those run at once, so the end writes only those."""
+    from delta_eval.store.folder import RunFolder
+
+    cfg = small_config(tmp_path / "run", n=20, concurrency=8, flush_every=1000)
+    result = de.run(cfg, conversations=demo_conversations(), progress=False)
+    pairs = [c["rows"].get("verdicts", 0) for c in RunFolder(result.path).commits()]
+    assert pairs[0] == 0  # the population's batch
+    assert 0 < pairs[-1] <= 2  # the end wrote the last pairs in flight (a slow machine may add a 5 s commit)
+    assert sum(pairs) == result.counts.pairs > 20
+
+    cfg = small_config(tmp_path / "few", n=1, concurrency=64, flush_every=1000)
+    few = de.run(cfg, conversations=demo_conversations(), progress=False)
+    assert [c["rows"].get("verdicts", 0) for c in RunFolder(few.path).commits()] == [0, few.counts.pairs]
+
+
+def test_a_turn_that_ended_on_a_tool_round_starts_before_a_one_call_turn() -> None:
+    """Its replay asks the model again after the tool results (two calls), though the recording has one call: the
+    run's tail was such turns, ordered among the one-call turns and started last."""
+    from delta_eval import pipeline
+    from delta_eval.replay.points import replay_points
+    from delta_eval.schema import Conversation, Message, ToolCall
+
+    call = ToolCall(id="c1", name="look_up", arguments="{}")
+    ended_on_a_round = Conversation(id="tool", messages=(
+        Message(role="user", content="find it"), Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", tool_call_id="c1", content="found"), Message(role="user", content="thanks")))  # fmt: skip
+    plain = Conversation(id="plain", messages=(Message(role="user", content="hi"),
+                                               Message(role="assistant", content="hello")))  # fmt: skip
+    pairs = [pipeline._Pair(p, "all", 1.0) for c in (plain, ended_on_a_round) for p in replay_points(c)]
+    assert [pair.point.conversation_id for pair in pipeline.longest_first(pairs, 5)] == ["tool", "plain"]
 
 
 def test_the_writer_takes_the_pairs_waiting_for_it_without_a_pass_of_the_event_loop_each(tmp_path: Path) -> None:

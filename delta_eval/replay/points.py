@@ -47,6 +47,7 @@ __all__ = [
     "pair_weight",
     "point_at",
     "recorded_calls",
+    "replay_calls",
     "replay_points",
     "select_turns",
 ]
@@ -208,6 +209,22 @@ def recorded_calls(turn: TurnOutput, max_tool_rounds: int) -> int:
     """
     steps = len(turn.steps)
     return min(steps + (1 if turn.final_text or not steps else 0), max_tool_rounds + 1)
+
+
+def replay_calls(turn: TurnOutput, max_tool_rounds: int) -> int:
+    """The model calls a replay of ``turn`` makes if the model does what was recorded: one per tool round and one
+    after the last, at most ``max_tool_rounds + 1``. A turn that ended on a tool round (the user spoke next) costs a
+    replay one call more than :func:`recorded_calls` counts: the replay asks the model again after the tool results,
+    as it does after every round below the cap. The length by which a run orders and deals its pairs.
+
+    Example:
+        >>> from delta_eval.schema import Step, TurnOutput
+        >>> replay_calls(TurnOutput(steps=(Step(),)), 5), recorded_calls(TurnOutput(steps=(Step(),)), 5)
+        (2, 1)
+        >>> replay_calls(TurnOutput(steps=(Step(), Step()), final_text="done"), 5), replay_calls(TurnOutput(), 5)
+        (3, 1)
+    """
+    return min(len(turn.steps) + 1, max_tool_rounds + 1)
 
 
 def pair_weight(weight: float, turns: int, kept: int) -> float:

@@ -208,3 +208,31 @@ def test_the_population_keeps_only_the_fields_strata_and_where_name(tau_source: 
     assert draw_sample(plain, de.Stratified(by=["reward"], n=40, seed=3)).selected == kept_all.selected  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r"known: actions, n_messages, reward, task_id, trial"):
         draw_sample(plain, de.Stratified(by=["nope"], n=5))
+
+
+@pytest.mark.parametrize("n", [None, 200, 500])
+def test_a_sample_of_everything_is_drawn_without_duckdb_as_sql_draws_it(
+    tau_source: de.ConversationSource, n: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No strata, no where, no n below the population: every conversation, in one stratum of weight 1, as the SQL
+    draws it, without starting DuckDB (most of a run's sampling when it replays its whole source)."""
+    import duckdb
+
+    from delta_eval.sampling import stratified
+
+    population = build_population(tau_source, de.Stratified(), lambda e: None, counters={"one": lambda c: 1})
+    spec = de.Stratified(n=n, seed=3)
+    monkeypatch.setattr(stratified, "_takes_everything", lambda spec, size: False)
+    in_sql = draw_sample(population, spec)
+    monkeypatch.undo()
+
+    def refuse() -> None:
+        raise AssertionError("DuckDB started")
+
+    monkeypatch.setattr(duckdb, "connect", refuse)
+    drawn = draw_sample(population, spec)
+    assert drawn == in_sql
+    assert list(drawn.selected) == list(in_sql.selected)  # in position order, as the SQL orders them
+    assert len(drawn.selected) == population.num_rows == 200
+    with pytest.raises(AssertionError, match="DuckDB started"):  # anything narrower still draws in SQL
+        draw_sample(population, de.Stratified(n=199))
