@@ -140,12 +140,12 @@ class RunConfig(BaseModel):
       ``out`` then names, and ``remote`` holds the URI (see :mod:`delta_eval.store.remote`).
     - ``cache``: the response cache file (default ``out/cache.sqlite``); share one between runs to reuse answers.
     - ``flush_every``: the writer commits a batch every this many pairs, and at least every 5 seconds (and at the
-      end); a session's first batches are smaller (50 pairs, growing to ``flush_every`` by its 4,000th pair), so a
-      run killed early loses little. Each batch is a file per table, and every query over the run opens every
-      file: a 13,000-pair run committed every 50 pairs took 4.5 s to decide, every 1,000 (the default) 0.4 s; a
-      completed session merges its small batches (see :meth:`~delta_eval.store.folder.RunFolder.compact`). A
-      process killed loses the pairs of its uncommitted batch, not what they cost: their answers are in the
-      response cache.
+      end); a session's first batches are smaller (50 pairs, growing to ``flush_every`` once the session has
+      written 4 x ``flush_every``), so a run killed early loses little. Each batch is a file per table, and every
+      query over the run opens every file: a 13,000-pair run committed every 50 pairs took 4.5 s to decide, every
+      1,000 (the default) 0.4 s; a completed session merges its small batches (see :meth:`~delta_eval.store.
+      folder.RunFolder.compact`). A process killed loses the pairs of its uncommitted batch, not what they cost:
+      their answers are in the response cache.
     - ``description``: what the run compares, in a sentence, for the report (no bearing on results).
     - ``overwrite``: start afresh in an ``out`` that holds a run of another configuration (only the library's files
       are removed; the response cache stays). Without it such a folder is refused, naming what differs.

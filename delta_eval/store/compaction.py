@@ -7,10 +7,11 @@ large run leaves thousands, and every query over the run opens them all (the dec
 :meth:`~delta_eval.store.folder.RunFolder.compact`): the merged batch names the batches it replaces, so that a
 process killed at any point leaves the rows once, in the old batches or in the new one.
 
-The copy reads each part file a record batch at a time and writes row groups of DuckDB's size
-(:data:`ROW_GROUP_ROWS`) or of :data:`BUFFER_BYTES`, whichever comes first: memory stays bounded by that, not by the
-batches merged. Rows keep their order, and files written by an older version read with the current schema (a
-column they lack holds nulls, as a view over them shows).
+The copy reads each part file a row group at a time and writes row groups of DuckDB's size (:data:`ROW_GROUP_ROWS`)
+or of :data:`BUFFER_BYTES`, whichever comes first: memory stays bounded by that and by the largest row group read
+(a batch's part is one row group: as large in memory as when its batch was committed), not by the batches merged.
+Rows keep their order, and files written by an older version read with the current schema (a column they lack
+holds nulls, as a view over them shows).
 
 Example:
     >>> records = [{"batch": n, "files": {"verdicts": [f"verdicts/part-{n:06d}.parquet"]},
@@ -44,8 +45,8 @@ READ_ROWS = 4_096
 #: The size (Parquet bytes over every dataset) a merged batch grows to at most; a batch of half as much or more is
 #: left as it is.
 TARGET_BYTES = 512 << 20
-#: A folder is compacted once it has more than this many batches to merge: below it, a query opens few enough files
-#: that rewriting them costs more than it saves.
+#: A folder is compacted once it has more than this many batches never merged to merge: below it, a query opens few
+#: enough files that rewriting them costs more than it saves.
 MIN_BATCHES = 16
 #: The fields of a commit record that say nothing about its rows: a record with any other (a population batch's
 #: ``kind``) keeps its batch apart.
@@ -61,15 +62,19 @@ def plan(records: Iterable[dict[str, Any]], *, target: int = TARGET_BYTES, at_le
     list[dict[str, Any]]
 ]:  # fmt: skip
     """The groups of committed batches (their records, in batch order) to merge, each into one batch of at most
-    ``target`` bytes; none unless more than ``at_least`` batches can be merged. Batches of half the target or
-    more, batches with a note (a population batch) and batches without rows stay as they are; a group of one is no
-    group."""
+    ``target`` bytes; none unless more than ``at_least`` batches never merged before can be merged. Batches of half
+    the target or more, batches with a note (a population batch) and batches without rows stay as they are; a
+    batch merged before joins only new batches that together are at least its size (so a row is rewritten a few
+    times over a run's life, not at every session's end); a group of one is no group."""
     mergeable = [
         r for r in records
         if set(r) <= PLAIN_FIELDS and r.get("files") and _size(r) < target // 2
     ]  # fmt: skip
-    if len(mergeable) <= at_least:
+    fresh = [r for r in mergeable if "replaces" not in r]
+    if len(fresh) <= at_least:
         return []
+    new_bytes = sum(_size(r) for r in fresh)
+    mergeable = [r for r in mergeable if "replaces" not in r or _size(r) <= new_bytes]
     groups: list[list[dict[str, Any]]] = [[]]
     total = 0
     for record in mergeable:

@@ -124,8 +124,9 @@ class Mirror(Protocol):
     def batch_committed(self, batch: int) -> None:
         """A batch was committed (its record is written)."""
 
-    def batch_dropped(self, batch: int) -> None:
-        """A batch was dropped or replaced (its record, naming no file, is written; its parts deleted)."""
+    def batch_dropped(self, batch: int, parts: list[str] | None = None) -> None:
+        """A batch was dropped or replaced (its record, naming no file, is written; its parts deleted: ``parts``,
+        when its record named them, else every dataset's)."""
 
     def manifest_written(self) -> None:
         """The manifest was written."""
@@ -159,6 +160,15 @@ def _whole_parquet(path: Path, size: int) -> bool:
         return f.read(4) == b"PAR1"
 
 
+def _sync(path: Path) -> None:
+    """Flush a file's or a folder's contents to the disk (a folder: the names in it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: Path, data: Any, *, root: Path | None = None) -> None:
     """Write JSON to ``path`` so that a reader sees the old file or the new one, never half of one; never through a
     symbolic link inside ``root`` (the run folder; default: the file's own folder); without any credential the
@@ -167,15 +177,27 @@ def write_json_atomic(path: Path, data: Any, *, root: Path | None = None) -> Non
     safe_paths.write_atomic(path.parent if root is None else root, path, text.encode("utf-8"))
 
 
-def _open_files_budget() -> int:
-    """How many files a reader holds open at most: a quarter of the process's allowance."""
+def _open_files_budget(wanted: int = 0) -> int:
+    """How many files a reader holds open at most: a quarter of the process's allowance, which is first raised
+    towards its hard limit when ``wanted`` files need more (a soft limit of 1,024 is the common default, where the
+    hard one is far higher): files held stay readable when a rerun or a session's merge removes them, files read
+    by name do not."""
     try:
         import resource
 
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ImportError, ValueError, OSError):
         return 128
-    return 1 << 20 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    if wanted > soft // 4 and (hard == resource.RLIM_INFINITY or hard > soft):
+        raised = 4 * wanted + 64 if hard == resource.RLIM_INFINITY else min(hard, 4 * wanted + 64)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    return max(16, soft // 4)
 
 
 def _read_part(path: Path, fd: int, columns: list[str] | None, schema: pa.Schema) -> pa.Table:
@@ -420,7 +442,8 @@ class RunFolder:
             commits, damage = self.scan()
             sizes = {rel: size for c in commits for rel, size in (c.get("sizes") or {}).items()}
             opened: dict[str, list[tuple[Path, int]]] = {name: [] for name in wanted}
-            hold = sum(len(c["files"].get(name, [])) for c in commits for name in wanted) <= _open_files_budget()
+            count = sum(len(c["files"].get(name, [])) for c in commits for name in wanted)
+            hold = count <= _open_files_budget(count)
             try:
                 for name in wanted:
                     for c in commits:
@@ -621,10 +644,12 @@ class RunFolder:
         without gaps). Its rows are no longer in the run."""
         self._empty(batch, {"dropped": reason})
 
-    def _empty(self, batch: int, why: dict[str, Any]) -> None:
-        """Replace a batch's record by one that names no file and says ``why``, then delete its part files."""
+    def _empty(self, batch: int, why: dict[str, Any], named: list[str] | None = None) -> None:
+        """Replace a batch's record by one that names no file and says ``why``, then delete its part files (those
+        its record ``named``, when known: on an object store each is a request; else every dataset's)."""
         commits = safe_paths.mkdir(self.path, self.path / COMMITS)
-        parts = [safe_paths.check(self.path, self.path / name / f"part-{batch:06d}.parquet") for name in DATASETS]
+        names = named if named is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
+        parts = [safe_paths.check(self.path, self.path / rel) for rel in names]
         record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), **why}
         header = self._header_of(commits / f"{batch:06d}.json")
         if header is not None:
@@ -635,7 +660,7 @@ class RunFolder:
         for part in parts:
             safe_paths.unlink(self.path, part, missing_ok=True)
         if self.mirror is not None:
-            self.mirror.batch_dropped(batch)
+            self.mirror.batch_dropped(batch, names if named is not None else None)
         self._media = None  # the batch may have held media: read what is left when next needed
 
     def rewrite(self, records: list[dict[str, Any]], reason: str, *, keep: Keep | None = None,
@@ -667,13 +692,22 @@ class RunFolder:
                     self.drop(batch, reason)
                 return None
             carried = {"run": records[-1]["run"]} if "run" in records[-1] else {}  # the header, if none is set here
+            for _, _, tmp, _ in staged:
+                _sync(tmp)
             batch = self._commit_staged(staged, {**carried, **(note or {}), "replaces": old})
         except BaseException:
             for _, _, tmp, _ in staged:  # a file renamed into place, of a batch never committed: recover() removes it
                 safe_paths.unlink(self.path, tmp, missing_ok=True)
             raise
+        # On disk before the old rows go: the new batch holds the only copy of them from then on (a power cut
+        # must not keep the deletions and lose the data).
+        for _, folder, _, _ in staged:
+            _sync(folder)
+        _sync(self.path / COMMITS / f"{batch:06d}.json")
+        _sync(self.path / COMMITS)
+        named = {int(r["batch"]): [rel for rels in r["files"].values() for rel in rels] for r in records}
         for number in old:
-            self._empty(number, {"replaced_by": batch, "reason": reason})
+            self._empty(number, {"replaced_by": batch, "reason": reason}, named[number])
         return batch
 
     def finish_rewrites(self) -> list[int]:

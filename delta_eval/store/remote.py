@@ -368,12 +368,13 @@ class RemoteFolder:
                 "process is writing the same run folder (one writer per URI; nothing of this batch was uploaded)"
             )
 
-    def batch_dropped(self, batch: int) -> None:
-        """Replace a dropped (or replaced) batch's record on the remote, then delete its parts there."""
+    def batch_dropped(self, batch: int, parts: list[str] | None = None) -> None:
+        """Replace a dropped (or replaced) batch's record on the remote, then delete its parts there: ``parts``
+        (those its record named), else every dataset's part of its number."""
         rel = f"{COMMITS}/{batch:06d}.json"
         self._put(rel, (self.local / rel).read_bytes())
-        for name in DATASETS:
-            self._delete(f"{name}/part-{batch:06d}.parquet")
+        for part in parts if parts is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]:
+            self._delete(part)
 
     def manifest_written(self) -> None:
         """Upload the manifest the working copy just wrote, after the cache rows written since the last upload (a

@@ -108,11 +108,11 @@ def test_a_kill_during_the_rewrite_leaves_every_row_once_and_the_next_session_fi
     real = RunFolder._empty
     done = {"n": 0}
 
-    def empty_then_die(self: RunFolder, batch: int, why: dict[str, Any]) -> None:
+    def empty_then_die(self: RunFolder, batch: int, why: dict[str, Any], named: Any = None) -> None:
         if done["n"] == empties_before_kill:
             raise Killed
         done["n"] += 1
-        real(self, batch, why)
+        real(self, batch, why, named)
 
     monkeypatch.setattr(RunFolder, "_empty", empty_then_die)
     with pytest.raises(Killed):
@@ -184,7 +184,7 @@ def test_removing_rows_rewrites_the_rest_and_a_kill_between_loses_nothing(
 ) -> None:
     folder = batches(tmp_path, n=3)
 
-    def die(self: RunFolder, batch: int, why: dict[str, Any]) -> None:
+    def die(self: RunFolder, batch: int, why: dict[str, Any], named: Any = None) -> None:
         raise Killed
 
     monkeypatch.setattr(RunFolder, "_empty", die)
@@ -238,6 +238,16 @@ def test_copy_rows_writes_row_groups_of_duckdbs_size_and_bounds_its_buffer(tmp_p
 def record(n: int, size: int, note: dict[str, Any] | None = None) -> dict[str, Any]:
     rel = f"verdicts/part-{n:06d}.parquet"
     return {"batch": n, "files": {"verdicts": [rel]}, "sizes": {rel: size}, **(note or {})}
+
+
+def test_a_batch_merged_before_is_merged_again_only_with_as_much_new() -> None:
+    merged = record(1, 100, {"replaces": [0]})
+    few = [record(n, 1) for n in range(2, 19)]  # 17 new batches, 17 bytes: the merged batch stays
+    assert [[r["batch"] for r in g] for g in plan([merged, *few], target=1_000, at_least=16)] == [list(range(2, 19))]
+    many = [record(n, 6) for n in range(2, 19)]  # 102 bytes: at least its size, merged with them
+    assert [[r["batch"] for r in g] for g in plan([merged, *many], target=1_000, at_least=16)] == [list(range(1, 19))]
+    # Merged batches alone never make a folder worth merging.
+    assert plan([record(n, 1, {"replaces": [0]}) for n in range(1, 40)], target=1_000, at_least=16) == []
 
 
 @settings(max_examples=200, deadline=None)
@@ -302,7 +312,12 @@ def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     remote.sync()  # the batches, uploaded
     folder.mirror = remote
     before = rows(folder)
+    deleted: list[str] = []
+    delete = RemoteFolder._delete
+    monkeypatch.setattr(RemoteFolder, "_delete", lambda self, rel: deleted.append(rel) or delete(self, rel))
     folder.compact()
+    # A request for each part the merged batches' records named (their verdicts and errors), no other.
+    assert sorted(deleted) == sorted(f"{d}/part-{n:06d}.parquet" for n in range(2, 22) for d in ("verdicts", "errors"))
     files = s3.files("c")
     assert sorted(rel for rel in files if rel.startswith("verdicts/")) == ["verdicts/part-000022.parquet"]
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "elsewhere"))
@@ -470,11 +485,11 @@ def test_a_session_killed_while_it_merges_is_recorded_completed_and_the_next_fin
     real = RunFolder._empty
     emptied = {"n": 0}
 
-    def die_midway(self: RunFolder, batch: int, why: dict[str, Any]) -> None:
+    def die_midway(self: RunFolder, batch: int, why: dict[str, Any], named: Any = None) -> None:
         if "replaced_by" in why and emptied["n"] == 5:
             raise Death
         emptied["n"] += 1
-        real(self, batch, why)
+        real(self, batch, why, named)
 
     monkeypatch.setattr(RunFolder, "_empty", die_midway)
     with pytest.raises(Death):
@@ -505,3 +520,24 @@ def test_a_merge_that_fails_is_a_note_and_the_run_completes(tmp_path: Path, monk
     assert opened.damage == []
     assert opened.table("verdicts").num_rows == result.counts.pairs
     assert not any(p.name.endswith(".tmp") for p in (result.path / "verdicts").iterdir())
+
+
+def test_views_opened_before_a_merge_still_read_under_a_low_open_file_limit(tmp_path: Path) -> None:
+    """A reader holds a run's files open so that a merge removing them changes nothing it reads; under a soft
+    limit of 64 open files it raises the limit towards the hard one rather than read 41 files by name (which a
+    merge then removes under it)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4 * 41 + 64:
+        pytest.skip("the hard limit on open files is too low to raise the soft one")
+    folder = batches(tmp_path)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+    try:
+        con = de.open_run(tmp_path)
+        assert con.execute("SELECT count(*) FROM verdicts").fetchone() == (60,)
+        folder.compact()
+        assert con.execute("SELECT count(*), count(DISTINCT pair_id) FROM verdicts").fetchone() == (60, 60)
+        con.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
