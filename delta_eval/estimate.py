@@ -114,6 +114,7 @@ __all__ = [
     "SESSION_LENGTH_RANGE",
     "TOOL_SIMULATED_SHARE",
     "CostEstimate",
+    "EstimateCancelled",
     "EstimatePart",
     "Funnel",
     "approx_tokens",
@@ -755,6 +756,10 @@ class _JudgeCounts:
         return part
 
 
+class EstimateCancelled(Exception):
+    """Raised by :func:`estimate_sample` once its ``cancelled`` says so."""
+
+
 def estimate_sample(
     config: RunConfig,
     source: ConversationSource,
@@ -763,6 +768,7 @@ def estimate_sample(
     tokenizer: Tokenizer | None = None,
     pilot: str | Path | None = None,
     conversations: Iterable[tuple[int, Conversation]] | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> CostEstimate:
     """The estimate of ``config`` on a sample already drawn from ``source`` (what a run keeps in its manifest).
 
@@ -770,6 +776,8 @@ def estimate_sample(
     (see :meth:`delta_eval.pipeline.Stages.load`): never all held at once, so the estimate's memory does not grow
     with the sample. ``conversations``: the sample's conversations already read, at their positions in source order
     (a run's sampling keeps them where the source is small, see :mod:`delta_eval.sampling.kept`), counted instead.
+    ``cancelled``: asked before each conversation; once true, :class:`EstimateCancelled` is raised (a run that
+    stops does not wait for its estimate).
     """
     c = config
     notes: list[str] = []
@@ -794,6 +802,8 @@ def estimate_sample(
 
     read = iter_selected(source, sample.selected) if conversations is None else conversations
     for _, conv in read:
+        if cancelled is not None and cancelled():
+            raise EstimateCancelled
         n_conversations += 1
         if sessions is not None:
             start = session_point(conv, c.session.start)

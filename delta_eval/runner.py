@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import sqlite3
 import threading
@@ -25,7 +26,7 @@ import anyio
 from delta_eval.adapters.pool import ModelPool
 from delta_eval.calls import CallStats
 from delta_eval.config import RunConfig
-from delta_eval.estimate import estimate_sample
+from delta_eval.estimate import EstimateCancelled, estimate_sample
 from delta_eval.exceptions import ConfigError, DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
 from delta_eval.executors.live import ShardWatch
@@ -129,6 +130,7 @@ class _Estimate:
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
         self._now = threading.Event()
+        self._stop = threading.Event()
 
     def start(
         self,
@@ -159,7 +161,11 @@ class _Estimate:
             if self._now.wait(0.005):  # the run is over (join): no reason to wait any longer
                 break
         try:
-            estimated = estimate_sample(self.config, self.source, sample, conversations=conversations)
+            estimated = estimate_sample(
+                self.config, self.source, sample, conversations=conversations, cancelled=self._stop.is_set
+            )
+        except EstimateCancelled:
+            return  # the run stopped first: no estimate (a rerun makes it)
         except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
             self.notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
             return
@@ -170,8 +176,11 @@ class _Estimate:
         except BaseException as exc:  # a full disk, an object store gone: raised in the run by check()
             self._failed = exc
 
-    def join(self) -> None:
-        """Wait until the estimate is made (the session's last manifest holds it), started now if it still waits."""
+    def join(self, *, stop: bool = False) -> None:
+        """Wait until the estimate is made (the session's last manifest holds it), started now if it still waits;
+        with ``stop`` (a run interrupted or failed), left unmade where it is not yet."""
+        if stop:
+            self._stop.set()
         self._now.set()
         if self._thread is not None:
             self._thread.join()
@@ -472,6 +481,10 @@ async def execute(
                 return calls.made + calls.cached >= min(workers, p.pairs_to_do)
 
             estimate.start(sample, stages.conversations, after=None if executor is not None else first_out)
+            if any(variant.render is not None for variant in c.sides().values()):
+                # A render function of the user's is called by the estimate and by the replays: not from two
+                # threads at once (it may not be thread-safe, as a tokenizer's chat template is not).
+                await anyio.to_thread.run_sync(estimate.join)
         _write_pseudonyms(c, source)
         if c.screen is not None:
             await _screen(stages, sample, sides, cascade, session)
@@ -493,8 +506,8 @@ async def execute(
         raise
     finally:
         with deferred_signals():  # a second Ctrl-C waits until the last batch and the manifest are written
-            with anyio.CancelScope(shield=True):  # its thread cannot be stopped: the manifest keeps what it made
-                await anyio.to_thread.run_sync(estimate.join)
+            with anyio.CancelScope(shield=True):  # a run that did not complete leaves its estimate unmade
+                await anyio.to_thread.run_sync(functools.partial(estimate.join, stop=status != "completed"))
             if executor is not None:
                 with anyio.CancelScope(shield=True):  # off the loop (it joins processes), and even when cancelled
                     await anyio.to_thread.run_sync(executor.release)

@@ -100,10 +100,10 @@ def test_long_conversation_benchmark_builds_the_same_points_both_ways(capsys: py
 @pytest.mark.slow
 def test_analysis_benchmark_runs_on_a_small_synthetic_run(capsys: pytest.CaptureFixture[str]) -> None:
     bench = load("analysis")
-    bench.main(["--pairs", "20000", "--reasons", "300", "--repeats", "1", "--batched"])
+    bench.main(["--pairs", "40000", "--reasons", "300", "--repeats", "1", "--batched"])
     out = capsys.readouterr().out
     assert "a.summary() (cold)" in out
-    assert "decision, 20 batches of 1,000 pairs" in out
+    assert "decision, 40 batches of 1,000 pairs" in out
     assert "decision, the same compacted into 1 batch (" in out
     assert "x plain SQL" in out
     assert "a.themes():" in out

@@ -622,3 +622,47 @@ def test_a_sessions_first_batches_are_small_and_grow_to_flush_every(tmp_path: Pa
         written += size
     assert sizes[0] == FIRST_BATCH  # cut by the size, not the clock: the simulated models answer at once
     assert max(sizes) == 70  # grown to flush_every
+
+
+def test_a_render_function_is_never_called_from_two_threads_at_once(tmp_path: Path) -> None:
+    """The estimate runs beside the replays unless a side has a render function of the user's (which may not be
+    thread-safe, as a tokenizer's chat template is not): then it is made before them."""
+    import threading
+    import time
+
+    lock, state = threading.Lock(), {"inside": 0, "overlap": 0, "threads": set()}
+
+    def render(inp: Any) -> list[Any]:
+        with lock:
+            state["inside"] += 1
+            state["overlap"] += state["inside"] > 1
+            state["threads"].add(threading.current_thread().name)
+        time.sleep(0.0005)  # a render that works a little, as a chat template does
+        with lock:
+            state["inside"] -= 1
+        return list(inp.messages)
+
+    cfg = small_config(tmp_path / "run", n=40)
+    cfg = cfg.model_copy(update={"candidate": cfg.candidate.model_copy(update={"render": render})})
+    result = de.run(cfg, conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert result.manifest.estimate is not None
+    assert len(state["threads"]) == 2  # the estimate's thread, and the replays'
+    assert state["overlap"] == 0
+
+
+def test_an_estimate_asked_to_stop_stops_before_its_next_conversation(tmp_path: Path) -> None:
+    from delta_eval.estimate import EstimateCancelled, estimate_sample
+    from delta_eval.ingest.source import ConversationSource
+    from delta_eval.sampling.stratified import SampleResult
+
+    cfg = small_config(tmp_path / "run")
+    conversations = demo_conversations().load()[0][:3]
+    source = ConversationSource.from_conversations(conversations)
+    sample = SampleResult(selected={i: ("all", 1.0) for i in range(3)}, strata=(), population=3)
+    asked: list[int] = []
+    kept = list(enumerate(conversations))
+    with pytest.raises(EstimateCancelled):
+        estimate_sample(cfg, source, sample, conversations=kept, cancelled=lambda: len(asked) > 1 or asked.append(1))
+    assert len(asked) == 2  # asked before each conversation: counted two, stopped before the third
+    assert estimate_sample(cfg, source, sample, conversations=kept, cancelled=lambda: False).to_dict()

@@ -331,8 +331,9 @@ def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], 
     def query(packed: bool) -> pa.Table:
         aggs = ["count(*)::DOUBLE AS n", *_count_sums(counts, packed), "sum(inv) AS inv", "sum(calls) AS calls",
                 "bit_or((inv > 0)::INTEGER + 2 * (calls - inv > 0)::INTEGER + 4 * (calls > 0)::INTEGER) AS seen",
-                # fsum: a conversation's cost whatever order its rows are read in (threads over row groups
-                # combine plain sums in any order: a baseline against itself read a cost ratio of 1 + 2e-16)
+                # fsum (compensated, Kahan-Neumaier): a conversation's cost whatever order its rows are read in
+                # (threads over row groups combine plain sums in any order: a baseline against itself read a cost
+                # ratio of 1 + 2e-16); for costs, positive and of like size, the exactly rounded sum (math.fsum)
                 "CASE WHEN count(cost_usd) = count(*) THEN fsum(cost_usd) ELSE 'NaN'::DOUBLE END AS cost"]  # fmt: skip
         return fetch_table(src.db, f"WITH rows AS (SELECT {', '.join(cols)} FROM {rows}) SELECT grp, cl, "
                                    f"{', '.join(aggs)} FROM rows GROUP BY grp, cl")  # fmt: skip

@@ -180,8 +180,9 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
         latencies = sorted(float(r["latency_ms"] or 0.0) for r in ok)
         p50 = float(np.median(latencies)) if latencies else None
         p95, lo95, hi95 = quantile_interval(latencies, 0.95, confidence) if latencies else (None, None, None)
-        # Each conversation's cost summed exactly rounded (math.fsum, as DuckDB's fsum in decision_sql.py): the
-        # same total whatever order its rows come in, so a run and its baseline against itself agree to the bit.
+        # Each conversation's cost summed exactly rounded (math.fsum; DuckDB's compensated fsum in decision_sql.py
+        # gives the same for costs): the same total whatever order its rows come in, so a run and its baseline
+        # against itself agree to the bit.
         each: dict[str, list[float] | None] = {}
         for r in own:
             c = str(r["conversation_id"])

@@ -49,7 +49,7 @@ class KeptReading:
         used = 0
         for position, item in enumerate(self.source):
             if kept is not None and isinstance(item, Conversation):
-                used += self.size(item)
+                used += max(1, self.size(item))  # a conversation of no pairs is kept too: it counts
                 if used > self.budget:
                     kept = None  # dropped at once: what it held is freed while the reading goes on
                 else:

@@ -205,7 +205,7 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
     fields present, and the close matches); one missing from more than half of them is a :class:`SampleWarning`,
     kept in the result's ``notes``.
     """
-    if _takes_everything(spec, population.num_rows):
+    if population.num_rows and _takes_everything(spec, population.num_rows):
         return _everything(population)
     # Here, not at the top: a run's configuration holds a Stratified and loads without the data engines.
     import duckdb

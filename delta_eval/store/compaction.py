@@ -16,9 +16,9 @@ holds nulls, as a view over them shows).
 Example:
     >>> records = [{"batch": n, "files": {"verdicts": [f"verdicts/part-{n:06d}.parquet"]},
     ...             "sizes": {f"verdicts/part-{n:06d}.parquet": 1_000}} for n in range(1, 21)]
-    >>> [len(group) for group in plan(records)]
+    >>> [len(group) for group in plan(records, at_least=16)]
     [20]
-    >>> plan(records[:3])  # too few to be worth a rewrite
+    >>> plan(records)  # too few to be worth a rewrite
     []
 """
 
@@ -46,8 +46,9 @@ READ_ROWS = 4_096
 #: left as it is.
 TARGET_BYTES = 512 << 20
 #: A folder is compacted once it has more than this many batches never merged to merge: below it, a query opens few
-#: enough files that rewriting them costs more than it saves.
-MIN_BATCHES = 16
+#: enough files that rewriting them costs more than it saves (a 1,341-pair run in 28 batches: 0.5 s to merge, for
+#: a decision of 0.19 s instead of 0.12).
+MIN_BATCHES = 32
 #: The fields of a commit record that say nothing about its rows: a record with any other (a population batch's
 #: ``kind``) keeps its batch apart.
 PLAIN_FIELDS = frozenset({"batch", "files", "rows", "sizes", "at", "run", "replaces"})
@@ -58,7 +59,7 @@ def _size(record: dict[str, Any]) -> int:
     return sum(int(v) for v in sizes.values()) if sizes else 1 << 62  # no sizes (an old record): never merged
 
 
-def plan(records: Iterable[dict[str, Any]], *, target: int = TARGET_BYTES, at_least: int = MIN_BATCHES) -> list[
+def plan(records: Iterable[dict[str, Any]], *, target: int = TARGET_BYTES, at_least: int | None = None) -> list[
     list[dict[str, Any]]
 ]:  # fmt: skip
     """The groups of committed batches (their records, in batch order) to merge, each into one batch of at most
@@ -71,7 +72,7 @@ def plan(records: Iterable[dict[str, Any]], *, target: int = TARGET_BYTES, at_le
         if set(r) <= PLAIN_FIELDS and r.get("files") and _size(r) < target // 2
     ]  # fmt: skip
     fresh = [r for r in mergeable if "replaces" not in r]
-    if len(fresh) <= at_least:
+    if len(fresh) <= (MIN_BATCHES if at_least is None else at_least):
         return []
     new_bytes = sum(_size(r) for r in fresh)
     mergeable = [r for r in mergeable if "replaces" not in r or _size(r) <= new_bytes]
@@ -83,7 +84,7 @@ def plan(records: Iterable[dict[str, Any]], *, target: int = TARGET_BYTES, at_le
             total = 0
         groups[-1].append(record)
         total += _size(record)
-    return [g for g in groups if len(g) > 1]
+    return [g for g in groups if len(g) > 1 and any("replaces" not in r for r in g)]
 
 
 def _batches(source: Path, schema: pa.Schema) -> Iterator[pa.RecordBatch]:

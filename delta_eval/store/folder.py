@@ -161,8 +161,14 @@ def _whole_parquet(path: Path, size: int) -> bool:
 
 
 def _sync(path: Path) -> None:
-    """Flush a file's or a folder's contents to the disk (a folder: the names in it)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    """Flush a file's or a folder's contents to the disk (a folder: the names in it; where the OS cannot open a
+    folder, as Windows, its own file system orders the renames)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except (PermissionError, IsADirectoryError):
+        if path.is_dir():
+            return
+        raise
     try:
         os.fsync(fd)
     finally:
@@ -181,7 +187,8 @@ def _open_files_budget(wanted: int = 0) -> int:
     """How many files a reader holds open at most: a quarter of the process's allowance, which is first raised
     towards its hard limit when ``wanted`` files need more (a soft limit of 1,024 is the common default, where the
     hard one is far higher): files held stay readable when a rerun or a session's merge removes them, files read
-    by name do not."""
+    by name do not. The raised limit is the process's from then on (and its children's); a process past the hard
+    limit reads the rest by name."""
     try:
         import resource
 
@@ -192,11 +199,14 @@ def _open_files_budget(wanted: int = 0) -> int:
         return 1 << 20
     if wanted > soft // 4 and (hard == resource.RLIM_INFINITY or hard > soft):
         raised = 4 * wanted + 64 if hard == resource.RLIM_INFINITY else min(hard, 4 * wanted + 64)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-            soft = raised
-        except (ValueError, OSError):
-            pass
+        # macOS refuses a soft limit past OPEN_MAX (10,240) whatever the hard one says: that, then.
+        for limit in (raised, min(raised, 10_240)):
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+            except (ValueError, OSError):
+                continue
+            soft = limit
+            break
     return max(16, soft // 4)
 
 

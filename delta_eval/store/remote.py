@@ -44,6 +44,7 @@ import json
 import re
 import shutil
 import sqlite3
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -133,6 +134,9 @@ class RemoteFolder:
         # What this working copy has uploaded and downloaded of the cache, kept beside it (not inside: a run
         # folder holds only the library's files).
         self._state_path = self.local.with_name(self.local.name + ".remote.json")
+        # The cache's upload marks are read, changed and saved by one thread at a time: a batch's upload (the
+        # writer's thread) and the manifest's (the estimate's thread) would each upload the same rows otherwise.
+        self._cache_lock = threading.RLock()
 
     @classmethod
     def of_run(cls, uri: str | None, out: Path, cache: Path) -> RemoteFolder | None:
@@ -300,6 +304,10 @@ class RemoteFolder:
 
     def _import_cache(self, segments: list[str]) -> None:
         """Add the rows of the cache segments not added before to the working copy's cache."""
+        with self._cache_lock:
+            self._import_cache_held(segments)
+
+    def _import_cache_held(self, segments: list[str]) -> None:
         if self.cache is None or not segments:
             return
         state = self._cache_state()
@@ -451,6 +459,10 @@ class RemoteFolder:
 
     def _push_cache(self) -> None:
         """Upload the response cache's rows written since the last upload, as one segment."""
+        with self._cache_lock:
+            self._push_cache_held()
+
+    def _push_cache_held(self) -> None:
         if self.cache is None or not self.cache.is_file():
             return
         state = self._settled(self._cache_state())

@@ -32,6 +32,13 @@ from tests.apart import Apart
 from tests.object_store import S3, mirrored
 
 
+@pytest.fixture(autouse=True)
+def small_folders_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folders here are of 20 batches: merged from 16 (a run's threshold is higher; the de.run tests below
+    leave more batches than it)."""
+    monkeypatch.setattr(compaction, "MIN_BATCHES", 16)
+
+
 class Killed(Exception):
     """What a test raises where a process would be killed."""
 
@@ -246,6 +253,12 @@ def test_a_batch_merged_before_is_merged_again_only_with_as_much_new() -> None:
     assert [[r["batch"] for r in g] for g in plan([merged, *few], target=1_000, at_least=16)] == [list(range(2, 19))]
     many = [record(n, 6) for n in range(2, 19)]  # 102 bytes: at least its size, merged with them
     assert [[r["batch"] for r in g] for g in plan([merged, *many], target=1_000, at_least=16)] == [list(range(1, 19))]
+    # Two merged batches the new ones outweigh are not merged with each other alone: every group has a new batch.
+    two = [record(1, 250, {"replaces": [0]}), record(2, 250, {"replaces": [0]})]
+    new = [record(n, 15) for n in range(3, 40)]
+    groups = plan([*two, *new], target=600, at_least=16)
+    assert groups
+    assert all(any("replaces" not in r for r in g) for g in groups)
     # Merged batches alone never make a folder worth merging.
     assert plan([record(n, 1, {"replaces": [0]}) for n in range(1, 40)], target=1_000, at_least=16) == []
 
@@ -282,7 +295,6 @@ def test_a_completed_run_is_left_compacted_with_the_verdicts_of_one_that_is_not(
 ) -> None:
     config = demo_config(tmp_path / "merged", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
     merged = de.run(config, conversations=demo_conversations(), progress=False)
-    monkeypatch.setattr(compaction, "MIN_BATCHES", 10**9)
     monkeypatch.setattr(RunFolder, "compact", lambda self: [])
     plain = de.run(config.model_copy(update={"out": tmp_path / "plain"}), conversations=demo_conversations(),
                    progress=False)  # fmt: skip
