@@ -227,6 +227,13 @@ def stratified_moments(
         scale = size / (size - 1)
         return ((float((scale * ua * ua).sum()), float((scale * ub * ub).sum()), float((scale * ua * ub).sum())),
                 size - 1, 1)  # fmt: skip
+    return _grouped_moments(strata, za, zb)
+
+
+def _grouped_moments(
+    strata: np.ndarray, za: np.ndarray, zb: np.ndarray
+) -> tuple[tuple[float, float, float], float, int]:
+    """:func:`stratified_moments` for any strata: clusters grouped by stratum, lone clusters pooled."""
     names, which = np.unique(strata, return_inverse=True)
     m = np.bincount(which, minlength=len(names))
     lone = m[which] == 1

@@ -6,24 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from delta_eval.metrics.intervals import _grouped_moments as _grouped
 from delta_eval.metrics.intervals import stratified_moments
-
-
-def _grouped(strata: np.ndarray, za: np.ndarray, zb: np.ndarray) -> tuple[tuple[float, float, float], float, int]:
-    """The general computation (clusters grouped by stratum, lone clusters pooled), for any strata."""
-    names, which = np.unique(strata, return_inverse=True)
-    m = np.bincount(which, minlength=len(names))
-    group = np.where(m[which] == 1, len(names), which)
-    sizes = np.bincount(group, minlength=len(names) + 1).astype(float)
-    usable = sizes > 1
-    if not usable.any():
-        return (0.0, 0.0, 0.0), 0.0, len(names)
-    mean_a = np.bincount(group, weights=za, minlength=len(sizes)) / np.maximum(sizes, 1)
-    mean_b = np.bincount(group, weights=zb, minlength=len(sizes)) / np.maximum(sizes, 1)
-    da, db = za - mean_a[group], zb - mean_b[group]
-    factor = np.where(usable, sizes / np.maximum(sizes - 1, 1), 0.0)[group]
-    moments = (float((factor * da * da).sum()), float((factor * db * db).sum()), float((factor * da * db).sum()))
-    return moments, float((sizes[usable] - 1).sum()), len(names)
 
 
 def test_one_stratum_gives_the_general_computations_moments_to_the_last_bit() -> None:

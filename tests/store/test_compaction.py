@@ -62,6 +62,16 @@ def batches(out: Path, n: int = 20, per: int = 3) -> RunFolder:
     return folder
 
 
+def uploaded_batches(s3: S3, name: str) -> tuple[str, RunFolder]:
+    """:func:`batches` in the working copy of a run at ``s3``'s ``name``, uploaded, and each write from then on."""
+    uri = s3.uri(name)
+    empty, remote = mirrored(uri)
+    folder = batches(empty.path)
+    remote.sync()
+    folder.mirror = remote
+    return uri, folder
+
+
 def rows(folder: RunFolder) -> dict[str, list[dict[str, Any]]]:
     return {name: folder.read(name).to_pylist() for name in ("verdicts", "errors", "strata")}
 
@@ -318,11 +328,7 @@ def test_a_completed_run_is_left_compacted_with_the_verdicts_of_one_that_is_not(
 def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri = s3.uri("c")
-    empty, remote = mirrored(uri)
-    folder = batches(empty.path)
-    remote.sync()  # the batches, uploaded
-    folder.mirror = remote
+    uri, folder = uploaded_batches(s3, "c")
     before = rows(folder)
     deleted: list[str] = []
     delete = RemoteFolder._delete
@@ -335,18 +341,14 @@ def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "elsewhere"))
     fresh = RunFolder(working_copy(uri))
     RemoteFolder(uri, fresh.path).pull()
-    assert fresh.path != empty.path
+    assert fresh.path != folder.path
     assert rows(fresh) == before
 
 
 def test_a_reader_s_working_copy_keeps_no_part_of_batches_merged_since_it_last_read(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri = s3.uri("r")
-    empty, remote = mirrored(uri)
-    folder = batches(empty.path)
-    remote.sync()
-    folder.mirror = remote
+    uri, folder = uploaded_batches(s3, "r")
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))
     con = de.open_run(uri)  # the reader's copy takes the run's 20 batches
     assert con.execute("SELECT count(*) FROM verdicts").fetchone() == (60,)
@@ -437,11 +439,7 @@ def test_a_pull_whose_listing_predates_the_merged_batch_lists_again(
 ) -> None:
     """A reader lists the remote, the writer then commits its merged batch and empties the old records, and the
     reader's reads of those records come after: it lists again and takes the merged batch."""
-    uri = s3.uri("stale")
-    empty, remote = mirrored(uri)
-    folder = batches(empty.path)
-    remote.sync()
-    folder.mirror = remote
+    uri, folder = uploaded_batches(s3, "stale")
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))
     stale = RemoteFolder(uri, working_copy(uri))._listing()  # the reader's listing, before the merged record
     folder.compact()
@@ -464,11 +462,7 @@ def test_a_pull_whose_listing_predates_the_merged_batch_lists_again(
 def test_a_reader_of_a_working_copy_mid_pull_sees_the_old_batches_or_the_merged_one(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri = s3.uri("window")
-    empty, remote = mirrored(uri)
-    folder = batches(empty.path)
-    remote.sync()
-    folder.mirror = remote
+    uri, folder = uploaded_batches(s3, "window")
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "reader"))
     de.open_run(uri).close()  # the reader's copy holds the 20 batches
     reader = RunFolder(working_copy(uri))
