@@ -17,8 +17,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import pytest
 
 from delta_eval.adapters.limits import ModelLimits
+from delta_eval.executors import ray_cluster
 from delta_eval.executors.ray_cluster import (
     LEASE_REUSES,
     LINGER_S,
@@ -119,7 +121,13 @@ def test_a_shard_saturating_the_model_does_not_starve_another() -> None:
     anyio.run(main)
 
 
-def test_a_slot_freed_when_no_call_waits_serves_the_next_call_then_goes_back_unused() -> None:
+def test_a_slot_freed_when_no_call_waits_serves_the_next_call_then_goes_back_unused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slot lingers LINGER_S (0.25 s) for the next call: on a loaded machine the gap between two calls can be
+    # longer. Kept as long as the calls go on here, then let go at once: what is tested is what happens, not when.
+    monkeypatch.setattr(ray_cluster, "LINGER_S", 60.0)
+
     async def main() -> None:
         limits = ModelLimits(max_concurrency=8, adaptive=False)
         actor, handle, (limiter,) = await _holders(limits, 1)
@@ -130,7 +138,13 @@ def test_a_slot_freed_when_no_call_waits_serves_the_next_call_then_goes_back_unu
         # Kept for the next call (its uses bound), not given back and leased again for every call.
         assert handle.sent["acquire_many"] == 2
         assert await actor.borrowed() == 1
-        await anyio.sleep(LINGER_S + 0.03)  # unused: it goes back to the actor, where other shards can take it
+        monkeypatch.setattr(ray_cluster, "LINGER_S", 0.0)
+        async with limiter.slot():  # used once more, then idle: it goes back to the actor for other shards
+            pass
+        for _ in range(3000):  # given back at the holder's next settling (every few milliseconds)
+            if await actor.borrowed() == 0:
+                break
+            await anyio.sleep(0.01)
         assert await actor.borrowed() == 0
         await limiter.aclose()
 
