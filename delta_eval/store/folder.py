@@ -84,6 +84,8 @@ __all__ = [
     "RunFolder",
     "Snapshot",
     "damage_message",
+    "moved_to",
+    "replaced_batches",
     "write_json_atomic",
 ]
 
@@ -158,6 +160,21 @@ def _whole_parquet(path: Path, size: int) -> bool:
     with open(path, "rb") as f:
         f.seek(-4, os.SEEK_END)
         return f.read(4) == b"PAR1"
+
+
+def replaced_batches(record: Any, batch: int) -> list[int]:
+    """The batches commit record ``record`` of batch ``batch`` says it replaces (:meth:`RunFolder.rewrite`): numbers
+    below its own; anything else is ignored."""
+    named = record.get("replaces") if isinstance(record, dict) else None
+    if not isinstance(named, list):
+        return []
+    return [n for n in named if isinstance(n, int) and not isinstance(n, bool) and 0 < n < batch]
+
+
+def moved_to(record: Any) -> int | None:
+    """The batch an emptied commit record says its rows went to (``replaced_by``), if it says one."""
+    by = record.get("replaced_by") if isinstance(record, dict) else None
+    return by if isinstance(by, int) and not isinstance(by, bool) else None
 
 
 def _sync(path: Path) -> None:
@@ -334,17 +351,8 @@ class RunFolder:
         """One pass of :meth:`scan`; ``None`` when the listing was older than a record read (a batch emptied by the
         rewrite that replaced it, committed after the listing): scanning again sees the new batch. On the ``last``
         pass such a batch is damage instead."""
-        folder = self.path / COMMITS
-        files = sorted(f for f in folder.iterdir() if _COMMITTED.match(f.name)) if folder.is_dir() else []
-        numbers = {int(f.name[:6]) for f in files}
-        read: list[tuple[int, Path, Any, str | None]] = []
-        replaced: set[int] = set()
-        for f in files:
-            batch = int(f.name[:6])
-            record, problem = self._load_commit(f, batch)
-            read.append((batch, f, record, problem))
-            if problem is None:
-                replaced.update(self._replaces(record, batch))
+        read, replaced = self._load_commits()
+        numbers = {batch for batch, _, _, _ in read}
         good: list[dict[str, Any]] = []
         damage: list[Damage] = []
         for batch, f, record, problem in read:
@@ -362,8 +370,8 @@ class RunFolder:
                 if again == record:
                     break
                 record, problem = again, problem_again
-            by = record.get("replaced_by") if problem is None else None
-            if isinstance(by, int) and by not in numbers:
+            by = moved_to(record) if problem is None else None
+            if by is not None and by not in numbers:
                 if not last:
                     return None
                 problem = f"its rows were moved to batch {by}, whose commit file {COMMITS}/{by:06d}.json is missing"
@@ -378,13 +386,15 @@ class RunFolder:
         ]  # fmt: skip
         return good, sorted(damage)
 
-    @staticmethod
-    def _replaces(record: dict[str, Any], batch: int) -> list[int]:
-        """The batches a record says its batch replaces (numbers below its own; anything else is ignored)."""
-        named = record.get("replaces")
-        if not isinstance(named, list):
-            return []
-        return [n for n in named if isinstance(n, int) and not isinstance(n, bool) and 0 < n < batch]
+    def _load_commits(self) -> tuple[list[tuple[int, Path, Any, str | None]], dict[int, int]]:
+        """Every commit file's batch, path, record and what is wrong with it as a record (:meth:`_load_commit`), in
+        batch order; and each batch a sound record says it replaces, with the batch replacing it."""
+        folder = self.path / COMMITS
+        files = sorted(f for f in folder.iterdir() if _COMMITTED.match(f.name)) if folder.is_dir() else []
+        read = [(int(f.name[:6]), f, *self._load_commit(f, int(f.name[:6]))) for f in files]
+        replaced = {old: batch for batch, _, record, problem in read if problem is None
+                    for old in replaced_batches(record, batch)}  # fmt: skip
+        return read, replaced
 
     def _load_commit(self, f: Path, batch: int) -> tuple[Any, str | None]:
         """A commit file's record and what is wrong with it as a record (its parts unchecked)."""
@@ -693,7 +703,7 @@ class RunFolder:
                     continue
                 folder = safe_paths.mkdir(self.path, self.path / name)
                 tmp = safe_paths.check(self.path, folder / f".part-000000.{uuid.uuid4().hex}.tmp")
-                staged.append((name, folder, tmp, 0))
+                staged.append((name, folder, tmp, 0))  # before the copy: a copy that fails leaves no file behind
                 staged[-1] = (name, folder, tmp, copy_rows(name, sources, tmp, keep))
             staged = [s for s in staged if s[3]]
             old = sorted(int(r["batch"]) for r in records)
@@ -723,21 +733,12 @@ class RunFolder:
     def finish_rewrites(self) -> list[int]:
         """Empty the records of batches a committed rewrite replaces that still name their files (a process killed
         during :meth:`rewrite`), and delete those files; returns their numbers."""
-        folder = self.path / COMMITS
-        records = sorted(f for f in folder.iterdir() if _COMMITTED.match(f.name)) if folder.is_dir() else []
-        by: dict[int, int] = {}
-        for f in records:
-            batch = int(f.name[:6])
-            record, problem = self._load_commit(f, batch)
-            if problem is None:
-                by.update({old: batch for old in self._replaces(record, batch)})
+        read, by = self._load_commits()
         done = []
-        for f in records:
-            batch = int(f.name[:6])
+        for batch, _, record, _ in read:
             if batch not in by:
                 continue
-            record, _ = self._load_commit(f, batch)
-            if isinstance(record, dict) and record.get("replaced_by") == by[batch] and not record.get("files"):
+            if moved_to(record) == by[batch] and not record.get("files"):
                 continue
             self._empty(batch, {"replaced_by": by[batch], "reason": "its rows were rewritten into that batch"})
             done.append(batch)

@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
+from delta_eval.store.folder import FolderLock, RunFolder, moved_to, replaced_batches
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.live_files import PROGRESS_DIR
 from delta_eval.store.tables import DATASETS
@@ -93,8 +94,6 @@ def local_run(path: str | Path) -> Path:
         raise RunFolderError(str(exc)) from None
     if uri.startswith("file://"):
         return local
-    from delta_eval.store.folder import FolderLock, RunFolder
-
     remote = RemoteFolder(uri, local)
     lock = FolderLock(local)
     try:
@@ -264,8 +263,9 @@ class RemoteFolder:
                     fetched[rel] = (data, mine.is_file() and mine.read_bytes() == data)
             # A record emptied by a rewrite committed after the listing was taken: the listing lacks the batch its
             # rows went to. Listed again, it has it.
-            moved_to = {n for data, _ in fetched.values() if (n := _field(data, "replaced_by")) is not None}
-            if all(f"{COMMITS}/{n:06d}.json" in listing for n in moved_to):
+            parsed = {rel: _parsed(data) for rel, (data, _) in fetched.items()}
+            targets = {n for record in parsed.values() if (n := moved_to(record)) is not None}
+            if all(f"{COMMITS}/{n:06d}.json" in listing for n in targets):
                 break
             time.sleep(0.05 * (attempt + 1))
         commits = self.local / COMMITS
@@ -273,17 +273,18 @@ class RemoteFolder:
             for f in commits.iterdir():
                 if _RECORD.match(f"{COMMITS}/{f.name}") and f"{COMMITS}/{f.name}" not in listing:
                     safe_paths.unlink(self.local, f)
-        replaced = {n for data, _ in fetched.values() for n in _field(data, "replaces") or []}
+        batches = {rel: int(rel[len(COMMITS) + 1 :][:6]) for rel in fetched}
+        replaced = {n for rel, record in parsed.items() for n in replaced_batches(record, batches[rel])}
 
         def order(rel: str) -> tuple[int, int]:
             # The copy stays readable throughout: a batch that replaces others is in place (its parts first) before
             # the records of those it replaces change, and a record emptied by a rewrite comes last.
-            batch = int(rel[len(COMMITS) + 1 :][:6])
-            return (2 if _field(fetched[rel][0], "replaced_by") is not None else 1 if batch in replaced else 0, batch)
+            batch = batches[rel]
+            return (2 if moved_to(parsed[rel]) is not None else 1 if batch in replaced else 0, batch)
 
         for rel in sorted(fetched, key=order):
             data, same = fetched[rel]
-            if int(rel[len(COMMITS) + 1 :][:6]) not in replaced:  # a replaced batch's rows are read from its successor
+            if batches[rel] not in replaced:  # a replaced batch's rows are read from its successor
                 for part in _parts_named(data):
                     # A changed record's parts are fetched again (a batch rewritten elsewhere keeps its part names).
                     if part in listing and (not same or _size(self.local / part) != listing[part][0]):
@@ -579,17 +580,12 @@ def _size(path: Path) -> int:
         return -1
 
 
-def _field(record: bytes, name: str) -> Any:
-    """A field of a commit record (``None`` when it is missing or the record is not readable): ``replaces`` (a list
-    of batch numbers) or ``replaced_by`` (a batch number); anything of another type is ``None``."""
+def _parsed(record: bytes) -> Any:
+    """A commit record's JSON (``None``: not readable; reading the folder then reports it as damage)."""
     try:
-        data = json.loads(record)
+        return json.loads(record)
     except ValueError:
         return None
-    value = data.get(name) if isinstance(data, dict) else None
-    if name == "replaces":
-        return [n for n in value if isinstance(n, int)] if isinstance(value, list) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _parts_named(record: bytes) -> list[str]:
