@@ -104,6 +104,7 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
                                    "weight": [1.0] * pairs, "summary": summary, "reasoning": reasoning,
                                    "judge": ["simulated:judge"] * pairs}, pairs)  # fmt: skip
     sides = {"pair_id": ids * 2, "conversation_id": conv * 2, "turn_index": [0] * (2 * pairs),
+             "conversation_key": [keys[c] for c in conv] * 2,
              "epoch": [1] * (2 * pairs), "side": ["baseline"] * pairs + ["candidate"] * pairs,
              "latency_ms": [rng.uniform(200, 2000) for _ in range(2 * pairs)],
              "cost_usd": [0.001] * (2 * pairs), "input_tokens": [900] * (2 * pairs),

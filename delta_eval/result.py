@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 from delta_eval.exceptions import RunFolderError
 from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, decide
 from delta_eval.metrics.counted import counted
+from delta_eval.metrics.decision_sql import figures_only
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
@@ -166,10 +168,13 @@ class RunResult:
             return [win_rate_of(c, e, stratum=name, **options) for name, c in sorted(groups.items())]
         return win_rate_of(groups[""], e, **options)
 
-    def decision(self, rule: DecisionRule | None = None, *, con: Any = None) -> Decision:
+    def decision(self, rule: DecisionRule | None = None, *, con: Any = None, lists: bool = False) -> Decision:
         """The decision on this run: APPROVED, PARTIAL or REJECTED, what decided it, and every number behind it
         (see :mod:`delta_eval.metrics.decision`). ``rule`` defaults to the one the run was configured with; ``con``:
-        a connection of :meth:`connect` to compute it in (default: a new one).
+        a connection of :meth:`connect` to compute it in (default: a new one). ``lists=True`` also lists each
+        side's latency of every turn and cost of every conversation (``SideMetrics.latencies_ms`` and
+        ``costs_by_conversation``, empty otherwise): a Python object each, millions on a large run, for the same
+        figures (the ``replays`` table holds every value, for a query).
 
         Example::
 
@@ -181,7 +186,8 @@ class RunResult:
         # In DuckDB over the run's Parquet files: one row per conversation reaches Python, whatever the run's size.
         db = con if con is not None else self.connect()
         try:
-            return decide("verdicts", "replays", rule, con=db)
+            with contextlib.nullcontext() if lists else figures_only():
+                return decide("verdicts", "replays", rule, con=db)
         finally:
             if con is None:
                 db.close()

@@ -39,7 +39,6 @@ from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.metrics.counted import Counted, counted, counted_with_total, shared_sums, weights_vary_sql
 from delta_eval.metrics.decision import DecisionRule
-from delta_eval.metrics.decision_sql import figures_only
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.replay.points import replay_points
@@ -249,8 +248,7 @@ class Analysis:
         cached = self._load("decision.json")
         if cached is not None:
             return dict(cached)
-        with figures_only():  # what is kept of it is figures: no list of every latency and every cost
-            d = self.result.decision(con=self.con)
+        d = self.result.decision(con=self.con)  # figures only: no list of every latency and every cost
         view = decision_view(d)
         evidence = {"tests": [{"text": text, "links": [list(x) for x in links]} for text, links in view["tests"]],
                     "gates": view["gates"], "strata": view["strata"]}  # fmt: skip

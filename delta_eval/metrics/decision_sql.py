@@ -12,6 +12,7 @@ test holds it equal to the decision on the same rows in memory.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -42,7 +43,8 @@ _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome":
 _REPLAY_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "side": "VARCHAR", "error": "VARCHAR",
                  "latency_ms": "DOUBLE", "cost_usd": "DOUBLE", "n_tool_calls": "BIGINT",
                  "invalid_tool_calls": "BIGINT", "matches_recorded": "BOOLEAN", "text_instead_of_action": "BOOLEAN",
-                 "no_decision": "BOOLEAN", "final_text": "VARCHAR", "epoch": "BIGINT"}  # fmt: skip
+                 "no_decision": "BOOLEAN", "final_text": "VARCHAR", "epoch": "BIGINT",
+                 "conversation_key": "BIGINT"}  # fmt: skip
 #: What Python's ``str.strip()`` removes (``str.isspace``), as an RE2 class: a final text of only these is empty.
 _SPACE = r"[\t\n\x0b\x0c\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]*"
 #: A row's conversation as the rows path names it (``str`` of it: a missing one is ``"None"``).
@@ -66,9 +68,14 @@ class Source:
         self._made: list[str] = []
         self._known: dict[str, set[str]] = {}
         self._counts: dict[str, Any] | None = None
-        #: Each side's conversations (sorted by name, an Arrow array) and their costs (NaN where unpriced), as
-        #: :func:`side_metrics_of` found them: what the cost gate reads, without rebuilding them from the sides.
+        self._keyed: bool | None = None
+        #: Each side's conversations (an Arrow array of their keys, or of their ids where a replay has no key, in
+        #: order) and their costs (NaN where unpriced), as :func:`side_metrics_of` found them: what the cost gate
+        #: reads, without rebuilding them from the sides.
         self.costs: dict[str, tuple[pa.Array, np.ndarray]] = {}
+        #: What :attr:`costs` names the replays' conversations by (set by :func:`side_metrics_of`): a SQL expression
+        #: over the replays' columns.
+        self.replay_cluster = f"({_CLUSTER})::VARCHAR"
         #: Each side's turns and errors per conversation (in the order of :attr:`costs`), as
         #: :func:`side_metrics_of` counted them: what the error-rate gate reads when every pair is complete.
         self.turns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -106,6 +113,16 @@ class Source:
         self.db.execute(f"CREATE TEMP VIEW {view} AS SELECT {', '.join(cols)} FROM {name}")
         self._made.append(view)
         return view
+
+    def replays_keyed(self) -> bool:
+        """Whether every replay has its conversation's key (:mod:`delta_eval.store.conversation_key`), as a run's
+        replays have since they carry one (and older ones once the run is merged): their conversations are then
+        grouped on it. A replay without one (written before, or of no conversation: the ids' text names those
+        apart) has them grouped on the ids' text, as before."""
+        if self._keyed is None:
+            self._keyed = self.replays is not None and not self.db.execute(
+                f"SELECT count(*) FROM {self.replays} WHERE conversation_key IS NULL").fetchall()[0][0]  # fmt: skip
+        return self._keyed
 
     def epochs(self) -> list[int]:
         """The epochs the verdicts hold (a missing or zero epoch is the first), sorted."""
@@ -231,11 +248,11 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
                 f"WHERE r.side <> 'recorded')")  # fmt: skip
     else:
         rows = f"(SELECT *, false AS recorded_acted, {_no_decision(src)} AS nd FROM {r} WHERE side <> 'recorded')"
-    found, sums = _side_sums(src, rows, bool(recorded))
-    # Each side's conversations (sorted by side, then name: each side's a run of rows) and their costs, None where
-    # unpriced, as the rows path gives them.
+    found, sums = _side_sums(src, rows, bool(recorded), named=items)
+    # Each side's conversations (sorted by side: each side's a run of rows) and their costs, None where unpriced, as
+    # the rows path gives them.
     priced = found["cost"]
-    names: list[str] = found["cl"].to_pylist() if items else []
+    names: list[str] = found["names"].to_pylist() if items else []
     values: list[float | None] = []
     if items:
         held = priced.astype(object)
@@ -286,7 +303,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
             latency_p50_ms=p50,
             latency_p95_ms=p95,
             latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),
-            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == count else None,
+            cost_per_conversation=(math.fsum(known) / len(known)) if known and len(known) == count else None,
             latencies_ms=latencies.tolist() if items else [],
             costs_by_conversation=own,
         )
@@ -304,7 +321,8 @@ INVALID_TOOL_CALLS = Metric(a="coalesce(invalid_tool_calls, 0)", ta="coalesce(n_
 _EXACT = 2**53
 
 
-def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], dict[str, dict[str, PairedSums]]]:
+def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
+               ) -> tuple[dict[str, Any], dict[str, dict[str, PairedSums]]]:  # fmt: skip
     """Per side (and conversation), the sums of each side's rates over ``rows`` (the non-recorded replays with
     ``nd`` and ``recorded_acted``) and each conversation's cost, from one GROUP BY with the fewest aggregates: what
     :func:`~delta_eval.metrics.sql_sums.paired_sums` gives of the same metrics (``per_conversation`` as it fills
@@ -313,10 +331,19 @@ def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], 
     Every rate but the invalid tool calls' is of 0/1 events over one unit a turn: its sums are two counts, and
     whether a conversation saw an event or a non-event follows from them. The turns without an error are the
     turns less the errors (no count of their own); the three flags of the invalid tool calls (an invalid call, a
-    valid one, any call seen) are bits of one ``bit_or``."""
+    valid one, any call seen) are bits of one ``bit_or``.
+
+    The conversations are grouped on their keys where every replay has one (:meth:`Source.replays_keyed`: half the
+    time of grouping on the ids' text), by side then key; their ids are read too only when ``named`` (the costs
+    listed by conversation). Otherwise on the ids, by side then id. The order changes no sum: each is of
+    integers, or (the costs) summed apart from it."""
     ok = "error IS NULL"
     texts = recorded  # without recorded rows production acted nowhere: the rate applies to no turn
-    cols = [f"({_CLUSTER})::VARCHAR AS cl", "(side)::VARCHAR AS grp", "cost_usd",
+    keyed = src.replays_keyed()
+    src.replay_cluster = "conversation_key" if keyed else f"({_CLUSTER})::VARCHAR"
+    named_too = keyed and named
+    cols = [f"{src.replay_cluster} AS cl", *([f"({_CLUSTER})::VARCHAR AS name"] if named_too else []),
+            "(side)::VARCHAR AS grp", "cost_usd",
             "(error IS NOT NULL)::DOUBLE AS fails",
             f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END AS inv",
             f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END AS calls",
@@ -329,7 +356,8 @@ def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], 
         counts += ["t_n", "t_a"]
 
     def query(packed: bool) -> pa.Table:
-        aggs = ["count(*)::DOUBLE AS n", *_count_sums(counts, packed), "sum(inv) AS inv", "sum(calls) AS calls",
+        aggs = [*(["any_value(name) AS name"] if named_too else []), "count(*)::DOUBLE AS n",
+                *_count_sums(counts, packed), "sum(inv) AS inv", "sum(calls) AS calls",
                 "bit_or((inv > 0)::INTEGER + 2 * (calls - inv > 0)::INTEGER + 4 * (calls > 0)::INTEGER) AS seen",
                 # fsum (compensated, Kahan-Neumaier): a conversation's cost whatever order its rows are read in
                 # (threads over row groups combine plain sums in any order: a baseline against itself read a cost
@@ -343,14 +371,20 @@ def _side_sums(src: Source, rows: str, recorded: bool) -> tuple[dict[str, Any], 
     packed = not len(n_all) or float(n_all.max()) < 2**_FIELD
     if not packed:  # a conversation of 2**13 turns of a side or more: a sum of each count
         got = query(packed=False)
-    # The conversations in PairedSums.of's order: by side, then by name.
-    order = text_order([got.column("grp"), got.column("cl")])
+    if keyed:  # by side, then key
+        grp = got.column("grp")
+        sides = pc.unique(grp).sort()
+        order = np.lexsort((got.column("cl").to_numpy(), pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
+    else:  # PairedSums.of's order: by side, then by name
+        order = text_order([got.column("grp"), got.column("cl")])
     data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False))[order] for k in got.column_names
-            if k not in ("grp", "cl")}  # fmt: skip
+            if k not in ("grp", "cl", "name")}  # fmt: skip
     if packed:
         data.update(_unpacked(data, counts))
     bounds = _runs(pc.take(got.column("grp"), order))
-    found = {"runs": bounds, "cl": pc.take(got.column("cl"), order), "cost": data["cost"].astype(float)}
+    cl = pc.take(got.column("cl"), order)
+    found = {"runs": bounds, "cl": cl, "cost": data["cost"].astype(float),
+             "names": pc.take(got.column("name"), order) if named_too else cl}  # fmt: skip
     out: dict[str, dict[str, PairedSums]] = {}
     for side, (lo, hi) in bounds.items():
         n, fails = data["n"][lo:hi].astype(float), data["fails"][lo:hi].astype(float)
@@ -486,8 +520,8 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
 
 def _cost_ratio(src: Source) -> Rate | None:
     """:func:`~delta_eval.metrics.sides.cost_ratio` from the sides' arrays (``None`` without both), at its default
-    confidence as :func:`~delta_eval.metrics.gates.side_gate` computes it: the conversations in order already, and
-    the same ones on both sides in a run (no lookup)."""
+    confidence as :func:`~delta_eval.metrics.gates.side_gate` computes it: the same conversations on both sides in
+    a run, in the same order (no lookup)."""
     if "candidate" not in src.costs or "baseline" not in src.costs:
         return None
     (names, y), (theirs, x) = src.costs["candidate"], src.costs["baseline"]
@@ -496,7 +530,7 @@ def _cost_ratio(src: Source) -> Rate | None:
     x_all = pa.array(x, pa.float64(), mask=np.isnan(x))
     if not names.equals(theirs):
         x_all = x_all.take(pc.index_in(names, theirs))
-    return cost_ratio_of(names, y_all, x_all, sorted_names=True)
+    return cost_ratio_of(y_all, x_all)
 
 
 def _none_undecided(src: Source, w: str, counted: Counted | None) -> StratumSums | None:
@@ -585,7 +619,7 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
     baseline_failed = "baseline" in src.turns and bool(src.turns["baseline"][1].any())
     failed = fetch_table(
         src.db,
-        f"SELECT ({_CLUSTER})::VARCHAR AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
+        f"SELECT {src.replay_cluster} AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
         f"FROM {r} c SEMI JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
         "ON f.pair_id = c.pair_id WHERE c.side = 'candidate' GROUP BY cl",
     ) if baseline_failed else None  # fmt: skip

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.distributions import binom_ppf
 from delta_eval.metrics.frames import Rows, rows_of
-from delta_eval.metrics.intervals import ClusteredMean, ClusterSums, clustered_mean, t_interval
+from delta_eval.metrics.intervals import ClusteredMean, ClusterSums, t_interval
 
 __all__ = [
     "SIDE_COLUMNS",
@@ -220,7 +220,7 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
             latency_p50_ms=p50,
             latency_p95_ms=p95,
             latency_p95_ci_ms=None if lo95 is None or hi95 is None else (lo95, hi95),
-            cost_per_conversation=(sum(known) / len(known)) if known and len(known) == len(costs) else None,
+            cost_per_conversation=(math.fsum(known) / len(known)) if known and len(known) == len(costs) else None,
             latencies_ms=latencies,
             costs_by_conversation=costs,
         )
@@ -236,15 +236,13 @@ def cost_ratio(candidate: SideMetrics, baseline: SideMetrics, confidence: float 
     names = pa.array(list(cand), pa.string())
     y_all = pa.array(list(cand.values()), pa.float64())  # None: null
     x_all = pa.array(list(base.values()), pa.float64()).take(pc.index_in(names, pa.array(list(base), pa.string())))
-    return cost_ratio_of(names, y_all, x_all, confidence)
+    return cost_ratio_of(y_all, x_all, confidence)
 
 
-def cost_ratio_of(names: pa.Array, y_all: pa.Array, x_all: pa.Array, confidence: float = 0.95, *,
-                  sorted_names: bool = False) -> Rate:  # fmt: skip
-    """:func:`cost_ratio` of the candidate's conversations ``names`` (distinct), their costs ``y_all`` and the
-    baseline's costs of the same conversations ``x_all`` (Arrow float arrays, null where unpriced or not replayed);
-    ``sorted_names``: the names are in order already (of their UTF-8 bytes), so they need no sort. Totals are summed
-    by Python, in the order of ``names``."""
+def cost_ratio_of(y_all: pa.Array, x_all: pa.Array, confidence: float = 0.95) -> Rate:
+    """:func:`cost_ratio` of the candidate's conversations' costs ``y_all`` and the baseline's costs of the same
+    conversations ``x_all`` (Arrow float arrays in the same order, each conversation once, null where unpriced or
+    not replayed). The same conversations in any order give the same figures, to the last bit."""
     both = np.flatnonzero(pc.and_(y_all.is_valid(), x_all.is_valid()).to_numpy(zero_copy_only=False))
     x = x_all.to_numpy(zero_copy_only=False)[both].astype(float)
     y = y_all.to_numpy(zero_copy_only=False)[both].astype(float)
@@ -252,26 +250,19 @@ def cost_ratio_of(names: pa.Array, y_all: pa.Array, x_all: pa.Array, confidence:
     if len(both) and not x.any() and not y.any():
         return Rate(value=1.0, ci_low=1.0, ci_high=1.0, numerator=0.0, n=0.0)  # both free: the same cost
     if not keep.any():
-        return Rate(value=None, ci_low=0.0, ci_high=math.inf, numerator=sum(y.tolist()), n=sum(x.tolist()))
-    mean = _one_per_cluster_mean(y[keep] / x[keep], x[keep], names.take(pa.array(both[keep])), sorted_names)
+        return Rate(value=None, ci_low=0.0, ci_high=math.inf, numerator=math.fsum(y), n=math.fsum(x))
+    mean = _one_per_cluster_mean(y[keep] / x[keep], x[keep])
     assert mean.estimate is not None
     lo, hi = t_interval(mean, confidence, lower=0.0, upper=math.inf)
-    return Rate(value=mean.estimate, ci_low=lo, ci_high=hi, numerator=sum(y.tolist()), n=sum(x.tolist()))
+    return Rate(value=mean.estimate, ci_low=lo, ci_high=hi, numerator=math.fsum(y), n=math.fsum(x))
 
 
-def _one_per_cluster_mean(values: np.ndarray, weights: np.ndarray, names: pa.Array, in_order: bool = False
-                          ) -> ClusteredMean:  # fmt: skip
-    """:func:`~delta_eval.metrics.intervals.clustered_mean` of values each in a cluster of its own (``names``, all
-    distinct), one stratum: the clusters in order of name (Arrow's order of UTF-8 bytes is numpy's of code points)
-    and each one's sums its own value, without the conversion of every name to a numpy string and their sort (nor
-    any sort when ``in_order``: the names are in that order already)."""
-    if pc.any(pc.ends_with(names, "\x00")).as_py():  # numpy strings drop trailing NULs: let it order those
-        return clustered_mean(values, weights=weights, clusters=names.to_pylist())
-    if in_order:
-        y, w = values, weights
-    else:
-        order = pc.sort_indices(names).to_numpy()
-        y, w = values[order], weights[order]
+def _one_per_cluster_mean(values: np.ndarray, weights: np.ndarray) -> ClusteredMean:
+    """:func:`~delta_eval.metrics.intervals.clustered_mean` of values each in a cluster of its own, one stratum,
+    summed in an order of their own (by value, then weight): the same clusters in any order (of their names, of
+    their keys, of a run's files) give the same sums to the last bit, with no name read or sorted."""
+    order = np.lexsort((weights, values))
+    y, w = values[order], weights[order]
     # + 0.0: the per-cluster sums of clustered_mean start from 0.0 (a -0.0 becomes 0.0 there too).
     return ClusterSums(strata=[""] * len(y), wy=w * y + 0.0, w=w + 0.0, w2y2=w * w * y * y + 0.0,
                        w2y=w * w * y + 0.0, w2=w * w + 0.0, n=len(y)).mean()  # fmt: skip

@@ -11,7 +11,7 @@ The copy reads each part file a row group at a time and writes row groups of Duc
 or of :data:`BUFFER_BYTES`, whichever comes first: memory stays bounded by that and by the largest row group read
 (a batch's part is one row group: as large in memory as when its batch was committed), not by the batches merged.
 Rows keep their order, and files written by an older version read with the current schema (a column they lack
-holds nulls, as a view over them shows).
+holds nulls, as a view over them shows), but for the conversations' keys, which are filled in from their ids.
 
 Example:
     >>> records = [{"batch": n, "files": {"verdicts": [f"verdicts/part-{n:06d}.parquet"]},
@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.tables import SCHEMAS, TABLES
 
 __all__ = ["BUFFER_BYTES", "MIN_BATCHES", "ROW_GROUP_ROWS", "TARGET_BYTES", "copy_rows", "plan"]
@@ -96,8 +98,26 @@ def _batches(source: Path, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         if file.schema_arrow.equals(schema):
             yield from file.iter_batches(batch_size=READ_ROWS)
             return
+        had = set(file.schema_arrow.names)
     scan = pads.dataset(source, schema=schema, format="parquet")
-    yield from scan.to_batches(batch_size=READ_ROWS, batch_readahead=1, fragment_readahead=1)
+    keyed = KEY in schema.names and KEY not in had and "conversation_id" in had
+    for batch in scan.to_batches(batch_size=READ_ROWS, batch_readahead=1, fragment_readahead=1):
+        yield _with_keys(batch) if keyed else batch
+
+
+#: The column of a conversation's key (see :mod:`delta_eval.store.conversation_key`).
+KEY = "conversation_key"
+
+
+def _with_keys(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` of a file written before its dataset had conversation keys, with them filled in from the
+    conversations' ids, as a run writes them now: the merged file's queries group on them (each distinct id hashed
+    once)."""
+    ids = batch.column("conversation_id")
+    distinct = pc.unique(ids)
+    keys = pa.array([conversation_key(c) for c in distinct.to_pylist()], pa.int64())
+    filled = keys.take(pc.index_in(ids, distinct))
+    return batch.set_column(batch.schema.get_field_index(KEY), KEY, filled)
 
 
 #: What a rewrite keeps of a dataset's rows: called with the dataset's name and a record batch of its rows.

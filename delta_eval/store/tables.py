@@ -1,6 +1,7 @@
 """The datasets of a run folder, each declared once from its schema type (see :mod:`delta_eval.store.rows`).
 
-- ``replays``: three rows a pair (baseline, candidate, and the recorded production turn), steps as nested lists;
+- ``replays``: three rows a pair (baseline, candidate, and the recorded production turn), steps as nested lists
+  (and ``conversation_key``, as the verdicts');
 - ``verdicts``: one row a pair, with the stage that decided it (and ``conversation_key``, its conversation's id as
   a 64-bit integer: see :mod:`delta_eval.store.conversation_key`);
 - ``judgements``: one row per judge call (stage 2 and 3), so both-order judging and panels keep every answer;
@@ -35,7 +36,11 @@ TABLES: dict[str, Table[Any]] = {
     "replays": Table(
         Replay,
         flatten={"output": "", "usage": ""},
-        computed={"n_tool_calls": Computed(pa.int64(), lambda r: len(r.output.tool_calls))},
+        computed={
+            "n_tool_calls": Computed(pa.int64(), lambda r: len(r.output.tool_calls)),
+            # The side metrics group each side's replays by conversation on it, as the verdicts' below.
+            "conversation_key": Computed(pa.int64(), lambda r: conversation_key(r.conversation_id)),
+        },
     ),
     "verdicts": Table(
         Verdict,

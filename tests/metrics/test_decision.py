@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -269,8 +270,16 @@ def test_the_cost_ratio_is_the_clustered_mean_of_each_conversations_ratio() -> N
     x = np.array([base[n] for n in both])
     y = np.array([cand[n] for n in both])
     keep = x > 0
-    mean = clustered_mean(y[keep] / x[keep], weights=x[keep], clusters=np.asarray(both)[keep])
+    ratios, weights = y[keep] / x[keep], x[keep]
+    # The conversations summed in an order of their own (by ratio, then weight), not of their names.
+    rank = np.empty(len(ratios), dtype=int)
+    rank[np.lexsort((weights, ratios))] = np.arange(len(ratios))
+    mean = clustered_mean(ratios, weights=weights, clusters=[f"{r:06d}" for r in rank])
     lo, hi = t_interval(mean, 0.95, lower=0.0, upper=float("inf"))
     got = cost_ratio(side(cand), side(base))
     assert (got.value, got.ci_low, got.ci_high) == (mean.estimate, lo, hi)
-    assert (got.numerator, got.n) == (sum(y.tolist()), sum(x.tolist()))
+    assert (got.numerator, got.n) == (math.fsum(y), math.fsum(x))
+    by_name = clustered_mean(ratios, weights=weights, clusters=np.asarray(both)[keep])
+    assert got.value == pytest.approx(by_name.estimate, rel=1e-12)
+    # The same conversations in another order (a resumed run's files, keys instead of names): the same bits.
+    assert cost_ratio(side(dict(reversed(cand.items()))), side(dict(reversed(base.items())))) == got

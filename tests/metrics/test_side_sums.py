@@ -11,13 +11,14 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-from hypothesis import Phase, given, seed, settings
+from hypothesis import Phase, example, given, seed, settings
 from hypothesis import strategies as st
 
 from delta_eval.metrics import decision_sql
 from delta_eval.metrics.decision_sql import Source
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.sql_sums import Metric, paired_sums
+from delta_eval.store.conversation_key import conversation_key
 
 #: The sides' metrics as the decision read them through paired_sums (the reference).
 REFERENCE = {
@@ -50,6 +51,18 @@ def replays(draw: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _same_conversations(x: PairedSums, y: PairedSums) -> None:
+    """The same sums of the same conversations, in whatever order each lists them (counts: every total is the
+    same double in any order)."""
+
+    def each(s: PairedSums) -> list[tuple[Any, ...]]:
+        return sorted(zip(s.strata, s.a, s.ta, s.b, s.tb, *s.seen, strict=True))
+
+    assert each(x) == each(y)
+    assert np.array_equal(x.iid, y.iid)
+    assert x.pairs == y.pairs
+
+
 def _same(x: PairedSums, y: PairedSums, where: str) -> None:
     for field in ("strata", "a", "ta", "b", "tb", "seen", "iid"):
         mine, theirs = getattr(x, field), getattr(y, field)
@@ -60,9 +73,23 @@ def _same(x: PairedSums, y: PairedSums, where: str) -> None:
 
 @seed(20)
 @settings(max_examples=150, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(replays())
-def test_the_sides_sums_are_those_of_paired_sums(rows: list[dict[str, Any]]) -> None:
-    _same_side_sums(rows)
+@given(replays(), st.sampled_from(["all", "some", "none"]))
+@example([{"pair_id": f"p{i}", "side": side, "conversation_id": f"c{i % 3}", "error": None, "n_tool_calls": i,
+           "invalid_tool_calls": 1, "matches_recorded": True, "text_instead_of_action": False, "no_decision": None,
+           "final_text": "ok", "cost_usd": 0.1 * i, "latency_ms": 1.0}
+          for i in range(7) for side in ("baseline", "candidate", "recorded")], "all")  # fmt: skip
+def test_the_sides_sums_are_those_of_paired_sums(rows: list[dict[str, Any]], keyed: str) -> None:
+    """With every replay's conversation keyed (grouped on the keys, ordered by them), some or none (on the ids)."""
+    _same_side_sums(_keyed(rows, keyed))
+
+
+def _keyed(rows: list[dict[str, Any]], keyed: str) -> list[dict[str, Any]]:
+    """The replays with their conversations' keys (none for a replay of no conversation): every one's, every other
+    one's, or none (no such column, as in a run written before replays had them)."""
+    if keyed == "none":
+        return rows
+    return [{**r, "conversation_key": conversation_key(r["conversation_id"]) if keyed == "all" or i % 2 else None}
+            for i, r in enumerate(rows)]  # fmt: skip
 
 
 def test_a_conversation_of_more_turns_than_a_packed_count_holds_is_summed_as_well() -> None:
@@ -98,12 +125,21 @@ def _same_side_sums(rows: list[dict[str, Any]]) -> None:
                 a="coalesce(text_instead_of_action, false)", where="error IS NULL AND recorded_acted", binary=True
             )
         theirs: dict[str, Any] = {}
-        expected = paired_sums(db, source, metrics, cluster="coalesce(conversation_id, 'None')", group="side",
-                               extra={"cost": COST}, carry=["cost_usd"], per_conversation=theirs)  # fmt: skip
+        # Grouped on the keys where every replay has one, in their order: as text that sorts as they do.
+        keyed = src.replays_keyed()
+        assert keyed == (bool(rows) and all(r.get("conversation_key") is not None for r in rows)) or not rows
+        cluster = (f"lpad((conversation_key::HUGEINT + {2**63})::VARCHAR, 20, '0')" if keyed
+                   else "coalesce(conversation_id, 'None')")  # fmt: skip
+        expected = paired_sums(db, source, metrics, cluster=cluster, group="side", extra={"cost": COST},
+                               carry=["cost_usd"], per_conversation=theirs)  # fmt: skip
         found, got = decision_sql._side_sums(src, source, recorded)
         products = decision_sql._products(src)
         assert found["runs"] == theirs["runs"]
-        assert found["cl"].equals(theirs["cl"])
+        names = theirs["cl"].to_pylist()
+        assert found["cl"].to_pylist() == ([int(k) - 2**63 for k in names] if keyed else names)
+        # Each conversation's id beside its key, for the costs listed by conversation.
+        ids = {r["conversation_key"]: str(r["conversation_id"]) for r in rows} if keyed else {}
+        assert found["names"].to_pylist() == ([ids[k] for k in found["cl"].to_pylist()] if keyed else names)
         assert np.array_equal(found["cost"], theirs["cost"].astype(float), equal_nan=True)
         assert set(got) == set(expected)
         for side, sums in expected.items():
@@ -138,8 +174,10 @@ def pairs_of_replays(draw: Any) -> list[dict[str, Any]]:
 
 @seed(21)
 @settings(max_examples=150, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(pairs_of_replays())
-def test_the_error_gate_of_complete_pairs_is_that_of_the_join(rows: list[dict[str, Any]]) -> None:
+@given(pairs_of_replays(), st.sampled_from(["all", "some", "none"]))
+def test_the_error_gate_of_complete_pairs_is_that_of_the_join(rows: list[dict[str, Any]], keyed: str) -> None:
+    """With the conversations keyed (the gate's in the order of their keys, the join's of their ids) or not."""
+    rows = _keyed(rows, keyed)
     db = duckdb.connect()
     try:
         db.register("v", pa.table({"pair_id": pa.array([], pa.string())}))
@@ -157,6 +195,8 @@ def test_the_error_gate_of_complete_pairs_is_that_of_the_join(rows: list[dict[st
         assert got[1] == expected[1]
         if expected[0] is None:
             assert got[0] is None
+        elif src.replays_keyed():
+            _same_conversations(got[0], expected[0])
         else:
             _same(got[0], expected[0], "error_rate")
         src.close()

@@ -24,9 +24,11 @@ from delta_eval.exceptions import RunFolderChangedError
 from delta_eval.schema import Stratum
 from delta_eval.store import compaction
 from delta_eval.store.compaction import ROW_GROUP_ROWS, copy_rows, plan
+from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.remote import RemoteFolder
+from delta_eval.store.tables import SCHEMAS
 from delta_eval.uris import WORK_DIR_ENV, working_copy
 from tests.apart import Apart
 from tests.object_store import S3, mirrored
@@ -221,10 +223,14 @@ def test_removing_rows_rewrites_the_rest_and_a_kill_between_loses_nothing(
 
 
 def test_files_of_an_older_version_are_merged_under_the_current_schema(tmp_path: Path) -> None:
-    """A batch written before ``conversation_key`` existed: its rows read with nulls there, as a view shows them."""
+    """A batch written before ``conversation_key`` existed: its rows read with the current schema, and their keys
+    are filled in from the conversations' ids (none for a row without one), as the run writes them now."""
     folder = batches(tmp_path)
     part = tmp_path / "verdicts" / "part-000003.parquet"
     old = pq.read_table(part).drop_columns(["conversation_key"])
+    ids = old.column("conversation_id").to_pylist()
+    ids[1] = ""  # a pair of no conversation: no key
+    old = old.set_column(old.schema.get_field_index("conversation_id"), "conversation_id", pa.array(ids))
     pq.write_table(old, part)
     record_path = tmp_path / "_commits" / "000003.json"
     record = json.loads(record_path.read_bytes())
@@ -233,9 +239,10 @@ def test_files_of_an_older_version_are_merged_under_the_current_schema(tmp_path:
     folder.compact()
     merged = folder.read("verdicts")
     keys = dict(zip(merged.column("pair_id").to_pylist(), merged.column("conversation_key").to_pylist(), strict=True))
-    assert keys["p1-0"] is None
-    assert keys["p2-0"] is not None
+    assert [keys[f"p1-{i}"] for i in range(3)] == [conversation_key("c1"), None, conversation_key("c1")]
+    assert keys["p2-0"] == conversation_key("c2")
     assert len(keys) == 60
+    assert merged.schema == SCHEMAS["verdicts"]
 
 
 def test_copy_rows_writes_row_groups_of_duckdbs_size_and_bounds_its_buffer(tmp_path: Path) -> None:
