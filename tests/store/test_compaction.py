@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import delta_eval as de
+from delta_eval import interrupts
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import RunFolderChangedError, RunFolderError
 from delta_eval.schema import Stratum
@@ -630,3 +633,70 @@ def test_views_opened_before_a_merge_still_read_under_a_low_open_file_limit(tmp_
         con.close()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_merge_at_a_runs_end_leaves_the_awaiting_callers_event_loop_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completed run merges its batches off the event loop: a task of the loop awaiting the run goes on while the
+    merge is under way (the merge waits for it: on the loop's thread it would wait in vain), and the display says
+    "saving" meanwhile."""
+    merging, ticked = threading.Event(), threading.Event()
+    seen: list[tuple[bool, str]] = []
+    progress = de.RunProgress()
+    real = RunFolder.compact
+
+    def compact_waiting_for_the_loop(self: RunFolder) -> list[int]:
+        merging.set()
+        seen.append((ticked.wait(timeout=20), progress.phase))
+        return real(self)
+
+    monkeypatch.setattr(RunFolder, "compact", compact_waiting_for_the_loop)
+    config = demo_config(tmp_path / "run", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+
+    async def tick() -> None:
+        await anyio.to_thread.run_sync(merging.wait, abandon_on_cancel=True)
+        ticked.set()  # on the loop's thread: only once the loop is free
+
+    async def main() -> de.RunResult:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            result = await de.arun(config, conversations=demo_conversations(), progress=progress)
+            tg.cancel_scope.cancel()
+        return result
+
+    try:
+        result = anyio.run(main)
+    finally:
+        merging.set()  # the waiting thread ends, whatever happened
+    assert seen == [(True, "saving")]
+    assert result.status == "completed"
+    assert progress.phase == "completed"
+    assert len(parts(result.path, "verdicts")) < 4
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+def test_a_ctrl_c_during_the_merge_waits_for_it_and_the_run_is_recorded_completed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a completed run merges its batches (on a thread of its own): the merge and the manifest are
+    finished first, then the Ctrl-C is raised."""
+    real = RunFolder.compact
+
+    def compact_with_a_ctrl_c(self: RunFolder) -> list[int]:
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        deadline = time.monotonic() + 20
+        while interrupts._state.held is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # until the main thread's handler has held it
+        return real(self)
+
+    monkeypatch.setattr(RunFolder, "compact", compact_with_a_ctrl_c)
+    config = demo_config(tmp_path / "run", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+    with pytest.raises(KeyboardInterrupt):
+        de.run(config, conversations=demo_conversations(), progress=False)
+    monkeypatch.undo()
+    result = de.open_result(config.out)
+    assert result.status == "completed"
+    assert result.damage == []
+    assert result.table("verdicts").num_rows == result.counts.pairs
+    assert len(parts(config.out, "verdicts")) < 4
