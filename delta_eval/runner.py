@@ -518,7 +518,8 @@ async def execute(
             # large run); the status once the manifest says it.
             p.phase = "saving"
             try:
-                manifest = session.close(
+                close = functools.partial(
+                    session.close,
                     status,
                     seconds=time.monotonic() - started,
                     pairs_decided=p.decided,
@@ -528,6 +529,12 @@ async def execute(
                     stopped_early=stages.stop.reason if stages.stop is not None else None,
                     failure=failure,
                 )
+                # Off the loop: counting the run's rows and merging its batches take seconds on a large run, which a
+                # caller awaiting the run in a loop of its own would otherwise lose. Nothing else touches the
+                # session by now (the pool is closed, the estimate joined), and its cache may be closed from
+                # another thread.
+                with anyio.CancelScope(shield=True):
+                    manifest = await anyio.to_thread.run_sync(close)
             except Exception:
                 if status == "completed":
                     raise

@@ -45,7 +45,7 @@ import re
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -126,9 +126,9 @@ class Mirror(Protocol):
     def batch_committed(self, batch: int) -> None:
         """A batch was committed (its record is written)."""
 
-    def batch_dropped(self, batch: int, parts: list[str] | None = None) -> None:
-        """A batch was dropped or replaced (its record, naming no file, is written; its parts deleted: ``parts``,
-        when its record named them, else every dataset's)."""
+    def batches_dropped(self, dropped: Sequence[tuple[int, list[str] | None]]) -> None:
+        """Batches were dropped or replaced: for each, its record (naming no file) is written, its parts deleted
+        (those its record named, else every dataset's: ``None``)."""
 
     def manifest_written(self) -> None:
         """The manifest was written."""
@@ -653,8 +653,7 @@ class RunFolder:
         batch are no longer done: a rerun recomputes them (their answers come from the response cache). Returns
         what was dropped."""
         damage = self.damage()
-        for d in damage:
-            self.drop(d.batch, d.problem)
+        self._empty_all([(d.batch, {"dropped": d.problem}, None) for d in damage])
         self.finish_rewrites()
         self.recover()
         return damage
@@ -662,11 +661,21 @@ class RunFolder:
     def drop(self, batch: int, reason: str) -> None:
         """Remove a batch: its part files go, and a commit record saying why takes its number (so the numbers stay
         without gaps). Its rows are no longer in the run."""
-        self._empty(batch, {"dropped": reason})
+        self._empty_all([(batch, {"dropped": reason}, None)])
+
+    def _empty_all(self, batches: list[tuple[int, dict[str, Any], list[str] | None]]) -> None:
+        """:meth:`_empty` each of ``batches`` (number, why, the parts its record named or ``None``), then the same
+        on the :attr:`mirror`, in one go: there the requests go out together (see :meth:`~delta_eval.store.remote.
+        RemoteFolder.batches_dropped`). Stopped part way, the mirror keeps the old records, which the next
+        session's pull brings back and its repair empties again."""
+        for batch, why, named in batches:
+            self._empty(batch, why, named)
+        if self.mirror is not None and batches:
+            self.mirror.batches_dropped([(batch, named) for batch, _, named in batches])
 
     def _empty(self, batch: int, why: dict[str, Any], named: list[str] | None = None) -> None:
         """Replace a batch's record by one that names no file and says ``why``, then delete its part files (those
-        its record ``named``, when known: on an object store each is a request; else every dataset's)."""
+        its record ``named``, when known; else every dataset's). Not on the mirror: see :meth:`_empty_all`."""
         commits = safe_paths.mkdir(self.path, self.path / COMMITS)
         names = named if named is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
         parts = [safe_paths.check(self.path, self.path / rel) for rel in names]
@@ -679,8 +688,6 @@ class RunFolder:
         write_json_atomic(commits / f"{batch:06d}.json", record, root=self.path)
         for part in parts:
             safe_paths.unlink(self.path, part, missing_ok=True)
-        if self.mirror is not None:
-            self.mirror.batch_dropped(batch, names if named is not None else None)
         self._media = None  # the batch may have held media: read what is left when next needed
 
     def rewrite(self, records: list[dict[str, Any]], reason: str, *, keep: Keep | None = None,
@@ -708,8 +715,7 @@ class RunFolder:
             staged = [s for s in staged if s[3]]
             old = sorted(int(r["batch"]) for r in records)
             if not staged:
-                for batch in old:
-                    self.drop(batch, reason)
+                self._empty_all([(batch, {"dropped": reason}, None) for batch in old])
                 return None
             carried = {"run": records[-1]["run"]} if "run" in records[-1] else {}  # the header, if none is set here
             for _, _, tmp, _ in staged:
@@ -726,22 +732,17 @@ class RunFolder:
         _sync(self.path / COMMITS / f"{batch:06d}.json")
         _sync(self.path / COMMITS)
         named = {int(r["batch"]): [rel for rels in r["files"].values() for rel in rels] for r in records}
-        for number in old:
-            self._empty(number, {"replaced_by": batch, "reason": reason}, named[number])
+        self._empty_all([(number, {"replaced_by": batch, "reason": reason}, named[number]) for number in old])
         return batch
 
     def finish_rewrites(self) -> list[int]:
         """Empty the records of batches a committed rewrite replaces that still name their files (a process killed
         during :meth:`rewrite`), and delete those files; returns their numbers."""
         read, by = self._load_commits()
-        done = []
-        for batch, _, record, _ in read:
-            if batch not in by:
-                continue
-            if moved_to(record) == by[batch] and not record.get("files"):
-                continue
-            self._empty(batch, {"replaced_by": by[batch], "reason": "its rows were rewritten into that batch"})
-            done.append(batch)
+        done = [batch for batch, _, record, _ in read
+                if batch in by and (moved_to(record) != by[batch] or record.get("files"))]  # fmt: skip
+        why = "its rows were rewritten into that batch"
+        self._empty_all([(batch, {"replaced_by": by[batch], "reason": why}, None) for batch in done])
         return done
 
     def compact(self) -> list[int]:
@@ -923,8 +924,7 @@ class RunFolder:
         that stopped before committing. Returns the numbers filled."""
         present = self._numbers_on_disk()
         missing = [batch for batch in range(1, max(present, default=0) + 1) if batch not in present]
-        for batch in missing:
-            self.drop(batch, reason)
+        self._empty_all([(batch, {"dropped": reason}, None) for batch in missing])
         return missing
 
     def catch_up(self) -> None:

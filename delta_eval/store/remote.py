@@ -47,6 +47,8 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +66,14 @@ from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
 __all__ = [
     "CACHE_DIR",
+    "REQUEST_THREADS",
     "RemoteFolder",
     "local_run",
 ]
 
+#: Requests sent at once when batches are dropped or replaced (:meth:`RemoteFolder.batches_dropped`): each costs a
+#: round trip of tens of milliseconds on a real store, and a merge of 1,000 batches sends some 3,000.
+REQUEST_THREADS = 16
 #: How many times a pull lists the remote folder while a rewrite there makes its listing stale.
 _LISTINGS = 5
 #: The remote folder of the response cache's uploaded rows.
@@ -377,13 +383,43 @@ class RemoteFolder:
                 "process is writing the same run folder (one writer per URI; nothing of this batch was uploaded)"
             )
 
-    def batch_dropped(self, batch: int, parts: list[str] | None = None) -> None:
-        """Replace a dropped (or replaced) batch's record on the remote, then delete its parts there: ``parts``
-        (those its record named), else every dataset's part of its number."""
+    def batches_dropped(self, dropped: Sequence[tuple[int, list[str] | None]]) -> None:
+        """Replace the records of dropped (or replaced) batches on the remote, each then followed by the deletion of
+        its parts there: those its record named, else (``None``) every dataset's part of its number.
+
+        The requests go out :data:`REQUEST_THREADS` at a time (a merge of 1,000 batches sends some 3,000, each a
+        round trip): a batch's parts are deleted only once its emptied record is written (a reader never finds a
+        record naming a deleted part), with no order between batches. A request that fails is raised once the
+        others have ended; the parts of a batch whose record was not replaced stay, as that record names them."""
+        if not dropped:
+            return
+        failed: list[tuple[int, BaseException]] = []
+        pool = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="delta-eval-store")
+        try:
+            records = {pool.submit(self._put_record, batch): (batch, parts) for batch, parts in dropped}
+            deletions: dict[Future[None], int] = {}
+            for done in as_completed(records):
+                batch, parts = records[done]
+                if (exc := done.exception()) is not None:
+                    failed.append((batch, exc))
+                    continue
+                names = parts if parts is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
+                deletions.update({pool.submit(self._delete, part): batch for part in names})
+            for done in as_completed(deletions):
+                if (exc := done.exception()) is not None:
+                    failed.append((deletions[done], exc))
+        finally:
+            # Interrupted: what is under way ends, what is not yet sent is not (a kill leaves as much).
+            pool.shutdown(wait=True, cancel_futures=True)
+        if failed:
+            batch, first = min(failed, key=lambda f: f[0])
+            if len(failed) > 1:
+                first.add_note(f"{len(failed) - 1} other request(s) to {shown(self.uri)} failed too")
+            raise first
+
+    def _put_record(self, batch: int) -> None:
         rel = f"{COMMITS}/{batch:06d}.json"
         self._put(rel, (self.local / rel).read_bytes())
-        for part in parts if parts is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]:
-            self._delete(part)
 
     def manifest_written(self) -> None:
         """Upload the manifest the working copy just wrote, after the cache rows written since the last upload (a

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,8 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import delta_eval as de
+from delta_eval import interrupts
 from delta_eval.demo import demo_config, demo_conversations
-from delta_eval.exceptions import RunFolderChangedError
+from delta_eval.exceptions import RunFolderChangedError, RunFolderError
 from delta_eval.schema import Stratum
 from delta_eval.store import compaction
 from delta_eval.store.compaction import ROW_GROUP_ROWS, copy_rows, plan
@@ -29,7 +32,7 @@ from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.remote import RemoteFolder
 from delta_eval.store.tables import SCHEMAS
-from delta_eval.uris import WORK_DIR_ENV, working_copy
+from delta_eval.uris import WORK_DIR_ENV, shown, working_copy
 from tests.apart import Apart
 from tests.object_store import S3, mirrored
 
@@ -352,6 +355,89 @@ def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     assert rows(fresh) == before
 
 
+def test_a_merge_on_an_object_store_sends_its_requests_together_each_part_after_its_record(
+    s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replaced batches' requests go out together (two emptied records are written at once: sent one after
+    another, the first would wait for the second in vain), the merged batch's record before any of them, and each
+    part deleted only once its batch's emptied record is written."""
+    _, folder = uploaded_batches(s3, "together")
+    before = rows(folder)
+    done: list[str] = []  # each request, as it ends
+    lock = threading.Lock()
+    both = threading.Barrier(2, timeout=20)
+    arrived = [0]
+    put, delete = RemoteFolder._put, RemoteFolder._delete
+
+    def put_logged(self: RemoteFolder, rel: str, data: bytes) -> None:
+        if rel.startswith("_commits/") and rel != "_commits/000022.json":
+            with lock:
+                arrived[0] += 1
+                first_two = arrived[0] <= 2
+            if first_two:
+                both.wait()  # raises once the wait is over with the other never come
+        put(self, rel, data)
+        with lock:
+            done.append(f"PUT {rel}")
+
+    def delete_logged(self: RemoteFolder, rel: str) -> None:
+        delete(self, rel)
+        with lock:
+            done.append(f"DELETE {rel}")
+
+    monkeypatch.setattr(RemoteFolder, "_put", put_logged)
+    monkeypatch.setattr(RemoteFolder, "_delete", delete_logged)
+    assert folder.compact() == [22]
+    assert not both.broken
+    merged = done.index("PUT _commits/000022.json")
+    emptied = {int(r[13:19]): i for i, r in enumerate(done) if r.startswith("PUT _commits/") and i != merged}
+    assert sorted(emptied) == list(range(2, 22))
+    assert merged < min(emptied.values())
+    deletions = [(i, r) for i, r in enumerate(done) if r.startswith("DELETE ")]
+    assert len(deletions) == 40  # the verdicts and errors parts of 20 batches
+    assert all(emptied[int(r.split("part-")[1][:6])] < i for i, r in deletions)
+    files = s3.files("together")
+    assert sorted(rel for rel in files if rel.endswith(".parquet") and "_cache" not in rel) == [
+        "errors/part-000022.parquet", "strata/part-000001.parquet", "verdicts/part-000022.parquet"
+    ]  # fmt: skip
+    assert rows(folder) == before
+
+
+def test_requests_of_a_merge_that_fail_are_raised_after_the_rest_and_the_next_session_finishes_them(
+    s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two emptied records the store refuses: every other batch is emptied and its parts deleted before the error
+    is raised, the refused batches' parts stay (their records name them), and the next session's repair finishes
+    the merge on the remote."""
+    uri, folder = uploaded_batches(s3, "refused")
+    before = rows(folder)
+    put = RemoteFolder._put
+
+    def refuse(self: RemoteFolder, rel: str, data: bytes) -> None:
+        if rel in ("_commits/000005.json", "_commits/000009.json"):
+            raise RunFolderError(f"cannot upload {rel}: refused")
+        put(self, rel, data)
+
+    monkeypatch.setattr(RemoteFolder, "_put", refuse)
+    with pytest.raises(RunFolderError, match=r"000005\.json: refused") as raised:
+        folder.compact()
+    assert raised.value.__notes__ == [f"1 other request(s) to {shown(uri)} failed too"]
+    monkeypatch.setattr(RemoteFolder, "_put", put)
+    verdicts = sorted(rel for rel in s3.files("refused") if rel.startswith("verdicts/"))
+    assert verdicts == ["verdicts/part-000005.parquet", "verdicts/part-000009.parquet", "verdicts/part-000022.parquet"]
+    # The next session: its pull takes the remote's records, its repair empties them there too.
+    remote = RemoteFolder(uri, folder.path)
+    remote.pull()
+    again = RunFolder(folder.path)
+    again.mirror = remote
+    assert again.repair() == []
+    assert sorted(rel for rel in s3.files("refused") if rel.startswith("verdicts/")) == ["verdicts/part-000022.parquet"]
+    record = json.loads(s3.fs.open_input_stream("runs/refused/_commits/000005.json").read())
+    assert record["files"] == {}
+    assert record["replaced_by"] == 22
+    assert rows(again) == before
+
+
 def test_a_reader_s_working_copy_keeps_no_part_of_batches_merged_since_it_last_read(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -554,3 +640,70 @@ def test_views_opened_before_a_merge_still_read_under_a_low_open_file_limit(tmp_
         con.close()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_merge_at_a_runs_end_leaves_the_awaiting_callers_event_loop_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completed run merges its batches off the event loop: a task of the loop awaiting the run goes on while the
+    merge is under way (the merge waits for it: on the loop's thread it would wait in vain), and the display says
+    "saving" meanwhile."""
+    merging, ticked = threading.Event(), threading.Event()
+    seen: list[tuple[bool, str]] = []
+    progress = de.RunProgress()
+    real = RunFolder.compact
+
+    def compact_waiting_for_the_loop(self: RunFolder) -> list[int]:
+        merging.set()
+        seen.append((ticked.wait(timeout=20), progress.phase))
+        return real(self)
+
+    monkeypatch.setattr(RunFolder, "compact", compact_waiting_for_the_loop)
+    config = demo_config(tmp_path / "run", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+
+    async def tick() -> None:
+        await anyio.to_thread.run_sync(merging.wait, abandon_on_cancel=True)
+        ticked.set()  # on the loop's thread: only once the loop is free
+
+    async def main() -> de.RunResult:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            result = await de.arun(config, conversations=demo_conversations(), progress=progress)
+            tg.cancel_scope.cancel()
+        return result
+
+    try:
+        result = anyio.run(main)
+    finally:
+        merging.set()  # the waiting thread ends, whatever happened
+    assert seen == [(True, "saving")]
+    assert result.status == "completed"
+    assert progress.phase == "completed"
+    assert len(parts(result.path, "verdicts")) < 4
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+def test_a_ctrl_c_during_the_merge_waits_for_it_and_the_run_is_recorded_completed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a completed run merges its batches (on a thread of its own): the merge and the manifest are
+    finished first, then the Ctrl-C is raised."""
+    real = RunFolder.compact
+
+    def compact_with_a_ctrl_c(self: RunFolder) -> list[int]:
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        deadline = time.monotonic() + 20
+        while interrupts._state.held is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # until the main thread's handler has held it
+        return real(self)
+
+    monkeypatch.setattr(RunFolder, "compact", compact_with_a_ctrl_c)
+    config = demo_config(tmp_path / "run", n=24, latency_ms=0.0).model_copy(update={"flush_every": 2})
+    with pytest.raises(KeyboardInterrupt):
+        de.run(config, conversations=demo_conversations(), progress=False)
+    monkeypatch.undo()
+    result = de.open_result(config.out)
+    assert result.status == "completed"
+    assert result.damage == []
+    assert result.table("verdicts").num_rows == result.counts.pairs
+    assert len(parts(config.out, "verdicts")) < 4

@@ -161,9 +161,9 @@ def test_a_delete_the_store_refuses_stops_with_the_objects_name_not_a_bare_os_er
     remote.fs = Refusing(store)
     refused = r"cannot delete errors/part-000001.parquet from s3://runs/d: .*rerun"
     with pytest.raises(RunFolderError, match=refused):
-        remote.batch_dropped(1)
+        remote.batches_dropped([(1, None)])
     remote.fs = store
-    remote.batch_dropped(1)  # the parts of other datasets were never there: nothing to refuse
+    remote.batches_dropped([(1, None)])  # the parts of other datasets were never there: nothing to refuse
     assert "errors/part-000001.parquet" not in s3.files("d")
 
 
