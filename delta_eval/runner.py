@@ -166,7 +166,9 @@ class _Estimate:
             )
         except EstimateCancelled:
             return  # the run stopped first: no estimate (a rerun makes it)
-        except Exception as exc:  # a user's render function or judge may fail here as it would in the run: say so
+        except BaseException as exc:
+            # A user's render function may fail (or exit) here as it would in the run; a thread has no caller to
+            # raise to, so a note says so (a SystemExit too: it ended the thread without a word).
             self.notes.append(f"no cost estimate: {type(exc).__name__}: {exc}"[:300])
             return
         try:

@@ -526,6 +526,15 @@ def test_the_estimate_made_beside_the_replays_is_in_the_manifest_or_says_why_not
     assert result.manifest.estimate is None
     assert "no cost estimate: ValueError: the render function failed" in result.manifest.notes
 
+    def leave(*args: Any, **kwargs: Any) -> None:
+        raise SystemExit("the render function called sys.exit")
+
+    # Not an Exception: the thread would end without a word.
+    monkeypatch.setattr(runner, "estimate_sample", leave)
+    result = de.run(small_config(tmp_path / "left"), conversations=demo_conversations(), progress=False)
+    assert result.status == "completed"
+    assert "no cost estimate: SystemExit: the render function called sys.exit" in result.manifest.notes
+
 
 def test_the_writer_commits_once_when_the_last_pairs_are_in_flight(tmp_path: Path) -> None:
     """The run's end waited for the write of every pair since the last batch: the writer commits what it holds when
