@@ -202,7 +202,7 @@ class Analysis:
         # Both latency quantiles from one sort of each side's latencies (a list, null when the side has none).
         sides = con.execute(
             "SELECT side, n, cost, priced, counted, tin, tout, q[1], q[2], cap, errs FROM (SELECT side, count(*) AS n, "
-            "sum(cost_usd) AS cost, count(cost_usd) AS priced, count(input_tokens) AS counted, "
+            "fsum(cost_usd) AS cost, count(cost_usd) AS priced, count(input_tokens) AS counted, "
             "sum(input_tokens) AS tin, sum(output_tokens) AS tout, quantile_cont(latency_ms, [0.5, 0.9]) AS q, "
             "avg(hit_tool_cap::INT) AS cap, sum((error IS NOT NULL)::INT) AS errs FROM replays "
             "WHERE side <> 'recorded' GROUP BY side) ORDER BY side"

@@ -127,7 +127,7 @@ def summary_markdown(result: RunResult, decision: Decision | None, *, code: Exit
 def _sides_table(con: Any, baseline: str, candidate: str) -> list[str]:
     rows = con.execute(
         """
-        SELECT side, count(*), sum(cost_usd), bool_or(cost_usd IS NULL), quantile_cont(latency_ms, 0.5),
+        SELECT side, count(*), fsum(cost_usd), bool_or(cost_usd IS NULL), quantile_cont(latency_ms, 0.5),
                quantile_cont(latency_ms, 0.95), count(error)
         FROM replays WHERE side IN ('baseline', 'candidate') GROUP BY side
         """

@@ -59,7 +59,7 @@ class SideSpend:
 
 _QUERY = """
     SELECT side, model, count(*), count(*) - count(input_tokens), sum(input_tokens), sum(cached_input_tokens),
-           sum(cache_write_tokens), sum(output_tokens), count(*) - count(cost_usd), sum(cost_usd)
+           sum(cache_write_tokens), sum(output_tokens), count(*) - count(cost_usd), fsum(cost_usd)
     FROM replays WHERE side <> 'recorded' GROUP BY side, model ORDER BY side, model
 """
 

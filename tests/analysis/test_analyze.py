@@ -340,3 +340,19 @@ def test_the_demos_confirm_instead_of_acting_losses_are_one_theme_pointing_at_th
     assert top["section"].startswith("Style: Before any write action")
     assert top["section_change"] == "added"
     assert top["confidence"] in ("high", "medium", "low")
+
+
+def test_a_sides_spend_is_summed_exactly_rounded_whatever_the_order() -> None:
+    """A plain sum of 0.1, 0.2 and 0.3 is 0.6000000000000001 in that order and 0.6 in another: the spend of a run
+    and of a baseline against itself would differ in the last bit. Summed as the decision sums costs (fsum)."""
+    import duckdb
+    import pyarrow as pa
+
+    from delta_eval.analysis.spend import side_spend
+
+    for costs in ([0.1, 0.2, 0.3], [0.3, 0.2, 0.1]):
+        with duckdb.connect() as con:
+            con.register("replays", pa.table({"side": ["candidate"] * 3, "model": ["m"] * 3, "cost_usd": costs,
+                                              "input_tokens": [1] * 3, "cached_input_tokens": [0] * 3,
+                                              "cache_write_tokens": [0] * 3, "output_tokens": [1] * 3}))  # fmt: skip
+            assert [s.cost_usd for s in side_spend(con)] == [0.6]
