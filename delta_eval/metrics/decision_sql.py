@@ -116,9 +116,10 @@ class Source:
 
     def replays_keyed(self) -> bool:
         """Whether every replay has its conversation's key (:mod:`delta_eval.store.conversation_key`), as a run's
-        replays have since they carry one (and older ones once the run is merged): their conversations are then
-        grouped on it. A replay without one (written before, or of no conversation: the ids' text names those
-        apart) has them grouped on the ids' text, as before."""
+        replays have since they carry one (an older run's batches get theirs only if a later session merges them):
+        their conversations are then grouped on it. A replay without one (written before, or of no conversation:
+        the ids' text names those apart) has them grouped on the ids' text. Either way the figures are the same
+        doubles (see :class:`~delta_eval.metrics.difference.PairedSums`)."""
         if self._keyed is None:
             self._keyed = self.replays is not None and not self.db.execute(
                 f"SELECT count(*) FROM {self.replays} WHERE conversation_key IS NULL").fetchall()[0][0]  # fmt: skip
@@ -263,7 +264,8 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     known_costs: dict[str, list[float]] = {}
     for side, (start, end) in found["runs"].items():
         # Each side's conversations are distinct (the groups of its rows).
-        costs[side] = dict(zip(names[start:end], values[start:end], strict=True)) if items else {}
+        # In order of name, however the rows were grouped (the same decision, the same listing).
+        costs[side] = dict(sorted(zip(names[start:end], values[start:end], strict=True))) if items else {}
         conversations[side] = end - start
         mine = priced[start:end]
         known_costs[side] = mine[~np.isnan(mine)].tolist()

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -232,19 +233,73 @@ class PairedSums:
         multiplies the variances (planning uses an upper bound of the pilot's). ``same_kind``: the two rates count the
         same kind of event on each side (a failure of the candidate and of the baseline), so a rate seen too rarely to
         estimate its design effect may borrow the other's; not so for wins and losses, whose clustering differs."""
-        return _difference(self._design(), self.iid, self.pairs, confidence, scale, spread, same_kind)
+        return _difference(self._design, self.iid, self.pairs, confidence, scale, spread, same_kind)
 
+    @cached_property
     def _design(self) -> _Design:
+        # Computed once: the decision asks for many intervals of the same sums. The same conversations give the
+        # same design, to the last bit, whatever order they are listed in (by name, by key, as a run's files
+        # hold them): counts in exact arithmetic (_exact), any other sums once put in an order of their values.
         keep = (self.ta > 0) | (self.tb > 0)
         g = int(keep.sum())
-        ta_sum, tb_sum = float(self.ta.sum()), float(self.tb.sum())
+        exact = self._exact(keep)
+        if exact is not None:
+            return exact._design
+        single = bool(len(self.strata)) and bool((self.strata == self.strata[0]).all())
+        order = np.lexsort((self.tb, self.b, self.ta, self.a) if single else
+                           (self.tb, self.b, self.ta, self.a, self.strata))  # fmt: skip
+        a, ta, b, tb, strata, kept = (x[order] for x in (self.a, self.ta, self.b, self.tb, self.strata, keep))
+        ta_sum, tb_sum = float(ta.sum()), float(tb.sum())
         if g == 0 or ta_sum <= 0 or tb_sum <= 0:
             return _Design(g, ta_sum, tb_sum, 0.0, 0.0, (0.0, 0.0, 0.0), 0.0, 0, np.zeros(4))
-        ra, rb = float(self.a.sum() / ta_sum), float(self.b.sum() / tb_sum)
-        za = (self.a[keep] - ra * self.ta[keep]) / ta_sum
-        zb = (self.b[keep] - rb * self.tb[keep]) / tb_sum
-        moments, df, n_strata = stratified_moments(self.strata[keep], za, zb)
+        ra, rb = float(a.sum() / ta_sum), float(b.sum() / tb_sum)
+        za = (a[kept] - ra * ta[kept]) / ta_sum
+        zb = (b[kept] - rb * tb[kept]) / tb_sum
+        moments, df, n_strata = stratified_moments(strata[kept], za, zb)
         return _Design(g, ta_sum, tb_sum, ra, rb, moments, df, n_strata, self.seen[:, keep].sum(axis=1))
+
+    def _exact(self, keep: np.ndarray) -> StratumSums | None:
+        """The sums per stratum (:class:`StratumSums`) in exact arithmetic, where every sum of the conversations is
+        a whole number small enough for each product and total of them to be an exact double (counts: every rate
+        of a side, the unweighted win rate): each stratum's residuals and their squares expanded from exact totals
+        and rounded once, as :func:`~delta_eval.metrics.counted.counted` has DuckDB give them (the same bits).
+        ``None`` otherwise."""
+        cols = {"a": self.a, "ta": self.ta, "b": self.b, "tb": self.tb}
+        if not len(self.a) or not all(np.isfinite(x).all() and (x == np.trunc(x)).all() for x in cols.values()):
+            return None
+        big = max(float(np.abs(x).max()) for x in cols.values())
+        if big * big * len(self.a) >= 2.0**52:
+            return None
+        ta_sum, tb_sum = float(self.ta.sum()), float(self.tb.sum())
+        if not keep.any() or ta_sum <= 0 or tb_sum <= 0:
+            return None  # no design: as the general path says
+        ra, rb = float(self.a.sum() / ta_sum), float(self.b.sum() / tb_sum)
+        strata = self.strata[keep]
+        if (strata == strata[0]).all():
+            names, which = strata[:1], np.zeros(len(strata), dtype=np.intp)
+        else:
+            names, which = np.unique(strata, return_inverse=True)
+        k = len(names)
+        a, ta, b, tb = (x[keep] for x in cols.values())
+        # Whole numbers below 2**53: every total is exact, in any order.
+        totals = [
+            np.bincount(which, weights=x, minlength=k)
+            for x in (a, ta, b, tb, a * a, a * ta, ta * ta, b * b, b * tb, tb * tb, a * b, a * tb, ta * b, ta * tb)
+        ]
+        m = np.bincount(which, minlength=k)
+        fa, fb = Fraction(ra), Fraction(rb)
+        sums, squares = np.zeros((2, k)), np.zeros((3, k))
+        for j in range(k):
+            sa, sta, sb, stb, aa, ata, tata, bb, btb, tbtb, ab, atb, tab, tatb = (Fraction(float(t[j])) for t in totals)
+            su, sv = sa - fa * sta, sb - fb * stb
+            size = int(m[j])
+            sums[:, j] = float(su), float(sv)
+            squares[:, j] = (float(aa - 2 * fa * ata + fa * fa * tata - su * su / size),
+                             float(bb - 2 * fb * btb + fb * fb * tbtb - sv * sv / size),
+                             float(ab - fb * atb - fa * tab + fa * fb * tatb - su * sv / size))  # fmt: skip
+        seen = np.vstack([np.bincount(which, weights=row, minlength=k) for row in self.seen[:, keep]])
+        return StratumSums(strata=names, clusters=m, sums=sums, squares=squares, seen=seen.reshape(4, k),
+                           rates=(ra, rb), units=(ta_sum, tb_sum), pairs=self.pairs, iid=self.iid)  # fmt: skip
 
 
 @dataclass(frozen=True)

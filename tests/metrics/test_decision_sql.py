@@ -5,18 +5,21 @@ epochs, errors of each side, weights, the rule's own checks and the stage-2 audi
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from delta_eval.metrics.checks import Check
 from delta_eval.metrics.decision import DecisionRule, decide
 from delta_eval.metrics.gates import METRICS, Gate
+from delta_eval.store.conversation_key import conversation_key
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
 ERRORS = [None, "baseline replay failed: 500", "candidate replay failed: timeout",
@@ -129,6 +132,23 @@ def test_the_decision_in_duckdb_is_the_decision_on_rows(run: Any, rule: Decision
     sql = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays) if with_replays else None, rule)
     assert (sql.outcome, sql.decided_by) == (mine.outcome, mine.decided_by)
     _close(sql.model_dump(), mine.model_dump())
+
+
+@seed(29)
+@settings(max_examples=80, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), RULES)
+def test_the_decision_is_the_same_to_the_bit_whether_conversations_are_keyed_or_not(
+    run: Any, rule: DecisionRule
+) -> None:
+    """Replays and verdicts with their conversations' keys (a run's, or an older run's once merged) are grouped on
+    them, in the keys' order; without, on the ids, in theirs: every figure of the decision is the same double."""
+    verdicts, replays = run
+
+    def keyed(rows: list[dict[str, Any]]) -> pa.Table:
+        return pa.Table.from_pylist([{**r, "conversation_key": conversation_key(r["conversation_id"])} for r in rows])
+
+    plain = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule).model_dump()
+    assert decide(keyed(verdicts), keyed(replays), rule).model_dump() == plain
 
 
 def test_the_decision_on_views_of_parquet_files_is_the_decision_on_rows(tmp_path: Path) -> None:
@@ -269,3 +289,28 @@ def test_a_decision_of_figures_only_has_every_figure_and_no_list_of_latencies_or
     strip = {"sides": {side: {"latencies_ms", "costs_by_conversation"} for side in full.sides}}
     assert lean.model_dump(exclude=strip) == full.model_dump(exclude=strip)
     assert lean.lines() == full.lines()
+
+
+@pytest.mark.parametrize("seed_", range(8))
+def test_a_runs_side_rates_are_the_same_to_the_bit_keyed_or_not(seed_: int) -> None:
+    """Hundreds of conversations (where the order float residuals are summed in shows in the last bits): each
+    side's rates and the error gate, alone (its shortcut, in the keys' order) and beside another replay gate (the
+    join, in the ids' order), are the same doubles with the replays keyed or not."""
+    rng = random.Random(seed_)
+    verdicts, replays = [], []
+    conversations = rng.randrange(30, 400)
+    for i in range(rng.randrange(200, 1500)):
+        c, pair = rng.randrange(conversations), f"p{i}"
+        verdicts.append({"pair_id": pair, "conversation_id": f"conv-{c}", "outcome": rng.choice(OUTCOMES[:3]),
+                         "weight": 1.0, "stage": "judge"})  # fmt: skip
+        for side in ("baseline", "candidate"):
+            calls = rng.randrange(4)
+            replays.append({"pair_id": pair, "conversation_id": f"conv-{c}", "side": side, "epoch": 1,
+                            "error": "boom" if rng.random() < 0.07 else None, "latency_ms": 100.0, "cost_usd": 0.01,
+                            "n_tool_calls": calls, "invalid_tool_calls": rng.randrange(calls + 1),
+                            "final_text": "ok"})  # fmt: skip
+    keyed = pa.Table.from_pylist([{**r, "conversation_key": conversation_key(r["conversation_id"])} for r in replays])
+    for gates in (("error_rate",), ("error_rate", "invalid_tool_call_rate")):
+        rule = DecisionRule(gates=tuple(Gate(metric=m, max=0.05) for m in gates))
+        plain = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule).model_dump()
+        assert decide(pa.Table.from_pylist(verdicts), keyed, rule).model_dump() == plain

@@ -197,6 +197,7 @@ def test_the_error_gate_of_complete_pairs_is_that_of_the_join(rows: list[dict[st
             assert got[0] is None
         elif src.replays_keyed():
             _same_conversations(got[0], expected[0])
+            assert got[0].difference() == expected[0].difference()  # the interval too, to the bit
         else:
             _same(got[0], expected[0], "error_rate")
         src.close()
