@@ -230,6 +230,13 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
 def cost_ratio(candidate: SideMetrics, baseline: SideMetrics, confidence: float = 0.95) -> Rate:
     """The candidate's cost per conversation over the baseline's, on the conversations both priced, with a
     cluster-robust interval (ratio of totals; not a proportion, so its bounds are not held to [0, 1])."""
+    for side in (candidate, baseline):
+        if side.conversations and not side.costs_by_conversation:
+            raise ValueError(
+                f"the {side.side} side's metrics list no cost per conversation (figures only: a decision taken "
+                "without lists=True), which the cost ratio is computed from; take the decision with "
+                "RunResult.decision(lists=True), or read Decision's own cost-ratio gate"
+            )
     cand, base = candidate.costs_by_conversation, baseline.costs_by_conversation
     # As Arrow and numpy arrays: a run of a million pairs has a hundred thousand conversations, each looked up in
     # the baseline's by Arrow's hash.

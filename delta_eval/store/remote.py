@@ -47,7 +47,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,23 @@ def local_run(path: str | Path) -> Path:
     if not (local / MANIFEST).is_file():
         raise RunFolderError(f"{shown(uri)} holds no delta_eval run (no {MANIFEST})")
     return local
+
+
+def _submit(pool: ThreadPoolExecutor, fn: Callable[..., None], *args: Any) -> Future[None]:
+    """``pool.submit(fn, *args)``, or the call made at once when the pool takes no more work: the interpreter is
+    exiting (a caller's event loop ended while the session's end, on a thread of its own, still merged), and the
+    requests then go out one at a time, in the same order."""
+    try:
+        return pool.submit(fn, *args)
+    except RuntimeError:
+        done: Future[None] = Future()
+        try:
+            fn(*args)
+        except Exception as exc:  # raised with the others' failures, as a pool's would be
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+        return done
 
 
 class RemoteFolder:
@@ -396,7 +413,7 @@ class RemoteFolder:
         failed: list[tuple[int, BaseException]] = []
         pool = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="delta-eval-store")
         try:
-            records = {pool.submit(self._put_record, batch): (batch, parts) for batch, parts in dropped}
+            records = {_submit(pool, self._put_record, batch): (batch, parts) for batch, parts in dropped}
             deletions: dict[Future[None], int] = {}
             for done in as_completed(records):
                 batch, parts = records[done]
@@ -404,7 +421,7 @@ class RemoteFolder:
                     failed.append((batch, exc))
                     continue
                 names = parts if parts is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
-                deletions.update({pool.submit(self._delete, part): batch for part in names})
+                deletions.update({_submit(pool, self._delete, part): batch for part in names})
             for done in as_completed(deletions):
                 if (exc := done.exception()) is not None:
                     failed.append((deletions[done], exc))

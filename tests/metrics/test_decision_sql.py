@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from delta_eval.metrics.checks import Check
 from delta_eval.metrics.decision import DecisionRule, decide
-from delta_eval.metrics.gates import METRICS, Gate
+from delta_eval.metrics.gates import METRICS, Gate, evaluate_gates
 from delta_eval.store.conversation_key import conversation_key
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
@@ -289,6 +289,15 @@ def test_a_decision_of_figures_only_has_every_figure_and_no_list_of_latencies_or
     strip = {"sides": {side: {"latencies_ms", "costs_by_conversation"} for side in full.sides}}
     assert lean.model_dump(exclude=strip) == full.model_dump(exclude=strip)
     assert lean.lines() == full.lines()
+    # The cost ratio of sides of figures only cannot be computed again from them: said, not "no conversation
+    # priced" (the decision's own gate has it); from the full sides it is the decision's.
+    gate = Gate(metric="cost_ratio", max=2.0)
+    with pytest.raises(ValueError, match="lists=True"):
+        evaluate_gates([gate], v, lean.sides)
+    again = evaluate_gates([gate], v, full.sides)[0]
+    assert (again.value, again.ci_low, again.ci_high) == next(
+        (g.value, g.ci_low, g.ci_high) for g in decide(v, r, DecisionRule(gates=(gate,))).gates
+    )
 
 
 @pytest.mark.parametrize("seed_", range(8))

@@ -403,6 +403,39 @@ def test_a_merge_on_an_object_store_sends_its_requests_together_each_part_after_
     assert rows(folder) == before
 
 
+def test_a_merge_whose_pool_takes_no_work_sends_its_requests_one_at_a_time(
+    s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the interpreter's exit (a caller's loop ended while the session's end merged on its thread) a pool
+    refuses new work: the requests then go out one by one, each batch's record before its parts, and the merge
+    completes as it would."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, folder = uploaded_batches(s3, "exiting")
+    before = rows(folder)
+
+    def refuse(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    done: list[str] = []
+    put, delete = RemoteFolder._put, RemoteFolder._delete
+    monkeypatch.setattr(RemoteFolder, "_put", lambda self, rel, data: (put(self, rel, data), done.append(rel)))
+    monkeypatch.setattr(RemoteFolder, "_delete", lambda self, rel: (delete(self, rel), done.append(rel)))
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
+    assert folder.compact() == [22]
+    emptied = {int(rel[9:15]): i for i, rel in enumerate(done)
+               if rel.startswith("_commits/0000") and rel != "_commits/000022.json"}  # fmt: skip
+    deleted = [(i, int(rel.split("part-")[1][:6])) for i, rel in enumerate(done) if rel.endswith(".parquet")]
+    assert sorted(emptied) == list(range(2, 22))
+    assert len(deleted) == 40
+    assert all(emptied[batch] < i for i, batch in deleted)  # each part after its batch's record
+    files = s3.files("exiting")
+    assert sorted(rel for rel in files if rel.endswith(".parquet") and "_cache" not in rel) == [
+        "errors/part-000022.parquet", "strata/part-000001.parquet", "verdicts/part-000022.parquet"
+    ]  # fmt: skip
+    assert rows(folder) == before
+
+
 def test_requests_of_a_merge_that_fail_are_raised_after_the_rest_and_the_next_session_finishes_them(
     s3: S3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
