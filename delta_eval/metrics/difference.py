@@ -265,27 +265,31 @@ class PairedSums:
         and rounded once, as :func:`~delta_eval.metrics.counted.counted` has DuckDB give them (the same bits).
         ``None`` otherwise."""
         cols = {"a": self.a, "ta": self.ta, "b": self.b, "tb": self.tb}
-        if not len(self.a) or not all(np.isfinite(x).all() and (x == np.trunc(x)).all() for x in cols.values()):
+        if not len(self.a):
             return None
-        big = max(float(np.abs(x).max()) for x in cols.values())
-        if big * big * len(self.a) >= 2.0**52:
+        # Whole numbers (a NaN or an infinity is not) whose products and totals stay below 2**52.
+        big = max(max(float(x.max()), -float(x.min())) for x in cols.values())
+        if not big * big * len(self.a) < 2.0**52 or not all(np.array_equal(x, np.trunc(x)) for x in cols.values()):
             return None
         ta_sum, tb_sum = float(self.ta.sum()), float(self.tb.sum())
         if not keep.any() or ta_sum <= 0 or tb_sum <= 0:
             return None  # no design: as the general path says
         ra, rb = float(self.a.sum() / ta_sum), float(self.b.sum() / tb_sum)
-        strata = self.strata[keep]
+        every = bool(keep.all())  # no copy of the columns to leave none out
+        strata = self.strata if every else self.strata[keep]
         if (strata == strata[0]).all():
             names, which = strata[:1], np.zeros(len(strata), dtype=np.intp)
         else:
             names, which = np.unique(strata, return_inverse=True)
         k = len(names)
-        a, ta, b, tb = (x[keep] for x in cols.values())
-        # Whole numbers below 2**53: every total is exact, in any order.
-        totals = [
-            np.bincount(which, weights=x, minlength=k)
-            for x in (a, ta, b, tb, a * a, a * ta, ta * ta, b * b, b * tb, tb * tb, a * b, a * tb, ta * b, ta * tb)
-        ]
+        a, ta, b, tb = (x if every else x[keep] for x in cols.values())
+        # Whole numbers below 2**53: every total is exact, in any order (a dot product's too).
+        pairs = ((a, a), (a, ta), (ta, ta), (b, b), (b, tb), (tb, tb), (a, b), (a, tb), (ta, b), (ta, tb))
+        if k == 1:
+            totals = [np.array([float(x.sum())]) for x in (a, ta, b, tb)] + [np.array([float(x @ y)]) for x, y in pairs]
+        else:
+            totals = [np.bincount(which, weights=x, minlength=k) for x in (a, ta, b, tb)] + [
+                np.bincount(which, weights=x * y, minlength=k) for x, y in pairs]  # fmt: skip
         m = np.bincount(which, minlength=k)
         fa, fb = Fraction(ra), Fraction(rb)
         sums, squares = np.zeros((2, k)), np.zeros((3, k))
@@ -297,7 +301,9 @@ class PairedSums:
             squares[:, j] = (float(aa - 2 * fa * ata + fa * fa * tata - su * su / size),
                              float(bb - 2 * fb * btb + fb * fb * tbtb - sv * sv / size),
                              float(ab - fb * atb - fa * tab + fa * fb * tatb - su * sv / size))  # fmt: skip
-        seen = np.vstack([np.bincount(which, weights=row, minlength=k) for row in self.seen[:, keep]])
+        kept = self.seen if every else self.seen[:, keep]
+        seen = kept.sum(axis=1) if k == 1 else np.vstack([np.bincount(which, weights=row, minlength=k) for row in kept])
+        seen = seen.astype(np.int64)  # counts, as the general path gives them
         return StratumSums(strata=names, clusters=m, sums=sums, squares=squares, seen=seen.reshape(4, k),
                            rates=(ra, rb), units=(ta_sum, tb_sum), pairs=self.pairs, iid=self.iid)  # fmt: skip
 
