@@ -24,14 +24,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_eval.metrics.difference import PRODUCTS, PairedSums, StratumSums
+from delta_eval.metrics.difference import PRODUCTS, PairedSums, StratumSums, exact_residuals
 from delta_eval.metrics.estimand import (
     VERDICT_COLUMNS,
     Components,
@@ -137,12 +136,14 @@ WITH rows AS (
 _GROUPED_KEYED = """
     SELECT grp, conv AS cl, {st}, count(*) AS n, {sums} FROM rows GROUP BY grp, conv{keys}
 """
+# Sums of weights and preferences are compensated (fsum): a conversation's rows reach them in any order (threads
+# over a run's row groups), and plain sums of them differed in their last bits from one call to the next.
 _CLUSTERS = _ROWS + _GROUPED.replace(
     "{sums}",
-    """sum(w * a) AS wa, sum(w) AS wt, sum(w * b) AS wb, sum(a - b) AS balance,
+    """fsum(w * a) AS wa, fsum(w) AS wt, fsum(w * b) AS wb, fsum(a - b) AS balance,
        bool_or(a > 0) AS a_seen, bool_or(a < 1) AS a_not, bool_or(b > 0) AS b_seen, bool_or(b < 1) AS b_not,
-       sum(w * w * a * a) AS aa, sum(w * w * a) AS "at", sum(w * w) AS tt,
-       sum(w * w * b * b) AS bb, sum(w * w * b) AS bt, sum(w * w * a * b) AS ab""",
+       fsum(w * w * a * a) AS aa, fsum(w * w * a) AS "at", fsum(w * w) AS tt,
+       fsum(w * w * b * b) AS bb, fsum(w * w * b) AS bt, fsum(w * w * a * b) AS ab""",
 )
 
 # The same for hard outcomes (``a`` and ``b`` are 0 or 1, never both): every product is one of a few sums, and
@@ -157,8 +158,8 @@ FROM sums
 _CLUSTERS_HARD = _ROWS + ", sums AS (" + _GROUPED + _HARD_SELECT
 _HARD_SUMS = {
     False: "sum(a) AS ua, sum(b) AS ub, ua AS wa, ub AS wb, n::DOUBLE AS wt, ua AS w2a, wt AS tt, ub AS w2b",
-    True: "sum(a) AS ua, sum(b) AS ub, sum(w * a) AS wa, sum(w * b) AS wb, sum(w) AS wt, sum(w * w * a) AS w2a, "
-    "sum(w * w) AS tt, sum(w * w * b) AS w2b",
+    True: "sum(a) AS ua, sum(b) AS ub, fsum(w * a) AS wa, fsum(w * b) AS wb, fsum(w) AS wt, fsum(w * w * a) AS w2a, "
+    "fsum(w * w) AS tt, fsum(w * w * b) AS w2b",
 }
 
 # The count of each outcome, and of the error pairs counted as a loss of each side, per group: the rows grouped
@@ -472,18 +473,13 @@ def _stratum_counted(rows: list[tuple[Any, ...]], index: dict[str, int], counts:
 
 def _exact_residuals(row: tuple[Any, ...], index: dict[str, int], ra: float, rb: float, m: int) -> list[float]:
     """A stratum's sums of the residuals ``u = a - A t`` and ``v = b - B t`` and their squares and product about
-    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (``_STRATA``), in exact
-    arithmetic and rounded once."""
-    if m == 0:
-        return [0.0] * 5
-    x = {name: Fraction(float(row[index[name]] or 0.0)) for name in ("s_a", "s_t", "s_b", "q_aa", "q_at", "q_tt",
-                                                                      "q_bb", "q_bt", "q_ab")}  # fmt: skip
-    fa, fb = Fraction(ra), Fraction(rb)
-    su, sv = x["s_a"] - fa * x["s_t"], x["s_b"] - fb * x["s_t"]
-    uu = x["q_aa"] - 2 * fa * x["q_at"] + fa * fa * x["q_tt"] - su * su / m
-    vv = x["q_bb"] - 2 * fb * x["q_bt"] + fb * fb * x["q_tt"] - sv * sv / m
-    uv = x["q_ab"] - fb * x["q_at"] - fa * x["q_bt"] + fa * fb * x["q_tt"] - su * sv / m
-    return [float(su), float(sv), float(uu), float(vv), float(uv)]
+    their means, from its exact sums of ``a``, ``t``, ``b`` and of their products (``_STRATA``, one unit a pair on
+    both sides): :func:`~delta_eval.metrics.difference.exact_residuals`."""
+    x = {name: float(row[index[name]] or 0.0) for name in ("s_a", "s_t", "s_b", "q_aa", "q_at", "q_tt", "q_bb", "q_bt",
+                                                             "q_ab")}  # fmt: skip
+    totals = [x["s_a"], x["s_t"], x["s_b"], x["s_t"], x["q_aa"], x["q_at"], x["q_tt"], x["q_bb"], x["q_bt"],
+              x["q_tt"], x["q_ab"], x["q_at"], x["q_bt"], x["q_tt"]]  # fmt: skip
+    return list(exact_residuals(totals, ra, rb, m))
 
 
 def _split(cols: pa.Table, counts_rows: list[Any], groups: list[str], weighted: bool) -> dict[str, Counted]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -202,6 +201,9 @@ class PairedSums:
     def moments(self) -> StratumSums:
         """The same sums added up per stratum (:class:`StratumSums`): what the interval reads of them."""
         keep = (self.ta > 0) | (self.tb > 0)
+        exact = self._exact(keep)
+        if exact is not None:
+            return exact
         ta_sum, tb_sum = float(self.ta.sum()), float(self.tb.sum())
         ra = float(self.a.sum() / ta_sum) if ta_sum > 0 else 0.0
         rb = float(self.b.sum() / tb_sum) if tb_sum > 0 else 0.0
@@ -291,21 +293,40 @@ class PairedSums:
             totals = [np.bincount(which, weights=x, minlength=k) for x in (a, ta, b, tb)] + [
                 np.bincount(which, weights=x * y, minlength=k) for x, y in pairs]  # fmt: skip
         m = np.bincount(which, minlength=k)
-        fa, fb = Fraction(ra), Fraction(rb)
         sums, squares = np.zeros((2, k)), np.zeros((3, k))
-        for j in range(k):
-            sa, sta, sb, stb, aa, ata, tata, bb, btb, tbtb, ab, atb, tab, tatb = (Fraction(float(t[j])) for t in totals)
-            su, sv = sa - fa * sta, sb - fb * stb
-            size = int(m[j])
-            sums[:, j] = float(su), float(sv)
-            squares[:, j] = (float(aa - 2 * fa * ata + fa * fa * tata - su * su / size),
-                             float(bb - 2 * fb * btb + fb * fb * tbtb - sv * sv / size),
-                             float(ab - fb * atb - fa * tab + fa * fb * tatb - su * sv / size))  # fmt: skip
+        columns = np.vstack(totals).T.tolist()  # a stratum's totals, as Python floats
+        for j, size in enumerate(m.tolist()):
+            sums[0, j], sums[1, j], squares[0, j], squares[1, j], squares[2, j] = exact_residuals(
+                columns[j], ra, rb, size
+            )
         kept = self.seen if every else self.seen[:, keep]
         seen = kept.sum(axis=1) if k == 1 else np.vstack([np.bincount(which, weights=row, minlength=k) for row in kept])
         seen = seen.astype(np.int64)  # counts, as the general path gives them
         return StratumSums(strata=names, clusters=m, sums=sums, squares=squares, seen=seen.reshape(4, k),
                            rates=(ra, rb), units=(ta_sum, tb_sum), pairs=self.pairs, iid=self.iid)  # fmt: skip
+
+
+def exact_residuals(totals: Sequence[float], ra: float, rb: float, m: int) -> tuple[float, float, float, float, float]:
+    """One stratum's sums of the residuals ``u = a - ra ta`` and ``v = b - rb tb`` of its ``m`` conversations, and
+    their squares and product about their means (``su, sv, uu, vv, uv``), from the exact totals of whole numbers
+    ``a, ta, b, tb, a a, a ta, ta ta, b b, b tb, tb tb, a b, a tb, ta b, ta tb``: in integer arithmetic (a double
+    rate is a ratio of integers), each rounded once, so the same totals give the same doubles in any order (the
+    expansion of the squares loses nothing).
+
+    Example:
+        >>> exact_residuals([1, 2, 0, 2, 1, 1, 2, 0, 0, 2, 0, 1, 0, 2], 0.5, 0.0, 2)
+        (0.0, 0.0, 0.5, 0.0, 0.0)
+    """
+    if m == 0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    sa, sta, sb, stb, aa, ata, tata, bb, btb, tbtb, ab, atb, tab, tatb = (int(x) for x in totals)
+    (p, q), (r, s) = ra.as_integer_ratio(), rb.as_integer_ratio()
+    su, sv = sa * q - p * sta, sb * s - r * stb  # the sums of u and v, times q and s
+    uu = m * (aa * q * q - 2 * p * q * ata + p * p * tata) - su * su
+    vv = m * (bb * s * s - 2 * r * s * btb + r * r * tbtb) - sv * sv
+    uv = m * (ab * q * s - r * q * atb - p * s * tab + p * r * tatb) - su * sv
+    # An integer over an integer is the correctly rounded quotient.
+    return su / q, sv / s, uu / (m * q * q), vv / (m * s * s), uv / (m * q * s)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,9 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
         return aggs.setdefault(expr, f"g{len(aggs)}")
 
     def weighed(term: str, power: int) -> str:
-        return agg(f"sum({term})" if unit else f"sum({' * '.join(['w'] * power)} * {term})")
+        # Weighted: fsum (compensated), as a conversation's rows come in any order and a plain sum of weights
+        # differs in its last bits with it (a decision taken twice on the same run differed).
+        return agg(f"sum({term})" if unit else f"fsum({' * '.join(['w'] * power)} * {term})")
 
     # Per metric, where each figure comes from: an aggregate's name, "" for 0, or (">0", n) / ("gap", n, m) for
     # the conversations where n > 0 / n - m > 0 (events seen, from counts the query already has).

@@ -47,6 +47,32 @@ def test_the_summary_agrees_with_the_run_result(run: de.RunResult) -> None:
     json.dumps(s)  # JSON-ready
 
 
+def test_a_runs_decision_lists_latencies_and_costs_only_when_asked(run: de.RunResult) -> None:
+    """``RunResult.decision()`` gives the figures of a decision on the run's rows in memory, without a Python
+    object per turn; ``lists=True`` adds each side's latencies and costs, the rows path's own."""
+    from delta_eval.metrics import decide
+
+    lean, full = run.decision(), run.decision(lists=True)
+    rows = decide(run.table("verdicts"), run.table("replays"), lean.rule)
+    strip = {"sides": {side: {"latencies_ms", "costs_by_conversation"} for side in rows.sides}}
+    assert lean.model_dump(exclude=strip) == full.model_dump(exclude=strip)
+    assert lean.lines() == rows.lines()
+    for side, m in full.sides.items():
+        assert lean.sides[side].latencies_ms == []
+        assert lean.sides[side].costs_by_conversation == {}
+        assert m.latencies_ms == rows.sides[side].latencies_ms
+        assert m.costs_by_conversation == pytest.approx(rows.sides[side].costs_by_conversation)
+        assert list(m.costs_by_conversation) == sorted(m.costs_by_conversation)  # in order of name
+        assert m.conversations == len(m.costs_by_conversation) > 0
+
+
+def test_a_weighted_decision_taken_again_is_the_same_to_the_bit(run: de.RunResult) -> None:
+    """The demo's sample is weighted: sums of weights per conversation are added by DuckDB's threads in any order,
+    and plain sums of them gave 8 different decisions (in their last bits) in 40 takes of the same run."""
+    assert "weighted to the population" in run.decision().estimand
+    assert len({run.decision(lists=True).model_dump_json() for _ in range(20)}) == 1
+
+
 def test_behaviour_changes_rederive_with_sql(run: de.RunResult) -> None:
     a = de.analyze(run.path)
     rows = {(r["kind"], r["behaviour"]): r for r in a.changes()}

@@ -135,7 +135,7 @@ def test_the_decision_in_duckdb_is_the_decision_on_rows(run: Any, rule: Decision
 
 
 @seed(29)
-@settings(max_examples=80, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(max_examples=20, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(runs(), RULES)
 def test_the_decision_is_the_same_to_the_bit_whether_conversations_are_keyed_or_not(
     run: Any, rule: DecisionRule
