@@ -389,6 +389,15 @@ def test_a_merge_on_an_object_store_sends_its_requests_together_each_part_after_
     monkeypatch.setattr(RemoteFolder, "_delete", delete_logged)
     assert folder.compact() == [22]
     assert not both.broken
+    _merged_in_order(done, s3.files("together"))
+    assert rows(folder) == before
+
+
+def _merged_in_order(done: list[str], files: Any) -> None:
+    """The merge of :func:`uploaded_batches`' 20 batches into batch 22 as the store saw its requests (``done``,
+    ``PUT rel`` / ``DELETE rel`` as each ended) and left its ``files``: every emptied record after the merged one,
+    each of the 40 parts of theirs deleted after its own batch's record, only the merged (and population) parts
+    left."""
     merged = done.index("PUT _commits/000022.json")
     emptied = {int(r[13:19]): i for i, r in enumerate(done) if r.startswith("PUT _commits/") and i != merged}
     assert sorted(emptied) == list(range(2, 22))
@@ -396,11 +405,9 @@ def test_a_merge_on_an_object_store_sends_its_requests_together_each_part_after_
     deletions = [(i, r) for i, r in enumerate(done) if r.startswith("DELETE ")]
     assert len(deletions) == 40  # the verdicts and errors parts of 20 batches
     assert all(emptied[int(r.split("part-")[1][:6])] < i for i, r in deletions)
-    files = s3.files("together")
     assert sorted(rel for rel in files if rel.endswith(".parquet") and "_cache" not in rel) == [
         "errors/part-000022.parquet", "strata/part-000001.parquet", "verdicts/part-000022.parquet"
     ]  # fmt: skip
-    assert rows(folder) == before
 
 
 def test_a_merge_whose_pool_takes_no_work_sends_its_requests_one_at_a_time(
@@ -419,20 +426,11 @@ def test_a_merge_whose_pool_takes_no_work_sends_its_requests_one_at_a_time(
 
     done: list[str] = []
     put, delete = RemoteFolder._put, RemoteFolder._delete
-    monkeypatch.setattr(RemoteFolder, "_put", lambda self, rel, data: (put(self, rel, data), done.append(rel)))
-    monkeypatch.setattr(RemoteFolder, "_delete", lambda self, rel: (delete(self, rel), done.append(rel)))
+    monkeypatch.setattr(RemoteFolder, "_put", lambda self, rel, data: (put(self, rel, data), done.append(f"PUT {rel}")))
+    monkeypatch.setattr(RemoteFolder, "_delete", lambda self, rel: (delete(self, rel), done.append(f"DELETE {rel}")))
     monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
     assert folder.compact() == [22]
-    emptied = {int(rel[9:15]): i for i, rel in enumerate(done)
-               if rel.startswith("_commits/0000") and rel != "_commits/000022.json"}  # fmt: skip
-    deleted = [(i, int(rel.split("part-")[1][:6])) for i, rel in enumerate(done) if rel.endswith(".parquet")]
-    assert sorted(emptied) == list(range(2, 22))
-    assert len(deleted) == 40
-    assert all(emptied[batch] < i for i, batch in deleted)  # each part after its batch's record
-    files = s3.files("exiting")
-    assert sorted(rel for rel in files if rel.endswith(".parquet") and "_cache" not in rel) == [
-        "errors/part-000022.parquet", "strata/part-000001.parquet", "verdicts/part-000022.parquet"
-    ]  # fmt: skip
+    _merged_in_order(done, s3.files("exiting"))
     assert rows(folder) == before
 
 
@@ -627,11 +625,7 @@ def test_a_session_killed_while_it_merges_is_recorded_completed_and_the_next_fin
     with pytest.raises(Death):
         de.run(config, conversations=demo_conversations(), progress=False)
     monkeypatch.undo()
-    killed = de.open_result(config.out)
-    assert killed.status == "completed"
-    assert killed.damage == []
-    pairs = killed.counts.pairs
-    assert killed.table("verdicts").num_rows == pairs
+    pairs = _completed_once(config.out).counts.pairs
     again = de.run(config, conversations=demo_conversations(), progress=False)
     assert again.manifest.sessions[-1].resumed_pairs == pairs
     assert len(parts(again.path, "verdicts")) < 4
@@ -735,8 +729,14 @@ def test_a_ctrl_c_during_the_merge_waits_for_it_and_the_run_is_recorded_complete
     with pytest.raises(KeyboardInterrupt):
         de.run(config, conversations=demo_conversations(), progress=False)
     monkeypatch.undo()
-    result = de.open_result(config.out)
+    _completed_once(config.out)
+    assert len(parts(config.out, "verdicts")) < 4
+
+
+def _completed_once(out: Path) -> de.RunResult:
+    """The run at ``out``, stopped while it merged its batches: completed, undamaged, each pair's verdict once."""
+    result = de.open_result(out)
     assert result.status == "completed"
     assert result.damage == []
     assert result.table("verdicts").num_rows == result.counts.pairs
-    assert len(parts(config.out, "verdicts")) < 4
+    return result
