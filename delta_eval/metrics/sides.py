@@ -172,9 +172,9 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
     out: dict[str, SideMetrics] = {}
     for side in sorted({str(r["side"]) for r in rows} - {"recorded"}):
         own = [r for r in rows if r["side"] == side]
-        clusters = [str(r["conversation_id"]) for r in own]
+        clusters = [str(r.get("conversation_id")) for r in own]
         ok = [r for r in own if r.get("error") is None]
-        ok_clusters = [str(r["conversation_id"]) for r in ok]
+        ok_clusters = [str(r.get("conversation_id")) for r in ok]
         acted = [r for r in ok if recorded_acted.get(r["pair_id"])]
         known_decision = [r for r in ok if no_decision_of(r) is not None]
         latencies = sorted(float(r["latency_ms"] or 0.0) for r in ok)
@@ -185,7 +185,7 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
         # against itself agree to the bit.
         each: dict[str, list[float] | None] = {}
         for r in own:
-            c = str(r["conversation_id"])
+            c = str(r.get("conversation_id"))
             known = each.setdefault(c, [])
             if known is not None and r.get("cost_usd") is not None:
                 known.append(float(r["cost_usd"]))
@@ -209,12 +209,12 @@ def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetri
             ),
             text_instead_of_action_rate=rate(
                 [float(bool(r.get("text_instead_of_action"))) for r in acted],
-                [str(r["conversation_id"]) for r in acted],
+                [str(r.get("conversation_id")) for r in acted],
                 confidence=confidence,
             ),
             no_decision_rate=rate(
                 [float(bool(no_decision_of(r))) for r in known_decision],
-                [str(r["conversation_id"]) for r in known_decision],
+                [str(r.get("conversation_id")) for r in known_decision],
                 confidence=confidence,
             ),
             latency_p50_ms=p50,

@@ -283,3 +283,25 @@ def test_the_cost_ratio_is_the_clustered_mean_of_each_conversations_ratio() -> N
     assert got.value == pytest.approx(by_name.estimate, rel=1e-12)
     # The same conversations in another order (a resumed run's files, keys instead of names): the same bits.
     assert cost_ratio(side(dict(reversed(cand.items()))), side(dict(reversed(base.items())))) == got
+
+
+def test_replays_without_a_conversation_column_are_one_conversation_on_both_paths() -> None:
+    """Rows with no ``conversation_id`` at all read as a missing one (``"None"``), as DuckDB's view of the same
+    table reads the column it lacks as nulls: one conversation, not a KeyError."""
+    import duckdb
+    import pyarrow as pa
+
+    from delta_eval.metrics.decision_sql import Source, side_metrics_of
+
+    rows = [{"pair_id": f"p{i}", "side": side, "latency_ms": 100.0 + i, "cost_usd": 0.5, "n_tool_calls": 1}
+            for i in range(3) for side in ("baseline", "candidate")]  # fmt: skip
+    mine = side_metrics(rows)
+    assert {side: m.conversations for side, m in mine.items()} == {"baseline": 1, "candidate": 1}
+    assert mine["candidate"].costs_by_conversation == {"None": 1.5}
+    with duckdb.connect() as db:
+        db.register("v", pa.table({"pair_id": [f"p{i}" for i in range(3)]}))
+        db.register("r", pa.Table.from_pylist(rows))
+        src = Source(db, "v", "r")
+        sql = side_metrics_of(src)
+        src.close()
+    assert {side: m.model_dump() for side, m in sql.items()} == {side: m.model_dump() for side, m in mine.items()}
