@@ -51,6 +51,8 @@ TARGET_BYTES = 512 << 20
 #: enough files that rewriting them costs more than it saves (a 1,341-pair run in 28 batches: 0.5 s to merge, for
 #: a decision of 0.19 s instead of 0.12).
 MIN_BATCHES = 32
+#: The column of a conversation's key (see :mod:`delta_eval.store.conversation_key`), filled in when a file lacks it.
+KEY = "conversation_key"
 #: The fields of a commit record that say nothing about its rows: a record with any other (a population batch's
 #: ``kind``) keeps its batch apart.
 PLAIN_FIELDS = frozenset({"batch", "files", "rows", "sizes", "at", "run", "replaces"})
@@ -93,7 +95,7 @@ def _batches(source: Path, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The rows of a part file, :data:`READ_ROWS` at a time, with ``schema``. A file of the current schema is read a
     row group at a time (copying a 40 MB file of 3 KB transcripts peaked at 306 MB this way, 623 MB through a
     dataset scan); one written by an older version through a dataset over it, which reads it with the current
-    schema (a column it lacks is nulls)."""
+    schema (a column it lacks is nulls, but the conversations' keys: see :func:`_with_keys`)."""
     with pq.ParquetFile(source) as file:
         if file.schema_arrow.equals(schema):
             yield from file.iter_batches(batch_size=READ_ROWS)
@@ -103,10 +105,6 @@ def _batches(source: Path, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     keyed = KEY in schema.names and KEY not in had and "conversation_id" in had
     for batch in scan.to_batches(batch_size=READ_ROWS, batch_readahead=1, fragment_readahead=1):
         yield _with_keys(batch) if keyed else batch
-
-
-#: The column of a conversation's key (see :mod:`delta_eval.store.conversation_key`).
-KEY = "conversation_key"
 
 
 def _with_keys(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -83,6 +83,7 @@ __all__ = [
     "Mirror",
     "RunFolder",
     "Snapshot",
+    "batch_parts",
     "damage_message",
     "moved_to",
     "replaced_batches",
@@ -169,6 +170,12 @@ def replaced_batches(record: Any, batch: int) -> list[int]:
     if not isinstance(named, list):
         return []
     return [n for n in named if isinstance(n, int) and not isinstance(n, bool) and 0 < n < batch]
+
+
+def batch_parts(batch: int) -> list[str]:
+    """Every dataset's part file of batch ``batch``, relative to the run folder: what a batch whose record names no
+    file may have left (the folder's and the mirror's deletions of a dropped batch)."""
+    return [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
 
 
 def moved_to(record: Any) -> int | None:
@@ -677,7 +684,7 @@ class RunFolder:
         """Replace a batch's record by one that names no file and says ``why``, then delete its part files (those
         its record ``named``, when known; else every dataset's). Not on the mirror: see :meth:`_empty_all`."""
         commits = safe_paths.mkdir(self.path, self.path / COMMITS)
-        names = named if named is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
+        names = named if named is not None else batch_parts(batch)
         parts = [safe_paths.check(self.path, self.path / rel) for rel in names]
         record = {"batch": batch, "files": {}, "rows": {}, "at": datetime.now(UTC).isoformat(), **why}
         header = self._header_of(commits / f"{batch:06d}.json")

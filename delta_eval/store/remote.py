@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
-from delta_eval.store.folder import FolderLock, RunFolder, moved_to, replaced_batches
+from delta_eval.store.folder import FolderLock, RunFolder, batch_parts, moved_to, replaced_batches
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.live_files import PROGRESS_DIR
 from delta_eval.store.tables import DATASETS
@@ -420,7 +420,7 @@ class RemoteFolder:
                 if (exc := done.exception()) is not None:
                     failed.append((batch, exc))
                     continue
-                names = parts if parts is not None else [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
+                names = parts if parts is not None else batch_parts(batch)
                 deletions.update({_submit(pool, self._delete, part): batch for part in names})
             for done in as_completed(deletions):
                 if (exc := done.exception()) is not None:
