@@ -36,6 +36,7 @@ from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.folder import MARKER, RunFolder, write_json_atomic
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.tables import SCHEMAS
+from delta_eval.store.tallies import TALLIES, tally
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from targets import Figure, record  # the figures and their targets, shared by the benchmarks
@@ -113,7 +114,7 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
     replays = _table("replays", sides, 2 * pairs)
     commits = out / "_commits"
     commits.mkdir()
-    for name in ("verdicts", "replays"):
+    for name in ("verdicts", "replays", TALLIES):
         (out / name).mkdir()
     if batch_pairs is None:
         batches = [{"verdicts": verdicts}, {"replays": replays}]
@@ -122,6 +123,8 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
                     "replays": pa.concat_tables([replays.slice(i, batch_pairs), replays.slice(pairs + i, batch_pairs)])}
                    for i in range(0, pairs, batch_pairs)]  # fmt: skip
     for batch, tables in enumerate(batches, start=1):
+        if "verdicts" in tables:  # as the run's writer counts them with each batch (store/tallies.py)
+            tables = {**tables, TALLIES: tally(tables["verdicts"])}
         record: dict[str, Any] = {"batch": batch, "files": {}, "rows": {}, "sizes": {}}
         for name, table in tables.items():
             part = out / name / f"part-{batch:06d}.parquet"

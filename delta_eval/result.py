@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, decide
 from delta_eval.metrics.counted import counted
 from delta_eval.metrics.decision_sql import figures_only
 from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.tallied import tallied
 from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
@@ -155,18 +157,33 @@ class RunResult:
         :mod:`delta_eval.metrics.winrate`). ``by="stratum"`` (or another verdict column) returns one
         :class:`WinRate` per value.
         """
-        # Summed by DuckDB over the run's Parquet files, per stratum (a row per conversation only for the
-        # bootstrap, which resamples them): no pair is read into Python.
+        # Summed per stratum from the verdicts' tallies where they serve (about a row per conversation: see
+        # store.tallies), else by DuckDB over the run's Parquet files (a row per conversation only for the bootstrap,
+        # which resamples them): no pair is read into Python.
         e = Estimand(over=over, weighted=weighted, soft=soft, errors=errors)
-        con = open_run(self.path, candidate=self.candidate, datasets=("verdicts",))  # the one view it reads
-        try:
-            groups = counted("verdicts", e, by=by, null="None", con=con, per_conversation=method == "bootstrap")
-        finally:
-            con.close()
+        groups = self._tallied(e, by) if method != "bootstrap" else None
+        if groups is None:
+            con = open_run(self.path, candidate=self.candidate, datasets=("verdicts",))  # the one view it reads
+            try:
+                groups = counted("verdicts", e, by=by, null="None", con=con, per_conversation=method == "bootstrap")
+            finally:
+                con.close()
         options: dict[str, Any] = {"method": method, "confidence": confidence, "seed": self.manifest.seed}
         if by is not None:
             return [win_rate_of(c, e, stratum=name, **options) for name, c in sorted(groups.items())]
         return win_rate_of(groups[""], e, **options)
+
+    def _tallied(self, e: Estimand, by: str | None) -> dict[str, Any] | None:
+        """:func:`~delta_eval.metrics.tallied.tallied` over this candidate's tallies; ``None`` where they cannot
+        serve, or the folder has damage (whose warning :func:`open_run` gives)."""
+        if self.damage:
+            return None
+        tallies = self._folder.read_tallies()
+        if tallies is None:
+            return None
+        if self.candidate is not None:
+            tallies = tallies.filter(pc.equal(tallies.column("candidate").cast(pa.string()), self.candidate))
+        return tallied(tallies, e, by=by, null="None")
 
     def decision(self, rule: DecisionRule | None = None, *, con: Any = None, lists: bool = False) -> Decision:
         """The decision on this run: APPROVED, PARTIAL or REJECTED, what decided it, and every number behind it

@@ -13,6 +13,8 @@ from delta_eval.analysis.leaderboard import leaderboard, pareto_front
 from delta_eval.cli import main
 from delta_eval.demo import demo_config, demo_conversations
 from delta_eval.exceptions import RunFolderError
+from delta_eval.metrics.estimand import Estimand
+from delta_eval.store.folder import RunFolder
 
 N = 10
 
@@ -256,3 +258,20 @@ def test_score_weights_not_given_weigh_nothing() -> None:
     assert de.ScoreWeights(quality=1) == de.ScoreWeights(quality=1, latency=0, cost=0)
     with pytest.raises(ValueError, match="a score needs a weight above 0"):
         de.ScoreWeights()
+
+
+def test_each_candidates_win_rate_from_its_tallies_is_the_one_over_its_verdicts(
+    runs: tuple[de.RunResult, de.RunResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, fleet = runs
+    # The demo samples its strata unevenly: its weights vary, and weighted sums are read from the verdicts.
+    options = [{}, {"weighted": False}, {"weighted": False, "by": "stratum"},
+               {"weighted": False, "over": "judged", "errors": "exclude"}]  # fmt: skip
+    tallied = {(name, i): fleet.of(name).win_rate(**o) for name in fleet.candidates for i, o in enumerate(options)}
+    assert all(fleet.of(name)._tallied(Estimand(weighted=False), None) is not None for name in fleet.candidates)
+    assert all(fleet.of(name)._tallied(Estimand(), None) is None for name in fleet.candidates)
+    monkeypatch.setattr(RunFolder, "read_tallies", lambda self: None)  # the verdicts read instead
+    for name in fleet.candidates:
+        assert fleet.of(name)._tallied(Estimand(weighted=False), None) is None
+        for i, o in enumerate(options):
+            assert fleet.of(name).win_rate(**o) == tallied[(name, i)], (name, o)

@@ -68,6 +68,7 @@ from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.media import restore_media, split_media
 from delta_eval.store.sent import SENT_DIR, remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
+from delta_eval.store.tallies import TALLIES, complete, tally, write_tallies
 
 __all__ = [
     "COMMIT_LOCK",
@@ -234,12 +235,17 @@ def _open_files_budget(wanted: int = 0) -> int:
     return max(16, soft // 4)
 
 
-def _read_part(path: Path, fd: int, columns: list[str] | None, schema: pa.Schema) -> pa.Table:
-    """A part file's rows: from its open descriptor when it is held, else by its name."""
+def _read_part(path: Path, fd: int, columns: list[str] | None, schema: pa.Schema,
+               dictionary: list[str] | None = None) -> pa.Table:  # fmt: skip
+    """A part file's rows: from its open descriptor when it is held, else by its name (``dictionary``: text
+    columns read dictionary-encoded, as Parquet stores them)."""
+    if dictionary is not None:  # an explicit schema would decode them
+        schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
+                            for f in schema])  # fmt: skip
     if fd < 0:
-        return pq.read_table(path, columns=columns, schema=schema)
+        return pq.read_table(path, columns=columns, schema=schema, read_dictionary=dictionary)
     with os.fdopen(os.dup(fd), "rb") as f:
-        return pq.read_table(f, columns=columns, schema=schema)
+        return pq.read_table(f, columns=columns, schema=schema, read_dictionary=dictionary)
 
 
 @dataclass
@@ -495,16 +501,33 @@ class RunFolder:
     def read(self, dataset: str, columns: list[str] | None = None) -> pa.Table:
         """All committed rows of ``dataset`` (an empty table with the right schema when there are none), as of
         one :meth:`snapshot`."""
+        table = self._read(dataset, columns)
+        assert table is not None
+        return table
+
+    def read_tallies(self) -> pa.Table | None:
+        """The verdicts' tallies of every committed batch (see :mod:`delta_eval.store.tallies`), their text columns
+        dictionary-encoded as stored, as of one :meth:`snapshot`; ``None`` when some batch with verdicts has none
+        (a folder written before tallies existed, until it is merged), so that they would not count every verdict."""
+        text = [f.name for f in SCHEMAS[TALLIES] if pa.types.is_string(f.type)]
+        return self._read(TALLIES, None, dictionary=text, whole=complete)
+
+    def _read(self, dataset: str, columns: list[str] | None, *, dictionary: list[str] | None = None,
+              whole: Callable[[list[dict[str, Any]]], bool] | None = None) -> pa.Table | None:  # fmt: skip
+        """:meth:`read`, the text ``dictionary``-encoded; ``None`` unless ``whole`` holds of the snapshot's commit
+        records, when given."""
         schema = SCHEMAS[dataset]
         for _ in range(_SNAPSHOT_TRIES):
             with self.snapshot([dataset]) as snap:
+                if whole is not None and not whole(snap.commits):
+                    return None
                 if not snap.files[dataset]:
                     return schema.empty_table().select(columns) if columns else schema.empty_table()
                 try:
-                    tables = [_read_part(path, fd, columns, schema) for path, fd in snap.files[dataset]]
+                    tables = [_read_part(path, fd, columns, schema, dictionary) for path, fd in snap.files[dataset]]
                 except FileNotFoundError:  # a file not held, gone since the scan: scan again
                     continue
-            return pa.concat_tables(tables)
+            return pa.concat_tables(tables) if dictionary is None else pa.concat_tables(tables).unify_dictionaries()
         raise RunFolderChangedError(
             f"{self.path} changed while it was read (a run is dropping or rewriting its batches); read it again"
         )
@@ -712,6 +735,8 @@ class RunFolder:
         staged: list[tuple[str, Path, Path, int]] = []
         try:
             for name in DATASETS:
+                if name == TALLIES:
+                    continue  # counted from the new verdicts part, below
                 sources = [self.path / rel for r in records for rel in r["files"].get(name, [])]
                 if not sources:
                     continue
@@ -719,6 +744,14 @@ class RunFolder:
                 tmp = safe_paths.check(self.path, folder / f".part-000000.{uuid.uuid4().hex}.tmp")
                 staged.append((name, folder, tmp, 0))  # before the copy: a copy that fails leaves no file behind
                 staged[-1] = (name, folder, tmp, copy_rows(name, sources, tmp, keep))
+            # The new verdicts part's tallies counted from its rows (whatever the old batches had: none, in a folder
+            # written before tallies existed, or counts of rows a removal took out).
+            verdicts = next((s for s in staged if s[0] == "verdicts" and s[3]), None)
+            if verdicts is not None:
+                folder = safe_paths.mkdir(self.path, self.path / TALLIES)
+                tmp = safe_paths.check(self.path, folder / f".part-000000.{uuid.uuid4().hex}.tmp")
+                staged.append((TALLIES, folder, tmp, 0))
+                staged[-1] = (TALLIES, folder, tmp, write_tallies(verdicts[2], tmp))
             staged = [s for s in staged if s[3]]
             old = sorted(int(r["batch"]) for r in records)
             if not staged:
@@ -828,7 +861,10 @@ class RunFolder:
         """Queue rows (instances of the dataset's schema type) for the next batch.
 
         A conversation's media bytes are queued apart, to the ``media`` dataset, only when the folder does not hold
-        them yet; the conversation row keeps their reference (see :mod:`delta_eval.store.media`)."""
+        them yet; the conversation row keeps their reference (see :mod:`delta_eval.store.media`). The verdicts'
+        tallies are never added: each batch's are counted from its verdicts as it is written."""
+        if dataset == TALLIES:
+            raise ValueError(f"{TALLIES} are counted from a batch's verdicts as it is written, never added")
         if dataset != "conversations":
             self._pending[dataset].extend(rows)
             return
@@ -860,6 +896,9 @@ class RunFolder:
     def _write_batch(self, tables: dict[str, pa.Table], note: dict[str, Any] | None) -> int:
         """Write ``tables`` as the next batch: its part files, then its commit file (see :meth:`_commit_staged`)."""
         staged: list[tuple[str, Path, Path, int]] = []
+        tables = {name: _scrubbed(table) for name, table in tables.items()}
+        if "verdicts" in tables:  # counted from the rows as written
+            tables[TALLIES] = tally(tables["verdicts"])
         for name, table in tables.items():
             folder = safe_paths.mkdir(self.path, self.path / name)
             # A shared or outside-numbered folder's number is known at commit only.
@@ -867,7 +906,7 @@ class RunFolder:
             tmp = safe_paths.check(self.path, folder / f".part-{number:06d}.{uuid.uuid4().hex}.tmp")
             skip = TABLES[name].no_statistics
             stats: bool | list[str] = [c for c in table.column_names if c not in skip] if skip else True
-            pq.write_table(_scrubbed(table), tmp, compression="zstd", write_statistics=stats)
+            pq.write_table(table, tmp, compression="zstd", write_statistics=stats)
             staged.append((name, folder, tmp, table.num_rows))
         return self._commit_staged(staged, note)
 

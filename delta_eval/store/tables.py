@@ -4,6 +4,8 @@
   (and ``conversation_key``, as the verdicts');
 - ``verdicts``: one row a pair, with the stage that decided it (and ``conversation_key``, its conversation's id as
   a 64-bit integer: see :mod:`delta_eval.store.conversation_key`);
+- ``verdict_tallies``: the verdicts of each batch counted by what the win rate reads of them (see
+  :mod:`delta_eval.store.tallies`), derived from the verdicts: written with them, never by hand;
 - ``judgements``: one row per judge call (stage 2 and 3), so both-order judging and panels keep every answer;
 - ``simulator_calls``: one row per call of a session's user simulator or LLM tool simulator, per side (their
   tokens and cost, apart from the sides' own);
@@ -29,6 +31,7 @@ from delta_eval.schema import ErrorRecord, Judgement, Replay, SampledConversatio
 from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.media import StoredMedia
 from delta_eval.store.rows import Computed, Table
+from delta_eval.store.tallies import TALLIES, TALLY_TABLE
 
 __all__ = ["DATASETS", "SCHEMAS", "TABLES"]
 
@@ -48,6 +51,7 @@ TABLES: dict[str, Table[Any]] = {
         # What queries group verdicts by conversation on (a number: grouping on the id's text costs twice as much).
         computed={"conversation_key": Computed(pa.int64(), lambda v: conversation_key(v.conversation_id))},
     ),
+    TALLIES: TALLY_TABLE,
     "judgements": Table(Judgement, flatten={"usage": ""}),
     "simulator_calls": Table(SimulatorCall, flatten={"usage": ""}),
     "errors": Table(ErrorRecord),

@@ -2,7 +2,8 @@
 
 :func:`open_run` returns an in-memory DuckDB connection with one view per dataset (``replays``, ``verdicts``,
 ``judgements``, ``simulator_calls``, ``errors``, ``conversations``, ``strata``, ``media``; see
-:mod:`delta_eval.store.tables`) over the committed Parquet files, and two conveniences:
+:mod:`delta_eval.store.tables`) over the committed Parquet files (and ``verdict_tallies``, the verdicts counted,
+where they count every one: see :mod:`delta_eval.store.tallies`), and three conveniences:
 
 - ``pairs``: one row per pair, the verdict beside the baseline, candidate and recorded final texts, tool-call
   counts, costs and latencies;
@@ -30,6 +31,7 @@ from delta_eval.sql import quote_ident, quote_literal
 from delta_eval.store.folder import MANIFEST, PER_PAIR, RunFolder, Snapshot, damage_message
 from delta_eval.store.remote import local_run
 from delta_eval.store.tables import DATASETS, SCHEMAS
+from delta_eval.store.tallies import TALLIES, complete
 
 __all__ = ["open_run"]
 
@@ -153,9 +155,12 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         weakref.finalize(con, snapshot.close)  # the files stay readable while the connection does
     # A candidate's views hold its pairs: those of its verdicts.
     wanted = [name for name in DATASETS if datasets is None or name in datasets or (candidate and name == "verdicts")]
+    if TALLIES in wanted and not complete(snapshot.commits):
+        wanted.remove(TALLIES)  # some verdicts are not counted in them: no view rather than a wrong one
     for name in wanted:
         files = committed[name]
-        view = quote_ident(f"all_{name}" if candidate is not None and name in PER_PAIR else name)
+        apart = candidate is not None and (name in PER_PAIR or name == TALLIES)
+        view = quote_ident(f"all_{name}" if apart else name)
         if files:
             paths = ", ".join(quote_literal(str(f)) for f in files)  # a view keeps its text: no bound values
             by_name = "false" if _one_schema(files) else "true"
@@ -166,6 +171,8 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     if candidate is not None:
         mine = quote_literal(candidate)
         con.execute(f"CREATE VIEW verdicts AS SELECT * FROM all_verdicts WHERE candidate = {mine}")
+        if TALLIES in wanted:
+            con.execute(f"CREATE VIEW {TALLIES} AS SELECT * FROM all_{TALLIES} WHERE candidate = {mine}")
         for name in ("replays", "judgements", "simulator_calls"):
             if name in wanted:
                 con.execute(

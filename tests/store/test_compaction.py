@@ -95,7 +95,7 @@ def test_many_batches_become_one_with_every_row_in_order(tmp_path: Path) -> None
     assert parts(tmp_path, "strata") == ["part-000001.parquet"]  # the population batch stays apart
     record = json.loads((tmp_path / "_commits" / "000022.json").read_bytes())
     assert record["replaces"] == list(range(2, 22))
-    assert record["rows"] == {"verdicts": 60, "errors": 20}
+    assert record["rows"] == {"verdicts": 60, "errors": 20, "verdict_tallies": 20}  # a tally a conversation
     old = json.loads((tmp_path / "_commits" / "000005.json").read_bytes())
     assert old["files"] == {}
     assert old["replaced_by"] == 22
@@ -344,8 +344,9 @@ def test_a_compacted_run_in_an_object_store_reads_back_on_a_fresh_working_copy(
     delete = RemoteFolder._delete
     monkeypatch.setattr(RemoteFolder, "_delete", lambda self, rel: deleted.append(rel) or delete(self, rel))
     folder.compact()
-    # A request for each part the merged batches' records named (their verdicts and errors), no other.
-    assert sorted(deleted) == sorted(f"{d}/part-{n:06d}.parquet" for n in range(2, 22) for d in ("verdicts", "errors"))
+    # A request for each part the merged batches' records named (their verdicts, tallies and errors), no other.
+    assert sorted(deleted) == sorted(f"{d}/part-{n:06d}.parquet" for n in range(2, 22)
+                                     for d in ("verdicts", "verdict_tallies", "errors"))  # fmt: skip
     files = s3.files("c")
     assert sorted(rel for rel in files if rel.startswith("verdicts/")) == ["verdicts/part-000022.parquet"]
     monkeypatch.setenv(WORK_DIR_ENV, str(tmp_path / "elsewhere"))
@@ -396,17 +397,18 @@ def test_a_merge_on_an_object_store_sends_its_requests_together_each_part_after_
 def _merged_in_order(done: list[str], files: Any) -> None:
     """The merge of :func:`uploaded_batches`' 20 batches into batch 22 as the store saw its requests (``done``,
     ``PUT rel`` / ``DELETE rel`` as each ended) and left its ``files``: every emptied record after the merged one,
-    each of the 40 parts of theirs deleted after its own batch's record, only the merged (and population) parts
+    each of the 60 parts of theirs deleted after its own batch's record, only the merged (and population) parts
     left."""
     merged = done.index("PUT _commits/000022.json")
     emptied = {int(r[13:19]): i for i, r in enumerate(done) if r.startswith("PUT _commits/") and i != merged}
     assert sorted(emptied) == list(range(2, 22))
     assert merged < min(emptied.values())
     deletions = [(i, r) for i, r in enumerate(done) if r.startswith("DELETE ")]
-    assert len(deletions) == 40  # the verdicts and errors parts of 20 batches
+    assert len(deletions) == 60  # the verdicts, tallies and errors parts of 20 batches
     assert all(emptied[int(r.split("part-")[1][:6])] < i for i, r in deletions)
     assert sorted(rel for rel in files if rel.endswith(".parquet") and "_cache" not in rel) == [
-        "errors/part-000022.parquet", "strata/part-000001.parquet", "verdicts/part-000022.parquet"
+        "errors/part-000022.parquet", "strata/part-000001.parquet", "verdict_tallies/part-000022.parquet",
+        "verdicts/part-000022.parquet",
     ]  # fmt: skip
 
 

@@ -34,6 +34,7 @@ from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.media import StoredMedia
 from delta_eval.store.tables import SCHEMAS, TABLES
+from delta_eval.store.tallies import TALLIES, tally
 
 text = st.text(max_size=12)
 counts = st.integers(min_value=0, max_value=2**40)
@@ -115,7 +116,8 @@ BY_DATASET: dict[str, Any] = {
 
 
 def test_every_dataset_has_a_strategy_here() -> None:
-    assert set(BY_DATASET) == set(TABLES)
+    # but the verdicts' tallies, derived from them (never added)
+    assert set(BY_DATASET) | {TALLIES} == set(TABLES)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -133,6 +135,11 @@ def test_what_is_written_reads_back_as_it_was(data: st.DataObject) -> None:
             table = folder.read(name)
             assert table.schema == SCHEMAS[name]
             assert [TABLES[name].parse(row) for row in table.to_pylist()] == objs
+        # the verdicts' tallies written with them, counting each one
+        tallies = folder.read(TALLIES)
+        assert tallies.schema == SCHEMAS[TALLIES]
+        assert tallies.equals(tally(TABLES["verdicts"].to_arrow(written["verdicts"])))
+        assert sum(tallies.column("n").to_pylist()) == len(written["verdicts"])
 
 
 def test_layout_users_query_by() -> None:

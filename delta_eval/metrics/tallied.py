@@ -1,0 +1,143 @@
+"""An estimand's counted pairs summed per stratum from the verdicts' tallies (see :mod:`delta_eval.store.tallies`):
+the sums :func:`~delta_eval.metrics.counted.counted` takes over the verdicts with ``per_conversation=False``, from
+about one row per conversation, in Arrow and numpy, with no query engine to start.
+
+A tally counts the verdicts of one batch that share a conversation, a stratum, an outcome, an error's side and a
+weight; each sum is then a sum of counts, in integers, so the figures are those of the query over the verdicts to
+the last bit (both exact below 2**53). What is counted, and how much each side won, is decided once per distinct
+outcome and error side by :func:`~delta_eval.metrics.estimand.contribution`, the rows' own rule.
+
+:func:`tallied` answers ``None`` where tallies cannot give those sums (soft or weighted sums, weights that vary under
+``weighted="auto"``, a group they do not hold, a counted verdict without a conversation's key): the caller reads
+the verdicts then.
+
+Example:
+    >>> import pyarrow as pa
+    >>> from delta_eval.store.tallies import tally
+    >>> verdicts = pa.table({"conversation_key": [1, 1, 2], "outcome": ["candidate", "tie", "baseline"]})
+    >>> c = tallied(tally(verdicts))[""]
+    >>> c.pairs, c.counts["candidate"], c.sign_counts()
+    (3, 1, (1, 1, 0))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from delta_eval.metrics.counted import Counted, _strata_groups, _vary
+from delta_eval.metrics.estimand import Estimand, contribution
+
+__all__ = ["GROUPS", "tallied"]
+
+#: The verdict columns a ``by`` may name: those a tally holds as the verdicts do.
+GROUPS = ("stratum", "candidate")
+
+
+def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | None = None, null: str = "",
+            total: dict[str, Counted] | None = None) -> dict[str, Counted] | None:  # fmt: skip
+    """The counted pairs of the verdicts ``tallies`` count under ``estimand``, summed per stratum, by the value of
+    ``by`` (see :func:`~delta_eval.metrics.counted.counted`, whose ``per_conversation=False`` figures these are);
+    ``total`` receives them over every row under ``""``. ``None`` where the tallies cannot give them (see the
+    module docstring). Text columns may be dictionary-encoded (as Parquet stores them)."""
+    e = estimand or Estimand()
+    if e.soft or e.weighted is True or (by is not None and by not in GROUPS) or not tallies.num_rows:
+        return None  # (no tally: the verdicts say what there is, none either or rows no tally counts)
+    rows = tallies.num_rows
+    n = np.asarray(tallies.column("n").to_numpy(), dtype=np.int64)
+    groups, group_names = _codes(tallies.column(by)) if by else (np.zeros(rows, dtype=np.int64), [""])
+    # Each distinct outcome and error side decided once: whether it counts, and what each side won.
+    (outcome, outcomes), (side, sides) = _codes(tallies.column("outcome")), _codes(tallies.column("error_side"))
+    kind = outcome * len(sides) + side
+    rules = [contribution({"outcome": o, "error_side": s}, e) for o in outcomes for s in sides]
+    # The count of each outcome and of the error pairs lost by each side, per group.
+    cells = np.bincount(groups * len(rules) + kind, weights=n, minlength=len(group_names) * len(rules))
+    counts_rows = []
+    for cell in np.flatnonzero(cells):
+        g, k = divmod(int(cell), len(rules))
+        o, s = outcomes[k // len(sides)], sides[k % len(sides)]
+        lost = s if rules[k] is not None and o == "error" else None
+        counts_rows.append((group_names[g], "None" if o is None else o, lost, int(cells[cell])))
+    if by and {None, null} <= {g for g, *_ in counts_rows}:
+        return None  # the null group named as a real one: summed per conversation, from the verdicts
+    counted = np.asarray([ab is not None for ab in rules], dtype=bool)[kind]
+    weight = pc.fill_null(tallies.column("weight"), 0.0).to_numpy()[counted]
+    weight = np.where(weight == 0, 1.0, weight)
+    if e.weighted == "auto" and weight.size and _vary(float(weight.max()), float(weight.min())):
+        return None  # weighted sums: per conversation, from the verdicts
+    keys = tallies.column("conversation_key")
+    if keys.null_count and pc.any(pc.and_(pc.is_null(keys), pa.array(counted))).as_py():
+        return None  # a verdict without a conversation: its own cluster, named by its pair
+    won = np.asarray([ab or (0.0, 0.0) for ab in rules], dtype=np.int64).reshape(-1, 2)[kind[counted]]
+    t = n[counted]
+    stratum, stratum_names = _codes(tallies.column("stratum"))
+    # Each stratum's rank in text order (null is ""): a conversation is in the largest it has.
+    names = ["" if x is None else str(x) for x in stratum_names]
+    order = sorted(range(len(names)), key=lambda i: names[i].encode("utf-8"))
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[order] = np.arange(len(names))
+    in_order = [names[i] for i in order]
+    key = np.asarray(pc.fill_null(keys, 0).to_numpy(), dtype=np.int64)[counted]
+    units = np.vstack([t, t * won[:, 0], t * won[:, 1]])
+    st = rank[stratum[counted]]
+    cols = [_per_stratum(groups[counted], key, st, units, group_names, in_order, whole=0)]
+    if total is not None:  # over every row: each conversation's rows of every group added up
+        cols.append(_per_stratum(np.zeros(len(t), dtype=np.int64), key, st, units, [None], in_order, whole=1))
+    out, everything = _strata_groups(pa.concat_tables(cols), counts_rows, by, null, False, total is not None)
+    if total is not None:
+        total.update(everything)
+    return out
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Each value's code, and the value of each code (null among them where there is one)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.unify_dictionaries().combine_chunks() if pa.types.is_dictionary(column.type) else \
+            column.combine_chunks()  # fmt: skip
+    encoded = column if pa.types.is_dictionary(column.type) else column.dictionary_encode()
+    values = encoded.dictionary.to_pylist()
+    indices = encoded.indices
+    if indices.null_count:
+        indices = pc.fill_null(indices, len(values))
+        values.append(None)
+    return np.asarray(indices.to_numpy(), dtype=np.int64), values
+
+
+def _per_stratum(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: np.ndarray, group_names: list[Any],
+                 stratum_names: list[str], whole: int) -> pa.Table:  # fmt: skip
+    """Per group and stratum, the sums of the query per stratum of :mod:`delta_eval.metrics.counted` (its
+    ``_STRATA``), named as it names them: from the counted tallies' group, conversation key, stratum (its rank in
+    text order) and units (``t``, ``ua``, ``ub`` a row), each conversation of a group in the largest stratum it has."""
+    # Sorted by group and conversation, each (group, conversation) a run of rows: its sums over the run.
+    order = np.lexsort((key, groups)) if len(group_names) > 1 else np.argsort(key)
+    g, k = groups[order], key[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (k[1:] != k[:-1]) | (g[1:] != g[:-1])
+    starts = np.flatnonzero(new)
+    t, ua, ub = np.add.reduceat(units[:, order], starts, axis=1) if len(order) else units
+    st = np.maximum.reduceat(stratum[order], starts) if len(order) else stratum
+    cell = g[starts] * len(stratum_names) + st
+    size = len(group_names) * len(stratum_names)
+    per = {
+        "conversations": np.ones_like(t), "t": t, "ua": ua, "ub": ub, "s0": ua > 0, "s1": ua < t, "s2": ub > 0,
+        "s3": ub < t, "plus": ua > ub, "minus": ua < ub, "q_aa": ua * ua, "q_at": ua * t, "q_tt": t * t,
+        "q_bb": ub * ub, "q_bt": ub * t, "q_ab": ua * ub,
+    }  # fmt: skip
+    s = {c: np.bincount(cell, weights=v, minlength=size) for c, v in per.items()}
+    present = np.flatnonzero(s["conversations"])
+    s = {c: v[present] for c, v in s.items()}
+    m = s["conversations"].astype(np.int64)
+    a, b, tt = s["ua"], s["ub"], s["t"]
+    return pa.table({
+        "whole": pa.array(np.full(len(present), whole, dtype=np.int32)),
+        "grp": pa.array([group_names[c // len(stratum_names)] for c in present], pa.string()),
+        "st": pa.array([stratum_names[c % len(stratum_names)] for c in present], pa.string()), "m": m, "n": tt,
+        "conversations": m, **{f"s{j}": s[f"s{j}"].astype(np.int64) for j in range(4)},
+        "plus": s["plus"].astype(np.int64), "minus": s["minus"].astype(np.int64), "aa": a, "at": a, "tt": tt, "bb": b,
+        "bt": b, "ab": np.zeros(len(present)), "units": tt, "a_all": a, "b_all": b, "s_a": a, "s_t": tt, "s_b": b,
+        **{q: s[q] for q in ("q_aa", "q_at", "q_tt", "q_bb", "q_bt", "q_ab")},
+        "nokey": np.zeros(len(present), dtype=np.int64),
+    })  # fmt: skip

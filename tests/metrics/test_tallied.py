@@ -1,0 +1,125 @@
+"""The win rate's sums per stratum from the verdicts' tallies (delta_eval.metrics.tallied): the same to the last bit
+as DuckDB's over the verdicts they count, whatever batches the verdicts were tallied in, or no answer (``None``)
+only where tallies cannot give them."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, seed, settings
+from hypothesis import strategies as st
+
+from delta_eval.metrics.counted import counted
+from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.tallied import tallied
+from delta_eval.store.conversation_key import conversation_key
+from delta_eval.store.tables import TABLES
+from delta_eval.store.tallies import tally
+from tests.metrics.test_conversation_keys import _same
+from tests.metrics.test_counted import runs
+
+
+def _verdicts(rows: list[dict[str, Any]]) -> pa.Table:
+    """The rows as a run stores them (every column of the verdicts' schema), with their conversations' keys."""
+    schema = TABLES["verdicts"].schema
+    full = [{**r, "conversation_key": conversation_key(r.get("conversation_id"))} for r in rows]
+    return pa.Table.from_pylist(full, schema=schema) if full else schema.empty_table()
+
+
+def _tallied_in(table: pa.Table, cuts: list[int]) -> pa.Table:
+    """``table``'s tallies as a run writes them: one set a batch, the batches cut at ``cuts``."""
+    edges = sorted({0, table.num_rows, *(c % (table.num_rows + 1) for c in cuts)})
+    return pa.concat_tables([tally(table.slice(lo, hi - lo)) for lo, hi in itertools.pairwise(edges)] or
+                            [tally(table)])  # fmt: skip
+
+
+@st.composite
+def varied(draw: Any) -> list[dict[str, Any]]:
+    """:func:`runs`' rows, some with an empty error side, no stratum, a weight of 0 or none, or a second candidate;
+    no row without a conversation unless drawn so."""
+    rows = draw(runs())
+    keep_missing = draw(st.booleans())
+    out = []
+    for r in rows:
+        r = dict(r)
+        if not keep_missing and not r["conversation_id"]:
+            r["conversation_id"] = "c0"
+        if r["outcome"] == "error" and draw(st.integers(0, 4)) == 0:
+            r["error_side"] = ""
+        if draw(st.integers(0, 9)) == 0:
+            r["stratum"] = None
+        if draw(st.integers(0, 9)) == 0:
+            r["weight"] = draw(st.sampled_from([None, 0.0]))
+        r["candidate"] = draw(st.sampled_from(["x", "x", "y"]))
+        out.append(r)
+    return out
+
+
+@seed(40)
+@settings(max_examples=150, deadline=None)
+@given(varied(), st.lists(st.integers(0, 60), max_size=4), st.sampled_from(["all", "judged"]),
+       st.sampled_from(["loss", "exclude"]), st.sampled_from([False, "auto"]),
+       st.sampled_from([None, "stratum", "candidate"]))  # fmt: skip
+def test_sums_from_tallies_are_the_sums_over_the_verdicts(
+    rows: list[dict[str, Any]], cuts: list[int], over: Any, errors: Any, weighted: Any, by: str | None
+) -> None:
+    e = Estimand(over=over, errors=errors, weighted=weighted)
+    table = _verdicts(rows)
+    total: dict[str, Any] = {}
+    mine = tallied(_tallied_in(table, cuts), e, by=by, null="None", total=total)
+    theirs_total: dict[str, Any] = {}
+    theirs = counted(table, e, by=by, null="None", per_conversation=False, total=theirs_total)
+    if mine is None:
+        # Only where tallies cannot serve: weights that vary under "auto", a counted verdict without a
+        # conversation, no verdict at all, or a null group beside one named as it is.
+        unserved = (not rows or any(not r["conversation_id"] for r in rows)
+                    or (weighted == "auto" and len({(r["weight"] or 1.0) for r in rows}) > 1)
+                    or (by is not None and any(r.get(by) is None for r in rows)))  # fmt: skip
+        assert unserved
+        return
+    assert mine.keys() == theirs.keys()
+    for g in mine:
+        _same(mine[g], theirs[g])
+    assert total.keys() == theirs_total.keys()
+    for g in total:
+        _same(total[g], theirs_total[g])
+
+
+def test_tallies_serve_a_plain_run_and_decline_what_they_cannot_give() -> None:
+    rows = [{"pair_id": f"p{i}", "conversation_id": f"c{i % 4}", "stratum": f"s{i % 2}", "weight": 1.0,
+             "outcome": ["candidate", "baseline", "tie", "equivalent", "error"][i % 5],
+             "error": "candidate replay failed: 500" if i % 5 == 4 else None} for i in range(40)]  # fmt: skip
+    table = _verdicts(rows)
+    got = tallied(tally(table))
+    assert got is not None
+    _same(got[""], counted(table, Estimand(), per_conversation=False)[""])
+    assert got[""].error_losses["candidate"] == 8  # resolved from the error's text as the query resolves it
+    assert tallied(tally(table), Estimand(soft=True)) is None
+    assert tallied(tally(table), Estimand(weighted=True)) is None
+    assert tallied(tally(table), by="epoch") is None
+    varying = _verdicts([{**r, "weight": 1.0 + i % 2} for i, r in enumerate(rows)])
+    assert tallied(tally(varying)) is None  # weighted="auto" settles on weighted sums
+    assert tallied(tally(varying), Estimand(weighted=False)) is not None
+    lone = _verdicts([*rows, {"pair_id": "q", "conversation_id": None, "outcome": "tie"}])
+    assert tallied(tally(lone)) is None  # its own cluster, named by its pair
+    assert tallied(tally(table.slice(0, 0))) is None
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_text_read_dictionary_encoded_gives_the_same_sums(dictionary: bool) -> None:
+    rows = [{"pair_id": f"p{i}", "conversation_id": f"c{i % 7}", "stratum": [None, "b", "a"][i % 3],
+             "outcome": ["candidate", "baseline", "tie"][i % 3], "candidate": "x"} for i in range(30)]  # fmt: skip
+    tallies = pa.concat_tables([tally(_verdicts(rows[:10])), tally(_verdicts(rows[10:]))])
+    if dictionary:
+        tallies = pa.table({name: tallies.column(name).dictionary_encode()
+                            if pa.types.is_string(tallies.schema.field(name).type) else tallies.column(name)
+                            for name in tallies.column_names})  # fmt: skip
+    got = tallied(tallies, by="stratum", null="None")
+    assert got is not None
+    theirs = counted(_verdicts(rows), Estimand(), by="stratum", null="None", per_conversation=False)
+    assert got.keys() == theirs.keys() == {"None", "a", "b"}
+    for g in got:
+        _same(got[g], theirs[g])

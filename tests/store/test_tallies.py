@@ -1,0 +1,116 @@
+"""The verdicts' tallies of a run folder (delta_eval.store.tallies): written with each batch's verdicts, counted
+again from the rows a merge or a removal leaves, read only where every batch with verdicts has them, and the win
+rate from them the win rate over the verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import delta_eval as de
+from delta_eval.metrics.estimand import Estimand
+from delta_eval.store import compaction, safe_paths
+from delta_eval.store.folder import RunFolder
+from delta_eval.store.manifest import RunManifest
+from delta_eval.store.tallies import KEYS, TALLIES, tally
+from delta_eval.store.views import open_run
+
+OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
+
+
+def _manifest() -> RunManifest:
+    return RunManifest(status="completed", fingerprint={}, config={}, source="s", baseline="b", candidate="c")  # type: ignore[arg-type]
+
+
+def _folder(out: Path, batches: int = 20, per: int = 5) -> RunFolder:
+    """``batches`` batches of ``per`` verdicts each, of conversations that span batches, with errors of each kind."""
+    folder = RunFolder(out)
+    folder.write_manifest(_manifest())
+    for b in range(batches):
+        verdicts = []
+        for i in range(per):
+            k = b * per + i
+            outcome = OUTCOMES[k % 5]
+            verdicts.append(de.Verdict(
+                pair_id=f"p{k}", conversation_id=f"c{k % 7}", turn_index=k, stage="judge", outcome=outcome,
+                stratum=f"s{k % 7 % 3}", error="baseline replay failed: 500" if outcome == "error" and k % 2 else
+                ("judge answer malformed" if outcome == "error" else None),
+            ))  # fmt: skip
+        folder.add("verdicts", verdicts)
+        folder.commit()
+    return folder
+
+
+def _summed(table: pa.Table) -> dict[tuple[object, ...], int]:
+    """Tallies added up by their keys (the same verdicts tallied in other batches give other rows, the same sums)."""
+    out: dict[tuple[object, ...], int] = {}
+    for row in table.cast(pa.schema([pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
+                                     for f in table.schema])).to_pylist():  # fmt: skip
+        key = tuple(row[k] for k in KEYS)
+        out[key] = out.get(key, 0) + int(row["n"])
+    return out
+
+
+def test_tallies_count_the_verdicts_of_each_batch_and_again_after_a_merge_and_a_removal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compaction, "MIN_BATCHES", 16)
+    folder = _folder(tmp_path)
+    tallies = folder.read_tallies()
+    assert tallies is not None
+    assert _summed(tallies) == _summed(tally(folder.read("verdicts")))
+    assert sum(_summed(tallies).values()) == 100
+    errors = {k[KEYS.index("error_side")] for k in _summed(tallies) if k[KEYS.index("outcome")] == "error"}
+    assert errors == {"baseline", "judge"}  # resolved from the error's text
+    merged = folder.compact()
+    assert len(merged) == 1
+    assert len([r for r in folder.commits() if r["files"].get(TALLIES)]) == 1
+    tallies = folder.read_tallies()
+    assert tallies is not None
+    assert _summed(tallies) == _summed(tally(folder.read("verdicts")))
+    # A removal's rewrite counts the rows it keeps, not the old batch's tallies.
+    left = folder.remove_rows(merged[0], "pair_id", {"p0", "p1", "p2"}, "taken out")
+    assert left is not None
+    tallies = folder.read_tallies()
+    assert tallies is not None
+    assert sum(_summed(tallies).values()) == 97
+    assert _summed(tallies) == _summed(tally(folder.read("verdicts")))
+
+
+def test_a_batch_without_tallies_leaves_them_unread_until_a_merge_counts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder written before tallies existed (a batch of verdicts without them) has none to read, and no view of
+    them; its merge writes them, and the win rate is the same either way."""
+    monkeypatch.setattr(compaction, "MIN_BATCHES", 16)
+    folder = _folder(tmp_path)
+    before = de.open_result(tmp_path).win_rate(by="stratum")
+    commit = tmp_path / "_commits" / "000003.json"
+    record = json.loads(commit.read_bytes())
+    safe_paths.unlink(tmp_path, tmp_path / record["files"].pop(TALLIES)[0])
+    record["rows"].pop(TALLIES)
+    commit.write_text(json.dumps(record))
+    assert folder.read_tallies() is None
+    assert de.open_result(tmp_path)._tallied(Estimand(), None) is None
+    con = open_run(tmp_path)
+    views = {r[0] for r in con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert "verdicts" in views
+    assert TALLIES not in views
+    con.close()
+    assert de.open_result(tmp_path).win_rate(by="stratum") == before  # from the verdicts
+    folder.compact()
+    assert folder.read_tallies() is not None
+    assert de.open_result(tmp_path)._tallied(Estimand(), None) is not None
+    assert de.open_result(tmp_path).win_rate(by="stratum") == before
+    con = open_run(tmp_path)
+    assert con.sql(f"SELECT sum(n) FROM {TALLIES}").fetchall() == [(100,)]
+    con.close()
+
+
+def test_tallies_are_never_added_by_hand(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    with pytest.raises(ValueError, match="counted from a batch's verdicts"):
+        folder.add(TALLIES, [])
