@@ -103,6 +103,7 @@ def test_analysis_benchmark_runs_on_a_small_synthetic_run(capsys: pytest.Capture
     bench.main(["--pairs", "40000", "--reasons", "300", "--repeats", "1", "--batched"])
     out = capsys.readouterr().out
     assert "a.summary() (cold)" in out
+    assert "win_rate(weighted=True)" in out
     assert "decision, 40 batches of 1,000 pairs" in out
     assert "decision, the same compacted into 1 batch (" in out
     assert "x plain SQL" in out

@@ -147,20 +147,30 @@ _CLUSTERS = _ROWS + _GROUPED.replace(
 )
 
 # The same for hard outcomes (``a`` and ``b`` are 0 or 1, never both): every product is one of a few sums, and
-# whether a win (or a non-win) occurred follows from the counts, so the query adds up 3 values per row unweighted,
-# 9 weighted, instead of 14 (each aggregate over a million rows costs about as much as grouping them).
+# whether a win (or a non-win) occurred follows from the counts, so the query adds up 3 values per row (weighted:
+# then 6 products per conversation and weight) instead of 14 (each aggregate over a million rows costs about as
+# much as grouping them).
 _HARD_SELECT = """)
 SELECT grp, cl, st, n, wa, wt, wb, ua - ub AS balance,
        ua > 0 AS a_seen, ua < n AS a_not, ub > 0 AS b_seen, ub < n AS b_not,
        w2a AS aa, w2a AS "at", tt, w2b AS bb, w2b AS bt, 0.0::DOUBLE AS ab
 FROM sums
 """
-_CLUSTERS_HARD = _ROWS + ", sums AS (" + _GROUPED + _HARD_SELECT
-_HARD_SUMS = {
-    False: "sum(a) AS ua, sum(b) AS ub, ua AS wa, ub AS wb, n::DOUBLE AS wt, ua AS w2a, wt AS tt, ub AS w2b",
-    True: "sum(a) AS ua, sum(b) AS ub, fsum(w * a) AS wa, fsum(w * b) AS wb, fsum(w) AS wt, fsum(w * w * a) AS w2a, "
-    "fsum(w * w) AS tt, fsum(w * w * b) AS w2b",
-}
+_CLUSTERS_HARD = {
+    False: _ROWS + ", sums AS (" + _GROUPED.replace(
+        "{sums}", "sum(a) AS ua, sum(b) AS ub, ua AS wa, ub AS wb, n::DOUBLE AS wt, ua AS w2a, wt AS tt, ub AS w2b"
+    ) + _HARD_SELECT,
+    # Weighted: a conversation's pairs counted per weight first (whole numbers, exact), then each count multiplied
+    # by its weight once. A conversation has one weight (its stratum's), so each weighted sum is one product,
+    # rounded once: the same double whatever order its rows are read in, and whether they are read from the
+    # verdicts or from their tallies (delta_eval.metrics.tallied).
+    True: _ROWS + ", cells AS (" + _GROUPED.replace("{st}", "st, w").replace("{keys}", ", st, w").replace(
+        "{sums}", "sum(a) AS ua, sum(b) AS ub"
+    ) + """), sums AS (
+    SELECT grp, cl, st, sum(n) AS n, sum(ua) AS ua, sum(ub) AS ub, fsum(w * ua) AS wa, fsum(w * ub) AS wb,
+           fsum(w * n) AS wt, fsum(w * w * ua) AS w2a, fsum(w * w * n) AS tt, fsum(w * w * ub) AS w2b
+    FROM cells GROUP BY grp, cl, st""" + _HARD_SELECT,
+}  # fmt: skip
 
 # The count of each outcome, and of the error pairs counted as a loss of each side, per group: the rows grouped
 # first by what decides whether they count (the outcome, and an error's side), which is then decided once per
@@ -328,8 +338,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             # DuckDB adds them in (a resumed run's files are in another order than a fresh run's): per
             # conversation, numpy adds them in a fixed order, and the same run gives the same figures.
             per_conversation = True
-        hard = _CLUSTERS_HARD.replace("{sums}", _HARD_SUMS[weighted])
-        clusters = hard if not e.soft else _CLUSTERS
+        clusters = _CLUSTERS_HARD[weighted] if not e.soft else _CLUSTERS
         if per_conversation:
             sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, side=side, st="st", keys=", st")
             cols = run(sql, lambda sql: fetch_table(db, sql))
@@ -546,7 +555,8 @@ def _counted(cols: dict[str, Any], rows: slice, counts: dict[str, int], losses: 
         picked: np.ndarray = np.asarray(cols[name])[rows].astype(kind)
         return picked
 
-    aa, at, tt, bb, bt, ab = (float(pick(c).sum()) for c in ("aa", "at", "tt", "bb", "bt", "ab"))
+    # Added up in an order of their values: the same double however the conversations are listed (by id, by key).
+    aa, at, tt, bb, bt, ab = (float(np.sort(pick(c)).sum()) for c in ("aa", "at", "tt", "bb", "bt", "ab"))
     seen = np.vstack([pick(c, bool) for c in ("a_seen", "a_not", "b_seen", "b_not")]).reshape(4, -1)
     t = pick("wt")
     sums = PairedSums.from_clusters(pick("st", str), pick("wa"), t, pick("wb"), t, pairs=int(pick("n", int).sum()),

@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_eval.metrics.counted import Counted, _strata_groups, _vary
+from delta_eval.metrics.counted import Counted, _counts, _strata_groups, _vary
+from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, contribution
 
 __all__ = ["GROUPS", "tallied"]
@@ -44,7 +45,7 @@ def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | No
     ``total`` receives them over every row under ``""``. ``None`` where the tallies cannot give them (see the
     module docstring). Text columns may be dictionary-encoded (as Parquet stores them)."""
     e = estimand or Estimand()
-    if e.soft or e.weighted is True or (by is not None and by not in GROUPS) or not tallies.num_rows:
+    if e.soft or (by is not None and by not in GROUPS) or not tallies.num_rows:
         return None  # (no tally: the verdicts say what there is, none either or rows no tally counts)
     rows = tallies.num_rows
     n = np.asarray(tallies.column("n").to_numpy(), dtype=np.int64)
@@ -66,23 +67,27 @@ def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | No
     counted = np.asarray([ab is not None for ab in rules], dtype=bool)[kind]
     weight = pc.fill_null(tallies.column("weight"), 0.0).to_numpy()[counted]
     weight = np.where(weight == 0, 1.0, weight)
-    if e.weighted == "auto" and weight.size and _vary(float(weight.max()), float(weight.min())):
-        return None  # weighted sums: per conversation, from the verdicts
+    weighted = e.weighted is True or (e.weighted == "auto" and weight.size > 0 and
+                                      _vary(float(weight.max()), float(weight.min())))  # fmt: skip
+    if weighted and total is not None:
+        return None  # (what only the decision asks, which reads the verdicts)
     keys = tallies.column("conversation_key")
     if keys.null_count and pc.any(pc.and_(pc.is_null(keys), pa.array(counted))).as_py():
         return None  # a verdict without a conversation: its own cluster, named by its pair
     won = np.asarray([ab or (0.0, 0.0) for ab in rules], dtype=np.int64).reshape(-1, 2)[kind[counted]]
     t = n[counted]
     stratum, stratum_names = _codes(tallies.column("stratum"))
-    # Each stratum's rank in text order (null is ""): a conversation is in the largest it has.
-    names = ["" if x is None else str(x) for x in stratum_names]
-    order = sorted(range(len(names)), key=lambda i: names[i].encode("utf-8"))
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[order] = np.arange(len(names))
-    in_order = [names[i] for i in order]
+    # Each stratum's rank in text order (by UTF-8 bytes, as the verdicts' path orders it; null is ""): a
+    # conversation is in the largest it has.
+    in_order = sorted({"" if x is None else str(x) for x in stratum_names}, key=lambda x: x.encode("utf-8"))
+    place = {name: i for i, name in enumerate(in_order)}
+    rank = np.asarray([place["" if x is None else str(x)] for x in stratum_names], dtype=np.int64)
     key = np.asarray(pc.fill_null(keys, 0).to_numpy(), dtype=np.int64)[counted]
     units = np.vstack([t, t * won[:, 0], t * won[:, 1]])
     st = rank[stratum[counted]]
+    if weighted:
+        named = [null if g is None else g for g in group_names]
+        return _weighted(groups[counted], key, st, units, weight, named, in_order, counts_rows, by, null)
     cols = [_per_stratum(groups[counted], key, st, units, group_names, in_order, whole=0)]
     if total is not None:  # over every row: each conversation's rows of every group added up
         cols.append(_per_stratum(np.zeros(len(t), dtype=np.int64), key, st, units, [None], in_order, whole=1))
@@ -90,6 +95,68 @@ def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | No
     if total is not None:
         total.update(everything)
     return out
+
+
+def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: np.ndarray, weight: np.ndarray,
+              group_names: list[str], stratum_names: list[str], counts_rows: list[Any], by: str | None,
+              null: str) -> dict[str, Counted] | None:  # fmt: skip
+    """The weighted sums per conversation, as :func:`~delta_eval.metrics.counted.counted` takes them over the
+    verdicts (``per_conversation=True``): a conversation's counts per weight, each multiplied by its weight once,
+    its strata added up in their text order; ``None`` where a conversation has two weights in one stratum (summed
+    from the verdicts then)."""
+    # Sorted by key, then by group and stratum (one code for the two): each conversation of a group a run, its
+    # strata in their order.
+    order = np.lexsort((groups * (int(stratum.max(initial=0)) + 1) + stratum, key))
+    g, k, s, w = groups[order], key[order], stratum[order], weight[order]
+    t, ua, ub = units[:, order]
+    starts = _runs(g, k, s)
+    if len(_runs(g, k, s, w)) != len(starts):
+        return None  # two weights in one conversation's stratum
+    n, ua, ub = (np.add.reduceat(x, starts).astype(float) for x in (t, ua, ub))
+    g, k, s, w = g[starts], k[starts], s[starts], w[starts]
+    square = w * w
+    cells = {"wa": w * ua, "wt": w * n, "wb": w * ub, "w2a": square * ua, "tt": square * n, "w2b": square * ub,
+             "balance": ua - ub, "n": n}  # fmt: skip
+    seen = {"a_seen": ua > 0, "a_not": ua < n, "b_seen": ub > 0, "b_not": ub < n}
+    # Per conversation: its strata's sums added in their order (as the verdicts' path merges them).
+    first = _runs(g, k)
+    last = np.append(first[1:], len(g)) - 1
+    sums = {name: np.add.reduceat(x, first) for name, x in cells.items()}
+    flags = {name: np.logical_or.reduceat(x, first) for name, x in seen.items()}
+    group, top = g[first], s[last]
+    out: dict[str, Counted] = {}
+    named = [(null if x is None else x, *rest) for x, *rest in counts_rows]
+    for name in sorted({str(x) for x, *_ in named} | ({""} if not by else set())):
+        mine = np.flatnonzero(group == group_names.index(name)) if name in group_names else np.array([], int)
+        counts, losses = _counts(named, name)
+        pick = {c: v[mine] for c, v in sums.items()}
+        a2, b2 = pick["w2a"], pick["w2b"]
+        # Added up in an order of their values, as counted's are.
+        aa, tt, bb = (float(np.sort(x).sum()) for x in (a2, pick["tt"], b2))
+        iid = np.array([aa, aa, tt, bb, bb, tt, 0.0, aa, bb, tt])
+        wt = pick["wt"]
+        paired = PairedSums.from_clusters(
+            np.asarray(stratum_names, dtype=str)[top[mine]],
+            pick["wa"],
+            wt,
+            pick["wb"],
+            wt,
+            pairs=int(pick["n"].sum()),
+            seen=np.vstack([flags[c][mine] for c in seen]).reshape(4, -1),
+            iid=iid,
+        )
+        out[name] = Counted(paired, None, pick["balance"], counts, losses, True)
+    return out
+
+
+def _runs(*columns: np.ndarray) -> np.ndarray:
+    """Where each run of equal values (in every column together) of sorted rows starts."""
+    size = len(columns[0])
+    new = np.zeros(size, dtype=bool)
+    new[:1] = True
+    for c in columns:
+        new[1:] |= c[1:] != c[:-1]
+    return np.flatnonzero(new) if size else np.array([], dtype=np.intp)
 
 
 def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:

@@ -55,7 +55,7 @@ MIN_BATCHES = 32
 KEY = "conversation_key"
 #: The fields of a commit record that say nothing about its rows: a record with any other (a population batch's
 #: ``kind``) keeps its batch apart.
-PLAIN_FIELDS = frozenset({"batch", "files", "rows", "sizes", "at", "run", "replaces"})
+PLAIN_FIELDS = frozenset({"batch", "files", "rows", "sizes", "at", "run", "replaces", "derived"})
 
 
 def _size(record: dict[str, Any]) -> int:

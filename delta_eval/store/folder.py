@@ -68,7 +68,7 @@ from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.media import restore_media, split_media
 from delta_eval.store.sent import SENT_DIR, remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
-from delta_eval.store.tallies import TALLIES, complete, tally, write_tallies
+from delta_eval.store.tallies import DERIVED, TALLIES, complete, derived_parts, tally, write_tallies
 
 __all__ = [
     "COMMIT_LOCK",
@@ -235,6 +235,11 @@ def _open_files_budget(wanted: int = 0) -> int:
     return max(16, soft // 4)
 
 
+def _named(record: dict[str, Any], name: str) -> list[str]:
+    """The part files of dataset ``name`` a commit record names (its tallies: see :func:`derived_parts`)."""
+    return derived_parts(record) if name == TALLIES else record["files"].get(name, [])
+
+
 def _read_part(path: Path, fd: int, columns: list[str] | None, schema: pa.Schema,
                dictionary: list[str] | None = None) -> pa.Table:  # fmt: skip
     """A part file's rows: from its open descriptor when it is held, else by its name (``dictionary``: text
@@ -391,7 +396,7 @@ class RunFolder:
             if problem is not None:
                 damage.append(Damage(batch, f"{rel} {problem}" if problem.startswith("is ") else problem))
                 continue
-            good.append(record)
+            good.append(self._without_bad_derived(record))
         last_number = max(numbers | {self._counted_batches()})
         damage += [
             Damage(n, f"its commit file {COMMITS}/{n:06d}.json is missing") for n in range(1, last_number + 1)
@@ -443,6 +448,20 @@ class RunFolder:
                     return f"{rel} is not a whole Parquet file"
         return None
 
+    def _without_bad_derived(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record``, or as read here without its derived parts (the tallies) where one is missing or not the size
+        recorded: the batch's rows are sound, and readers count them from the verdicts instead (a merge counts
+        them again)."""
+        sizes = record.get("sizes") or {}
+        for rel in derived_parts(record):
+            try:
+                whole = (self.path / rel).stat().st_size == sizes[rel]
+            except OSError:
+                whole = False
+            if not whole:
+                return {k: v for k, v in record.items() if k != DERIVED}
+        return record
+
     def _counted_batches(self) -> int:
         """The batches the manifest counts as committed (0 when it says nothing, or cannot be read)."""
         try:
@@ -459,6 +478,7 @@ class RunFolder:
         for c in self.commits() if commits is None else commits:
             for name, rels in c["files"].items():
                 files.setdefault(name, []).extend(self.path / rel for rel in rels)
+            files[TALLIES].extend(self.path / rel for rel in derived_parts(c))
         return files
 
     def snapshot(self, datasets: Iterable[str] = DATASETS) -> Snapshot:
@@ -475,12 +495,12 @@ class RunFolder:
             commits, damage = self.scan()
             sizes = {rel: size for c in commits for rel, size in (c.get("sizes") or {}).items()}
             opened: dict[str, list[tuple[Path, int]]] = {name: [] for name in wanted}
-            count = sum(len(c["files"].get(name, [])) for c in commits for name in wanted)
+            count = sum(len(_named(c, name)) for c in commits for name in wanted)
             hold = count <= _open_files_budget(count)
             try:
                 for name in wanted:
                     for c in commits:
-                        for rel in c["files"].get(name, []):
+                        for rel in _named(c, name):
                             if not hold:
                                 opened[name].append((self.path / rel, -1))
                                 continue
@@ -519,7 +539,7 @@ class RunFolder:
         schema = SCHEMAS[dataset]
         for _ in range(_SNAPSHOT_TRIES):
             with self.snapshot([dataset]) as snap:
-                if whole is not None and not whole(snap.commits):
+                if whole is not None and (snap.damage or not whole(snap.commits)):
                     return None
                 if not snap.files[dataset]:
                     return schema.empty_table().select(columns) if columns else schema.empty_table()
@@ -668,7 +688,7 @@ class RunFolder:
     def recover(self) -> list[Path]:
         """Delete the library's part and temporary files that no commit names (left by a killed process, or by a
         damaged batch); return them. Files the library does not name so are never touched."""
-        committed = {rel for c in self.commits() for rels in c["files"].values() for rel in rels}
+        committed = {rel for c in self.commits() for rels in [*c["files"].values(), derived_parts(c)] for rel in rels}
         removed = []
         for f in self._library_files(_COMMIT_TMP, _ROOT_TMP):
             if f.relative_to(self.path).as_posix() not in committed:
@@ -771,7 +791,8 @@ class RunFolder:
             _sync(folder)
         _sync(self.path / COMMITS / f"{batch:06d}.json")
         _sync(self.path / COMMITS)
-        named = {int(r["batch"]): [rel for rels in r["files"].values() for rel in rels] for r in records}
+        named = {int(r["batch"]): [rel for rels in [*r["files"].values(), derived_parts(r)] for rel in rels]
+                 for r in records}  # fmt: skip
         self._empty_all([(number, {"replaced_by": batch, "reason": reason}, named[number]) for number in old])
         return batch
 
@@ -815,7 +836,8 @@ class RunFolder:
                 return rows
             return rows.filter(pc.invert(pc.fill_null(pc.is_in(rows.column(column), value_set=wanted), False)))
 
-        note = {k: v for k, v in record.items() if k not in ("batch", "files", "rows", "sizes", "at", "replaces")}
+        note = {k: v for k, v in record.items()
+                if k not in ("batch", "files", "rows", "sizes", "at", "replaces", DERIVED)}  # fmt: skip
         return self.rewrite([record], reason, keep=keep, note=note)
 
     def batches_holding(self, dataset: str, column: str, values: set[Any]) -> set[int]:
@@ -921,13 +943,17 @@ class RunFolder:
             else:
                 batch = self._last_on_disk() + 1 if self.shared else self._next_batch
             files: dict[str, list[str]] = {}
+            derived: dict[str, list[str]] = {}
             sizes: dict[str, int] = {}
             counts: dict[str, int] = {}
             for name, folder, tmp, rows in staged:
                 final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
                 safe_paths.replace(self.path, tmp, final)
-                files[name] = [f"{name}/{final.name}"]
                 sizes[f"{name}/{final.name}"] = final.stat().st_size
+                if name == TALLIES:  # apart from the files: see delta_eval.store.tallies.DERIVED
+                    derived[name] = [f"{name}/{final.name}"]
+                    continue
+                files[name] = [f"{name}/{final.name}"]
                 counts[name] = rows
             commits = safe_paths.mkdir(self.path, self.path / COMMITS)
             record = {
@@ -936,6 +962,7 @@ class RunFolder:
                 "rows": counts,
                 "sizes": sizes,
                 "at": datetime.now(UTC).isoformat(),
+                **({DERIVED: derived} if derived else {}),
                 **(note or {}),
                 **({"run": self.header} if self.header is not None else {}),
             }

@@ -62,6 +62,7 @@ from delta_eval.store.folder import FolderLock, RunFolder, batch_parts, moved_to
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.live_files import PROGRESS_DIR
 from delta_eval.store.tables import DATASETS
+from delta_eval.store.tallies import derived_parts
 from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
 __all__ = [
@@ -652,7 +653,7 @@ def _parts_named(record: bytes) -> list[str]:
     if not isinstance(files, dict):
         return []
     out = []
-    for rels in files.values():
+    for rels in [*files.values(), derived_parts(data)]:
         for rel in rels if isinstance(rels, list) else [rels]:
             match = _PART.match(rel) if isinstance(rel, str) else None
             if match is not None and match["dataset"] in DATASETS:

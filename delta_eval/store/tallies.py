@@ -39,7 +39,18 @@ from pydantic import BaseModel
 
 from delta_eval.store.rows import Table
 
-__all__ = ["KEYS", "TALLIES", "TALLY_TABLE", "VerdictTally", "complete", "tally", "tally_batches", "write_tallies"]
+__all__ = [
+    "DERIVED",
+    "KEYS",
+    "TALLIES",
+    "TALLY_TABLE",
+    "VerdictTally",
+    "complete",
+    "derived_parts",
+    "tally",
+    "tally_batches",
+    "write_tallies",
+]
 
 #: The dataset's name in a run folder.
 TALLIES = "verdict_tallies"
@@ -111,14 +122,24 @@ def tally(verdicts: pa.Table | pa.RecordBatch) -> pa.Table:
 
 def tally_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     """:func:`tally` over the rows of ``batches`` together (a part file read a record batch at a time), holding one
-    batch's rows and the tallies so far."""
-    parts = [tally(b) for b in batches]
+    batch's rows and the tallies so far (added up every :data:`FOLD` batches)."""
+    parts: list[pa.Table] = []
+    for b in batches:
+        parts.append(tally(b))
+        if len(parts) > FOLD:
+            parts = [_folded(parts)]
     if not parts:
         return TALLY_TABLE.schema.empty_table()
-    merged = pa.concat_tables(parts)
-    if len(parts) == 1:
-        return merged
-    summed = merged.group_by(list(KEYS), use_threads=False).aggregate([("n", "sum")])
+    return parts[0] if len(parts) == 1 else _folded(parts)
+
+
+#: Tallies of this many record batches are added up into one.
+FOLD = 16
+
+
+def _folded(parts: list[pa.Table]) -> pa.Table:
+    """Tallies added up by their keys."""
+    summed = pa.concat_tables(parts).group_by(list(KEYS), use_threads=False).aggregate([("n", "sum")])
     return pa.table({**{name: summed.column(name) for name in KEYS}, "n": summed.column("n_sum")},
                     schema=TALLY_TABLE.schema)  # fmt: skip
 
@@ -135,7 +156,28 @@ def write_tallies(verdicts: Path, dest: Path) -> int:
     return int(tallies.num_rows)
 
 
+#: The field of a commit record that names its derived parts (the tallies), apart from its ``files``: a version of
+#: the library from before tallies reads and checks ``files`` only, so it neither fetches nor checks the tallies
+#: (a batch of a folder it reads is never damaged by them), and its rewrites write none, which readers then see
+#: (see :func:`derived_parts`).
+DERIVED = "derived"
+
+
+def derived_parts(record: Mapping[str, Any], name: str = TALLIES) -> list[str]:
+    """The part files of derived dataset ``name`` a commit record names, where they are the batch's own: named for
+    its number (a record an older version rewrote copies its old batch's fields, tallies of other rows among
+    them) and with a recorded size."""
+    derived = record.get(DERIVED)
+    rels = derived.get(name) if isinstance(derived, dict) else None
+    batch = record.get("batch")
+    own = f"{name}/part-{batch:06d}.parquet" if isinstance(batch, int) else None
+    sizes = record.get("sizes") or {}
+    if own is None or not isinstance(rels, list) or rels != [own] or own not in sizes:
+        return []
+    return [own]
+
+
 def complete(records: Iterable[Mapping[str, Any]]) -> bool:
     """Whether the committed batches ``records`` (their commit records) have tallies wherever they have verdicts:
     then, and only then, the tallies count every verdict."""
-    return all(bool(r.get("files", {}).get(TALLIES)) for r in records if r.get("files", {}).get("verdicts"))
+    return all(bool(derived_parts(r)) for r in records if (r.get("files") or {}).get("verdicts"))

@@ -3,7 +3,8 @@
 :func:`open_run` returns an in-memory DuckDB connection with one view per dataset (``replays``, ``verdicts``,
 ``judgements``, ``simulator_calls``, ``errors``, ``conversations``, ``strata``, ``media``; see
 :mod:`delta_eval.store.tables`) over the committed Parquet files (and ``verdict_tallies``, the verdicts counted,
-where they count every one: see :mod:`delta_eval.store.tallies`), and three conveniences:
+where they count every one and ``datasets`` names them: see :mod:`delta_eval.store.tallies`), and three
+conveniences:
 
 - ``pairs``: one row per pair, the verdict beside the baseline, candidate and recorded final texts, tool-call
   counts, costs and latencies;
@@ -136,7 +137,10 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
     folder.manifest()  # a damaged manifest is an error that names it
-    snapshot = folder.snapshot()
+    # A candidate's views hold its pairs: those of its verdicts. The verdicts' tallies only when asked for.
+    wanted = [name for name in DATASETS if (datasets is None and name != TALLIES) or (datasets and name in datasets)
+              or (candidate and name == "verdicts")]  # fmt: skip
+    snapshot = folder.snapshot(wanted)  # the files of the views made, no others
     if snapshot.damage:
         warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)
     try:
@@ -153,8 +157,6 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         snapshot.close()
     else:
         weakref.finalize(con, snapshot.close)  # the files stay readable while the connection does
-    # A candidate's views hold its pairs: those of its verdicts.
-    wanted = [name for name in DATASETS if datasets is None or name in datasets or (candidate and name == "verdicts")]
     if TALLIES in wanted and not complete(snapshot.commits):
         wanted.remove(TALLIES)  # some verdicts are not counted in them: no view rather than a wrong one
     for name in wanted:

@@ -13,8 +13,9 @@ from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 from delta_eval.metrics.counted import counted
-from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.estimand import Estimand, contribution, weights_vary
 from delta_eval.metrics.tallied import tallied
+from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.conversation_key import conversation_key
 from delta_eval.store.tables import TABLES
 from delta_eval.store.tallies import tally
@@ -50,7 +51,7 @@ def varied(draw: Any) -> list[dict[str, Any]]:
         if r["outcome"] == "error" and draw(st.integers(0, 4)) == 0:
             r["error_side"] = ""
         if draw(st.integers(0, 9)) == 0:
-            r["stratum"] = None
+            r["stratum"] = draw(st.sampled_from([None, "", "é"]))  # null and "" are one stratum, as the query reads
         if draw(st.integers(0, 9)) == 0:
             r["weight"] = draw(st.sampled_from([None, 0.0]))
         r["candidate"] = draw(st.sampled_from(["x", "x", "y"]))
@@ -61,31 +62,53 @@ def varied(draw: Any) -> list[dict[str, Any]]:
 @seed(40)
 @settings(max_examples=150, deadline=None)
 @given(varied(), st.lists(st.integers(0, 60), max_size=4), st.sampled_from(["all", "judged"]),
-       st.sampled_from(["loss", "exclude"]), st.sampled_from([False, "auto"]),
+       st.sampled_from(["loss", "exclude"]), st.sampled_from([False, "auto", True]),
        st.sampled_from([None, "stratum", "candidate"]))  # fmt: skip
 def test_sums_from_tallies_are_the_sums_over_the_verdicts(
     rows: list[dict[str, Any]], cuts: list[int], over: Any, errors: Any, weighted: Any, by: str | None
 ) -> None:
     e = Estimand(over=over, errors=errors, weighted=weighted)
     table = _verdicts(rows)
+    tallies = _tallied_in(table, cuts)
     total: dict[str, Any] = {}
-    mine = tallied(_tallied_in(table, cuts), e, by=by, null="None", total=total)
+    mine = tallied(tallies, e, by=by, null="None", total=total)
+    kept = [r for r in rows if contribution(r, e) is not None]
+    weighs = weighted is True or (weighted == "auto" and weights_vary([r["weight"] or 1.0 for r in kept]))
+    if weighs:  # weighted sums: per conversation, as the verdicts' path takes them (the total: from them)
+        assert mine is None
+        mine = tallied(tallies, e, by=by, null="None")
     theirs_total: dict[str, Any] = {}
-    theirs = counted(table, e, by=by, null="None", per_conversation=False, total=theirs_total)
+    theirs = counted(table, e, by=by, null="None", per_conversation=weighs, total=None if weighs else theirs_total)
     if mine is None:
-        # Only where tallies cannot serve: weights that vary under "auto", a counted verdict without a
-        # conversation, no verdict at all, or a null group beside one named as it is.
-        unserved = (not rows or any(not r["conversation_id"] for r in rows)
-                    or (weighted == "auto" and len({(r["weight"] or 1.0) for r in rows}) > 1)
-                    or (by is not None and any(r.get(by) is None for r in rows)))  # fmt: skip
+        # Only where tallies cannot serve: no verdict at all, a counted verdict without a conversation, or weighted
+        # sums of a conversation with two weights in one stratum.
+        weights: dict[tuple[Any, ...], set[float]] = {}
+        for r in kept:
+            weights.setdefault((r.get(by) if by else "", r["conversation_id"], r["stratum"] or ""), set()).add(
+                r["weight"] or 1.0
+            )
+        unserved = (not rows or any(not r["conversation_id"] for r in kept)
+                    or (weighs and any(len(w) > 1 for w in weights.values())))  # fmt: skip
         assert unserved
         return
     assert mine.keys() == theirs.keys()
     for g in mine:
-        _same(mine[g], theirs[g])
+        (_same if not weighs else _same_weighted)(mine[g], theirs[g])
     assert total.keys() == theirs_total.keys()
     for g in total:
         _same(total[g], theirs_total[g])
+
+
+def _same_weighted(x: Any, y: Any) -> None:
+    """Two weighted Counted alike to the last bit in what every interval reads (the conversations' order aside):
+    their win rates by every method but the bootstrap, and their counts."""
+    assert (x.counts, x.error_losses, x.sign_counts(), x.pairs, x.weighted) == (
+        y.counts, y.error_losses, y.sign_counts(), y.pairs, y.weighted)  # fmt: skip
+    for method in ("cluster", "wilson", "iid"):
+        assert (
+            win_rate_of(x, Estimand(), method=method).model_dump()
+            == win_rate_of(y, Estimand(), method=method).model_dump()
+        )
 
 
 def test_tallies_serve_a_plain_run_and_decline_what_they_cannot_give() -> None:
@@ -98,10 +121,13 @@ def test_tallies_serve_a_plain_run_and_decline_what_they_cannot_give() -> None:
     _same(got[""], counted(table, Estimand(), per_conversation=False)[""])
     assert got[""].error_losses["candidate"] == 8  # resolved from the error's text as the query resolves it
     assert tallied(tally(table), Estimand(soft=True)) is None
-    assert tallied(tally(table), Estimand(weighted=True)) is None
+    assert tallied(tally(table), Estimand(weighted=True), total={}) is None  # the weighted total: the verdicts'
     assert tallied(tally(table), by="epoch") is None
     varying = _verdicts([{**r, "weight": 1.0 + i % 2} for i, r in enumerate(rows)])
-    assert tallied(tally(varying)) is None  # weighted="auto" settles on weighted sums
+    assert tallied(tally(varying), total={}) is None  # weighted="auto" settles on weighted sums
+    assert tallied(tally(varying)) is not None
+    two = _verdicts([{**r, "weight": 1.0 + i // 4 % 2, "stratum": "s"} for i, r in enumerate(rows)])
+    assert tallied(tally(two)) is None  # a conversation of two weights in one stratum
     assert tallied(tally(varying), Estimand(weighted=False)) is not None
     lone = _verdicts([*rows, {"pair_id": "q", "conversation_id": None, "outcome": "tie"}])
     assert tallied(tally(lone)) is None  # its own cluster, named by its pair

@@ -95,7 +95,8 @@ def test_many_batches_become_one_with_every_row_in_order(tmp_path: Path) -> None
     assert parts(tmp_path, "strata") == ["part-000001.parquet"]  # the population batch stays apart
     record = json.loads((tmp_path / "_commits" / "000022.json").read_bytes())
     assert record["replaces"] == list(range(2, 22))
-    assert record["rows"] == {"verdicts": 60, "errors": 20, "verdict_tallies": 20}  # a tally a conversation
+    assert record["rows"] == {"verdicts": 60, "errors": 20}
+    assert record["derived"] == {"verdict_tallies": ["verdict_tallies/part-000022.parquet"]}  # counted again
     old = json.loads((tmp_path / "_commits" / "000005.json").read_bytes())
     assert old["files"] == {}
     assert old["replaced_by"] == 22

@@ -15,7 +15,7 @@ from delta_eval.metrics.estimand import Estimand
 from delta_eval.store import compaction, safe_paths
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
-from delta_eval.store.tallies import KEYS, TALLIES, tally
+from delta_eval.store.tallies import KEYS, TALLIES, derived_parts, tally
 from delta_eval.store.views import open_run
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
@@ -67,7 +67,7 @@ def test_tallies_count_the_verdicts_of_each_batch_and_again_after_a_merge_and_a_
     assert errors == {"baseline", "judge"}  # resolved from the error's text
     merged = folder.compact()
     assert len(merged) == 1
-    assert len([r for r in folder.commits() if r["files"].get(TALLIES)]) == 1
+    assert len([r for r in folder.commits() if derived_parts(r)]) == 1
     tallies = folder.read_tallies()
     assert tallies is not None
     assert _summed(tallies) == _summed(tally(folder.read("verdicts")))
@@ -90,12 +90,11 @@ def test_a_batch_without_tallies_leaves_them_unread_until_a_merge_counts_it(
     before = de.open_result(tmp_path).win_rate(by="stratum")
     commit = tmp_path / "_commits" / "000003.json"
     record = json.loads(commit.read_bytes())
-    safe_paths.unlink(tmp_path, tmp_path / record["files"].pop(TALLIES)[0])
-    record["rows"].pop(TALLIES)
+    safe_paths.unlink(tmp_path, tmp_path / record.pop("derived")[TALLIES][0])
     commit.write_text(json.dumps(record))
     assert folder.read_tallies() is None
     assert de.open_result(tmp_path)._tallied(Estimand(), None) is None
-    con = open_run(tmp_path)
+    con = open_run(tmp_path, datasets=["verdicts", TALLIES])
     views = {r[0] for r in con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
     assert "verdicts" in views
     assert TALLIES not in views
@@ -105,7 +104,7 @@ def test_a_batch_without_tallies_leaves_them_unread_until_a_merge_counts_it(
     assert folder.read_tallies() is not None
     assert de.open_result(tmp_path)._tallied(Estimand(), None) is not None
     assert de.open_result(tmp_path).win_rate(by="stratum") == before
-    con = open_run(tmp_path)
+    con = open_run(tmp_path, datasets=["verdicts", TALLIES])
     assert con.sql(f"SELECT sum(n) FROM {TALLIES}").fetchall() == [(100,)]
     con.close()
 
@@ -114,3 +113,42 @@ def test_tallies_are_never_added_by_hand(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
     with pytest.raises(ValueError, match="counted from a batch's verdicts"):
         folder.add(TALLIES, [])
+
+
+def test_a_damaged_tallies_part_costs_no_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tallies cut short (a disk that filled up) leave the batch sound: its verdicts are read, nothing is dropped,
+    the win rate is counted from the verdicts, and a merge counts them again."""
+    monkeypatch.setattr(compaction, "MIN_BATCHES", 16)
+    folder = _folder(tmp_path)
+    before = de.open_result(tmp_path).win_rate()
+    part = tmp_path / "verdict_tallies" / "part-000004.parquet"
+    part.write_bytes(part.read_bytes()[:20])
+    assert folder.damage() == []
+    assert folder.read("verdicts").num_rows == 100
+    assert folder.read_tallies() is None
+    assert folder.repair() == []
+    assert de.open_result(tmp_path).win_rate() == before
+    folder.compact()
+    assert folder.read_tallies() is not None
+    assert de.open_result(tmp_path).win_rate() == before
+
+
+def test_older_versions_see_no_tallies_and_their_rewrites_leave_none(tmp_path: Path) -> None:
+    """A commit record names its tallies apart from its files (an older version checks and fetches its files only:
+    it neither misses the tallies nor finds their batch damaged), and a record an older version rewrote, carrying
+    the old batch's fields, names no tallies of another batch's rows."""
+    folder = _folder(tmp_path, batches=2)
+    record = json.loads((tmp_path / "_commits" / "000001.json").read_bytes())
+    assert TALLIES not in record["files"]
+    assert derived_parts(record) == ["verdict_tallies/part-000001.parquet"]
+    # An older version's removal of rows: a new batch with the old record's other fields, its files only.
+    moved = {**record, "batch": 3, "files": {"verdicts": ["verdicts/part-000003.parquet"]}}
+    assert derived_parts(moved) == []
+    (tmp_path / "verdicts" / "part-000001.parquet").rename(tmp_path / "verdicts" / "part-000003.parquet")
+    (tmp_path / "_commits" / "000003.json").write_text(json.dumps({**moved, "sizes": {
+        "verdicts/part-000003.parquet": (tmp_path / "verdicts" / "part-000003.parquet").stat().st_size,
+        **record["sizes"]}}))  # fmt: skip
+    (tmp_path / "_commits" / "000001.json").write_text(json.dumps({"batch": 1, "files": {}, "rows": {},
+                                                                   "replaced_by": 3}))  # fmt: skip
+    assert folder.damage() == []
+    assert folder.read_tallies() is None  # batch 3 has verdicts and no tallies of its own
