@@ -20,6 +20,7 @@ from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, decide
 from delta_eval.metrics.counted import counted
 from delta_eval.metrics.decision_sql import figures_only
 from delta_eval.metrics.estimand import Estimand
+from delta_eval.metrics.tallied import GROUPS as TALLIED_GROUPS
 from delta_eval.metrics.tallied import tallied
 from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
@@ -176,8 +177,8 @@ class RunResult:
     def _tallied(self, e: Estimand, by: str | None) -> dict[str, Any] | None:
         """:func:`~delta_eval.metrics.tallied.tallied` over this candidate's tallies; ``None`` where they cannot
         serve, or the folder has damage (whose warning :func:`open_run` gives)."""
-        if self.damage:
-            return None
+        if self.damage or e.soft or (by is not None and by not in TALLIED_GROUPS):
+            return None  # (what tallies cannot give: not read)
         tallies = self._folder.read_tallies()
         if tallies is None:
             return None

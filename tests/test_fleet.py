@@ -5,6 +5,7 @@ candidate replays only the new one."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -264,14 +265,15 @@ def test_each_candidates_win_rate_from_its_tallies_is_the_one_over_its_verdicts(
     runs: tuple[de.RunResult, de.RunResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, fleet = runs
-    # The demo samples its strata unevenly: its weights vary, and weighted sums are read from the verdicts.
-    options = [{}, {"weighted": False}, {"weighted": False, "by": "stratum"},
-               {"weighted": False, "over": "judged", "errors": "exclude"}]  # fmt: skip
+    # The demo samples its strata unevenly: its weights vary (the default is weighted).
+    shapes: list[dict[str, Any]] = [{}, {"by": "stratum"}, {"over": "judged", "errors": "exclude"}]
+    options = [*shapes, *({**o, "weighted": False} for o in shapes)]
     tallied = {(name, i): fleet.of(name).win_rate(**o) for name in fleet.candidates for i, o in enumerate(options)}
-    assert all(fleet.of(name)._tallied(Estimand(weighted=False), None) is not None for name in fleet.candidates)
-    assert all(fleet.of(name)._tallied(Estimand(), None) is None for name in fleet.candidates)
+    for e in (Estimand(), Estimand(weighted=False)):
+        assert all(fleet.of(name)._tallied(e, None) is not None for name in fleet.candidates)
+    assert fleet.of(fleet.candidates[0]).win_rate().weighted
     monkeypatch.setattr(RunFolder, "read_tallies", lambda self: None)  # the verdicts read instead
     for name in fleet.candidates:
-        assert fleet.of(name)._tallied(Estimand(weighted=False), None) is None
+        assert fleet.of(name)._tallied(Estimand(), None) is None
         for i, o in enumerate(options):
             assert fleet.of(name).win_rate(**o) == tallied[(name, i)], (name, o)
