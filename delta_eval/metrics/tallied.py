@@ -120,7 +120,7 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
     seen = {"a_seen": ua > 0, "a_not": ua < n, "b_seen": ub > 0, "b_not": ub < n}
     # Per conversation: its strata's sums added in their order (as the verdicts' path merges them).
     first = _runs(g, k)
-    last = np.append(first[1:], len(g)) - 1
+    last = np.append(first[1:], len(g))[: len(first)] - 1  # (none where no pair counts)
     sums = {name: np.add.reduceat(x, first) for name, x in cells.items()}
     flags = {name: np.logical_or.reduceat(x, first) for name, x in seen.items()}
     group, top = g[first], s[last]

@@ -173,10 +173,10 @@ def replaced_batches(record: Any, batch: int) -> list[int]:
     return [n for n in named if isinstance(n, int) and not isinstance(n, bool) and 0 < n < batch]
 
 
-def batch_parts(batch: int) -> list[str]:
-    """Every dataset's part file of batch ``batch``, relative to the run folder: what a batch whose record names no
-    file may have left (the folder's and the mirror's deletions of a dropped batch)."""
-    return [f"{name}/part-{batch:06d}.parquet" for name in DATASETS]
+def batch_parts(batch: int, datasets: Sequence[str] = DATASETS) -> list[str]:
+    """Every dataset's (of ``datasets``) part file of batch ``batch``, relative to the run folder: what a batch
+    whose record names no file may have left (the folder's and the mirror's deletions of a dropped batch)."""
+    return [f"{name}/part-{batch:06d}.parquet" for name in datasets]
 
 
 def moved_to(record: Any) -> int | None:
@@ -432,7 +432,9 @@ class RunFolder:
     def _check_parts(self, record: dict[str, Any]) -> str | None:
         """What is wrong with the parts a record names (``None``: nothing)."""
         sizes = record.get("sizes") or {}
-        for rels in record["files"].values():
+        for name, rels in record["files"].items():
+            if name == TALLIES:
+                continue  # derived: never damage (a record of 8f0ee1d named them among its files)
             for rel in rels if isinstance(rels, list) else [rels]:
                 if not isinstance(rel, str) or not _PART.match(Path(rel).name) or ".." in Path(rel).parts:
                     return f"names a file that is not a part of the folder: {rel!r}"
@@ -477,7 +479,8 @@ class RunFolder:
         files: dict[str, list[Path]] = {name: [] for name in DATASETS}
         for c in self.commits() if commits is None else commits:
             for name, rels in c["files"].items():
-                files.setdefault(name, []).extend(self.path / rel for rel in rels)
+                if name != TALLIES:  # (named among the files by 8f0ee1d only: see derived_parts)
+                    files.setdefault(name, []).extend(self.path / rel for rel in rels)
             files[TALLIES].extend(self.path / rel for rel in derived_parts(c))
         return files
 
@@ -791,7 +794,9 @@ class RunFolder:
             _sync(folder)
         _sync(self.path / COMMITS / f"{batch:06d}.json")
         _sync(self.path / COMMITS)
-        named = {int(r["batch"]): [rel for rels in [*r["files"].values(), derived_parts(r)] for rel in rels]
+        # Their tallies by their name whatever the scan made of them (a part cut short is read as none: it goes too).
+        named = {int(r["batch"]): [*dict.fromkeys([rel for rels in r["files"].values() for rel in rels] +
+                                                  batch_parts(int(r["batch"]), [TALLIES]))]
                  for r in records}  # fmt: skip
         self._empty_all([(number, {"replaced_by": batch, "reason": reason}, named[number]) for number in old])
         return batch

@@ -43,6 +43,7 @@ def varied(draw: Any) -> list[dict[str, Any]]:
     no row without a conversation unless drawn so."""
     rows = draw(runs())
     keep_missing = draw(st.booleans())
+    scale = draw(st.sampled_from([1.0, 0.1, 1 / 3]))  # weights of no exact product: what the order of sums changes
     out = []
     for r in rows:
         r = dict(r)
@@ -55,6 +56,8 @@ def varied(draw: Any) -> list[dict[str, Any]]:
         if draw(st.integers(0, 9)) == 0:
             r["weight"] = draw(st.sampled_from([None, 0.0]))
         r["candidate"] = draw(st.sampled_from(["x", "x", "y"]))
+        if r["weight"]:
+            r["weight"] *= scale
         out.append(r)
     return out
 
@@ -93,22 +96,22 @@ def test_sums_from_tallies_are_the_sums_over_the_verdicts(
         return
     assert mine.keys() == theirs.keys()
     for g in mine:
-        (_same if not weighs else _same_weighted)(mine[g], theirs[g])
+        if weighs:
+            _same_weighted(mine[g], theirs[g], e)
+        else:
+            _same(mine[g], theirs[g])
     assert total.keys() == theirs_total.keys()
     for g in total:
         _same(total[g], theirs_total[g])
 
 
-def _same_weighted(x: Any, y: Any) -> None:
+def _same_weighted(x: Any, y: Any, e: Estimand) -> None:
     """Two weighted Counted alike to the last bit in what every interval reads (the conversations' order aside):
     their win rates by every method but the bootstrap, and their counts."""
     assert (x.counts, x.error_losses, x.sign_counts(), x.pairs, x.weighted) == (
         y.counts, y.error_losses, y.sign_counts(), y.pairs, y.weighted)  # fmt: skip
     for method in ("cluster", "wilson", "iid"):
-        assert (
-            win_rate_of(x, Estimand(), method=method).model_dump()
-            == win_rate_of(y, Estimand(), method=method).model_dump()
-        )
+        assert win_rate_of(x, e, method=method).model_dump() == win_rate_of(y, e, method=method).model_dump()
 
 
 def test_tallies_serve_a_plain_run_and_decline_what_they_cannot_give() -> None:
@@ -132,6 +135,16 @@ def test_tallies_serve_a_plain_run_and_decline_what_they_cannot_give() -> None:
     lone = _verdicts([*rows, {"pair_id": "q", "conversation_id": None, "outcome": "tie"}])
     assert tallied(tally(lone)) is None  # its own cluster, named by its pair
     assert tallied(tally(table.slice(0, 0))) is None
+    # No pair counted (every one equivalent, over the judged), weighted: nothing, as over the verdicts.
+    equivalent = _verdicts([{**r, "outcome": "equivalent", "error": None} for r in rows])
+    for by in (None, "stratum"):
+        got = tallied(tally(equivalent), Estimand(over="judged", weighted=True), by=by)
+        assert got is not None
+        theirs = counted(equivalent, Estimand(over="judged", weighted=True), by=by)
+        assert got.keys() == theirs.keys()
+        for g in got:
+            assert got[g].pairs == theirs[g].pairs == 0
+            _same_weighted(got[g], theirs[g], Estimand(over="judged", weighted=True))
 
 
 @pytest.mark.parametrize("dictionary", [False, True])
