@@ -108,11 +108,10 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
     # strata in their order.
     order = _by_key_then(key, groups * (int(stratum.max(initial=0)) + 1) + stratum)
     g, k, s, w = groups[order], key[order], stratum[order], weight[order]
-    t, ua, ub = units[:, order]
     starts = _runs(g, k, s)
     if len(_runs(g, k, s, w)) != len(starts):
         return None  # two weights in one conversation's stratum
-    n, ua, ub = (np.add.reduceat(x, starts).astype(float) for x in (t, ua, ub))
+    n, ua, ub = np.add.reduceat(units[:, order], starts, axis=1).astype(float) if len(starts) else units
     g, k, s, w = g[starts], k[starts], s[starts], w[starts]
     square = w * w
     cells = {"wa": w * ua, "wt": w * n, "wb": w * ub, "w2a": square * ua, "tt": square * n, "w2b": square * ub,
@@ -121,8 +120,11 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
     # Per conversation: its strata's sums added in their order (as the verdicts' path merges them).
     first = _runs(g, k)
     last = np.append(first[1:], len(g))[: len(first)] - 1  # (none where no pair counts)
-    sums = {name: np.add.reduceat(x, first) for name, x in cells.items()}
-    flags = {name: np.logical_or.reduceat(x, first) for name, x in seen.items()}
+    if len(first) == len(g):  # a cell a conversation (one stratum each): nothing to add up
+        sums, flags = cells, seen
+    else:
+        sums = {name: np.add.reduceat(x, first) for name, x in cells.items()}
+        flags = {name: np.logical_or.reduceat(x, first) for name, x in seen.items()}
     group, top = g[first], s[last]
     out: dict[str, Counted] = {}
     named = [(null if x is None else x, *rest) for x, *rest in counts_rows]
