@@ -205,12 +205,10 @@ def _per_stratum(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units
     """Per group and stratum, the sums of the query per stratum of :mod:`delta_eval.metrics.counted` (its
     ``_STRATA``), named as it names them: from the counted tallies' group, conversation key, stratum (its rank in
     text order) and units (``t``, ``ua``, ``ub`` a row), each conversation of a group in the largest stratum it has."""
-    # Sorted by group and conversation, each (group, conversation) a run of rows: its sums over the run.
-    order = np.lexsort((key, groups)) if len(group_names) > 1 else np.argsort(key)
+    # Sorted by conversation and group, each (group, conversation) a run of rows: its sums over the run.
+    order = _by_key_then(key, groups)
     g, k = groups[order], key[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (k[1:] != k[:-1]) | (g[1:] != g[:-1])
-    starts = np.flatnonzero(new)
+    starts = _runs(g, k)
     t, ua, ub = np.add.reduceat(units[:, order], starts, axis=1) if len(order) else units
     st = np.maximum.reduceat(stratum[order], starts) if len(order) else stratum
     cell = g[starts] * len(stratum_names) + st
