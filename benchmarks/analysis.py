@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -72,6 +73,62 @@ def reason(rng: random.Random) -> tuple[str, str]:
     return f"Reply A is better: reply B {said}.", f"Reply B {said}; A follows 1 of 1 reference calls, B 0."
 
 
+#: Words of the replies' texts (the tau-bench airline agent's vocabulary, roughly).
+WORDS = (
+    "your", "reservation", "flight", "booking", "the", "to", "from", "on", "is", "has", "been", "I", "can", "you",
+    "for", "a", "and", "confirm", "cancel", "change", "cabin", "economy", "business", "basic", "passenger",
+    "payment", "certificate", "refund", "baggage", "date", "please", "would", "like", "with", "of", "that", "this",
+    "not", "available", "details", "user", "id", "number", "total", "amount", "card", "gift", "travel", "insurance",
+)  # fmt: skip
+
+
+def replay_columns(rng: np.random.Generator, ids: list[str], conv: list[str], keys: dict[str, int]) -> dict[str, Any]:
+    """The replays of the pairs ``ids`` as a run writes them (measured on ``delta-eval demo``'s): each pair's
+    baseline, candidate and recorded (production's) turn, with a reply text of about 300 characters (none of
+    two alike: a run's texts are not a dictionary), the tool-call checks of each replayed turn (what the sides'
+    metrics and gates read) and whether production acted there, a few failed calls (0.3%), token counts and costs;
+    the recorded rows have no latency, cost or checks."""
+    pairs = len(ids)
+    n = 3 * pairs
+    side = np.repeat(np.array(["baseline", "candidate", "recorded"]), pairs)
+    replayed = side != "recorded"
+    # Texts from a pool with a number of their own: 300 characters each, no two alike.
+    pool = [" ".join(rng.choice(WORDS, size=50)).capitalize()[:290] for _ in range(4096)]
+    texts = [f"{pool[j]} ({i})." for i, j in enumerate(rng.integers(0, len(pool), n))]
+    calls = rng.integers(0, 3, n)
+    failed = replayed & (rng.random(n) < 0.003)
+    silent = replayed & ~failed & (rng.random(n) < 0.005)
+    calls[silent] = 0
+    ok = replayed & ~failed
+    # Whether production acted at each pair's point: its recorded row's calls, on each side's row.
+    acted = np.tile(calls[2 * pairs :] > 0, 3)
+    tin, tout = rng.integers(600, 3000, n), rng.integers(20, 400, n)
+    model = np.where(side == "baseline", "gpt-4o", np.where(side == "candidate", "gpt-4.1", "recorded"))
+
+    def where(mask: np.ndarray, values: Any) -> list[Any]:
+        return [v if m else None for m, v in zip(mask.tolist(), np.asarray(values).tolist(), strict=True)]
+
+    return {
+        "pair_id": ids * 3, "conversation_id": conv * 3, "turn_index": [0] * n,
+        "conversation_key": [keys[c] for c in conv] * 3, "epoch": [1] * n, "side": side.tolist(),
+        "variant": model.tolist(), "model": model.tolist(),
+        "final_text": [None if s or (c and r < 0.05) else t for t, s, c, r in
+                       zip(texts, (silent | failed).tolist(), calls.tolist(), rng.random(n), strict=True)],
+        "finish_reason": np.where(calls > 0, "tool_calls", "stop").tolist(),
+        "latency_ms": where(replayed & ~failed, rng.uniform(200, 2000, n)),
+        "cost_usd": where(replayed, tin * 2.5e-6 + tout * 1e-5),
+        "input_tokens": where(replayed, tin), "output_tokens": where(replayed, tout),
+        "model_calls": where(replayed, 1 + calls), "cached_calls": where(replayed, np.zeros(n, dtype=int)),
+        "hit_tool_cap": [False] * n, "n_tool_calls": where(~failed, calls),
+        "invalid_tool_calls": where(ok, ((rng.random(n) < 0.01) & (calls > 0)).astype(int)),
+        "matches_recorded": where(ok, rng.random(n) < 0.8),
+        "text_instead_of_action": where(ok, (calls == 0) & ~silent & acted),
+        "no_decision": where(ok, silent), "recorded_acted": where(replayed, acted),
+        "error": [("provider error: 503 Service Unavailable" if f else None) for f in failed.tolist()],
+        "error_type": [("ProviderError" if f else None) for f in failed.tolist()],
+    }  # fmt: skip
+
+
 def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pairs: int | None = None) -> Path:
     """Write a run folder of ``pairs`` verdicts (``reasons`` of them stage-3 with reasons) and their replays: in
     two files, or with ``batch_pairs`` in batches of that many pairs, each a verdicts file and a replays file, as a
@@ -104,14 +161,7 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
                                    "epoch": [1] * pairs, "stage": stage, "outcome": outcome, "stratum": strata,
                                    "weight": [1.0] * pairs, "summary": summary, "reasoning": reasoning,
                                    "judge": ["simulated:judge"] * pairs}, pairs)  # fmt: skip
-    sides = {"pair_id": ids * 2, "conversation_id": conv * 2, "turn_index": [0] * (2 * pairs),
-             "conversation_key": [keys[c] for c in conv] * 2,
-             "epoch": [1] * (2 * pairs), "side": ["baseline"] * pairs + ["candidate"] * pairs,
-             "latency_ms": [rng.uniform(200, 2000) for _ in range(2 * pairs)],
-             "cost_usd": [0.001] * (2 * pairs), "input_tokens": [900] * (2 * pairs),
-             "output_tokens": [120] * (2 * pairs), "hit_tool_cap": [False] * (2 * pairs),
-             "n_tool_calls": [rng.randrange(3) for _ in range(2 * pairs)]}  # fmt: skip
-    replays = _table("replays", sides, 2 * pairs)
+    replays = _table("replays", replay_columns(np.random.default_rng(seed), ids, conv, keys), 3 * pairs)
     commits = out / "_commits"
     commits.mkdir()
     for name in ("verdicts", "replays", TALLIES):
@@ -120,7 +170,7 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
         batches = [{"verdicts": verdicts}, {"replays": replays}]
     else:  # a batch holds its pairs' verdicts and both sides' replays
         batches = [{"verdicts": verdicts.slice(i, batch_pairs),
-                    "replays": pa.concat_tables([replays.slice(i, batch_pairs), replays.slice(pairs + i, batch_pairs)])}
+                    "replays": pa.concat_tables([replays.slice(k * pairs + i, batch_pairs) for k in range(3)])}
                    for i in range(0, pairs, batch_pairs)]  # fmt: skip
     for batch, tables in enumerate(batches, start=1):
         if "verdicts" in tables:  # as the run's writer counts them with each batch (store/tallies.py)

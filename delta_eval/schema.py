@@ -545,6 +545,9 @@ class Replay(_Frozen):
     in text where production called a tool; ``no_decision``, whether it neither called a tool nor wrote any text (an
     empty reply, only reasoning, an empty Harmony parse): ``None`` for a replay that failed, and in runs written
     before the column existed (:func:`delta_eval.metrics.sides.no_decision_of` derives it there).
+    ``recorded_acted`` says whether production called a tool at this point (the turns where text instead of action
+    can happen): ``None`` on the recorded row itself and in runs written before the column existed, where the
+    recorded rows tell (:func:`delta_eval.metrics.sides.recorded_acted_of`).
     """
 
     pair_id: str
@@ -572,6 +575,7 @@ class Replay(_Frozen):
     matches_recorded: bool | None = None
     text_instead_of_action: bool = False
     no_decision: bool | None = None
+    recorded_acted: bool | None = None
     error: str | None = None
     error_type: str | None = None
 

@@ -44,7 +44,7 @@ _REPLAY_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "side": "VA
                  "latency_ms": "DOUBLE", "cost_usd": "DOUBLE", "n_tool_calls": "BIGINT",
                  "invalid_tool_calls": "BIGINT", "matches_recorded": "BOOLEAN", "text_instead_of_action": "BOOLEAN",
                  "no_decision": "BOOLEAN", "final_text": "VARCHAR", "epoch": "BIGINT",
-                 "conversation_key": "BIGINT"}  # fmt: skip
+                 "conversation_key": "BIGINT", "recorded_acted": "BOOLEAN"}  # fmt: skip
 #: What Python's ``str.strip()`` removes (``str.isspace``), as an RE2 class: a final text of only these is empty.
 _SPACE = r"[\t\n\x0b\x0c\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]*"
 #: A row's conversation as the rows path names it (``str`` of it: a missing one is ``"None"``).
@@ -94,6 +94,8 @@ class Source:
         self.counted_verdicts = verdicts if self._typed(verdicts, [*VERDICT_COLUMNS, "_row"]) else self.verdicts
         #: Whether the replays have final texts (without, a replay's "no decision" is unknown unless stored).
         self.final_text = replays is not None and "final_text" in self._columns(replays)
+        self._texts_read: bool | None = None
+        self._acted_stored: bool | None = None
 
     def _columns(self, name: str) -> set[str]:
         if name not in self._known:
@@ -124,6 +126,26 @@ class Source:
             self._keyed = self.replays is not None and not self.db.execute(
                 f"SELECT count(*) FROM {self.replays} WHERE conversation_key IS NULL").fetchall()[0][0]  # fmt: skip
         return self._keyed
+
+    def texts_read(self) -> bool:
+        """Whether "no decision" is read from the final texts: only where a replayed turn that did not fail has no
+        stored ``no_decision`` (written before the column existed). A run's replays store it on every such turn,
+        so their texts (most of a run's bytes) are not read for it."""
+        if self._texts_read is None:
+            self._texts_read = self.final_text and bool(self.db.execute(
+                f"SELECT count(*) FROM {self.replays} WHERE side IS DISTINCT FROM 'recorded' AND error IS NULL "
+                "AND no_decision IS NULL").fetchall()[0][0])  # fmt: skip
+        return self._texts_read
+
+    def acted_stored(self) -> bool:
+        """Whether every replayed turn that did not fail says whether production acted there (``recorded_acted``,
+        as a run's replays do since the column exists): read then, rather than joining each pair's recorded row
+        (:func:`~delta_eval.metrics.sides.recorded_acted_of`, the rows' rule)."""
+        if self._acted_stored is None:
+            self._acted_stored = self.replays is not None and not self.db.execute(
+                f"SELECT count(*) FROM {self.replays} WHERE side IS DISTINCT FROM 'recorded' AND error IS NULL "
+                "AND recorded_acted IS NULL").fetchall()[0][0]  # fmt: skip
+        return self._acted_stored
 
     def epochs(self) -> list[int]:
         """The epochs the verdicts hold (a missing or zero epoch is the first), sorted."""
@@ -209,7 +231,9 @@ def _rate(sums: Any, confidence: float) -> Rate:
 
 
 def _no_decision(src: Source) -> str:
-    """:func:`~delta_eval.metrics.sides.no_decision_of` in SQL."""
+    """:func:`~delta_eval.metrics.sides.no_decision_of` in SQL, for replayed turns (not the recorded ones)."""
+    if not src.texts_read():  # stored on every replayed turn that did not fail: the texts are not read
+        return "CASE WHEN error IS NOT NULL THEN NULL ELSE no_decision END"
     # The pattern only for texts that are neither missing nor empty (a CASE evaluates a branch on its rows alone).
     blank = f"CASE WHEN coalesce(final_text, '') = '' THEN true ELSE regexp_full_match(final_text, '{_SPACE}') END"
     from_text = f"(coalesce(n_tool_calls, 0) = 0 AND {blank})" if src.final_text else "NULL::BOOLEAN"
@@ -240,16 +264,23 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         return {}
     items = _ITEMS.get()
     r = src.replays
-    # Whether production acted at each point comes from the recorded rows: joined only when there are some.
-    recorded = src.db.execute(f"SELECT count(*) FROM {r} WHERE side = 'recorded'").fetchall()[0][0]
-    if recorded:
-        rows = (f"(SELECT r.*, coalesce(rec.acted, false) AS recorded_acted, {_no_decision(src)} AS nd FROM {r} r "
+    # Whether production acted at each point: stored on the replays, else from the recorded rows, joined only when
+    # there are some (a join of every pair: most of what the sides' metrics cost).
+    stored = src.acted_stored()
+    recorded = not stored and src.db.execute(f"SELECT count(*) FROM {r} WHERE side = 'recorded'").fetchall()[0][0]
+    if stored:
+        rows = (f"(SELECT * EXCLUDE (recorded_acted), coalesce(recorded_acted, false) AS recorded_acted, "
+                f"{_no_decision(src)} AS nd FROM {r} WHERE side <> 'recorded')")  # fmt: skip
+    elif recorded:
+        rows = (f"(SELECT r.* EXCLUDE (recorded_acted), coalesce(rec.acted, false) AS recorded_acted, "
+                f"{_no_decision(src)} AS nd FROM {r} r "
                 f"LEFT JOIN (SELECT pair_id, bool_or(coalesce(n_tool_calls, 0) > 0) AS acted FROM {r} "
                 f"WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = r.pair_id "
                 f"WHERE r.side <> 'recorded')")  # fmt: skip
     else:
-        rows = f"(SELECT *, false AS recorded_acted, {_no_decision(src)} AS nd FROM {r} WHERE side <> 'recorded')"
-    found, sums = _side_sums(src, rows, bool(recorded), named=items)
+        rows = (f"(SELECT * EXCLUDE (recorded_acted), false AS recorded_acted, {_no_decision(src)} AS nd FROM {r} "
+                "WHERE side <> 'recorded')")  # fmt: skip
+    found, sums = _side_sums(src, rows, stored or bool(recorded), named=items)
     # Each side's conversations (sorted by side: each side's a run of rows) and their costs, None where unpriced, as
     # the rows path gives them.
     priced = found["cost"]
@@ -648,12 +679,14 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
         """One side's replays, a row per pair, with what its gates read of each."""
         return (f"(SELECT pair_id, conversation_id AS {p}_cl, error IS NOT NULL AS {p}_failed, "
                 f"invalid_tool_calls AS {p}_invalid, n_tool_calls AS {p}_calls, text_instead_of_action AS {p}_text, "
-                f"{_no_decision(src)} AS {p}_nd FROM {r} WHERE side = '{name}')")  # fmt: skip
+                f"recorded_acted AS {p}_acted, {_no_decision(src)} AS {p}_nd "
+                f"FROM {r} WHERE side = '{name}')")  # fmt: skip
 
     # The pairs both sides replayed: a join of the two sides (faster than grouping every replay by its pair).
     joins = f"{side('candidate', 'c')} c JOIN {side('baseline', 'b')} b ON b.pair_id = c.pair_id"
     extra = ""
-    if "text_instead_of_action_rate" in metrics:
+    stored = src.acted_stored()  # whether production acted is on each side's row: no recorded row joined
+    if "text_instead_of_action_rate" in metrics and not stored:
         joins += (f" LEFT JOIN (SELECT pair_id, bool_or(coalesce(n_tool_calls, 0) > 0) AS acted FROM {r} "
                   "WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = c.pair_id")  # fmt: skip
         extra += ", rec.acted"
@@ -678,7 +711,7 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
             return (f"CASE WHEN {ok} THEN coalesce({p}_invalid, 0) ELSE 0 END",
                     f"CASE WHEN {ok} THEN coalesce({p}_calls, 0) ELSE 0 END")  # fmt: skip
         if metric == "text_instead_of_action_rate":
-            applies = f"({ok} AND coalesce(acted, false))"
+            applies = f"({ok} AND coalesce({f'{p}_acted' if stored else 'acted'}, false))"
             return f"CASE WHEN {applies} THEN coalesce({p}_text, false)::DOUBLE ELSE 0 END", applies
         if metric == "no_decision_rate":
             return f"coalesce({p}_nd, false)", f"{p}_nd IS NOT NULL"

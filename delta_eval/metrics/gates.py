@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import error_side
 from delta_eval.metrics.goals import GOAL_METRIC, NO_GOALS, goal_sums
-from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio, no_decision_of
+from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio, no_decision_of, recorded_acted_of
 
 __all__ = [
     "ABSOLUTE_METRICS",
@@ -163,15 +163,16 @@ def _replay_pairs(
     weights: Mapping[str, float],
     checks: Mapping[tuple[str, str], bool | None],
 ) -> tuple[_Paired | None, str]:
+    acted = recorded_acted_of(replays)
     by_pair: dict[str, dict[str, Mapping[str, Any]]] = {}
     for r in replays:
         by_pair.setdefault(str(r.get("pair_id")), {})[str(r.get("side"))] = r
     out = _Paired()
     for pair_id, sides in by_pair.items():
-        base, cand, recorded = sides.get("baseline"), sides.get("candidate"), sides.get("recorded")
+        base, cand = sides.get("baseline"), sides.get("candidate")
         if base is None or cand is None:
             continue
-        units = [_events(metric, side, recorded, checks.get((pair_id, name))) for side, name in
+        units = [_events(metric, side, acted(side), checks.get((pair_id, name))) for side, name in
                  ((cand, "candidate"), (base, "baseline"))]  # fmt: skip
         (a, ta), (b, tb) = units
         if ta <= 0 and tb <= 0:
@@ -182,10 +183,8 @@ def _replay_pairs(
     return out, ""
 
 
-def _events(
-    metric: str, r: Mapping[str, Any], recorded: Mapping[str, Any] | None, check: bool | None
-) -> tuple[float, float]:
-    """One side of one pair: (events, units) of ``metric``."""
+def _events(metric: str, r: Mapping[str, Any], acted: bool, check: bool | None) -> tuple[float, float]:
+    """One side of one pair: (events, units) of ``metric`` (``acted``: whether production called a tool there)."""
     failed = r.get("error") is not None
     if metric == "error_rate":
         return float(failed), 1.0
@@ -194,7 +193,6 @@ def _events(
     if metric == "invalid_tool_call_rate":
         return float(r.get("invalid_tool_calls") or 0), float(r.get("n_tool_calls") or 0)
     if metric == "text_instead_of_action_rate":
-        acted = recorded is not None and (recorded.get("n_tool_calls") or 0) > 0
         return (float(bool(r.get("text_instead_of_action"))), 1.0) if acted else (0.0, 0.0)
     if metric == "no_decision_rate":
         silent = no_decision_of(r)

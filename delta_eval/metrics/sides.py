@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ __all__ = [
     "no_decision_of",
     "quantile_interval",
     "rate",
+    "recorded_acted_of",
     "side_metrics",
     "sorted_quantile_interval",
 ]
@@ -46,7 +47,26 @@ __all__ = [
 #: The replay columns the sides' metrics read.
 SIDE_COLUMNS = ("side", "pair_id", "conversation_id", "error", "latency_ms", "cost_usd", "n_tool_calls",
             "invalid_tool_calls", "matches_recorded", "text_instead_of_action", "no_decision",
-            "final_text")  # fmt: skip
+            "final_text", "recorded_acted")  # fmt: skip
+
+
+def recorded_acted_of(rows: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether production called a tool at a replayed row's point (the turns where text instead of action can
+    happen), for rows of ``rows``: the rows' own ``recorded_acted`` where every replayed turn that did not fail has
+    one (a run's replays since the column exists, read without joining each pair's recorded row), else the pair's
+    recorded row (``False`` without one).
+
+    Example:
+        >>> rows = [{"pair_id": "p", "side": "recorded", "n_tool_calls": 2},
+        ...         {"pair_id": "p", "side": "baseline", "error": None}]
+        >>> recorded_acted_of(rows)(rows[1]), recorded_acted_of([{**rows[1], "recorded_acted": False}])(rows[1])
+        (True, False)
+    """
+    if all(r.get("recorded_acted") is not None for r in rows if r.get("side") != "recorded" and r.get("error") is None):
+        return lambda r: bool(r.get("recorded_acted"))
+    by_pair = {str(r["pair_id"]): (r.get("n_tool_calls") or 0) > 0 for r in rows
+               if r.get("side") == "recorded" and r.get("pair_id") is not None}  # fmt: skip
+    return lambda r: r.get("pair_id") is not None and by_pair.get(str(r["pair_id"]), False)
 
 
 def no_decision_of(row: Mapping[str, Any]) -> bool | None:
@@ -168,14 +188,14 @@ class SideMetrics(BaseModel):
 def side_metrics(replays: Rows, confidence: float = 0.95) -> dict[str, SideMetrics]:
     """:class:`SideMetrics` of each replayed side in ``replays`` (the ``recorded`` rows serve as the reference)."""
     rows = rows_of(replays, SIDE_COLUMNS)
-    recorded_acted = {r["pair_id"]: (r.get("n_tool_calls") or 0) > 0 for r in rows if r.get("side") == "recorded"}
+    recorded_acted = recorded_acted_of(rows)
     out: dict[str, SideMetrics] = {}
     for side in sorted({str(r["side"]) for r in rows} - {"recorded"}):
         own = [r for r in rows if r["side"] == side]
         clusters = [str(r.get("conversation_id")) for r in own]
         ok = [r for r in own if r.get("error") is None]
         ok_clusters = [str(r.get("conversation_id")) for r in ok]
-        acted = [r for r in ok if recorded_acted.get(r["pair_id"])]
+        acted = [r for r in ok if recorded_acted(r)]
         known_decision = [r for r in ok if no_decision_of(r) is not None]
         latencies = sorted(float(r["latency_ms"] or 0.0) for r in ok)
         p50 = float(np.median(latencies)) if latencies else None

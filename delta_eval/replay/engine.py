@@ -138,6 +138,7 @@ class Replayer:
                 matches_recorded=checks.matches_recorded,
                 text_instead_of_action=checks.text_instead_of_action,
                 no_decision=checks.no_decision,
+                recorded_acted=bool(point.recorded.tool_calls),
                 error=None if error is None else str(error),
                 error_type=None if error is None else type(error).__name__,
             )

@@ -453,6 +453,8 @@ class SessionReplayer:
             served_model=base.served_model if base is not None else None,
             finished_at=datetime.now(UTC),
             **checks,
+            # What the pair's recorded row holds (the point's recorded turn): the decision reads it here, unjoined.
+            recorded_acted=bool(point.recorded.tool_calls),
             error=message if failed else None,
             error_type=(type(error).__name__ if error is not None else base.error_type if base is not None else None)
             if failed

@@ -34,11 +34,15 @@ CHECKS = (Check(name="says_ok", text_matches="ok"), Check(name="no_calls", tool_
 def runs(draw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Verdicts and replays of a random run: clustered conversations in strata over one to three epochs, every
     outcome, errors of each side, severities, stage-2 audits, weights that vary or not; replays with errors,
-    missing sides and costs, tool calls, texts that are blank or not, recorded turns."""
+    missing sides and costs, tool calls, texts that are blank or not, recorded turns, whether production acted stored
+    on the replays or not."""
     n = draw(st.integers(0, 24))
     conversations = draw(st.integers(1, 10))
     epochs = draw(st.integers(1, 3))
     vary = draw(st.booleans())
+    # Whether production acted, on each replayed row: absent (an older run: the recorded rows tell), on every row,
+    # or missing on some (the recorded rows tell again).
+    acted = draw(st.sampled_from([None, st.booleans(), st.one_of(st.booleans(), st.booleans(), st.none())]))
     verdicts, replays = [], []
     for i in range(n):
         c = draw(st.integers(0, conversations - 1))
@@ -82,6 +86,7 @@ def runs(draw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 "no_decision": draw(st.one_of(st.none(), st.none(), st.booleans())),
                 "final_text": draw(st.sampled_from(TEXTS)),
                 "steps": steps,
+                **({"recorded_acted": draw(acted)} if acted is not None and side != "recorded" else {}),
             })  # fmt: skip
     return verdicts, replays
 
