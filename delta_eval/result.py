@@ -176,15 +176,23 @@ class RunResult:
 
     def _tallied(self, e: Estimand, by: str | None) -> dict[str, Any] | None:
         """:func:`~delta_eval.metrics.tallied.tallied` over this candidate's tallies; ``None`` where they cannot
-        serve, or the folder has damage (whose warning :func:`open_run` gives)."""
-        if self.damage or e.soft or (by is not None and by not in TALLIED_GROUPS):
+        serve."""
+        if e.soft or (by is not None and by not in TALLIED_GROUPS):
             return None  # (what tallies cannot give: not read)
-        tallies = self._folder.read_tallies()
-        if tallies is None:
+        tallies = self.tallies()
+        return tallied(tallies, e, by=by, null="None") if tallies is not None else None
+
+    def tallies(self) -> pa.Table | None:
+        """The verdicts' tallies (:mod:`delta_eval.store.tallies`) of this run, or of its candidate: what the win
+        rates and the decision sum, about a row per conversation. ``None`` where they may not count every verdict
+        (a batch written before tallies existed, until a merge counts it; any damage, whose warning
+        :func:`open_run` gives): the verdicts are read then."""
+        if self.damage:
             return None
-        if self.candidate is not None:
+        tallies = self._folder.read_tallies()
+        if tallies is not None and self.candidate is not None:
             tallies = tallies.filter(pc.equal(tallies.column("candidate").cast(pa.string()), self.candidate))
-        return tallied(tallies, e, by=by, null="None")
+        return tallies
 
     def decision(self, rule: DecisionRule | None = None, *, con: Any = None, lists: bool = False) -> Decision:
         """The decision on this run: APPROVED, PARTIAL or REJECTED, what decided it, and every number behind it
@@ -205,7 +213,7 @@ class RunResult:
         db = con if con is not None else self.connect()
         try:
             with contextlib.nullcontext() if lists else figures_only():
-                return decide("verdicts", "replays", rule, con=db)
+                return decide("verdicts", "replays", rule, con=db, tallies=self.tallies())
         finally:
             if con is None:
                 db.close()

@@ -41,6 +41,7 @@ from delta_eval.metrics.counted import Counted, counted, counted_with_total, sha
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
+from delta_eval.metrics.tallied import tallied
 from delta_eval.replay.points import replay_points
 from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
@@ -154,17 +155,26 @@ class Analysis:
         return "error_side" in {row[0] for row in self.con.execute("DESCRIBE verdicts").fetchall()}
 
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        # Summed per conversation and stratum by DuckDB over the run's files (metrics.counted: what
-        # RunResult.win_rate and the decision read too).
+        # Summed per stratum from the verdicts' tallies where they serve, else per conversation and stratum by
+        # DuckDB over the run's files (metrics.counted): what RunResult.win_rate and the decision read too.
+        tallies = self.result.tallies()
         if judged:
-            e = self.estimand("judged")
-            return _win_rate(counted("verdicts", e, con=self.con, per_conversation=False)[""]), []
+            e = self._rule_estimand.model_copy(update={"over": "judged"})
+            mine = tallied(tallies, e) if tallies is not None else None
+            if mine is None:
+                mine = counted("verdicts", self.estimand("judged"), con=self.con, per_conversation=False)
+            return _win_rate(mine[""]), []
         # Over all pairs, weighted="auto" is left to counted, which settles it as estimand() does (on the counted
         # rows' weights, from the counts query it runs anyway): the decision's very queries, run once within
-        # shared_sums.
+        # shared_sums. Tallies settle it alike (on the counted tallies' weights).
         e = self._rule_estimand.model_copy(update={"over": "all"})
-        total, groups = counted_with_total("verdicts", e, by="stratum", null="None", con=self.con,
-                                           per_conversation=False)  # fmt: skip
+        whole: dict[str, Any] = {}
+        groups = tallied(tallies, e, by="stratum", null="None", total=whole) if tallies is not None else None
+        if groups is not None:
+            total = whole[""]
+        else:
+            total, groups = counted_with_total("verdicts", e, by="stratum", null="None", con=self.con,
+                                               per_conversation=False)  # fmt: skip
         per = [{"stratum": h, **rate} for h, c in sorted(groups.items()) if (rate := _win_rate(c)) is not None]
         return _win_rate(total), per
 

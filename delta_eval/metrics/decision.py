@@ -66,6 +66,7 @@ from delta_eval.metrics.paired import (
 from delta_eval.metrics.rule import DecisionRule, Outcome
 from delta_eval.metrics.sides import SIDE_COLUMNS, Rate, SideMetrics, rate, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
+from delta_eval.metrics.tallied import tallied
 
 __all__ = ["Decision", "DecisionRule", "ExitCode", "FailOn", "Outcome", "decide"]
 
@@ -197,20 +198,23 @@ class Decision(BaseModel):
 
 
 def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | None = None, *,
-           con: Any = None) -> Decision:  # fmt: skip
+           con: Any = None, tallies: pa.Table | None = None) -> Decision:  # fmt: skip
     """The decision on verdicts (and replays, for the sides' metrics, their gates and the rule's checks).
 
     Tables (Arrow, a DuckDB relation, a DataFrame) are decided in DuckDB, one row per conversation reaching Python;
     so are the names of tables or views in the DuckDB connection ``con`` (``decide("verdicts", "replays",
     con=run.connect())``: straight from a run's Parquet files, at any size). Rows of mappings are decided in memory,
-    with the same numbers."""
+    with the same numbers. With table names, ``tallies`` may give the verdicts' tallies
+    (:mod:`delta_eval.store.tallies`, as :meth:`~delta_eval.result.RunResult.tallies` reads them), which must count
+    every verdict of ``verdicts`` and no other: the win rates are then summed from them where they can be (the same
+    numbers, see :func:`~delta_eval.metrics.tallied.tallied`), not from the verdicts."""
     r = rule or DecisionRule()
     if isinstance(verdicts, str) or isinstance(replays, str):
         if con is None or not isinstance(verdicts, str) or not isinstance(replays, str | None):
             raise ValueError("table names need the DuckDB connection they are in (con=), for verdicts and replays")
         src = Source(con, verdicts, replays)
         try:
-            return _decide_source(src, r)
+            return _decide_source(src, r, tallies)
         finally:
             src.close()
     table = _table(verdicts)
@@ -235,12 +239,19 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
         db.close()
 
 
-def _decide_source(src: Source, r: DecisionRule) -> Decision:
-    """The decision on a :class:`~delta_eval.metrics.decision_sql.Source`: every number computed in DuckDB."""
+def _decide_source(src: Source, r: DecisionRule, tallies: pa.Table | None = None) -> Decision:
+    """The decision on a :class:`~delta_eval.metrics.decision_sql.Source`: every number computed in DuckDB (the win
+    rates from the verdicts' ``tallies`` where given and they serve)."""
     e = r.estimand
     # Over all pairs and per stratum from one pass over the verdicts, added up per stratum (no interval, test or
     # verdict below needs a row per conversation).
-    counted, per_stratum = counted_with_total(src.counted_verdicts, e, by="stratum", con=src.db, per_conversation=False)
+    whole: dict[str, Counted] = {}
+    per_stratum = tallied(tallies, e, by="stratum", total=whole) if tallies is not None else None
+    if per_stratum is not None:
+        counted = whole[""]
+    else:
+        counted, per_stratum = counted_with_total(src.counted_verdicts, e, by="stratum", con=src.db,
+                                                  per_conversation=False)  # fmt: skip
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
     ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
     sides = side_metrics_of(src, r.confidence)
@@ -261,8 +272,9 @@ def _decide_source(src: Source, r: DecisionRule) -> Decision:
                 epochs[k] = _decide_source(one, r).outcome
             finally:
                 one.close()
-    judged = counted_rows(src.counted_verdicts, e.model_copy(update={"over": "judged"}), con=src.db,
-                          per_conversation=False)[""]  # fmt: skip
+    over_judged = e.model_copy(update={"over": "judged"})
+    judged_sums = tallied(tallies, over_judged) if tallies is not None else None
+    judged = (judged_sums or counted_rows(src.counted_verdicts, over_judged, con=src.db, per_conversation=False))[""]
     return _decision(
         r, e, counted, ni, judged, gates, strata, sides,
         checks=check_rates_of(src, checks, names, r.confidence) if checks else {},

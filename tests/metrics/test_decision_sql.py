@@ -13,13 +13,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import Phase, given, seed, settings
+from hypothesis import Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 
+from delta_eval.metrics import decision as decision_module
 from delta_eval.metrics.checks import Check
 from delta_eval.metrics.decision import DecisionRule, decide
 from delta_eval.metrics.gates import METRICS, Gate, evaluate_gates
 from delta_eval.store.conversation_key import conversation_key
+from delta_eval.store.tallies import tally
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
 ERRORS = [None, "baseline replay failed: 500", "candidate replay failed: timeout",
@@ -154,6 +156,62 @@ def test_the_decision_is_the_same_to_the_bit_whether_conversations_are_keyed_or_
 
     plain = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule).model_dump()
     assert decide(keyed(verdicts), keyed(replays), rule).model_dump() == plain
+
+
+@seed(31)
+@settings(max_examples=60, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), RULES, st.integers(1, 4))
+def test_the_decision_with_the_verdicts_tallies_is_the_decision_without(run: Any, rule: DecisionRule, cuts: int
+                                                                        ) -> None:  # fmt: skip
+    """Given the verdicts' tallies (a run's, counted a batch at a time), the decision sums its win rates from them
+    where they serve: every figure is the same double as from the verdicts, and the counted ones are never read."""
+    verdicts, replays = run
+    assume(verdicts)  # (no table of no columns in DuckDB)
+    table = pa.Table.from_pylist(
+        [
+            {**v, "conversation_key": None if v["conversation_id"] is None else conversation_key(v["conversation_id"])}
+            for v in verdicts
+        ]
+    )
+    con = duckdb.connect()
+    con.register("verdicts", table)
+    named = "replays" if replays else None
+    if replays:
+        con.register("replays", pa.Table.from_pylist(replays))
+    step = max(1, -(-table.num_rows // cuts))
+    tallies = pa.concat_tables([tally(table.slice(i, step)) for i in range(0, max(table.num_rows, 1), step)])
+    served: list[bool] = []
+    real = decision_module.tallied
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        served.append(out is not None)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decision_module, "tallied", spy)
+        mine = decide("verdicts", named, rule, con=con, tallies=tallies)
+    assert mine.model_dump() == decide("verdicts", named, rule, con=con).model_dump()
+    assert len(served) == 2  # the win rate over all pairs (and per stratum), over judged pairs
+
+
+def test_the_decision_reads_no_verdict_for_its_win_rates_where_tallies_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unweighted, with tallies of every verdict: the win rates over all pairs, per stratum and over judged pairs
+    come from them (no query over the verdicts for them)."""
+    verdicts = [{"pair_id": f"p{i}", "conversation_id": f"c{i % 9}", "conversation_key": conversation_key(f"c{i % 9}"),
+                 "outcome": OUTCOMES[i % 5], "stratum": f"s{i % 3}", "stage": "judge", "weight": 1.0,
+                 "error": ERRORS[i % 5] if OUTCOMES[i % 5] == "error" else None} for i in range(200)]  # fmt: skip
+    table = pa.Table.from_pylist(verdicts)
+    con = duckdb.connect()
+    con.register("verdicts", table)
+    expected = decide("verdicts", None, DecisionRule(), con=con).model_dump()
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the verdicts were read for a win rate")
+
+    monkeypatch.setattr(decision_module, "counted_with_total", refused)
+    monkeypatch.setattr(decision_module, "counted_rows", refused)
+    assert decide("verdicts", None, DecisionRule(), con=con, tallies=tally(table)).model_dump() == expected
 
 
 def test_the_decision_on_views_of_parquet_files_is_the_decision_on_rows(tmp_path: Path) -> None:
