@@ -2,8 +2,10 @@
 verdicts, and ``a.themes()`` over 20,000 judge reasons, each against a baseline measured in the same run.
 
 The run folder is synthetic (written straight as Parquet with the run's schemas, no model involved): verdicts of
-1,000,000 pairs from 140,000 conversations in 8 strata, their 2,000,000 replays, and 20,000 stage-3 verdicts where
-the candidate lost, whose reasons name what it did, as the judges' do. Printed, per size, medians of cold runs
+1,000,000 pairs from 140,000 conversations in 8 strata, their 3,000,000 replays as a run writes them (each pair's
+baseline, candidate and recorded turn, with reply texts, the tool-call checks, a few failed calls and costs: see
+:func:`replay_columns`), and 20,000 stage-3 verdicts where the candidate lost, whose reasons name what it did, as the
+judges' do. Printed, per size, medians of cold runs
 (nothing cached, a fresh connection each) of ``RunResult.win_rate()`` (target: <= 3x the plain query),
 ``RunResult.decision()`` and ``a.summary()`` (targets: < 1 s at 1M), each as a ratio to a plain DuckDB win-rate
 query over the same Parquet files (no interval, no clusters), in wall time and in CPU time (every thread's); then
@@ -33,7 +35,7 @@ import pyarrow.parquet as pq
 
 import delta_eval as de
 from delta_eval.adapters.simulated_judge import behaviour
-from delta_eval.store.conversation_key import conversation_key
+from delta_eval.store.conversation_key import conversation_key, pair_key
 from delta_eval.store.folder import MARKER, RunFolder, write_json_atomic
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.tables import SCHEMAS
@@ -110,7 +112,8 @@ def replay_columns(rng: np.random.Generator, ids: list[str], conv: list[str], ke
 
     return {
         "pair_id": ids * 3, "conversation_id": conv * 3, "turn_index": [0] * n,
-        "conversation_key": [keys[c] for c in conv] * 3, "epoch": [1] * n, "side": side.tolist(),
+        "conversation_key": [keys[c] for c in conv] * 3, "pair_key": [pair_key(i) for i in ids] * 3,
+        "epoch": [1] * n, "side": side.tolist(),
         "variant": model.tolist(), "model": model.tolist(),
         "final_text": [None if s or (c and r < 0.05) else t for t, s, c, r in
                        zip(texts, (silent | failed).tolist(), calls.tolist(), rng.random(n), strict=True)],

@@ -26,7 +26,8 @@ from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.remote import local_run
-from delta_eval.store.views import open_run
+from delta_eval.store.tallies import TALLIES
+from delta_eval.store.views import open_run, tallies_of
 
 __all__ = ["RunResult", "open_result"]
 
@@ -209,11 +210,13 @@ class RunResult:
         """
         if rule is None:
             rule = DecisionRule.model_validate(self.manifest.config.get("decision") or {})
-        # In DuckDB over the run's Parquet files: one row per conversation reaches Python, whatever the run's size.
-        db = con if con is not None else self.connect()
+        # In DuckDB over the run's Parquet files: one row per conversation reaches Python, whatever the run's size;
+        # the win rates from the verdicts' tallies of the same snapshot, where it has them.
+        db = con if con is not None else open_run(self.path, candidate=self.candidate,
+                                                  datasets=("verdicts", "replays", TALLIES))  # fmt: skip
         try:
             with contextlib.nullcontext() if lists else figures_only():
-                return decide("verdicts", "replays", rule, con=db, tallies=self.tallies())
+                return decide("verdicts", "replays", rule, con=db, tallies=tallies_of(db))
         finally:
             if con is None:
                 db.close()
@@ -245,8 +248,9 @@ class RunResult:
 
     def connect(self) -> Any:
         """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,
-        ``strata``, ``media``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`)."""
-        return open_run(self.path, candidate=self.candidate)
+        ``strata``, ``media``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`), and ``verdict_tallies``
+        where they count every verdict."""
+        return open_run(self.path, candidate=self.candidate, tallies=True)
 
     def __repr__(self) -> str:
         which = f", candidate={self.candidate!r}" if self.candidate is not None else ""

@@ -46,6 +46,7 @@ from delta_eval.replay.points import replay_points
 from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import TABLES
+from delta_eval.store.views import tallies_of
 
 __all__ = ["Analysis", "saved_themes"]
 
@@ -157,7 +158,7 @@ class Analysis:
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         # Summed per stratum from the verdicts' tallies where they serve, else per conversation and stratum by
         # DuckDB over the run's files (metrics.counted): what RunResult.win_rate and the decision read too.
-        tallies = self.result.tallies()
+        tallies = tallies_of(self.con)  # (of the connection's snapshot: what its decision reads too)
         if judged:
             e = self._rule_estimand.model_copy(update={"over": "judged"})
             mine = tallied(tallies, e) if tallies is not None else None

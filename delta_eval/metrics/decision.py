@@ -204,10 +204,11 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     Tables (Arrow, a DuckDB relation, a DataFrame) are decided in DuckDB, one row per conversation reaching Python;
     so are the names of tables or views in the DuckDB connection ``con`` (``decide("verdicts", "replays",
     con=run.connect())``: straight from a run's Parquet files, at any size). Rows of mappings are decided in memory,
-    with the same numbers. With table names, ``tallies`` may give the verdicts' tallies
-    (:mod:`delta_eval.store.tallies`, as :meth:`~delta_eval.result.RunResult.tallies` reads them), which must count
-    every verdict of ``verdicts`` and no other: the win rates are then summed from them where they can be (the same
-    numbers, see :func:`~delta_eval.metrics.tallied.tallied`), not from the verdicts."""
+    with the same numbers. With table names (and only then), ``tallies`` may give the verdicts' tallies
+    (:mod:`delta_eval.store.tallies`; :func:`~delta_eval.store.views.tallies_of` reads them from a run's connection,
+    of its snapshot), which must count every verdict of ``verdicts`` and no other: the win rates are then summed
+    from them where they can be (the same numbers, see :func:`~delta_eval.metrics.tallied.tallied`), not from the
+    verdicts."""
     r = rule or DecisionRule()
     if isinstance(verdicts, str) or isinstance(replays, str):
         if con is None or not isinstance(verdicts, str) or not isinstance(replays, str | None):

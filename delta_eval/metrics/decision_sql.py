@@ -44,7 +44,7 @@ _REPLAY_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "side": "VA
                  "latency_ms": "DOUBLE", "cost_usd": "DOUBLE", "n_tool_calls": "BIGINT",
                  "invalid_tool_calls": "BIGINT", "matches_recorded": "BOOLEAN", "text_instead_of_action": "BOOLEAN",
                  "no_decision": "BOOLEAN", "final_text": "VARCHAR", "epoch": "BIGINT",
-                 "conversation_key": "BIGINT", "recorded_acted": "BOOLEAN"}  # fmt: skip
+                 "conversation_key": "BIGINT", "recorded_acted": "BOOLEAN", "pair_key": "BIGINT"}  # fmt: skip
 #: What Python's ``str.strip()`` removes (``str.isspace``), as an RE2 class: a final text of only these is empty.
 _SPACE = r"[\t\n\x0b\x0c\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]*"
 #: A row's conversation as the rows path names it (``str`` of it: a missing one is ``"None"``).
@@ -96,6 +96,7 @@ class Source:
         self.final_text = replays is not None and "final_text" in self._columns(replays)
         self._texts_read: bool | None = None
         self._acted_stored: bool | None = None
+        self._pairs_keyed: bool | None = None
 
     def _columns(self, name: str) -> set[str]:
         if name not in self._known:
@@ -146,6 +147,17 @@ class Source:
                 f"SELECT count(*) FROM {self.replays} WHERE side IS DISTINCT FROM 'recorded' AND error IS NULL "
                 "AND recorded_acted IS NULL").fetchall()[0][0]  # fmt: skip
         return self._acted_stored
+
+    def pairs_keyed(self) -> bool:
+        """Whether every replay of either side has its pair's key (``pair_key``, as a run's replays have since they
+        carry one; an older run's batches get theirs when a later session merges them): the two sides' replays are
+        then joined on it, a number, rather than on the ids' text (two ids share a key with probability 2**-64,
+        see :mod:`delta_eval.store.conversation_key`)."""
+        if self._pairs_keyed is None:
+            self._pairs_keyed = self.replays is not None and not self.db.execute(
+                f"SELECT count(*) FROM {self.replays} WHERE side IN ('candidate', 'baseline') AND pair_key IS NULL"
+            ).fetchall()[0][0]  # fmt: skip
+        return self._pairs_keyed
 
     def epochs(self) -> list[int]:
         """The epochs the verdicts hold (a missing or zero epoch is the first), sorted."""
@@ -631,17 +643,19 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
     """The error-rate gate's sums without grouping the pairs of replays by conversation, when every candidate replay
     has exactly one baseline replay of its pair (a complete run; ``None`` otherwise, or before the sides' metrics):
     each conversation's pairs and candidate errors are then the candidate side's turns and errors
-    (:attr:`Source.turns`), and only the pairs whose baseline failed are joined to their candidate. The sums are
-    those of :func:`_replay_gates` (counts: the same doubles), unweighted."""
+    (:attr:`Source.turns`), and only the pairs whose baseline failed are joined to their candidate (on the pairs'
+    keys where every replay has one: :meth:`Source.pairs_keyed`). The sums are those of :func:`_replay_gates`
+    (counts: the same doubles), unweighted."""
     if "candidate" not in src.turns or "candidate" not in src.costs:
         return None
     r = src.replays
     n, fails = src.turns["candidate"]
+    pair = "pair_key" if src.pairs_keyed() else "pair_id"  # (a join on numbers: a third of the time)
     # Each candidate replay with exactly one baseline replay: the rows of a left join are the candidate replays
     # (none has two partners) and so are its matches (none has none).
     rows, matched = src.db.execute(
-        f"SELECT count(*), count(b.pair_id) FROM (SELECT pair_id FROM {r} WHERE side = 'candidate') c "
-        f"LEFT JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline') b ON b.pair_id = c.pair_id"
+        f"SELECT count(*), count(b.{pair}) FROM (SELECT {pair} FROM {r} WHERE side = 'candidate') c "
+        f"LEFT JOIN (SELECT {pair} FROM {r} WHERE side = 'baseline') b ON b.{pair} = c.{pair}"
     ).fetchall()[0]  # fmt: skip
     total = int(n.sum())
     if not (rows == matched == total):
@@ -653,8 +667,8 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
     failed = fetch_table(
         src.db,
         f"SELECT {src.replay_cluster} AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
-        f"FROM {r} c SEMI JOIN (SELECT pair_id FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
-        "ON f.pair_id = c.pair_id WHERE c.side = 'candidate' GROUP BY cl",
+        f"FROM {r} c SEMI JOIN (SELECT {pair} FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
+        f"ON f.{pair} = c.{pair} WHERE c.side = 'candidate' GROUP BY cl",
     ) if baseline_failed else None  # fmt: skip
     if failed is not None and failed.num_rows:
         at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False)

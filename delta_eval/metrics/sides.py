@@ -53,8 +53,8 @@ SIDE_COLUMNS = ("side", "pair_id", "conversation_id", "error", "latency_ms", "co
 def recorded_acted_of(rows: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], bool]:
     """Whether production called a tool at a replayed row's point (the turns where text instead of action can
     happen), for rows of ``rows``: the rows' own ``recorded_acted`` where every replayed turn that did not fail has
-    one (a run's replays since the column exists, read without joining each pair's recorded row), else the pair's
-    recorded row (``False`` without one).
+    one (a run's replays since the column exists, read without joining each pair's recorded row), else whether any
+    recorded row of the pair called a tool (``False`` without one), as the SQL's ``bool_or`` says.
 
     Example:
         >>> rows = [{"pair_id": "p", "side": "recorded", "n_tool_calls": 2},
@@ -64,8 +64,11 @@ def recorded_acted_of(rows: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[st
     """
     if all(r.get("recorded_acted") is not None for r in rows if r.get("side") != "recorded" and r.get("error") is None):
         return lambda r: bool(r.get("recorded_acted"))
-    by_pair = {str(r["pair_id"]): (r.get("n_tool_calls") or 0) > 0 for r in rows
-               if r.get("side") == "recorded" and r.get("pair_id") is not None}  # fmt: skip
+    by_pair: dict[str, bool] = {}
+    for r in rows:
+        if r.get("side") == "recorded" and r.get("pair_id") is not None:
+            key = str(r["pair_id"])
+            by_pair[key] = by_pair.get(key, False) or (r.get("n_tool_calls") or 0) > 0
     return lambda r: r.get("pair_id") is not None and by_pair.get(str(r["pair_id"]), False)
 
 

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from delta_eval.store.conversation_key import conversation_key
+from delta_eval.store.conversation_key import conversation_key, pair_key
 from delta_eval.store.tables import SCHEMAS, TABLES
 
 __all__ = ["BUFFER_BYTES", "MIN_BATCHES", "ROW_GROUP_ROWS", "TARGET_BYTES", "copy_rows", "plan"]
@@ -51,8 +51,9 @@ TARGET_BYTES = 512 << 20
 #: enough files that rewriting them costs more than it saves (a 1,341-pair run in 28 batches: 0.5 s to merge, for
 #: a decision of 0.19 s instead of 0.12).
 MIN_BATCHES = 32
-#: The column of a conversation's key (see :mod:`delta_eval.store.conversation_key`), filled in when a file lacks it.
-KEY = "conversation_key"
+#: The columns of a conversation's and a pair's key (see :mod:`delta_eval.store.conversation_key`), filled in from
+#: the ids when a file lacks them.
+KEYS = {"conversation_key": ("conversation_id", conversation_key), "pair_key": ("pair_id", pair_key)}
 #: The fields of a commit record that say nothing about its rows: a record with any other (a population batch's
 #: ``kind``) keeps its batch apart.
 PLAIN_FIELDS = frozenset({"batch", "files", "rows", "sizes", "at", "run", "replaces", "derived"})
@@ -95,27 +96,30 @@ def _batches(source: Path, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The rows of a part file, :data:`READ_ROWS` at a time, with ``schema``. A file of the current schema is read a
     row group at a time (copying a 40 MB file of 3 KB transcripts peaked at 306 MB this way, 623 MB through a
     dataset scan); one written by an older version through a dataset over it, which reads it with the current
-    schema (a column it lacks is nulls, but the conversations' keys: see :func:`_with_keys`)."""
+    schema (a column it lacks is nulls, but the conversations' and pairs' keys: see :func:`_with_keys`)."""
     with pq.ParquetFile(source) as file:
         if file.schema_arrow.equals(schema):
             yield from file.iter_batches(batch_size=READ_ROWS)
             return
         had = set(file.schema_arrow.names)
     scan = pads.dataset(source, schema=schema, format="parquet")
-    keyed = KEY in schema.names and KEY not in had and "conversation_id" in had
+    missing = [k for k, (of, _) in KEYS.items() if k in schema.names and k not in had and of in had]
     for batch in scan.to_batches(batch_size=READ_ROWS, batch_readahead=1, fragment_readahead=1):
-        yield _with_keys(batch) if keyed else batch
+        for name in missing:
+            batch = _with_keys(batch, name)
+        yield batch
 
 
-def _with_keys(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` of a file written before its dataset had conversation keys, with them filled in from the
-    conversations' ids, as a run writes them now: the merged file's queries group on them (each distinct id hashed
-    once)."""
-    ids = batch.column("conversation_id")
+def _with_keys(batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
+    """``batch`` of a file written before its dataset had the key column ``name`` (of :data:`KEYS`), with the keys
+    filled in from the ids, as a run writes them now: the merged file's queries group and join on them (each
+    distinct id hashed once)."""
+    of, key = KEYS[name]
+    ids = batch.column(of)
     distinct = pc.unique(ids)
-    keys = pa.array([conversation_key(c) for c in distinct.to_pylist()], pa.int64())
+    keys = pa.array([key(c) for c in distinct.to_pylist()], pa.int64())
     filled = keys.take(pc.index_in(ids, distinct))
-    return batch.set_column(batch.schema.get_field_index(KEY), KEY, filled)
+    return batch.set_column(batch.schema.get_field_index(name), name, filled)
 
 
 #: What a rewrite keeps of a dataset's rows: called with the dataset's name and a record batch of its rows.

@@ -1,7 +1,7 @@
 """The datasets of a run folder, each declared once from its schema type (see :mod:`delta_eval.store.rows`).
 
 - ``replays``: three rows a pair (baseline, candidate, and the recorded production turn), steps as nested lists
-  (and ``conversation_key``, as the verdicts');
+  (and ``conversation_key``, as the verdicts', and ``pair_key``, the pair's id as a 64-bit integer);
 - ``verdicts``: one row a pair, with the stage that decided it (and ``conversation_key``, its conversation's id as
   a 64-bit integer: see :mod:`delta_eval.store.conversation_key`);
 - ``verdict_tallies``: the verdicts of each batch counted by what the win rate reads of them (see
@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from delta_eval.schema import ErrorRecord, Judgement, Replay, SampledConversation, SimulatorCall, Stratum, Verdict
-from delta_eval.store.conversation_key import conversation_key
+from delta_eval.store.conversation_key import conversation_key, pair_key
 from delta_eval.store.media import StoredMedia
 from delta_eval.store.rows import Computed, Table
 from delta_eval.store.tallies import TALLIES, TALLY_TABLE
@@ -43,6 +43,8 @@ TABLES: dict[str, Table[Any]] = {
             "n_tool_calls": Computed(pa.int64(), lambda r: len(r.output.tool_calls)),
             # The side metrics group each side's replays by conversation on it, as the verdicts' below.
             "conversation_key": Computed(pa.int64(), lambda r: conversation_key(r.conversation_id)),
+            # The decision pairs the two sides' replays on it.
+            "pair_key": Computed(pa.int64(), lambda r: pair_key(r.pair_id)),
         },
     ),
     "verdicts": Table(

@@ -27,6 +27,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.sql import quote_ident, quote_literal
 from delta_eval.store.folder import MANIFEST, PER_PAIR, RunFolder, Snapshot, damage_message
@@ -34,7 +36,7 @@ from delta_eval.store.remote import local_run
 from delta_eval.store.tables import DATASETS, SCHEMAS
 from delta_eval.store.tallies import TALLIES, complete
 
-__all__ = ["open_run"]
+__all__ = ["open_run", "tallies_of"]
 
 
 _PAIRS = """
@@ -111,8 +113,19 @@ def _one_schema(files: list[Path]) -> bool:
     return all(pq.read_schema(f).equals(first) for f in files[1:])
 
 
+def tallies_of(con: Any) -> pa.Table | None:
+    """The verdicts' tallies a connection of :func:`open_run` views (made with ``tallies=True``), of the same
+    snapshot as its other views: they count every verdict of its ``verdicts`` view, and no other. ``None`` without
+    that view (not asked for, or some batch's verdicts are not counted in them)."""
+    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal",
+                       [TALLIES]).fetchall()[0][0]:  # fmt: skip
+        return None
+    table: pa.Table = con.sql(f"SELECT * FROM {TALLIES}").to_arrow_table()
+    return table
+
+
 def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str | None = None,
-             datasets: Collection[str] | None = None) -> Any:  # fmt: skip
+             datasets: Collection[str] | None = None, tallies: bool = False) -> Any:  # fmt: skip
     """A DuckDB connection with views over the run folder's datasets (see the module docstring).
 
     In a run of several candidates, ``candidate`` names one: ``verdicts``, ``replays``, ``judgements``, ``errors``
@@ -129,7 +142,8 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
 
     ``datasets``: the views of these datasets alone (default: every one, and the conveniences), for a caller that
     reads one or two (each view reads its files' schemas when it is made: all of them cost more than a win rate's
-    query over 200,000 verdicts).
+    query over 200,000 verdicts). ``tallies=True`` (or ``verdict_tallies`` among ``datasets``) adds the view of the
+    verdicts' tallies, where they count every verdict of the snapshot (see :func:`tallies_of`).
     """
     import duckdb
 
@@ -139,7 +153,7 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     folder.manifest()  # a damaged manifest is an error that names it
     # A candidate's views hold its pairs: those of its verdicts. The verdicts' tallies only when asked for.
     wanted = [name for name in DATASETS if (datasets is None and name != TALLIES) or (datasets and name in datasets)
-              or (candidate and name == "verdicts")]  # fmt: skip
+              or (candidate and name == "verdicts") or (tallies and name == TALLIES)]  # fmt: skip
     snapshot = folder.snapshot(wanted)  # the files of the views made, no others
     if snapshot.damage:
         warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)

@@ -20,7 +20,7 @@ from delta_eval.metrics import decision as decision_module
 from delta_eval.metrics.checks import Check
 from delta_eval.metrics.decision import DecisionRule, decide
 from delta_eval.metrics.gates import METRICS, Gate, evaluate_gates
-from delta_eval.store.conversation_key import conversation_key
+from delta_eval.store.conversation_key import conversation_key, pair_key
 from delta_eval.store.tallies import tally
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
@@ -148,11 +148,15 @@ def test_the_decision_is_the_same_to_the_bit_whether_conversations_are_keyed_or_
     run: Any, rule: DecisionRule
 ) -> None:
     """Replays and verdicts with their conversations' keys (a run's, or an older run's once merged) are grouped on
-    them, in the keys' order; without, on the ids, in theirs: every figure of the decision is the same double."""
+    them, in the keys' order, and the replays' two sides joined on their pairs' keys; without, on the ids, in
+    theirs: every figure of the decision is the same double."""
     verdicts, replays = run
 
     def keyed(rows: list[dict[str, Any]]) -> pa.Table:
-        return pa.Table.from_pylist([{**r, "conversation_key": conversation_key(r["conversation_id"])} for r in rows])
+        # (the replays carry their pairs' keys too: their two sides are joined on them)
+        pairs = [{"pair_key": pair_key(r["pair_id"])} if "side" in r else {} for r in rows]
+        return pa.Table.from_pylist([{**r, "conversation_key": conversation_key(r["conversation_id"]), **p}
+                                     for r, p in zip(rows, pairs, strict=True)])  # fmt: skip
 
     plain = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule).model_dump()
     assert decide(keyed(verdicts), keyed(replays), rule).model_dump() == plain

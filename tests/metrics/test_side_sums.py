@@ -99,10 +99,14 @@ def test_a_conversation_of_more_turns_than_a_packed_count_holds_is_summed_as_wel
              "text_instead_of_action": i % 5 == 0, "no_decision": i % 7 == 0, "final_text": "ok", "cost_usd": 0.1,
              "latency_ms": 100.0}
             for i in range(2**13 + 5) for side in ("baseline", "candidate", "recorded")]  # fmt: skip
-    _same_side_sums([*many, {**many[0], "conversation_id": "short", "pair_id": "q"}])
+    got = _same_side_sums([*many, {**many[0], "conversation_id": "short", "pair_id": "q"}])
+    # The turns where production acted, from each pair's recorded row: counted (the join is what is compared).
+    assert got["candidate"]["text_instead_of_action_rate"].ta.sum() > 0
 
 
-def _same_side_sums(rows: list[dict[str, Any]]) -> None:
+def _same_side_sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Asserts that :func:`decision_sql._side_sums` gives :func:`paired_sums` of the reference metrics; returns
+    the sums per side."""
     db = duckdb.connect()
     try:
         db.register("v", pa.table({"pair_id": pa.array([], pa.string())}))
@@ -112,13 +116,14 @@ def _same_side_sums(rows: list[dict[str, Any]]) -> None:
         recorded = any(r["side"] == "recorded" for r in rows)
         r = src.replays
         if recorded:
-            source = (f"(SELECT r.*, coalesce(rec.acted, false) AS recorded_acted, {decision_sql._no_decision(src)} "
+            source = (f"(SELECT r.* EXCLUDE (recorded_acted), coalesce(rec.acted, false) AS recorded_acted, "
+                      f"{decision_sql._no_decision(src)} "
                       f"AS nd FROM {r} r LEFT JOIN (SELECT pair_id, bool_or(coalesce(n_tool_calls, 0) > 0) AS acted "
                       f"FROM {r} WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = r.pair_id "
                       "WHERE r.side <> 'recorded')")  # fmt: skip
         else:
-            source = f"(SELECT *, false AS recorded_acted, {decision_sql._no_decision(src)} AS nd FROM {r} " \
-                     "WHERE side <> 'recorded')"  # fmt: skip
+            source = f"(SELECT * EXCLUDE (recorded_acted), false AS recorded_acted, {decision_sql._no_decision(src)} " \
+                     f"AS nd FROM {r} WHERE side <> 'recorded')"  # fmt: skip
         metrics = dict(REFERENCE)
         if recorded:
             metrics["text_instead_of_action_rate"] = Metric(
@@ -151,6 +156,7 @@ def _same_side_sums(rows: list[dict[str, Any]]) -> None:
             for name, s in sums.items():
                 _same(mine[name], s, f"{side} {name}")
         src.close()
+        return got
     finally:
         db.close()
 

@@ -27,7 +27,7 @@ from delta_eval.exceptions import RunFolderChangedError, RunFolderError
 from delta_eval.schema import Stratum
 from delta_eval.store import compaction
 from delta_eval.store.compaction import ROW_GROUP_ROWS, copy_rows, plan
-from delta_eval.store.conversation_key import conversation_key
+from delta_eval.store.conversation_key import conversation_key, pair_key
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.remote import RemoteFolder
@@ -247,6 +247,31 @@ def test_files_of_an_older_version_are_merged_under_the_current_schema(tmp_path:
     assert keys["p2-0"] == conversation_key("c2")
     assert len(keys) == 60
     assert merged.schema == SCHEMAS["verdicts"]
+
+
+def test_replays_of_an_older_version_get_their_conversations_and_pairs_keys_when_merged(tmp_path: Path) -> None:
+    """Replays written before ``conversation_key`` and ``pair_key`` existed: a merge fills both in from the ids, as
+    a run writes them now (the decision groups conversations and pairs the two sides on them)."""
+    folder = batches(tmp_path)
+    for b in range(3):
+        folder.add("replays", [de.Replay(pair_id=f"q{b}" if b else "", conversation_id=f"c{b}", turn_index=0,
+                                         side=side, variant="v", model="m", output=de.TurnOutput(),
+                                         finish_reason="stop") for side in ("baseline", "candidate")])  # fmt: skip
+        batch = folder.commit()
+        part = tmp_path / "replays" / f"part-{batch:06d}.parquet"
+        if b < 2:  # two batches of an older version's, one of the current
+            pq.write_table(pq.read_table(part).drop_columns(["conversation_key", "pair_key"]), part)
+            record_path = tmp_path / "_commits" / f"{batch:06d}.json"
+            record = json.loads(record_path.read_bytes())
+            record["sizes"][f"replays/part-{batch:06d}.parquet"] = part.stat().st_size
+            record_path.write_text(json.dumps(record))
+    folder.compact()
+    merged = folder.read("replays")
+    assert merged.schema == SCHEMAS["replays"]
+    assert merged.num_rows == 6
+    for row in merged.to_pylist():
+        assert row["conversation_key"] == conversation_key(row["conversation_id"])
+        assert row["pair_key"] == pair_key(row["pair_id"]) is not None  # an empty id has a key too
 
 
 def test_copy_rows_writes_row_groups_of_duckdbs_size_and_bounds_its_buffer(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from delta_eval.store import compaction, safe_paths
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.tallies import KEYS, TALLIES, derived_parts, tally
-from delta_eval.store.views import open_run
+from delta_eval.store.views import open_run, tallies_of
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
 
@@ -152,3 +152,24 @@ def test_older_versions_see_no_tallies_and_their_rewrites_leave_none(tmp_path: P
                                                                    "replaced_by": 3}))  # fmt: skip
     assert folder.damage() == []
     assert folder.read_tallies() is None  # batch 3 has verdicts and no tallies of its own
+
+
+def test_a_decision_on_a_held_connection_reads_the_tallies_of_its_snapshot(tmp_path: Path) -> None:
+    """The decision's win rates come from the tallies of its connection's snapshot, as its other figures do: a
+    batch committed after the connection was opened changes neither (a new connection sees it in both)."""
+    folder = _folder(tmp_path)
+    result = de.open_result(tmp_path)
+    con = result.connect()
+    tallies = tallies_of(con)
+    assert tallies is not None
+    assert sum(tallies.column("n").to_pylist()) == 100
+    rule = de.DecisionRule(weighted=False)
+    before = result.decision(rule, con=con)
+    folder.add("verdicts", [de.Verdict(pair_id=f"new{i}", conversation_id="c0", turn_index=0, stage="judge",
+                                       outcome="baseline") for i in range(30)])  # fmt: skip
+    folder.commit()
+    assert result.decision(rule, con=con).model_dump() == before.model_dump()
+    con.close()
+    after = de.open_result(tmp_path).decision(rule)
+    assert after.non_inferiority.win_rate.estimate < before.non_inferiority.win_rate.estimate
+    assert open_run(tmp_path, datasets=["verdicts"]).execute("SELECT count(*) FROM verdicts").fetchall() == [(130,)]
