@@ -26,7 +26,6 @@ from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.remote import local_run
-from delta_eval.store.tallies import TALLIES
 from delta_eval.store.views import open_run, tallies_of
 
 __all__ = ["RunResult", "open_result"]
@@ -184,10 +183,11 @@ class RunResult:
         return tallied(tallies, e, by=by, null="None") if tallies is not None else None
 
     def tallies(self) -> pa.Table | None:
-        """The verdicts' tallies (:mod:`delta_eval.store.tallies`) of this run, or of its candidate: what the win
-        rates and the decision sum, about a row per conversation. ``None`` where they may not count every verdict
-        (a batch written before tallies existed, until a merge counts it; any damage, whose warning
-        :func:`open_run` gives): the verdicts are read then."""
+        """The verdicts' tallies (:mod:`delta_eval.store.tallies`) of this run, or of its candidate: what
+        :meth:`win_rate` sums, about a row per conversation (the decision reads those of its connection's snapshot:
+        :func:`~delta_eval.store.views.tallies_of`). ``None`` where they may not count every verdict (a batch
+        written before tallies existed, until a merge counts it; any damage, whose warning :func:`open_run` gives):
+        the verdicts are read then."""
         if self.damage:
             return None
         tallies = self._folder.read_tallies()
@@ -212,8 +212,7 @@ class RunResult:
             rule = DecisionRule.model_validate(self.manifest.config.get("decision") or {})
         # In DuckDB over the run's Parquet files: one row per conversation reaches Python, whatever the run's size;
         # the win rates from the verdicts' tallies of the same snapshot, where it has them.
-        db = con if con is not None else open_run(self.path, candidate=self.candidate,
-                                                  datasets=("verdicts", "replays", TALLIES))  # fmt: skip
+        db = con if con is not None else self._open(("verdicts", "replays"))
         try:
             with contextlib.nullcontext() if lists else figures_only():
                 return decide("verdicts", "replays", rule, con=db, tallies=tallies_of(db))
@@ -250,7 +249,11 @@ class RunResult:
         """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,
         ``strata``, ``media``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`), and ``verdict_tallies``
         where they count every verdict."""
-        return open_run(self.path, candidate=self.candidate, tallies=True)
+        return self._open()
+
+    def _open(self, datasets: tuple[str, ...] | None = None) -> Any:
+        # One call for both: a damaged folder's warning names this line, and is given once (as before).
+        return open_run(self.path, candidate=self.candidate, datasets=datasets, tallies=True)
 
     def __repr__(self) -> str:
         which = f", candidate={self.candidate!r}" if self.candidate is not None else ""

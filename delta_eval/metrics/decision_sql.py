@@ -150,9 +150,10 @@ class Source:
 
     def pairs_keyed(self) -> bool:
         """Whether every replay of either side has its pair's key (``pair_key``, as a run's replays have since they
-        carry one; an older run's batches get theirs when a later session merges them): the two sides' replays are
-        then joined on it, a number, rather than on the ids' text (two ids share a key with probability 2**-64,
-        see :mod:`delta_eval.store.conversation_key`)."""
+        carry one; an older run's batches get theirs when a later session merges them): the error-rate gate's fast
+        path (:func:`_error_gate`) then joins the two sides' replays on it, a number, rather than on the ids' text
+        (two ids share a key with probability 2**-64, see :mod:`delta_eval.store.conversation_key`); the other
+        replay gates still join on the ids."""
         if self._pairs_keyed is None:
             self._pairs_keyed = self.replays is not None and not self.db.execute(
                 f"SELECT count(*) FROM {self.replays} WHERE side IN ('candidate', 'baseline') AND pair_key IS NULL"

@@ -2,15 +2,17 @@
 run's verdicts by conversation on a number instead of on text (grouping a million verdicts by the id's text costs
 about twice the whole win-rate query).
 
-The key is the first 8 bytes of the BLAKE2b digest of the id's UTF-8 bytes, as a signed (little-endian) integer:
+The key is the 8-byte BLAKE2b digest (``digest_size=8``, not a longer digest cut short) of the id's UTF-8 bytes,
+as a signed (little-endian) integer:
 a function of the id alone, so every process, shard, machine and resumed run writes the same key for the same
 conversation. Two ids share a key with probability 2**-64 per pair of ids: for any two of a million conversations,
-under 3e-8 (BLAKE2b is a cryptographic hash: no id can be chosen to collide either). See
+under 3e-8 (BLAKE2b is a cryptographic hash: no id can be found that collides with a given one). See
 :func:`delta_eval.metrics.counted.counted` for what the win rate does with the keys.
 
-A pair's key (:func:`pair_key`), the same digest of its id, is stored beside each replay so that the decision pairs
-the two sides' replays on a number (joining a million pairs on the ids' text costs 2-4 times as much); two pairs share
-one with the same probability.
+A pair's key (:func:`pair_key`), the same digest of its id (an empty id has one), is stored beside each replay so
+that the decision's error-rate gate pairs the two sides' replays on a number (joining a million pairs on the ids'
+text costs 2-4 times as much); two pairs share one with the same probability. It must be the key of the row's
+``pair_id``, as the run's writer and its merges make it: it is not checked against the id.
 
 Example:
     >>> conversation_key("c1") == conversation_key("c1"), conversation_key("")

@@ -3,7 +3,8 @@
 :func:`open_run` returns an in-memory DuckDB connection with one view per dataset (``replays``, ``verdicts``,
 ``judgements``, ``simulator_calls``, ``errors``, ``conversations``, ``strata``, ``media``; see
 :mod:`delta_eval.store.tables`) over the committed Parquet files (and ``verdict_tallies``, the verdicts counted,
-where they count every one and ``datasets`` names them: see :mod:`delta_eval.store.tallies`), and three
+where they count every one, with ``tallies=True`` or where ``datasets`` names them: see
+:mod:`delta_eval.store.tallies`), and three
 conveniences:
 
 - ``pairs``: one row per pair, the verdict beside the baseline, candidate and recorded final texts, tool-call
