@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         for pairs in args.pairs:
             shutil.rmtree(tmp / "run", ignore_errors=True)
             seconds, run = timed(lambda: synthetic_run(tmp / "run", pairs, args.reasons))  # noqa: B023
-            print(f"synthetic run: {pairs:,} pairs, {2 * pairs:,} replays, {args.reasons:,} reasons "
+            print(f"synthetic run: {pairs:,} pairs, {3 * pairs:,} replays, {args.reasons:,} reasons "
                   f"written in {seconds:.1f} s")  # fmt: skip
             measure(run, pairs, args.repeats, args.figures)
             if args.batched:
