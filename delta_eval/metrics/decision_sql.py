@@ -68,7 +68,7 @@ class Source:
         self._made: list[str] = []
         self._known: dict[str, set[str]] = {}
         self._counts: dict[str, Any] | None = None
-        self._keyed: bool | None = None
+        self._replay_counts: dict[str, int] | None = None
         #: Each side's conversations (an Arrow array of their keys, or of their ids where a replay has no key, in
         #: order) and their costs (NaN where unpriced), as :func:`side_metrics_of` found them: what the cost gate
         #: reads, without rebuilding them from the sides.
@@ -94,9 +94,6 @@ class Source:
         self.counted_verdicts = verdicts if self._typed(verdicts, [*VERDICT_COLUMNS, "_row"]) else self.verdicts
         #: Whether the replays have final texts (without, a replay's "no decision" is unknown unless stored).
         self.final_text = replays is not None and "final_text" in self._columns(replays)
-        self._texts_read: bool | None = None
-        self._acted_stored: bool | None = None
-        self._pairs_keyed: bool | None = None
 
     def _columns(self, name: str) -> set[str]:
         if name not in self._known:
@@ -123,30 +120,37 @@ class Source:
         their conversations are then grouped on it. A replay without one (written before, or of no conversation:
         the ids' text names those apart) has them grouped on the ids' text. Either way the figures are the same
         doubles (see :class:`~delta_eval.metrics.difference.PairedSums`)."""
-        if self._keyed is None:
-            self._keyed = self.replays is not None and not self.db.execute(
-                f"SELECT count(*) FROM {self.replays} WHERE conversation_key IS NULL").fetchall()[0][0]  # fmt: skip
-        return self._keyed
+        return self.replays is not None and not self.replay_counts()["unkeyed"]
+
+    def replay_counts(self) -> dict[str, int]:
+        """What the decision counts of the replays before reading them, from one scan (made once; none without
+        replays): the replays without a conversation's key (``unkeyed``), the ``recorded`` rows, the replayed
+        turns that did not fail without a stored ``no_decision`` (``undecided``) or ``recorded_acted``
+        (``unacted``), and the replays of either side without a pair's key (``unpaired``)."""
+        if self._replay_counts is None:
+            replayed = "side IS DISTINCT FROM 'recorded' AND error IS NULL"
+            found = self.db.execute(
+                "SELECT count(*) FILTER (WHERE conversation_key IS NULL), count(*) FILTER (WHERE side = 'recorded'), "
+                f"count(*) FILTER (WHERE {replayed} AND no_decision IS NULL), "
+                f"count(*) FILTER (WHERE {replayed} AND recorded_acted IS NULL), "
+                "count(*) FILTER (WHERE side IN ('candidate', 'baseline') AND pair_key IS NULL) "
+                f"FROM {self.replays}"
+            ).fetchall()[0] if self.replays is not None else (0,) * 5  # fmt: skip
+            names = ("unkeyed", "recorded", "undecided", "unacted", "unpaired")
+            self._replay_counts = {name: int(n) for name, n in zip(names, found, strict=True)}
+        return self._replay_counts
 
     def texts_read(self) -> bool:
         """Whether "no decision" is read from the final texts: only where a replayed turn that did not fail has no
         stored ``no_decision`` (written before the column existed). A run's replays store it on every such turn,
         so their texts (most of a run's bytes) are not read for it."""
-        if self._texts_read is None:
-            self._texts_read = self.final_text and bool(self.db.execute(
-                f"SELECT count(*) FROM {self.replays} WHERE side IS DISTINCT FROM 'recorded' AND error IS NULL "
-                "AND no_decision IS NULL").fetchall()[0][0])  # fmt: skip
-        return self._texts_read
+        return self.final_text and bool(self.replay_counts()["undecided"])
 
     def acted_stored(self) -> bool:
         """Whether every replayed turn that did not fail says whether production acted there (``recorded_acted``,
         as a run's replays do since the column exists): read then, rather than joining each pair's recorded row
         (:func:`~delta_eval.metrics.sides.recorded_acted_of`, the rows' rule)."""
-        if self._acted_stored is None:
-            self._acted_stored = self.replays is not None and not self.db.execute(
-                f"SELECT count(*) FROM {self.replays} WHERE side IS DISTINCT FROM 'recorded' AND error IS NULL "
-                "AND recorded_acted IS NULL").fetchall()[0][0]  # fmt: skip
-        return self._acted_stored
+        return self.replays is not None and not self.replay_counts()["unacted"]
 
     def pairs_keyed(self) -> bool:
         """Whether every replay of either side has its pair's key (``pair_key``, as a run's replays have since they
@@ -154,11 +158,7 @@ class Source:
         path (:func:`_error_gate`) then joins the two sides' replays on it, a number, rather than on the ids' text
         (two ids share a key with probability 2**-64, see :mod:`delta_eval.store.conversation_key`); the other
         replay gates still join on the ids."""
-        if self._pairs_keyed is None:
-            self._pairs_keyed = self.replays is not None and not self.db.execute(
-                f"SELECT count(*) FROM {self.replays} WHERE side IN ('candidate', 'baseline') AND pair_key IS NULL"
-            ).fetchall()[0][0]  # fmt: skip
-        return self._pairs_keyed
+        return self.replays is not None and not self.replay_counts()["unpaired"]
 
     def epochs(self) -> list[int]:
         """The epochs the verdicts hold (a missing or zero epoch is the first), sorted."""
@@ -280,7 +280,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     # Whether production acted at each point: stored on the replays, else from the recorded rows, joined only when
     # there are some (a join of every pair: most of what the sides' metrics cost).
     stored = src.acted_stored()
-    recorded = not stored and src.db.execute(f"SELECT count(*) FROM {r} WHERE side = 'recorded'").fetchall()[0][0]
+    recorded = not stored and src.replay_counts()["recorded"]
     if stored:
         rows = (f"(SELECT * EXCLUDE (recorded_acted), coalesce(recorded_acted, false) AS recorded_acted, "
                 f"{_no_decision(src)} AS nd FROM {r} WHERE side <> 'recorded')")  # fmt: skip
