@@ -37,11 +37,11 @@ from delta_eval.analysis.spend import SideSpend, side_spend
 from delta_eval.analysis.themes import attribute, find_themes
 from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
-from delta_eval.metrics.counted import Counted, counted, counted_with_total, shared_sums, weights_vary_sql
+from delta_eval.metrics.counted import Counted, shared_sums, weights_vary_sql
 from delta_eval.metrics.decision import DecisionRule
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
-from delta_eval.metrics.tallied import tallied
+from delta_eval.metrics.tallied import tallied_or_counted
 from delta_eval.replay.points import replay_points
 from delta_eval.result import RunResult, open_result
 from delta_eval.store import safe_paths
@@ -160,22 +160,15 @@ class Analysis:
         # DuckDB over the run's files (metrics.counted): what RunResult.win_rate and the decision read too.
         tallies = tallies_of(self.con)  # (of the connection's snapshot: what its decision reads too)
         if judged:
-            e = self._rule_estimand.model_copy(update={"over": "judged"})
-            mine = tallied(tallies, e) if tallies is not None else None
-            if mine is None:
-                mine = counted("verdicts", self.estimand("judged"), con=self.con, per_conversation=False)
-            return _win_rate(mine[""]), []
+            e = self.estimand("judged")
+            return _win_rate(tallied_or_counted(tallies, "verdicts", e, con=self.con)[""]), []
         # Over all pairs, weighted="auto" is left to counted, which settles it as estimand() does (on the counted
         # rows' weights, from the counts query it runs anyway): the decision's very queries, run once within
         # shared_sums. Tallies settle it alike (on the counted tallies' weights).
         e = self._rule_estimand.model_copy(update={"over": "all"})
         whole: dict[str, Any] = {}
-        groups = tallied(tallies, e, by="stratum", null="None", total=whole) if tallies is not None else None
-        if groups is not None:
-            total = whole[""]
-        else:
-            total, groups = counted_with_total("verdicts", e, by="stratum", null="None", con=self.con,
-                                               per_conversation=False)  # fmt: skip
+        groups = tallied_or_counted(tallies, "verdicts", e, con=self.con, by="stratum", null="None", total=whole)
+        total = whole[""]
         per = [{"stratum": h, **rate} for h, c in sorted(groups.items()) if (rate := _win_rate(c)) is not None]
         return _win_rate(total), per
 

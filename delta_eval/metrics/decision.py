@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from delta_eval.metrics.checks import check_results
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.counted import Counted, counted_rows, counted_with_total
+from delta_eval.metrics.counted import Counted, counted_rows
 from delta_eval.metrics.decision_sql import (
     Source,
     audit_of,
@@ -66,7 +66,7 @@ from delta_eval.metrics.paired import (
 from delta_eval.metrics.rule import DecisionRule, Outcome
 from delta_eval.metrics.sides import SIDE_COLUMNS, Rate, SideMetrics, rate, side_metrics
 from delta_eval.metrics.strata import StratumDecision, by_stratum
-from delta_eval.metrics.tallied import tallied
+from delta_eval.metrics.tallied import tallied_or_counted
 
 __all__ = ["Decision", "DecisionRule", "ExitCode", "FailOn", "Outcome", "decide"]
 
@@ -247,12 +247,8 @@ def _decide_source(src: Source, r: DecisionRule, tallies: pa.Table | None = None
     # Over all pairs and per stratum from one pass over the verdicts, added up per stratum (no interval, test or
     # verdict below needs a row per conversation).
     whole: dict[str, Counted] = {}
-    per_stratum = tallied(tallies, e, by="stratum", total=whole) if tallies is not None else None
-    if per_stratum is not None:
-        counted = whole[""]
-    else:
-        counted, per_stratum = counted_with_total(src.counted_verdicts, e, by="stratum", con=src.db,
-                                                  per_conversation=False)  # fmt: skip
+    per_stratum = tallied_or_counted(tallies, src.counted_verdicts, e, con=src.db, by="stratum", total=whole)
+    counted = whole[""]
     e = e.model_copy(update={"weighted": counted.weighted})  # "auto" settled once, for every number below
     ni = non_inferiority_of(counted, e, r.margin, confidence=r.confidence)
     sides = side_metrics_of(src, r.confidence)
@@ -273,9 +269,7 @@ def _decide_source(src: Source, r: DecisionRule, tallies: pa.Table | None = None
                 epochs[k] = _decide_source(one, r).outcome
             finally:
                 one.close()
-    over_judged = e.model_copy(update={"over": "judged"})
-    judged_sums = tallied(tallies, over_judged) if tallies is not None else None
-    judged = (judged_sums or counted_rows(src.counted_verdicts, over_judged, con=src.db, per_conversation=False))[""]
+    judged = tallied_or_counted(tallies, src.counted_verdicts, e.model_copy(update={"over": "judged"}), con=src.db)[""]
     return _decision(
         r, e, counted, ni, judged, gates, strata, sides,
         checks=check_rates_of(src, checks, names, r.confidence) if checks else {},

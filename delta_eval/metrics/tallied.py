@@ -28,14 +28,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_eval.metrics.counted import Counted, _counts, _strata_groups, _vary
+from delta_eval.metrics.counted import Counted, _counts, _strata_groups, _vary, counted
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, contribution
 
-__all__ = ["GROUPS", "tallied"]
+__all__ = ["GROUPS", "tallied", "tallied_or_counted"]
 
 #: The verdict columns a ``by`` may name: those a tally holds as the verdicts do.
 GROUPS = ("stratum", "candidate")
+
+
+def tallied_or_counted(tallies: pa.Table | None, verdicts: str, estimand: Estimand, *, con: Any, by: str | None = None,
+                       null: str = "", total: dict[str, Counted] | None = None) -> dict[str, Counted]:  # fmt: skip
+    """:func:`tallied` over ``tallies`` where given and they serve, else
+    :func:`~delta_eval.metrics.counted.counted` over the verdicts named ``verdicts`` in ``con`` (summed per stratum,
+    ``per_conversation=False``): the same figures either way."""
+    mine = tallied(tallies, estimand, by=by, null=null, total=total) if tallies is not None else None
+    if mine is not None:
+        return mine
+    return counted(verdicts, estimand, by=by, null=null, con=con, total=total, per_conversation=False)
 
 
 def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | None = None, null: str = "",

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 
-from delta_eval.metrics import decision as decision_module
+from delta_eval.metrics import tallied as tallied_module
 from delta_eval.metrics.checks import Check
 from delta_eval.metrics.decision import DecisionRule, decide
 from delta_eval.metrics.gates import METRICS, Gate, evaluate_gates
@@ -185,7 +185,7 @@ def test_the_decision_with_the_verdicts_tallies_is_the_decision_without(run: Any
     step = max(1, -(-table.num_rows // cuts))
     tallies = pa.concat_tables([tally(table.slice(i, step)) for i in range(0, max(table.num_rows, 1), step)])
     served: list[bool] = []
-    real = decision_module.tallied
+    real = tallied_module.tallied
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
@@ -193,7 +193,7 @@ def test_the_decision_with_the_verdicts_tallies_is_the_decision_without(run: Any
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decision_module, "tallied", spy)
+        mp.setattr(tallied_module, "tallied", spy)
         mine = decide("verdicts", named, rule, con=con, tallies=tallies)
     assert mine.model_dump() == decide("verdicts", named, rule, con=con).model_dump()
     assert len(served) == 2  # the win rate over all pairs (and per stratum), over judged pairs
@@ -213,8 +213,7 @@ def test_the_decision_reads_no_verdict_for_its_win_rates_where_tallies_serve(mon
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the verdicts were read for a win rate")
 
-    monkeypatch.setattr(decision_module, "counted_with_total", refused)
-    monkeypatch.setattr(decision_module, "counted_rows", refused)
+    monkeypatch.setattr(tallied_module, "counted", refused)
     assert decide("verdicts", None, DecisionRule(), con=con, tallies=tally(table)).model_dump() == expected
 
 
