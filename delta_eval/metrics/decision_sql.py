@@ -126,18 +126,22 @@ class Source:
         """What the decision counts of the replays before reading them, from one scan (made once; none without
         replays): the replays without a conversation's key (``unkeyed``), the ``recorded`` rows, the replayed
         turns that did not fail without a stored ``no_decision`` (``undecided``) or ``recorded_acted``
-        (``unacted``), and the replays of either side without a pair's key (``unpaired``)."""
+        (``unacted``), the replays of either side without a pair's key (``unpaired``), and the most and least tool
+        calls (valid or invalid) of a replay (``most_calls``, ``least_calls``: 0 without any)."""
         if self._replay_counts is None:
             replayed = "side IS DISTINCT FROM 'recorded' AND error IS NULL"
+            # Sums of flags rather than filtered counts (half the time); a null flag (a null side) counts none, as
+            # a filter does.
             found = self.db.execute(
-                "SELECT count(*) FILTER (WHERE conversation_key IS NULL), count(*) FILTER (WHERE side = 'recorded'), "
-                f"count(*) FILTER (WHERE {replayed} AND no_decision IS NULL), "
-                f"count(*) FILTER (WHERE {replayed} AND recorded_acted IS NULL), "
-                "count(*) FILTER (WHERE side IN ('candidate', 'baseline') AND pair_key IS NULL) "
+                "SELECT count(*) - count(conversation_key), sum((side = 'recorded')::DOUBLE), "
+                f"sum(({replayed} AND no_decision IS NULL)::DOUBLE), "
+                f"sum(({replayed} AND recorded_acted IS NULL)::DOUBLE), "
+                "sum((side IN ('candidate', 'baseline') AND pair_key IS NULL)::DOUBLE), "
+                "max(greatest(n_tool_calls, invalid_tool_calls)), min(least(n_tool_calls, invalid_tool_calls)) "
                 f"FROM {self.replays}"
-            ).fetchall()[0] if self.replays is not None else (0,) * 5  # fmt: skip
-            names = ("unkeyed", "recorded", "undecided", "unacted", "unpaired")
-            self._replay_counts = {name: int(n) for name, n in zip(names, found, strict=True)}
+            ).fetchall()[0] if self.replays is not None else (0,) * 7  # fmt: skip
+            names = ("unkeyed", "recorded", "undecided", "unacted", "unpaired", "most_calls", "least_calls")
+            self._replay_counts = {name: int(n or 0) for name, n in zip(names, found, strict=True)}
         return self._replay_counts
 
     def texts_read(self) -> bool:
@@ -315,18 +319,12 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         known_costs[side] = mine[~np.isnan(mine)].tolist()
         src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
-    # Every side's latencies from one scan.
+    # Every side's latencies (and the invalid-tool-call rate's products) from one scan.
     sides = sorted(conversations)
-    # Through Arrow: no copy of the two million values, as numpy's fetch makes.
-    timed = fetch_table(
-        src.db,
-        f"SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
-        f"FROM {r} WHERE error IS NULL AND side <> 'recorded'",
-        [sides],
-    )
+    timed = _timed(src, sides)
     which = timed.column("k").to_numpy(zero_copy_only=False)
     every = np.asarray(timed.column("x").to_numpy(zero_copy_only=False), dtype=float)
-    products = _products(src)
+    products = _products(timed, sides)
     for k, side in enumerate(sides, start=1):
         latencies = every[which == k]  # a copy already: sorted in place, once (for the quantiles, and as the rows
         latencies.sort()  # path lists them)
@@ -377,7 +375,9 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
     Every rate but the invalid tool calls' is of 0/1 events over one unit a turn: its sums are two counts, and
     whether a conversation saw an event or a non-event follows from them. The turns without an error are the
     turns less the errors (no count of their own); the three flags of the invalid tool calls (an invalid call, a
-    valid one, any call seen) are bits of one ``bit_or``.
+    valid one, any call seen) and whether a turn is unpriced are counts too. Counts are summed four to an
+    aggregate (:func:`_count_sums`), and the invalid calls with the calls where both stay small: the fewer
+    aggregates the faster (each costs about a tenth of the query)
 
     The conversations are grouped on their keys where every replay has one (:meth:`Source.replays_keyed`: half the
     time of grouping on the ids' text), by side then key; their ids are read too only when ``named`` (the costs
@@ -388,27 +388,44 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
     keyed = src.replays_keyed()
     src.replay_cluster = "conversation_key" if keyed else f"({_CLUSTER})::VARCHAR"
     named_too = keyed and named
-    cols = [f"{src.replay_cluster} AS cl", *([f"({_CLUSTER})::VARCHAR AS name"] if named_too else []),
-            "(side)::VARCHAR AS grp", "cost_usd",
-            "(error IS NOT NULL)::DOUBLE AS fails",
-            f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END AS inv",
-            f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END AS calls",
-            f"({ok} AND coalesce(matches_recorded, false))::DOUBLE AS m", "(nd IS NOT NULL)::DOUBLE AS nd_n",
-            "coalesce(nd, false)::DOUBLE AS nd_a"]  # fmt: skip
-    counts = ["fails", "m", "nd_n", "nd_a"]
+    cols = [
+        f"{src.replay_cluster} AS cl",
+        *([f"({_CLUSTER})::VARCHAR AS name"] if named_too else []),
+        "(side)::VARCHAR AS grp",
+        "cost_usd",
+        "(error IS NOT NULL)::DOUBLE AS fails",
+        f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END AS inv",
+        f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END AS calls",
+        f"({ok} AND coalesce(matches_recorded, false))::DOUBLE AS m",
+        "(nd IS NOT NULL)::DOUBLE AS nd_n",
+        "coalesce(nd, false)::DOUBLE AS nd_a",
+        "(cost_usd IS NULL)::DOUBLE AS unpriced",
+        # Whether the turn made an invalid call, a valid one, any call: what the interval reads of whether a
+        # conversation saw an event and a non-event of the rate (failed turns count none: 0 calls).
+        "(inv > 0)::DOUBLE AS s_inv",
+        "(calls - inv > 0)::DOUBLE AS s_valid",
+        "(calls > 0)::DOUBLE AS s_calls",
+    ]
+    counts = ["fails", "m", "nd_n", "nd_a", "unpriced", "s_inv", "s_valid", "s_calls"]
     if texts:
         cols += [f"coalesce({ok} AND recorded_acted, false)::DOUBLE AS t_n",
                  f"coalesce({ok} AND recorded_acted AND text_instead_of_action, false)::DOUBLE AS t_a"]  # fmt: skip
         counts += ["t_n", "t_a"]
+    found_counts = src.replay_counts()
+    # Under 2**13 calls a turn, none negative: while a conversation has under 2**13 turns of a side (packed), its
+    # invalid calls and its calls are each under 2**26, two fields of one exact sum.
+    few_calls = found_counts["least_calls"] >= 0 and found_counts["most_calls"] < 2**_FIELD
 
     def query(packed: bool) -> pa.Table:
+        calls = ([f"sum(inv + {2 ** (2 * _FIELD)}::DOUBLE * calls) AS ic"] if packed and few_calls
+                 else ["sum(inv) AS inv", "sum(calls) AS calls"])  # fmt: skip
         aggs = [*(["any_value(name) AS name"] if named_too else []), "count(*)::DOUBLE AS n",
-                *_count_sums(counts, packed), "sum(inv) AS inv", "sum(calls) AS calls",
-                "bit_or((inv > 0)::INTEGER + 2 * (calls - inv > 0)::INTEGER + 4 * (calls > 0)::INTEGER) AS seen",
+                *_count_sums(counts, packed), *calls,
                 # fsum (compensated, Kahan-Neumaier): a conversation's cost whatever order its rows are read in
                 # (threads over row groups combine plain sums in any order: a baseline against itself read a cost
-                # ratio of 1 + 2e-16); for costs, positive and of like size, the exactly rounded sum (math.fsum)
-                "CASE WHEN count(cost_usd) = count(*) THEN fsum(cost_usd) ELSE 'NaN'::DOUBLE END AS cost"]  # fmt: skip
+                # ratio of 1 + 2e-16); for costs, positive and of like size, the exactly rounded sum (math.fsum).
+                # Unknown (NaN, below) where a turn is unpriced.
+                "fsum(cost_usd) AS cost"]  # fmt: skip
         return fetch_table(src.db, f"WITH rows AS (SELECT {', '.join(cols)} FROM {rows}) SELECT grp, cl, "
                                    f"{', '.join(aggs)} FROM rows GROUP BY grp, cl")  # fmt: skip
 
@@ -427,9 +444,14 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
             if k not in ("grp", "cl", "name")}  # fmt: skip
     if packed:
         data.update(_unpacked(data, counts))
+        if "ic" in data:
+            both = data["ic"].astype(np.int64)
+            data["inv"] = (both & ((1 << 2 * _FIELD) - 1)).astype(float)
+            data["calls"] = (both >> 2 * _FIELD).astype(float)
     bounds = _runs(pc.take(got.column("grp"), order))
     cl = pc.take(got.column("cl"), order)
-    found = {"runs": bounds, "cl": cl, "cost": data["cost"].astype(float),
+    cost = np.where(data["unpriced"] > 0, np.nan, data["cost"].astype(float))
+    found = {"runs": bounds, "cl": cl, "cost": cost,
              "names": pc.take(got.column("name"), order) if named_too else cl}  # fmt: skip
     out: dict[str, dict[str, PairedSums]] = {}
     for side, (lo, hi) in bounds.items():
@@ -440,10 +462,10 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
         if texts:
             mine["text_instead_of_action_rate"] = _binary(data["t_n"][lo:hi], data["t_a"][lo:hi])
         keep = np.flatnonzero(n - fails > 0)  # the conversations with a turn without an error
-        bits = data["seen"][lo:hi][keep].astype(np.int64)
         a, t = data["inv"][lo:hi][keep].astype(float), data["calls"][lo:hi][keep].astype(float)
         size = len(keep)
-        seen = np.vstack([bits & 1 > 0, bits & 2 > 0, np.zeros(size, dtype=bool), bits & 4 > 0]).reshape(4, -1)
+        seen = np.vstack([data[f][lo:hi][keep] > 0 for f in ("s_inv", "s_valid")] + [np.zeros(size, dtype=bool),
+                          data["s_calls"][lo:hi][keep] > 0]).reshape(4, -1)  # fmt: skip
         mine["invalid_tool_call_rate"] = PairedSums.from_clusters(
             np.full(size, "", dtype=str),
             a,
@@ -498,16 +520,32 @@ def _binary(n: np.ndarray, events: np.ndarray) -> PairedSums:
                                     iid=np.array([sa, sa, st, 0.0, 0.0, st, 0.0, sa, 0.0, st]))  # fmt: skip
 
 
-def _products(src: Source) -> dict[str, tuple[float, float, float]]:
-    """Per side, the totals over its successful turns of the products of the invalid-tool-call rate's events and
-    units (invalid calls squared, invalid calls times calls, calls squared): what its as-if-independent variance
-    reads, from one small aggregate rather than three more per conversation."""
-    found = src.db.execute(
-        "SELECT grp, sum(i * i), sum(i * c), sum(c * c) FROM (SELECT (side)::VARCHAR AS grp, "
+def _timed(src: Source, sides: Sequence[str]) -> pa.Table:
+    """Every replayed turn that did not fail, as its side (``k``: its place in ``sides``, from 1), latency (``x``),
+    invalid calls (``i``) and calls (``c``): what the latencies and :func:`_products` read, from one scan (through
+    Arrow: no copy of two million values, as numpy's fetch makes)."""
+    return fetch_table(
+        src.db,
+        "SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x, "
         "coalesce(invalid_tool_calls, 0)::DOUBLE AS i, coalesce(n_tool_calls, 0)::DOUBLE AS c "
-        f"FROM {src.replays} WHERE error IS NULL AND side <> 'recorded') GROUP BY grp"
-    ).fetchall()
-    return {str(g): (float(aa or 0.0), float(at or 0.0), float(tt or 0.0)) for g, aa, at, tt in found}
+        f"FROM {src.replays} WHERE error IS NULL AND side <> 'recorded'",
+        [list(sides)],
+    )
+
+
+def _products(timed: pa.Table, sides: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+    """Per side, the totals over its successful turns (:func:`_timed`) of the products of the invalid-tool-call
+    rate's events and units (invalid calls squared, invalid calls times calls, calls squared): what its
+    as-if-independent variance reads, rather than three more sums per conversation. Products and totals of whole
+    numbers, exact while below 2**53 (as :func:`_with_products` requires), in any order."""
+    which = timed.column("k").to_numpy(zero_copy_only=False)
+    i_all, c_all = (np.asarray(timed.column(x).to_numpy(zero_copy_only=False), dtype=float) for x in ("i", "c"))
+    out = {}
+    for k, side in enumerate(sides, start=1):
+        mine = which == k
+        i, c = i_all[mine], c_all[mine]
+        out[side] = (float(i @ i), float(i @ c), float(c @ c))
+    return out
 
 
 def _with_products(src: Source, rows: str, side: str, sums: PairedSums,

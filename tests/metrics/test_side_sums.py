@@ -138,7 +138,8 @@ def _same_side_sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
         expected = paired_sums(db, source, metrics, cluster=cluster, group="side", extra={"cost": COST},
                                carry=["cost_usd"], per_conversation=theirs)  # fmt: skip
         found, got = decision_sql._side_sums(src, source, recorded)
-        products = decision_sql._products(src)
+        sides = sorted(found["runs"])
+        products = decision_sql._products(decision_sql._timed(src, sides), sides)
         assert found["runs"] == theirs["runs"]
         names = theirs["cl"].to_pylist()
         assert found["cl"].to_pylist() == ([int(k) - 2**63 for k in names] if keyed else names)
