@@ -7,9 +7,9 @@ weight; each sum is then a sum of counts, in integers, so the figures are those 
 the last bit (both exact below 2**53). What is counted, and how much each side won, is decided once per distinct
 outcome and error side by :func:`~delta_eval.metrics.estimand.contribution`, the rows' own rule.
 
-:func:`tallied` answers ``None`` where tallies cannot give those sums (soft or weighted sums, weights that vary under
-``weighted="auto"``, a group they do not hold, a counted verdict without a conversation's key): the caller reads
-the verdicts then.
+:func:`tallied` answers ``None`` where tallies cannot give those sums (soft sums, weighted sums of a conversation with
+two weights in one stratum, a group they do not hold, a counted verdict without a conversation's key): the caller
+reads the verdicts then.
 
 Example:
     >>> import pyarrow as pa
@@ -80,8 +80,6 @@ def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | No
     weight = np.where(weight == 0, 1.0, weight)
     weighted = e.weighted is True or (e.weighted == "auto" and weight.size > 0 and
                                       _vary(float(weight.max()), float(weight.min())))  # fmt: skip
-    if weighted and total is not None:
-        return None  # (what only the decision asks, which reads the verdicts)
     keys = tallies.column("conversation_key")
     if keys.null_count and pc.any(pc.and_(pc.is_null(keys), pa.array(counted))).as_py():
         return None  # a verdict without a conversation: its own cluster, named by its pair
@@ -98,7 +96,14 @@ def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | No
     st = rank[stratum[counted]]
     if weighted:
         named = [null if g is None else g for g in group_names]
-        return _weighted(groups[counted], key, st, units, weight, named, in_order, counts_rows, by, null)
+        out = _weighted(groups[counted], key, st, units, weight, named, in_order, counts_rows, by, null)
+        if out is not None and total is not None:  # over every row: each conversation's rows of every group
+            every = _weighted(np.zeros(len(t), dtype=np.int64), key, st, units, weight, [""], in_order,
+                              [("", *rest) for _, *rest in counts_rows], None, "")  # fmt: skip
+            if every is None:
+                return None  # a conversation of two weights in one stratum, across the groups
+            total.update(every)
+        return out
     cols = [_per_stratum(groups[counted], key, st, units, group_names, in_order, whole=0)]
     if total is not None:  # over every row: each conversation's rows of every group added up
         cols.append(_per_stratum(np.zeros(len(t), dtype=np.int64), key, st, units, [None], in_order, whole=1))
