@@ -158,10 +158,11 @@ class Source:
 
     def pairs_keyed(self) -> bool:
         """Whether every replay of either side has its pair's key (``pair_key``, as a run's replays have since they
-        carry one; an older run's batches get theirs when a later session merges them): the error-rate gate's fast
-        path (:func:`_error_gate`) then joins the two sides' replays on it, a number, rather than on the ids' text
-        (two ids share a key with probability 2**-64, see :mod:`delta_eval.store.conversation_key`); the other
-        replay gates still join on the ids."""
+        carry one; an older run's batches get theirs when a later session merges them): the replay gates
+        (:func:`_error_gate`, :func:`_replay_gates`) then join the two sides' replays on it, a number, rather than
+        on the ids' text (two ids share a key with probability 2**-64, see
+        :mod:`delta_eval.store.conversation_key`); what they join to a pair besides (its recorded rows, weight and
+        checks) is joined on its id."""
         return self.replays is not None and not self.replay_counts()["unpaired"]
 
     def epochs(self) -> list[int]:
@@ -724,15 +725,21 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
     r = src.replays
     names = [m.removeprefix("check:") for m in metrics if m.startswith("check:")]
 
+    # The two sides joined on their pairs' keys where every replay has one (a number: half the time of the ids'
+    # text; see Source.pairs_keyed), else on the ids.
+    pair = "pair_key" if src.pairs_keyed() else "pair_id"
+
     def side(name: str, p: str) -> str:
         """One side's replays, a row per pair, with what its gates read of each."""
-        return (f"(SELECT pair_id, conversation_id AS {p}_cl, error IS NOT NULL AS {p}_failed, "
+        ids = "pair_id" if p == "c" else ""  # (the candidate's: what the recorded rows, weights and checks join)
+        return (f"(SELECT {', '.join(dict.fromkeys(filter(None, [ids, pair])))}, conversation_id AS {p}_cl, "
+                f"error IS NOT NULL AS {p}_failed, "
                 f"invalid_tool_calls AS {p}_invalid, n_tool_calls AS {p}_calls, text_instead_of_action AS {p}_text, "
                 f"recorded_acted AS {p}_acted, {_no_decision(src)} AS {p}_nd "
                 f"FROM {r} WHERE side = '{name}')")  # fmt: skip
 
     # The pairs both sides replayed: a join of the two sides (faster than grouping every replay by its pair).
-    joins = f"{side('candidate', 'c')} c JOIN {side('baseline', 'b')} b ON b.pair_id = c.pair_id"
+    joins = f"{side('candidate', 'c')} c JOIN {side('baseline', 'b')} b ON b.{pair} = c.{pair}"
     extra = ""
     stored = src.acted_stored()  # whether production acted is on each side's row: no recorded row joined
     if "text_instead_of_action_rate" in metrics and not stored:
@@ -749,7 +756,7 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
         joins += (f" LEFT JOIN (SELECT pair_id, {', '.join(picks)} FROM {checks} GROUP BY pair_id) ch "
                   "ON ch.pair_id = c.pair_id")  # fmt: skip
         extra += ", " + ", ".join(f"ch.{p}_check{j}" for j in range(len(names)) for p in ("c", "b"))
-    source = f"(SELECT c.*, b.* EXCLUDE (pair_id, b_cl){extra} FROM {joins})"
+    source = f"(SELECT c.*, b.* EXCLUDE ({pair}, b_cl){extra} FROM {joins})"
 
     def units(p: str, metric: str) -> tuple[str, str]:
         """One side's (events, units), as gates._events."""
