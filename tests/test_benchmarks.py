@@ -11,6 +11,8 @@ from types import ModuleType
 
 import pytest
 
+import delta_eval as de
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -104,11 +106,31 @@ def test_analysis_benchmark_runs_on_a_small_synthetic_run(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "a.summary() (cold)" in out
     assert "win_rate(weighted=True)" in out
+    assert "40,000 verdicts, weights by stratum (median of 1, cold):" in out
     assert "decision, 40 batches of 1,000 pairs" in out
     assert "decision, the same compacted into 1 batch (" in out
     assert "x plain SQL" in out
     assert "a.themes():" in out
     assert " over 300 reasons" in out
+
+
+def test_the_analysis_benchmarks_stratified_run_is_weighted_and_its_tallies_count_its_verdicts(tmp_path: Path) -> None:
+    """The synthetic run given a stratified sample's weights: every win rate is weighted (what the figures of
+    ``weights by stratum`` measure), and its tallies still serve, with the figures of the verdicts."""
+    bench = load("analysis")
+    run = bench.synthetic_run(tmp_path / "run", 3000, 10)
+    bench.stratify(run)
+    result = de.open_result(run)
+    rate = result.win_rate()
+    assert rate.weighted
+    tallies = result.tallies()
+    assert tallies is not None
+    assert len(set(tallies.column("weight").to_pylist())) == len(bench.STRATUM_WEIGHTS)
+    for part in (run / "verdict_tallies").iterdir():  # a batch without its tallies: its verdicts are read
+        part.unlink()
+    fresh = de.open_result(run)
+    assert fresh.tallies() is None
+    assert fresh.win_rate().model_dump() == rate.model_dump()
 
 
 @pytest.mark.slow
