@@ -127,7 +127,8 @@ class Source:
         replays): the replays without a conversation's key (``unkeyed``), the ``recorded`` rows, the replayed
         turns that did not fail without a stored ``no_decision`` (``undecided``) or ``recorded_acted``
         (``unacted``), the replays of either side without a pair's key (``unpaired``), and the most and least tool
-        calls (valid or invalid) of a replay (``most_calls``, ``least_calls``: 0 without any)."""
+        calls (valid or invalid) of a replayed turn that did not fail (``most_calls``, ``least_calls``: 0 without
+        any)."""
         if self._replay_counts is None:
             replayed = "side IS DISTINCT FROM 'recorded' AND error IS NULL"
             # Sums of flags rather than filtered counts (half the time); a null flag (a null side) counts none, as
@@ -137,7 +138,8 @@ class Source:
                 f"sum(({replayed} AND no_decision IS NULL)::DOUBLE), "
                 f"sum(({replayed} AND recorded_acted IS NULL)::DOUBLE), "
                 "sum((side IN ('candidate', 'baseline') AND pair_key IS NULL)::DOUBLE), "
-                "max(greatest(n_tool_calls, invalid_tool_calls)), min(least(n_tool_calls, invalid_tool_calls)) "
+                f"max(CASE WHEN {replayed} THEN greatest(n_tool_calls, invalid_tool_calls) END), "
+                f"min(CASE WHEN {replayed} THEN least(n_tool_calls, invalid_tool_calls) END) "
                 f"FROM {self.replays}"
             ).fetchall()[0] if self.replays is not None else (0,) * 7  # fmt: skip
             names = ("unkeyed", "recorded", "undecided", "unacted", "unpaired", "most_calls", "least_calls")
@@ -389,23 +391,26 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
     keyed = src.replays_keyed()
     src.replay_cluster = "conversation_key" if keyed else f"({_CLUSTER})::VARCHAR"
     named_too = keyed and named
+    inv = f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END"
+    calls = f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END"
     cols = [
         f"{src.replay_cluster} AS cl",
         *([f"({_CLUSTER})::VARCHAR AS name"] if named_too else []),
         "(side)::VARCHAR AS grp",
         "cost_usd",
         "(error IS NOT NULL)::DOUBLE AS fails",
-        f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END AS inv",
-        f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END AS calls",
+        f"{inv} AS inv",
+        f"{calls} AS calls",
         f"({ok} AND coalesce(matches_recorded, false))::DOUBLE AS m",
         "(nd IS NOT NULL)::DOUBLE AS nd_n",
         "coalesce(nd, false)::DOUBLE AS nd_a",
         "(cost_usd IS NULL)::DOUBLE AS unpriced",
         # Whether the turn made an invalid call, a valid one, any call: what the interval reads of whether a
         # conversation saw an event and a non-event of the rate (failed turns count none: 0 calls).
-        "(inv > 0)::DOUBLE AS s_inv",
-        "(calls - inv > 0)::DOUBLE AS s_valid",
-        "(calls > 0)::DOUBLE AS s_calls",
+        # (Written out, not read from the aliases above: a column of the source of the same name would be read.)
+        f"({inv} > 0)::DOUBLE AS s_inv",
+        f"({calls} - {inv} > 0)::DOUBLE AS s_valid",
+        f"({calls} > 0)::DOUBLE AS s_calls",
     ]
     counts = ["fails", "m", "nd_n", "nd_a", "unpriced", "s_inv", "s_valid", "s_calls"]
     if texts:

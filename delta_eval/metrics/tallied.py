@@ -8,8 +8,8 @@ the last bit (both exact below 2**53). What is counted, and how much each side w
 outcome and error side by :func:`~delta_eval.metrics.estimand.contribution`, the rows' own rule.
 
 :func:`tallied` answers ``None`` where tallies cannot give those sums (soft sums, weighted sums of a conversation with
-two weights in one stratum, a group they do not hold, a counted verdict without a conversation's key): the caller
-reads the verdicts then.
+two weights in one stratum, a weighted total over groups of which two hold one conversation's stratum, a group they
+do not hold, a counted verdict without a conversation's key): the caller reads the verdicts then.
 
 Example:
     >>> import pyarrow as pa
@@ -98,6 +98,12 @@ def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | No
         named = [null if g is None else g for g in group_names]
         out = _weighted(groups[counted], key, st, units, weight, named, in_order, counts_rows, by, null)
         if out is not None and total is not None:  # over every row: each conversation's rows of every group
+            g, order = groups[counted], np.lexsort((groups[counted], st, key))
+            if len(_runs(key[order], st[order])) != len(_runs(key[order], st[order], g[order])):
+                # A conversation's stratum in two groups (two candidates; a null and an empty stratum): the
+                # verdicts' path weighs each group's counts before adding them, these would add them first (other
+                # last bits). From the verdicts, then.
+                return None
             every = _weighted(np.zeros(len(t), dtype=np.int64), key, st, units, weight, [""], in_order,
                               [("", *rest) for _, *rest in counts_rows], None, "")  # fmt: skip
             if every is None:

@@ -10,7 +10,7 @@ under 3e-8 (BLAKE2b is a cryptographic hash: no id can be found that collides wi
 :func:`delta_eval.metrics.counted.counted` for what the win rate does with the keys.
 
 A pair's key (:func:`pair_key`), the same digest of its id (an empty id has one), is stored beside each replay so
-that the decision's error-rate gate pairs the two sides' replays on a number (joining a million pairs on the ids'
+that the decision's replay gates pair the two sides' replays on a number (joining a million pairs on the ids'
 text costs 2-4 times as much); two pairs share one with the same probability. It must be the key of the row's
 ``pair_id``, as the run's writer and its merges make it: it is not checked against the id.
 

@@ -43,7 +43,7 @@ TABLES: dict[str, Table[Any]] = {
             "n_tool_calls": Computed(pa.int64(), lambda r: len(r.output.tool_calls)),
             # The side metrics group each side's replays by conversation on it, as the verdicts' below.
             "conversation_key": Computed(pa.int64(), lambda r: conversation_key(r.conversation_id)),
-            # The decision's error-rate gate pairs the two sides' replays on it.
+            # The decision's replay gates pair the two sides' replays on it.
             "pair_key": Computed(pa.int64(), lambda r: pair_key(r.pair_id)),
         },
     ),

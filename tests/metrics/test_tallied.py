@@ -153,6 +153,40 @@ def test_tallies_serve_a_plain_run_and_decline_what_they_cannot_give() -> None:
             _same_weighted(got[g], theirs[g], Estimand(over="judged", weighted=True))
 
 
+@pytest.mark.parametrize("by", ["candidate", "stratum"])
+def test_a_weighted_total_over_two_groups_of_one_conversations_stratum_is_read_from_the_verdicts(by: str) -> None:
+    """A conversation whose stratum is in two groups (two candidates; a null and an empty stratum, one stratum):
+    the verdicts' path weighs each group's counts before adding them up (0.1 * 2 + 0.1 * 5 is not 0.1 * 7 to the
+    last bit), so tallies, which would add them first, leave the weighted total to it; the groups they serve."""
+    rows, i = [], 0
+    for group, wins, losses in (("A", 2, 1), ("B", 5, 3)):
+        where = {"candidate": group, "stratum": "s"} if by == "candidate" else {"stratum": None if group == "A" else ""}
+        for outcome, n in (("candidate", wins), ("baseline", losses)):
+            for _ in range(n):
+                rows.append({"pair_id": f"p{i}", "conversation_id": "c0", "weight": 0.1, "outcome": outcome, **where})
+                i += 1
+    rows += [
+        {
+            "pair_id": f"q{j}",
+            "conversation_id": "c1",
+            "weight": 0.3,
+            "outcome": o,
+            "candidate": "A",
+            "stratum": "s" if by == "candidate" else None,
+        }
+        for j, o in enumerate(["candidate", "tie", "baseline"])
+    ]
+    table, e = _verdicts(rows), Estimand(weighted=True)
+    theirs_total: dict[str, Any] = {}
+    theirs = counted(table, e, by=by, null="None", per_conversation=True, total=theirs_total)
+    assert tallied(tally(table), e, by=by, null="None", total={}) is None
+    mine = tallied(tally(table), e, by=by, null="None")  # each group alone: served, the same
+    assert mine is not None
+    assert mine.keys() == theirs.keys()
+    for g in mine:
+        _same_weighted(mine[g], theirs[g], e)
+
+
 @pytest.mark.parametrize("dictionary", [False, True])
 def test_text_read_dictionary_encoded_gives_the_same_sums(dictionary: bool) -> None:
     rows = [{"pair_id": f"p{i}", "conversation_id": f"c{i % 7}", "stratum": [None, "b", "a"][i % 3],
