@@ -9,13 +9,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_eval.exceptions import RunFolderError
+from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, decide
 from delta_eval.metrics.counted import counted
 from delta_eval.metrics.decision_sql import figures_only
@@ -62,6 +63,8 @@ class RunResult:
             raise RunFolderError(f"{self.path} is a run of one candidate, not of several: no candidate {candidate!r}")
         #: The damaged batches of the folder, left out of every table and view (a rerun repairs them).
         self.damage: list[Damage] = self._folder.damage()
+        # The damage warnings this result has given (see _open).
+        self._warned: set[str] = set()
         self.manifest: RunManifest = manifest if self.candidate is None else self._candidate_manifest(manifest)
 
     def of(self, candidate: str) -> RunResult:
@@ -252,8 +255,19 @@ class RunResult:
         return self._open()
 
     def _open(self, datasets: tuple[str, ...] | None = None) -> Any:
-        # One call for both: a damaged folder's warning names this line, and is given once (as before).
-        return open_run(self.path, candidate=self.candidate, datasets=datasets, tallies=True)
+        # A damaged folder's warning once per result, however many connections it opens (the decision's, then
+        # connect's, in `delta-eval ci`): Python's once-per-line registry does not hold, as any warnings filter set
+        # meanwhile (metrics.frames sets one) clears it.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RunFolderWarning)
+            con = open_run(self.path, candidate=self.candidate, datasets=datasets, tallies=True)
+        for w in caught:
+            if not issubclass(w.category, RunFolderWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)  # (as given)
+            elif str(w.message) not in self._warned:
+                self._warned.add(str(w.message))
+                warnings.warn(w.message, w.category, stacklevel=3)  # (names the caller's line)
+        return con
 
     def __repr__(self) -> str:
         which = f", candidate={self.candidate!r}" if self.candidate is not None else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,25 @@ def test_a_deleted_last_commit_of_a_completed_run_is_found_and_repaired(tmp_path
     assert session.pairs_decided == len(before) - again.manifest.sessions[-1].resumed_pairs > 0
     assert any(f"repaired: batch {last} was damaged" in n for n in again.manifest.notes)
     assert de.open_result(out).damage == []
+
+
+def test_a_damaged_folders_warning_is_given_once_by_a_result_however_many_connections_it_opens(tmp_path: Path
+                                                                                               ) -> None:  # fmt: skip
+    """`delta-eval ci` takes the decision, then connects for the summary: one warning of the damage, not two."""
+    out = tmp_path / "run"
+    first = de.run(small(out), conversations=demo_conversations())
+    (out / "_commits" / f"{first.manifest.batches:06d}.json").unlink()
+    result = de.open_result(out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning given is recorded, however often
+        result.decision()
+        result.connect().close()
+        result.decision()
+    damage = [str(w.message) for w in caught if issubclass(w.category, RunFolderWarning)]
+    assert len(damage) == 1
+    assert "its commit file" in damage[0]
+    with pytest.warns(RunFolderWarning, match="its commit file"):  # another result warns again
+        de.open_result(out).connect().close()
 
 
 def test_a_truncated_part_is_recomputed_by_a_rerun(tmp_path: Path) -> None:
