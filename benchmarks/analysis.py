@@ -162,6 +162,7 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
     keys = {c: conversation_key(c) for c in set(conv)}  # as the run's writer computes them (store/tables.py)
     verdicts = _table("verdicts", {"pair_id": ids, "conversation_id": conv, "turn_index": [0] * pairs,
                                    "conversation_key": [keys[c] for c in conv],
+                                   "pair_key": [pair_key(i) for i in ids],
                                    "epoch": [1] * pairs, "stage": stage, "outcome": outcome, "stratum": strata,
                                    "weight": [1.0] * pairs, "summary": summary, "reasoning": reasoning,
                                    "judge": ["simulated:judge"] * pairs}, pairs)  # fmt: skip

@@ -39,7 +39,8 @@ __all__ = ["Source", "audit_of", "check_rates_of", "figures_only", "gate_results
 _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
                   "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
                   "epoch": "BIGINT", "stage": "VARCHAR", "audit_outcome": "VARCHAR", "stratum": "VARCHAR",
-                  "_row": "BIGINT", "candidate_scores": "VARCHAR", "baseline_scores": "VARCHAR"}  # fmt: skip
+                  "_row": "BIGINT", "candidate_scores": "VARCHAR", "baseline_scores": "VARCHAR",
+                  "pair_key": "BIGINT"}  # fmt: skip
 _REPLAY_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "side": "VARCHAR", "error": "VARCHAR",
                  "latency_ms": "DOUBLE", "cost_usd": "DOUBLE", "n_tool_calls": "BIGINT",
                  "invalid_tool_calls": "BIGINT", "matches_recorded": "BOOLEAN", "text_instead_of_action": "BOOLEAN",
@@ -163,8 +164,8 @@ class Source:
         carry one; an older run's batches get theirs when a later session merges them): the replay gates
         (:func:`_error_gate`, :func:`_replay_gates`) then join the two sides' replays on it, a number, rather than
         on the ids' text (two ids share a key with probability 2**-64, see
-        :mod:`delta_eval.store.conversation_key`); what they join to a pair besides (its recorded rows, weight and
-        checks) is joined on its id."""
+        :mod:`delta_eval.store.conversation_key`), and each pair's weight (a verdict's) too where every verdict
+        has its key; what else they join to a pair (its recorded rows and checks) is joined on its id."""
         return self.replays is not None and not self.replay_counts()["unpaired"]
 
     def epochs(self) -> list[int]:
@@ -175,26 +176,26 @@ class Source:
         """What the decision counts of the verdicts, from one scan (made once): ``total`` verdicts, judged
         ``losses`` and those ``unknown`` (without a severity), the audit of stage 2 (``stage2``, ``audited``,
         ``different``, ``candidate``, ``baseline``: see :func:`audit_of`), the ``undecided`` verdicts (an error
-        of the judge's) and the ``epochs`` held."""
+        of the judge's), those without a pair's key (``unpaired``) and the ``epochs`` held."""
         if self._counts is None:
             # The verdicts grouped by what is counted of them (a few kinds), added up here: cheaper than a filter
             # per count over every verdict.
             kinds = self.db.execute(
                 "SELECT outcome, severity IS NULL, stage = 'equivalence', "
                 "CASE WHEN stage = 'equivalence' THEN audit_outcome END, "
-                f"CASE WHEN outcome = 'error' THEN {sql_error_side()} = 'judge' END, {_EPOCH}, count(*) "
-                f"FROM {self.verdicts} GROUP BY ALL"
+                f"CASE WHEN outcome = 'error' THEN {sql_error_side()} = 'judge' END, {_EPOCH}, pair_key IS NULL, "
+                f"count(*) FROM {self.verdicts} GROUP BY ALL"
             ).fetchall()  # fmt: skip
             counts = dict.fromkeys(("total", "losses", "unknown", "stage2", "audited", "different", "candidate",
-                                    "baseline", "undecided"), 0)  # fmt: skip
+                                    "baseline", "undecided", "unpaired"), 0)  # fmt: skip
             epochs: set[int] = set()
-            for outcome, no_severity, stage2, audit, undecided, epoch, n in kinds:
+            for outcome, no_severity, stage2, audit, undecided, epoch, unpaired, n in kinds:
                 lost = outcome in ("candidate", "baseline")
                 for name, holds in (("total", True), ("losses", lost), ("unknown", lost and no_severity),
                                     ("stage2", stage2), ("audited", audit is not None),
                                     ("different", audit in ("candidate", "baseline")),
                                     ("candidate", audit == "candidate"), ("baseline", audit == "baseline"),
-                                    ("undecided", undecided)):  # fmt: skip
+                                    ("undecided", undecided), ("unpaired", unpaired)):  # fmt: skip
                     counts[name] += int(n) if holds else 0
                 epochs.add(int(epoch))
             self._counts = {**counts, "epochs": sorted(epochs)}
@@ -752,8 +753,10 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
                   "WHERE side = 'recorded' GROUP BY pair_id) rec ON rec.pair_id = c.pair_id")  # fmt: skip
         extra += ", rec.acted"
     if weighted:
-        joins += (f" LEFT JOIN (SELECT pair_id, any_value({_WEIGHT}) AS pw FROM {src.verdicts} GROUP BY pair_id) vw "
-                  "ON vw.pair_id = c.pair_id")  # fmt: skip
+        # Each pair's weight, on the pairs' keys where the verdicts have them too (a third of the time of the ids').
+        by = "pair_key" if pair == "pair_key" and not src.counts()["unpaired"] else "pair_id"
+        joins += (f" LEFT JOIN (SELECT {by}, any_value({_WEIGHT}) AS pw FROM {src.verdicts} GROUP BY {by}) vw "
+                  f"ON vw.{by} = c.{by}")  # fmt: skip
         extra += ", coalesce(vw.pw, 1.0) AS w"
     if names and checks is not None:
         picks = [f"bool_or(passed) FILTER (WHERE \"check\" = {quote_literal(n)} AND side = '{s}') AS {p}_check{j}"

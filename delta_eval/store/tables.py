@@ -3,7 +3,7 @@
 - ``replays``: three rows a pair (baseline, candidate, and the recorded production turn), steps as nested lists
   (and ``conversation_key``, as the verdicts', and ``pair_key``, the pair's id as a 64-bit integer);
 - ``verdicts``: one row a pair, with the stage that decided it (and ``conversation_key``, its conversation's id as
-  a 64-bit integer: see :mod:`delta_eval.store.conversation_key`);
+  a 64-bit integer: see :mod:`delta_eval.store.conversation_key`, and ``pair_key``, as the replays');
 - ``verdict_tallies``: the verdicts of each batch counted by what the win rate reads of them (see
   :mod:`delta_eval.store.tallies`), derived from the verdicts: written with them, never by hand;
 - ``judgements``: one row per judge call (stage 2 and 3), so both-order judging and panels keep every answer;
@@ -50,8 +50,12 @@ TABLES: dict[str, Table[Any]] = {
     "verdicts": Table(
         Verdict,
         flatten={"judge_usage": "judge_"},
-        # What queries group verdicts by conversation on (a number: grouping on the id's text costs twice as much).
-        computed={"conversation_key": Computed(pa.int64(), lambda v: conversation_key(v.conversation_id))},
+        # The conversation's key: what queries group verdicts by conversation on (a number: grouping on the id's
+        # text costs twice as much); the pair's: what the decision's weighted replay gates join a pair's weight on.
+        computed={
+            "conversation_key": Computed(pa.int64(), lambda v: conversation_key(v.conversation_id)),
+            "pair_key": Computed(pa.int64(), lambda v: pair_key(v.pair_id)),
+        },
     ),
     TALLIES: TALLY_TABLE,
     "judgements": Table(Judgement, flatten={"usage": ""}),

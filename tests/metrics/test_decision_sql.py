@@ -153,10 +153,9 @@ def test_the_decision_is_the_same_to_the_bit_whether_conversations_are_keyed_or_
     verdicts, replays = run
 
     def keyed(rows: list[dict[str, Any]]) -> pa.Table:
-        # (the replays carry their pairs' keys too: their two sides are joined on them)
-        pairs = [{"pair_key": pair_key(r["pair_id"])} if "side" in r else {} for r in rows]
-        return pa.Table.from_pylist([{**r, "conversation_key": conversation_key(r["conversation_id"]), **p}
-                                     for r, p in zip(rows, pairs, strict=True)])  # fmt: skip
+        # (with their pairs' keys too: the replays' two sides, and each pair's weight, are joined on them)
+        return pa.Table.from_pylist([{**r, "conversation_key": conversation_key(r["conversation_id"]),
+                                      "pair_key": pair_key(r["pair_id"])} for r in rows])  # fmt: skip
 
     plain = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule).model_dump()
     assert decide(keyed(verdicts), keyed(replays), rule).model_dump() == plain

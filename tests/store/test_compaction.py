@@ -227,11 +227,12 @@ def test_removing_rows_rewrites_the_rest_and_a_kill_between_loses_nothing(
 
 
 def test_files_of_an_older_version_are_merged_under_the_current_schema(tmp_path: Path) -> None:
-    """A batch written before ``conversation_key`` existed: its rows read with the current schema, and their keys
-    are filled in from the conversations' ids (none for a row without one), as the run writes them now."""
+    """A batch written before ``conversation_key`` and ``pair_key`` existed: its rows read with the current schema,
+    and their keys are filled in from the conversations' and pairs' ids (none for a row of no conversation), as the
+    run writes them now."""
     folder = batches(tmp_path)
     part = tmp_path / "verdicts" / "part-000003.parquet"
-    old = pq.read_table(part).drop_columns(["conversation_key"])
+    old = pq.read_table(part).drop_columns(["conversation_key", "pair_key"])
     ids = old.column("conversation_id").to_pylist()
     ids[1] = ""  # a pair of no conversation: no key
     old = old.set_column(old.schema.get_field_index("conversation_id"), "conversation_id", pa.array(ids))
@@ -246,6 +247,8 @@ def test_files_of_an_older_version_are_merged_under_the_current_schema(tmp_path:
     assert [keys[f"p1-{i}"] for i in range(3)] == [conversation_key("c1"), None, conversation_key("c1")]
     assert keys["p2-0"] == conversation_key("c2")
     assert len(keys) == 60
+    pairs = dict(zip(merged.column("pair_id").to_pylist(), merged.column("pair_key").to_pylist(), strict=True))
+    assert all(pairs[p] == pair_key(p) for p in pairs)
     assert merged.schema == SCHEMAS["verdicts"]
 
 
