@@ -85,13 +85,17 @@ def test_sums_from_tallies_are_the_sums_over_the_verdicts(
     theirs = counted(table, e, by=by, null="None", per_conversation=weighs, total=theirs_total)
     if mine is None:
         # Only where tallies cannot serve: no verdict at all, a counted verdict without a conversation, or weighted
-        # sums of a conversation with two weights in one stratum (of a group, or of the total over the groups).
+        # sums of a conversation with two weights in one stratum (of a group, or of the total over the groups), or
+        # a weighted total over groups of which two hold one conversation's stratum (null and "" are one).
         weights: dict[tuple[Any, ...], set[float]] = {}
+        groups: dict[tuple[Any, ...], set[Any]] = {}
         for r in kept:
+            cell = (r["conversation_id"], r["stratum"] or "")
+            groups.setdefault(cell, set()).add(r.get(by) if by else "")
             for group in {r.get(by) if by else "", "(every group)"}:
-                weights.setdefault((group, r["conversation_id"], r["stratum"] or ""), set()).add(r["weight"] or 1.0)
+                weights.setdefault((group, *cell), set()).add(r["weight"] or 1.0)
         unserved = (not rows or any(not r["conversation_id"] for r in kept)
-                    or (weighs and any(len(w) > 1 for w in weights.values())))  # fmt: skip
+                    or (weighs and any(len(w) > 1 for w in [*weights.values(), *groups.values()])))  # fmt: skip
         assert unserved
         return
     assert mine.keys() == theirs.keys()
