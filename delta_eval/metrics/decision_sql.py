@@ -737,8 +737,9 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
 
     def side(name: str, p: str) -> str:
         """One side's replays, a row per pair, with what its gates read of each."""
-        ids = "pair_id" if p == "c" else ""  # (the candidate's: what the recorded rows, weights and checks join)
-        return (f"(SELECT {', '.join(dict.fromkeys(filter(None, [ids, pair])))}, conversation_id AS {p}_cl, "
+        # (The candidate's id too: what the recorded rows, weights and checks join.)
+        keys = dict.fromkeys(["pair_id", pair] if p == "c" else [pair])
+        return (f"(SELECT {', '.join(keys)}, conversation_id AS {p}_cl, "
                 f"error IS NOT NULL AS {p}_failed, "
                 f"invalid_tool_calls AS {p}_invalid, n_tool_calls AS {p}_calls, text_instead_of_action AS {p}_text, "
                 f"recorded_acted AS {p}_acted, {_no_decision(src)} AS {p}_nd "
