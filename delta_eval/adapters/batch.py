@@ -17,8 +17,12 @@ What a provider does is a :class:`BatchBackend` (``openai:``: :mod:`.openai_batc
 a batch created from an upload (after a kill between the two), and poll it. Requests of one queue go to one model,
 as OpenAI and Gemini require of a batch. A provider whose batch is created from the requests themselves (Anthropic,
 Gemini's inline requests: ``stores_input`` false) has nothing to upload: its ``upload`` only holds the requests in
-memory, so the batch is created at once and journalled with its id; a kill between the provider creating it and
-the journal's line (one round trip) would leave a batch the resumed run does not know.
+memory. Such a batch is journalled just before the create call, so that a kill between the provider creating it
+and the journal's ``created`` line (one round trip) leaves a trace: the resumed run asks the provider for it
+(Gemini: by the display name it was created with) and polls it if found. Anthropic's Message Batches carry no name
+or metadata to find one by, so there, and wherever none is found, the journal's entry is dropped and its requests
+are sent again: a batch created in that moment may be paid twice, which the run's notes count
+(:attr:`BatchQueue.resent`).
 
 Example::
 
@@ -143,6 +147,9 @@ class BatchJournal(Protocol):
     def created(self, file: str, batch: str) -> None:
         """The provider created ``batch`` from ``file``."""
 
+    def dropped(self, file: str) -> None:
+        """No batch was created from ``file``: its requests may be sent again."""
+
     def done(self, batch: str) -> None:
         """The results of ``batch`` are kept."""
 
@@ -196,7 +203,7 @@ class BatchBackend(Protocol):
         """Create a batch from an upload; its id."""
 
     async def find(self, file: str) -> str | None:
-        """The batch already created from ``file``, if the provider has one."""
+        """The batch already created from ``file``, if the provider has one (and can tell)."""
 
     async def poll(self, batch: str) -> Ended | None:
         """``None`` while ``batch`` runs; once it has ended, what it returned."""
@@ -214,6 +221,22 @@ class _Waiter:
                 outcome = outcome.model_copy(update={"latency_ms": (time.perf_counter() - self.since) * 1000})
             self.outcome = outcome
             self.done.set()
+
+
+@dataclass
+class _Lookup:
+    """A look-up of an earlier session's batch at the provider: what it found, or why it failed."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    found: str | None = None
+    failed: ProviderError | None = None
+
+
+class _Followed:
+    """What a look-up tells the other requests of a batch found at the provider: the first one follows it."""
+
+
+_FOLLOWED = _Followed()
 
 
 @dataclass
@@ -257,6 +280,10 @@ class BatchQueue:
         #: Batches this queue created (their ids), and batches of an earlier session it followed.
         self.created: list[str] = []
         self.resumed: list[str] = []
+        #: Requests of an earlier session's batch that was journalled but not found at the provider (a kill
+        #: during its create call), sent again: the provider may have created that batch too.
+        self.resent = 0
+        self._lookups: dict[str, _Lookup] = {}  # held inputs of an earlier session looked for at the provider
 
     async def generate(self, key: str, request: ModelRequest) -> ModelResponse:
         """The response to ``request`` (cache key ``key``) once its batch is done; raises its
@@ -280,13 +307,22 @@ class BatchQueue:
 
     async def _enter(self, key: str, request: ModelRequest) -> None:
         pending = self.journal.pending(self.model, key)
+        batch_id = pending.batch if pending is not None else None
+        if pending is not None and batch_id is None and not self.backend.stores_input:
+            # Journalled before a create call that never returned (a kill): the batch may exist.
+            found = await self._look_for(pending)
+            if isinstance(found, _Followed):
+                return  # another request of the batch found it and follows it for every one of its requests
+            batch_id = found
+            if found is None:
+                pending = None
         if pending is not None:
             # Sent by an earlier session (or earlier in this one) and not yet done: answered by that batch.
             if pending.file not in self._followed:
                 self._followed.add(pending.file)
-                if pending.batch is not None:
-                    self.resumed.append(pending.batch)
-                await self._follow(pending.file, pending.keys, pending.batch)
+                if batch_id is not None:
+                    self.resumed.append(batch_id)
+                await self._follow(pending.file, pending.keys, batch_id)
             return
         batch = self._open
         batch.items.append((key, request))
@@ -297,6 +333,34 @@ class BatchQueue:
                 await batch.taken.wait()
             if not batch.taken.is_set():
                 await self._take(batch)
+
+    async def _look_for(self, pending: PendingBatch) -> str | _Followed | None:
+        """Ask the provider for the batch of ``pending`` (journalled, its create call never returned), once however
+        many of its requests ask: its id, journalled, to the first request, which follows it; ``_FOLLOWED`` to the
+        others; ``None`` when the provider has none (the entry dropped: the requests are sent again). A failed
+        look-up raises for every request (the entry stays for a later session)."""
+        lookup = self._lookups.get(pending.file)
+        if lookup is not None:
+            await lookup.done.wait()
+            if lookup.failed is not None:
+                raise lookup.failed
+            return _FOLLOWED if lookup.found is not None else None
+        lookup = self._lookups[pending.file] = _Lookup()
+        try:
+            lookup.found = await self._call(lambda: self.backend.find(pending.file))
+        except BaseException as exc:
+            del self._lookups[pending.file]  # a later request may look again
+            stopped = TransientError(f"the look-up of {pending.file} was stopped", model=self.model)
+            lookup.failed = exc if isinstance(exc, ProviderError) else stopped
+            raise
+        finally:
+            lookup.done.set()
+        if lookup.found is None:
+            self.journal.dropped(pending.file)
+            self.resent += len(pending.keys)
+        else:
+            self.journal.created(pending.file, lookup.found)
+        return lookup.found
 
     async def _take(self, batch: _Open) -> None:
         """Close ``batch`` to new requests, send it, and follow it to its end."""
@@ -313,14 +377,17 @@ class BatchQueue:
             self._followed.add(file)
             await self._follow(file, tuple(keys), None)
             return
-        # The requests live only here until the batch is created: journalled once it exists, with its id.
+        # The requests live only here: journalled before the create call, so a kill during it leaves a trace of a
+        # batch that may exist (a call that failed without an answer too: a timeout, a dropped connection, a 5xx).
+        self.journal.uploaded(self.model, file, keys)
         try:
             created = await self._call(lambda: self.backend.create(file))
         except ProviderError as exc:
+            if exc.status is not None and exc.status < 500:
+                self.journal.dropped(file)  # refused: the provider created nothing
             self._settle(keys, exc)
             return
         self._sent(created, len(keys))
-        self.journal.uploaded(self.model, file, keys)
         self.journal.created(file, created)
         self._followed.add(file)
         await self._follow(file, tuple(keys), created)

@@ -7,7 +7,9 @@ batch is created with its requests inline (``POST /v1beta/models/{model}:batchGe
 ``metadata`` is the batch) until its state is ``BATCH_STATE_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
 ``_EXPIRED`` (the SDK calls them ``JOB_STATE_*``). Its answers are inline in ``metadata.output.inlinedResponses``,
 each a ``response`` or an ``error`` (a ``google.rpc.Status``) with the request's ``metadata``. Inline requests
-travel in the create call, so :meth:`GeminiBatches.upload` only holds them (``stores_input`` is false). Google
+travel in the create call, so :meth:`GeminiBatches.upload` only holds them (``stores_input`` is false); a batch a
+killed session created without hearing of it is found by its display name in the list of batches (``GET
+/v1beta/batches``, newest first). Google
 caps an inline batch at 20 MB: a batch of ``size`` requests must stay under it (lower ``size`` for long contexts;
 a batch over it is refused whole, each of its requests an error row). Gemini's file input (the Files API, up to
 2 GB) is not wired in.
@@ -105,8 +107,19 @@ class GeminiBatches:
         return job.name
 
     async def find(self, file: str) -> str | None:
-        """Never asked (``stores_input`` is false): the queue journals a batch once it exists."""
-        return None
+        """The batch created from held requests ``file`` by a session killed during the create call: the newest
+        of this model's batches named ``delta-eval-{file}`` (the name encodes the requests' keys), if any."""
+        display = f"delta-eval-{file}"
+        model = self.adapter.wire_model
+
+        async def scan() -> str | None:
+            pager = await self.adapter.clients.next().aio.batches.list(config=types.ListBatchJobsConfig(page_size=100))
+            async for job in pager:  # newest first
+                if job.display_name == display and (job.model or "").removeprefix("models/") == model and job.name:
+                    return job.name
+            return None
+
+        return await self._sdk(scan)
 
     async def poll(self, batch: str) -> Ended | None:
         """``None`` while the batch runs; once it has ended, every request's outcome."""

@@ -153,6 +153,12 @@ class ModelPool:
             if batches["created"] or batches["resumed"]:
                 said.append(f"{model}: {len(batches['created'])} batch(es) sent through the provider's batch API, "
                             f"{len(batches['resumed'])} of an earlier session polled again")  # fmt: skip
+        for client in self._batched:
+            if client.batch is not None and client.batch.resent:
+                said.append(f"{client.model}: {client.batch.resent} request(s) of an earlier session's batch sent "
+                            "again: that session stopped during the batch's create call and no batch of it was "
+                            "found at the provider, which may have created it all the same (then they are paid "
+                            "twice)")  # fmt: skip
         return said
 
     def batches(self) -> dict[str, dict[str, list[str]]]:

@@ -6,7 +6,10 @@ next step is taken: ``uploaded`` (the provider holds the input, under ``file``: 
 (the batch exists, ``batch``: its requests will be billed), ``done`` (its results are in the response cache, or
 reported as errors). A request whose key belongs to a batch not ``done`` is answered by that batch when the run
 resumes, never sent again; an ``uploaded`` batch without ``created`` is looked for at the provider by its input (a
-kill between the two steps) and created from the same input only if the provider has none.
+kill between the two steps) and created from the same input only if the provider has none. A provider that takes
+the requests in the create call (nothing uploaded: the input is held in the process) journals ``uploaded`` just
+before that call; when the resumed run finds no batch of it at the provider, the step ``dropped`` forgets it, and its
+requests are sent again.
 
 Each line is written with one unbuffered ``write`` to a file opened for appending: a killed process leaves whole
 lines, and at worst a last line cut short, which is read as never written (the step is then taken again, which the
@@ -23,6 +26,9 @@ Example:
     >>> again.pending("openai:gpt-4.1", "k2")
     PendingBatch(model='openai:gpt-4.1', file='file-1', keys=('k1', 'k2'), batch='batch_1')
     >>> again.done("batch_1"); again.pending("openai:gpt-4.1", "k2") is None
+    True
+    >>> again.uploaded("openai:gpt-4.1", "file-2", ["k3"]); again.dropped("file-2")
+    >>> again.pending("openai:gpt-4.1", "k3") is None
     True
 """
 
@@ -84,10 +90,15 @@ class BatchJournal:
         elif step == "done":
             for file, pending in list(self._by_file.items()):
                 if pending.batch == event["batch"]:
-                    del self._by_file[file]
-                    for key in pending.keys:
-                        if self._by_key.get((pending.model, key)) == file:
-                            del self._by_key[(pending.model, key)]
+                    self._forget(file)
+        elif step == "dropped" and str(event["file"]) in self._by_file:
+            self._forget(str(event["file"]))
+
+    def _forget(self, file: str) -> None:
+        pending = self._by_file.pop(file)
+        for key in pending.keys:
+            if self._by_key.get((pending.model, key)) == file:
+                del self._by_key[(pending.model, key)]
 
     def _write(self, event: dict[str, object]) -> None:
         self._apply(event)
@@ -106,6 +117,10 @@ class BatchJournal:
     def created(self, file: str, batch: str) -> None:
         """The provider created batch ``batch`` from ``file``."""
         self._write({"step": "created", "file": file, "batch": batch})
+
+    def dropped(self, file: str) -> None:
+        """No batch was created from ``file`` (the provider has none): its requests are free to be sent again."""
+        self._write({"step": "dropped", "file": file})
 
     def done(self, batch: str) -> None:
         """The results of ``batch`` are in the response cache (or were reported as errors)."""

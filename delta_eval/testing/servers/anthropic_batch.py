@@ -44,6 +44,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from delta_eval.testing.servers.http import JSONReply, Reply, Request, StreamReply
 
 __all__ = ["FakeMessageBatch", "MessageBatchAPI"]
@@ -104,6 +106,8 @@ class FakeMessageBatch:
 class MessageBatchAPI:
     """The Message Batches endpoints of one fake Anthropic server.
 
+    - ``stall_create``: while true, a create call makes its batch and then does not answer (a client killed
+      meanwhile never heard of the batch);
     - ``hold``: while true, batches stay ``in_progress`` however often they are retrieved;
     - ``fail_request``: a request (``{"custom_id", "params"}``) for which this returns true ends ``errored`` with
       an ``api_error``.
@@ -115,6 +119,7 @@ class MessageBatchAPI:
         self._base_url = base_url
         self.batches: dict[str, FakeMessageBatch] = {}
         self.hold = False
+        self.stall_create = False
         self.fail_request: Callable[[dict[str, Any]], bool] | None = None
         self._ids = itertools.count(1)
 
@@ -126,7 +131,9 @@ class MessageBatchAPI:
         """The reply to a Message Batches request."""
         if _BATCHES.match(request.path):
             if request.method == "POST":
-                return self._create(request)
+                created = self._create(request)
+                await self._stall()
+                return created
             if request.method == "GET":
                 return self._list(request)
         elif m := _BATCH.match(request.path):
@@ -197,6 +204,11 @@ class MessageBatchAPI:
         return JSONReply({"data": [b.describe(self._base_url()) for b in page], "has_more": len(newest_first) > limit,
                           "first_id": page[0].id if page else None,
                           "last_id": page[-1].id if page else None})  # fmt: skip
+
+    async def _stall(self) -> None:
+        # A flag, not an event: the test that sets it runs in another thread than the server's loop.
+        while self.stall_create:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
 
     def expire(self, batch_id: str) -> None:
         """End batch ``batch_id`` now, its requests not yet done ``expired`` (24 hours passed)."""

@@ -48,6 +48,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from delta_eval.testing.servers.http import JSONReply, Reply, Request
 
 __all__ = ["FakeGeminiBatch", "GeminiBatchAPI"]
@@ -114,6 +116,8 @@ class FakeGeminiBatch:
 class GeminiBatchAPI:
     """The batch endpoints of one fake Gemini server.
 
+    - ``stall_create``: while true, a create call makes its batch and then does not answer (a client killed
+      meanwhile never heard of the batch);
     - ``hold``: while true, batches stay ``BATCH_STATE_RUNNING`` however often they are read;
     - ``fail_request``: an inline request (``{"request", "metadata"}``) for which this returns true fails with
       ``INTERNAL``.
@@ -124,6 +128,7 @@ class GeminiBatchAPI:
         self._error = error
         self.batches: dict[str, FakeGeminiBatch] = {}
         self.hold = False
+        self.stall_create = False
         self.fail_request: Callable[[dict[str, Any]], bool] | None = None
         self._ids = itertools.count(1)
 
@@ -136,7 +141,9 @@ class GeminiBatchAPI:
         found = _CREATE.match(request.path) or _BATCHES.match(request.path) or _BATCH.match(request.path)
         assert found is not None
         if _CREATE.match(request.path) and request.method == "POST":
-            return self._create(request, found.group("model"), found.group("version"))
+            created = self._create(request, found.group("model"), found.group("version"))
+            await self._stall()
+            return created
         if _BATCHES.match(request.path) and request.method == "GET":
             return self._list(request)
         if _BATCH.match(request.path):
@@ -190,6 +197,11 @@ class GeminiBatchAPI:
         if start + size < len(newest_first):
             reply["nextPageToken"] = str(start + size)
         return JSONReply(reply)
+
+    async def _stall(self) -> None:
+        # A flag, not an event: the test that sets it runs in another thread than the server's loop.
+        while self.stall_create:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
 
     def expire(self, batch_id: str) -> None:
         """End batch ``batch_id`` now, unanswered (48 hours passed)."""
