@@ -61,6 +61,7 @@ class AnthropicBatches:
 
     #: The requests travel in the create call: there is no input file to find a batch by.
     stores_input = False
+    finds_created = False
 
     def __init__(self, adapter: MessagesAdapter) -> None:
         self.adapter = adapter

@@ -17,11 +17,12 @@ What a provider does is a :class:`BatchBackend` (``openai:``: :mod:`.openai_batc
 a batch created from an upload (after a kill between the two), and poll it. Requests of one queue go to one model,
 as OpenAI and Gemini require of a batch. A provider whose batch is created from the requests themselves (Anthropic,
 Gemini's inline requests: ``stores_input`` false) has nothing to upload: its ``upload`` only holds the requests in
-memory. Such a batch is journalled just before the create call, so that a kill between the provider creating it
+memory. Every batch is journalled just before its create call, so that a kill between the provider creating it
 and the journal's ``created`` line (one round trip) leaves a trace: the resumed run asks the provider for it
-(Gemini: by the display name it was created with) and polls it if found. Anthropic's Message Batches carry no name
-or metadata to find one by, so there, and wherever none is found, the journal's entry is dropped and its requests
-are sent again: a batch created in that moment may be paid twice, which the run's notes count
+(OpenAI: by its input file; Gemini: by the display name it was created with, unique to it) and polls it if
+found, or sends its requests again if not. A create call that failed without the provider's refusal (a timeout, a
+5xx) is retried only after such a look-up. Anthropic's Message Batches carry no name or metadata to find one by
+(``finds_created`` false): there such requests are sent again, and may be paid twice, which the run's notes count
 (:attr:`BatchQueue.resent`).
 
 Example::
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -171,7 +173,9 @@ class HeldRequests(Generic[R]):
 
     def hold(self, keys: Sequence[str], requests: list[R]) -> str:
         """Keep ``requests`` (their cache ``keys``, in order) until :meth:`take`; the name they are held under."""
-        name = "held-" + hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+        # Unique to this hold, though the same keys come again (a rerun of failed requests): Gemini finds a batch
+        # by the name it was created with, which must not be an older batch's.
+        name = "held-" + hashlib.sha256("\n".join(keys).encode()).hexdigest()[:24] + "-" + secrets.token_hex(8)
         self._held[name] = requests
         return name
 
@@ -195,6 +199,9 @@ class BatchBackend(Protocol):
     #: Whether ``upload`` leaves the requests at the provider (a file a batch is created from, found again after
     #: a kill), rather than in this process until ``create`` sends them.
     stores_input: bool
+    #: Whether ``find`` can tell a batch created from an upload (``None`` then means there is none), rather than
+    #: always answering ``None``.
+    finds_created: bool
 
     async def upload(self, items: Sequence[tuple[str, ModelRequest]]) -> str:
         """Hand the provider the requests (custom id: their cache key); what names the upload."""
@@ -280,10 +287,11 @@ class BatchQueue:
         #: Batches this queue created (their ids), and batches of an earlier session it followed.
         self.created: list[str] = []
         self.resumed: list[str] = []
-        #: Requests of an earlier session's batch that was journalled but not found at the provider (a kill
-        #: during its create call), sent again: the provider may have created that batch too.
+        #: Requests sent again after a create call that did not return (a kill, a timeout, a 5xx), where the
+        #: provider cannot be asked whether it created that batch (``finds_created`` false): maybe paid twice.
         self.resent = 0
-        self._lookups: dict[str, _Lookup] = {}  # held inputs of an earlier session looked for at the provider
+        self._lookups: dict[str, _Lookup] = {}  # journalled batches being looked for at the provider
+        self._unsure: set[str] = set()  # requests of a dropped batch the provider could not say it has
 
     async def generate(self, key: str, request: ModelRequest) -> ModelResponse:
         """The response to ``request`` (cache key ``key``) once its batch is done; raises its
@@ -307,9 +315,11 @@ class BatchQueue:
 
     async def _enter(self, key: str, request: ModelRequest) -> None:
         pending = self.journal.pending(self.model, key)
+        if pending is not None and pending.file in self._followed:
+            return  # a task of this session creates or polls its batch: its results settle this request too
         batch_id = pending.batch if pending is not None else None
         if pending is not None and batch_id is None and not self.backend.stores_input:
-            # Journalled before a create call that never returned (a kill): the batch may exist.
+            # Journalled before a create call that did not return (a kill; a timeout, a 5xx): the batch may exist.
             found = await self._look_for(pending)
             if isinstance(found, _Followed):
                 return  # another request of the batch found it and follows it for every one of its requests
@@ -318,12 +328,14 @@ class BatchQueue:
                 pending = None
         if pending is not None:
             # Sent by an earlier session (or earlier in this one) and not yet done: answered by that batch.
-            if pending.file not in self._followed:
-                self._followed.add(pending.file)
-                if batch_id is not None:
-                    self.resumed.append(batch_id)
-                await self._follow(pending.file, pending.keys, batch_id)
+            self._followed.add(pending.file)
+            if batch_id is not None:
+                self.resumed.append(batch_id)
+            await self._follow(pending.file, pending.keys, batch_id)
             return
+        if key in self._unsure:  # of a batch the provider could not say it has: maybe in two batches now
+            self._unsure.discard(key)
+            self.resent += 1
         batch = self._open
         batch.items.append((key, request))
         if len(batch.items) >= self.settings.size:
@@ -335,10 +347,11 @@ class BatchQueue:
                 await self._take(batch)
 
     async def _look_for(self, pending: PendingBatch) -> str | _Followed | None:
-        """Ask the provider for the batch of ``pending`` (journalled, its create call never returned), once however
+        """Ask the provider for the batch of ``pending`` (journalled, its create call did not return), once however
         many of its requests ask: its id, journalled, to the first request, which follows it; ``_FOLLOWED`` to the
-        others; ``None`` when the provider has none (the entry dropped: the requests are sent again). A failed
-        look-up raises for every request (the entry stays for a later session)."""
+        others; ``None`` when the provider has none or cannot tell (the entry dropped: the requests are sent
+        again). A failed look-up raises for every request waiting on it (the entry stays: a later request looks
+        again)."""
         lookup = self._lookups.get(pending.file)
         if lookup is not None:
             await lookup.done.wait()
@@ -348,18 +361,20 @@ class BatchQueue:
         lookup = self._lookups[pending.file] = _Lookup()
         try:
             lookup.found = await self._call(lambda: self.backend.find(pending.file))
+            if lookup.found is None:
+                self.journal.dropped(pending.file)
+                if not self.backend.finds_created:
+                    self._unsure.update(pending.keys)
+            else:
+                self.journal.created(pending.file, lookup.found)
         except BaseException as exc:
-            del self._lookups[pending.file]  # a later request may look again
             stopped = TransientError(f"the look-up of {pending.file} was stopped", model=self.model)
             lookup.failed = exc if isinstance(exc, ProviderError) else stopped
             raise
         finally:
+            # Settled: later requests are routed by the journal (created: followed; dropped: a new batch).
+            del self._lookups[pending.file]
             lookup.done.set()
-        if lookup.found is None:
-            self.journal.dropped(pending.file)
-            self.resent += len(pending.keys)
-        else:
-            self.journal.created(pending.file, lookup.found)
         return lookup.found
 
     async def _take(self, batch: _Open) -> None:
@@ -372,36 +387,18 @@ class BatchQueue:
         except ProviderError as exc:
             self._settle(keys, exc)
             return
-        if self.backend.stores_input:
-            self.journal.uploaded(self.model, file, keys)
-            self._followed.add(file)
-            await self._follow(file, tuple(keys), None)
-            return
-        # The requests live only here: journalled before the create call, so a kill during it leaves a trace of a
-        # batch that may exist (a call that failed without an answer too: a timeout, a dropped connection, a 5xx).
+        # Journalled before the batch is created: a kill during the create call leaves a trace of a batch that may
+        # exist (the provider holds the input, or, for held requests, the call may have reached it).
         self.journal.uploaded(self.model, file, keys)
-        try:
-            created = await self._call(lambda: self.backend.create(file))
-        except ProviderError as exc:
-            if exc.status is not None and exc.status < 500:
-                self.journal.dropped(file)  # refused: the provider created nothing
-            self._settle(keys, exc)
-            return
-        self._sent(created, len(keys))
-        self.journal.created(file, created)
         self._followed.add(file)
-        await self._follow(file, tuple(keys), created)
+        await self._follow(file, tuple(keys), None)
 
     async def _follow(self, file: str, keys: Sequence[str], batch_id: str | None) -> None:
         """Create the batch of ``file`` if it is not yet, poll it to its end, and hand out its results."""
         try:
             if batch_id is None:
-                found = await self._call(lambda: self.backend.find(file))
-                if found is None:
-                    found = await self._call(lambda: self.backend.create(file))
-                    self._sent(found, len(keys))
-                self.journal.created(file, found)
-                batch_id = found
+                batch_id = await self._create(file, len(keys))
+                self.journal.created(file, batch_id)
             ended = batch_id
             # Polled on a clock, not woken by an event: the provider tells nobody when a batch is done.
             while (results := await self._call(lambda: self.backend.poll(ended))) is None:  # noqa: ASYNC110
@@ -421,6 +418,38 @@ class BatchQueue:
             self._settle([key], outcome)
         self.journal.done(batch_id)
         self._followed.discard(file)
+
+    async def _create(self, file: str, count: int) -> str:
+        """The batch of ``file`` (``count`` requests), created, or found at the provider where an earlier attempt
+        may have created it: a create call that failed without the provider's refusal (a timeout, a dropped
+        connection, a 5xx) is retried only after a look-up where the provider can be asked, else counted as
+        possibly paid twice. A create refused every time (4xx) created nothing: the journal drops the entry."""
+        unsure = self.backend.stores_input  # an upload of an earlier session may have its batch already
+        refused = True
+
+        async def attempt() -> str:
+            nonlocal unsure, refused
+            if unsure and self.backend.finds_created:
+                found = await self.backend.find(file)
+                if found is not None:
+                    return found
+            elif unsure:
+                self.resent += count  # the provider cannot say whether the last attempt created it
+            try:
+                created = await self.backend.create(file)
+            except ProviderError as exc:
+                unsure = exc.status is None or exc.status >= 500
+                refused = refused and not unsure
+                raise
+            self._sent(created, count)
+            return created
+
+        try:
+            return await self._call(attempt)
+        except ProviderError:
+            if refused and not self.backend.stores_input:
+                self.journal.dropped(file)  # refused: the provider created nothing, and holds no input
+            raise
 
     def _sent(self, batch: str, count: int) -> None:
         self.created.append(batch)

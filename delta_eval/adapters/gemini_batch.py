@@ -70,6 +70,7 @@ class GeminiBatches:
 
     #: Inline requests travel in the create call: nothing is left at Google to find a batch by.
     stores_input = False
+    finds_created = True
 
     def __init__(self, adapter: GenerateAdapter) -> None:
         self.adapter = adapter
@@ -110,7 +111,7 @@ class GeminiBatches:
         """The batch created from held requests ``file`` by a session killed during the create call: the newest
         of this model's batches named ``delta-eval-{file}`` (the name encodes the requests' keys), if any."""
         display = f"delta-eval-{file}"
-        model = self.adapter.wire_model
+        model = self.adapter.wire_model.removeprefix("models/")  # (the SDK takes either form)
 
         async def scan() -> str | None:
             pager = await self.adapter.clients.next().aio.batches.list(config=types.ListBatchJobsConfig(page_size=100))

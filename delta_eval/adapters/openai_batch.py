@@ -60,6 +60,7 @@ class OpenAIBatches:
 
     #: The input is a file at OpenAI, which a batch is created from (and found by, after a kill).
     stores_input = True
+    finds_created = True
 
     def __init__(self, adapter: ChatAdapter) -> None:
         self.adapter = adapter

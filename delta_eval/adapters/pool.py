@@ -155,10 +155,9 @@ class ModelPool:
                             f"{len(batches['resumed'])} of an earlier session polled again")  # fmt: skip
         for client in self._batched:
             if client.batch is not None and client.batch.resent:
-                said.append(f"{client.model}: {client.batch.resent} request(s) of an earlier session's batch sent "
-                            "again: that session stopped during the batch's create call and no batch of it was "
-                            "found at the provider, which may have created it all the same (then they are paid "
-                            "twice)")  # fmt: skip
+                said.append(f"{client.model}: {client.batch.resent} request(s) sent again in a new batch after a "
+                            "create call that did not return (a kill, a timeout, a 5xx): the provider cannot be asked "
+                            "whether it created that batch, and if it did they are paid twice")  # fmt: skip
         return said
 
     def batches(self) -> dict[str, dict[str, list[str]]]:

@@ -66,14 +66,19 @@ class BatchJournal:
         path = self._folder / BATCHES_FILE
         self._by_file: dict[str, PendingBatch] = {}
         self._by_key: dict[tuple[str, str], str] = {}  # (model, key) -> file of the pending batch holding it
+        torn = False
         if path.is_file() and not path.is_symlink():
-            for line in path.read_bytes().splitlines():
+            data = path.read_bytes()
+            torn = bool(data) and not data.endswith(b"\n")
+            for line in data.splitlines():
                 try:
                     self._apply(json.loads(line))
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by a kill: its step was not taken
         fd = safe_paths.open_write(self._folder, path, truncate=False)
         os.lseek(fd, 0, os.SEEK_END)
+        if torn:
+            os.write(fd, b"\n")  # ends the line cut short, so that the next step is a line of its own
         self._fd: int | None = fd
 
     def _apply(self, event: dict[str, object]) -> None:
