@@ -182,6 +182,7 @@ def test_a_create_call_without_an_answer_is_retried_only_after_a_look_up(tmp_pat
     assert anyio.run(_ask, queue, ["k1"]) == {"k1": "batch-1:k1"}
     assert list(backend.batches) == ["batch-1"]
     assert (backend.finds, queue.resent) == (1, 0)
+    assert (queue.created, queue.resumed) == (["batch-1"], [])  # this session's batch, sent by it
     # it cannot be: created again, and counted as maybe paid twice
     blind = HeldBackend(unanswered=1, finds_created=False)
     (tmp_path / "blind").mkdir()
@@ -230,3 +231,35 @@ def test_a_batch_is_journalled_before_its_create_call(tmp_path: Path, failure: P
     # the same: the entry stays for a later look-up. A refusal (4xx) created nothing: the entry is dropped.
     unsure = failure is not None and (failure.status is None or failure.status >= 500)
     assert (BatchJournal(tmp_path).pending(MODEL, "k1") is not None) == unsure
+
+
+def test_a_fresh_upload_is_created_without_a_look_up(tmp_path: Path) -> None:
+    # (a provider that keeps the input, as OpenAI's files: only an earlier session's upload may have a batch)
+    backend = HeldBackend()
+    backend.stores_input = True
+    queue = _queue(backend, BatchJournal(tmp_path))
+    assert anyio.run(_ask, queue, KEYS) == {k: f"batch-1:{k}" for k in KEYS}
+    assert backend.finds == 0
+
+
+def test_two_callers_of_one_request_both_fail_when_its_look_up_fails(tmp_path: Path) -> None:
+    _journalled_before_create(tmp_path)
+    backend = HeldBackend(find_fails=1)
+    queue = _queue(backend, BatchJournal(tmp_path))
+    failed: list[BaseException] = []
+
+    async def one() -> None:
+        try:
+            await queue.generate("k1", _request("k1"))
+        except ProviderError as exc:
+            failed.append(exc)
+
+    async def main() -> None:
+        with anyio.fail_after(5):  # (a caller left waiting would hang here)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one)
+                tg.start_soon(one)
+
+    anyio.run(main)
+    assert len(failed) == 2
+    assert all(isinstance(e, TransientError) for e in failed)

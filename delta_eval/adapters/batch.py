@@ -158,8 +158,8 @@ class BatchJournal(Protocol):
 
 class HeldRequests(Generic[R]):
     """The requests of batches not created yet, for a provider that takes them in the create call (``stores_input``
-    true): :meth:`hold` keeps them under a name made of their keys (what ``upload`` returns), :meth:`take` gives them
-    to ``create`` once.
+    false): :meth:`hold` keeps them under a name made of their keys and unique to the hold (what ``upload``
+    returns), :meth:`take` gives them to ``create`` once (or :meth:`discard` drops them: their batch was found).
 
     Example:
         >>> held = HeldRequests[str]()
@@ -185,6 +185,10 @@ class HeldRequests(Generic[R]):
         if requests is None:
             raise BadRequestError(f"the requests of {name} are no longer held", model=model)
         return requests
+
+    def discard(self, name: str) -> None:
+        """No longer hold the requests of ``name``, if held."""
+        self._held.pop(name, None)
 
     def take(self, name: str, *, model: str) -> list[R]:
         """The requests held under ``name``, no longer held."""
@@ -301,9 +305,12 @@ class BatchQueue:
             waiter = self._waiters[key] = _Waiter()
             try:
                 await self._enter(key, request)
-            except BaseException:
+            except BaseException as exc:
                 if self._waiters.get(key) is waiter and not waiter.done.is_set():
                     del self._waiters[key]
+                    # Another caller of the same key may wait on it: it fails too, rather than waiting forever.
+                    stopped = TransientError(f"the request {key} was stopped before it was sent", model=self.model)
+                    waiter.settle(exc if isinstance(exc, ProviderError) else stopped)
                 raise
         await waiter.done.wait()
         if self._waiters.get(key) is waiter:
@@ -331,7 +338,7 @@ class BatchQueue:
             self._followed.add(pending.file)
             if batch_id is not None:
                 self.resumed.append(batch_id)
-            await self._follow(pending.file, pending.keys, batch_id)
+            await self._follow(pending.file, pending.keys, batch_id, earlier=True)
             return
         if key in self._unsure:  # of a batch the provider could not say it has: maybe in two batches now
             self._unsure.discard(key)
@@ -391,13 +398,14 @@ class BatchQueue:
         # exist (the provider holds the input, or, for held requests, the call may have reached it).
         self.journal.uploaded(self.model, file, keys)
         self._followed.add(file)
-        await self._follow(file, tuple(keys), None)
+        await self._follow(file, tuple(keys), None, earlier=False)
 
-    async def _follow(self, file: str, keys: Sequence[str], batch_id: str | None) -> None:
-        """Create the batch of ``file`` if it is not yet, poll it to its end, and hand out its results."""
+    async def _follow(self, file: str, keys: Sequence[str], batch_id: str | None, *, earlier: bool) -> None:
+        """Create the batch of ``file`` if it is not yet (``earlier``: journalled by an earlier session, which may
+        have created it), poll it to its end, and hand out its results."""
         try:
             if batch_id is None:
-                batch_id = await self._create(file, len(keys))
+                batch_id = await self._create(file, len(keys), earlier=earlier)
                 self.journal.created(file, batch_id)
             ended = batch_id
             # Polled on a clock, not woken by an event: the provider tells nobody when a batch is done.
@@ -419,28 +427,35 @@ class BatchQueue:
         self.journal.done(batch_id)
         self._followed.discard(file)
 
-    async def _create(self, file: str, count: int) -> str:
+    async def _create(self, file: str, count: int, *, earlier: bool) -> str:
         """The batch of ``file`` (``count`` requests), created, or found at the provider where an earlier attempt
-        may have created it: a create call that failed without the provider's refusal (a timeout, a dropped
-        connection, a 5xx) is retried only after a look-up where the provider can be asked, else counted as
-        possibly paid twice. A create refused every time (4xx) created nothing: the journal drops the entry."""
-        unsure = self.backend.stores_input  # an upload of an earlier session may have its batch already
-        refused = True
+        (or an ``earlier`` session's) may have created it: a create call that failed without the provider's refusal
+        (a timeout, a dropped connection, a 5xx) is retried only after a look-up where the provider can be asked,
+        else counted as possibly paid twice. A create refused every time (4xx) created nothing: the journal drops
+        the entry."""
+        unsure = earlier  # a batch of an earlier session's upload may exist already
+        tried, refused = False, True
 
         async def attempt() -> str:
-            nonlocal unsure, refused
+            nonlocal unsure, refused, tried
             if unsure and self.backend.finds_created:
                 found = await self.backend.find(file)
                 if found is not None:
+                    if tried:  # created by this session's attempt that got no answer: sent, and billed, by it
+                        self._sent(found, count)
                     return found
-            elif unsure:
-                self.resent += count  # the provider cannot say whether the last attempt created it
+            blind = unsure and not self.backend.finds_created
             try:
+                tried = True
                 created = await self.backend.create(file)
             except ProviderError as exc:
                 unsure = exc.status is None or exc.status >= 500
                 refused = refused and not unsure
+                if blind and unsure:
+                    self.resent += count  # maybe in two batches now: the last attempt's, and this one's
                 raise
+            if blind:
+                self.resent += count  # the last attempt may have created one too
             self._sent(created, count)
             return created
 

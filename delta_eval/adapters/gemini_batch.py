@@ -108,8 +108,9 @@ class GeminiBatches:
         return job.name
 
     async def find(self, file: str) -> str | None:
-        """The batch created from held requests ``file`` by a session killed during the create call: the newest
-        of this model's batches named ``delta-eval-{file}`` (the name encodes the requests' keys), if any."""
+        """The batch created from held requests ``file`` by a create call that got no answer (a kill, a timeout, a
+        5xx): the newest of this model's batches named ``delta-eval-{file}`` (a name unique to that hold), if any.
+        It scans the project's list of batches, newest first, to its end when there is none."""
         display = f"delta-eval-{file}"
         model = self.adapter.wire_model.removeprefix("models/")  # (the SDK takes either form)
 
@@ -120,7 +121,10 @@ class GeminiBatches:
                     return job.name
             return None
 
-        return await self._sdk(scan)
+        found = await self._sdk(scan)
+        if found is not None:
+            self._held.discard(file)  # its batch exists: the requests are not sent again
+        return found
 
     async def poll(self, batch: str) -> Ended | None:
         """``None`` while the batch runs; once it has ended, every request's outcome."""
