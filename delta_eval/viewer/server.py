@@ -21,18 +21,10 @@ import uvicorn
 from delta_eval.viewer.app import create_app
 from delta_eval.viewer.queries import RunView
 
-__all__ = ["HOST", "Server", "free_port", "serve"]
+__all__ = ["HOST", "Server", "serve"]
 
 #: The viewer listens on this machine's loopback only: it shows production conversations.
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _config(runs: Sequence[str | Path | RunView], user: str, port: int) -> uvicorn.Config:
@@ -49,11 +41,20 @@ class Server:
     """The viewer served from a background thread; a context manager that stops it on exit."""
 
     def __init__(self, runs: Sequence[str | Path | RunView], *, user: str, port: int | None = None) -> None:
-        self.port = port or free_port()
+        # Without a port, the socket is bound here and handed to uvicorn: a port found free, then bound by uvicorn
+        # later, may be taken meanwhile by another process doing the same (tests on several workers).
+        self._socket: socket.socket | None = None
+        if not port:
+            self._socket = socket.socket()
+            self._socket.bind((HOST, 0))
+            port = int(self._socket.getsockname()[1])
+        self.port = port
         self.url = f"http://{HOST}:{self.port}"
         self._server = uvicorn.Server(_config(runs, user, self.port))
+        sockets = [self._socket] if self._socket is not None else None
         # uvicorn leaves signal handlers alone outside the main thread: Ctrl-C stays the caller's
-        self._thread = threading.Thread(target=self._server.run, name="delta-eval-viewer", daemon=True)
+        self._thread = threading.Thread(target=self._server.run, args=(sockets,), name="delta-eval-viewer",
+                                        daemon=True)  # fmt: skip
 
     def start(self, timeout: float = 20.0) -> Server:
         """Start serving; returns once the server listens."""
@@ -69,6 +70,8 @@ class Server:
         """Stop serving and wait for the thread to end."""
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        if self._socket is not None:
+            self._socket.close()
 
     def __enter__(self) -> Server:
         return self.start()

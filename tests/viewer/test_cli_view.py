@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
+import httpx
 import pytest
 
 from delta_eval.cli import main
 from delta_eval.store.labels import Label, write_labels
+from delta_eval.viewer.server import HOST, Server
 
 
 def test_view_refuses_a_folder_that_is_not_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,3 +65,13 @@ def test_the_readme_example_of_the_viewer_runs(demo_run: Path, capsys: pytest.Ca
     write_labels(demo_run, [Label(pair_id="x#0", label="same")], user="ana")
     exec(python.replace('"runs/demo"', repr(str(demo_run))), {})
     assert "calibration of" in capsys.readouterr().out
+
+
+def test_a_background_server_holds_its_port_from_the_start(demo_run: Path) -> None:
+    # The port is bound when the server is made, not found free and bound later: another process (a test on
+    # another worker) cannot take it in between.
+    server = Server([demo_run], user="ana")
+    with socket.socket() as other, pytest.raises(OSError, match="in use"):
+        other.bind((HOST, server.port))
+    with server:
+        assert httpx.get(server.url + "/", timeout=10, follow_redirects=True).status_code == 200
