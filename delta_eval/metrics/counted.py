@@ -339,9 +339,17 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             # conversation, numpy adds them in a fixed order, and the same run gives the same figures.
             per_conversation = True
         clusters = _CLUSTERS_HARD[weighted] if not e.soft else _CLUSTERS
+        whole_sql: str | None = None
         if per_conversation:
             sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, side=side, st="st", keys=", st")
             cols = run(sql, lambda sql: fetch_table(db, sql))
+            if total is not None and by and (weighted or e.soft) and _spans_groups(cols):
+                # A conversation in two groups (two candidates; a null and an empty stratum): its total weighs its
+                # rows of every group together, as over every row alone (counted(by=None)); each group's weighted
+                # sums added up would differ in their last bits, or with the order of the groups.
+                whole_sql = clusters.format(group="''", a=a, b=b, w=w, counted=where, side=side, st="st",
+                                            keys=", st")  # fmt: skip
+                whole_cols = run(whole_sql, lambda sql: fetch_table(db, sql))
         else:
             # Hard outcomes, unweighted (else per_conversation, above). The conversations grouped on their keys;
             # where a counted row has none (a folder written before verdicts had keys, or a row without a
@@ -363,8 +371,9 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     # name of a null group matters only where there is one.
     named = null if by and any(g is None for g, *_ in counts_rows) else None
     if per_conversation:
-        done = run(f"-- split {named!r} {total is not None}\n{sql}",
-                   lambda _: _groups(cols, counts_rows, by, null, weighted, total is not None))  # fmt: skip
+        whole = whole_cols if whole_sql is not None else None
+        done = run(f"-- split {named!r} {total is not None} {whole_sql is not None}\n{sql}",
+                   lambda _: _groups(cols, counts_rows, by, null, weighted, total is not None, whole))  # fmt: skip
     else:
         done = _strata_groups(cols, counts_rows, by, null, weighted, total is not None)
     out, everything = done
@@ -373,9 +382,15 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     return dict(out)
 
 
-def _groups(cols: pa.Table, counts_rows: list[Any], by: str | None, null: str, weighted: bool, total: bool
-            ) -> tuple[dict[str, Counted], dict[str, Counted]]:  # fmt: skip
-    """The :class:`Counted` of each group of the queries' rows and, when ``total``, over every row (``""``)."""
+def _spans_groups(cols: pa.Table) -> bool:
+    """Whether a conversation of the cluster query's rows is in two groups."""
+    return bool(cols.group_by(["grp", "cl"]).aggregate([]).num_rows > cols.group_by(["cl"]).aggregate([]).num_rows)
+
+
+def _groups(cols: pa.Table, counts_rows: list[Any], by: str | None, null: str, weighted: bool, total: bool,
+            whole: pa.Table | None = None) -> tuple[dict[str, Counted], dict[str, Counted]]:  # fmt: skip
+    """The :class:`Counted` of each group of the queries' rows and, when ``total``, over every row (``""``): from
+    ``whole``, the cluster query's rows over every row, where given."""
     if by:
         cols = cols.set_column(cols.schema.get_field_index("grp"), "grp", pc.fill_null(cols.column("grp"), null))
         counts_rows = [(null if g is None else g, *rest) for g, *rest in counts_rows]
@@ -384,7 +399,8 @@ def _groups(cols: pa.Table, counts_rows: list[Any], by: str | None, null: str, w
     if not total:
         return out, {}
     # Over every row: the groups' rows of each conversation added up, the counts of every group summed.
-    everything = cols.set_column(cols.schema.get_field_index("grp"), "grp", pa.repeat("", cols.num_rows))
+    over = whole if whole is not None else cols
+    everything = over.set_column(over.schema.get_field_index("grp"), "grp", pa.repeat("", over.num_rows))
     return out, _split(everything, [("", *rest) for _, *rest in counts_rows], [""], weighted)
 
 

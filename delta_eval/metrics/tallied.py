@@ -98,13 +98,7 @@ def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | No
         named = [null if g is None else g for g in group_names]
         out = _weighted(groups[counted], key, st, units, weight, named, in_order, counts_rows, by, null)
         if out is not None and total is not None:  # over every row: each conversation's rows of every group
-            g = groups[counted]
-            order = np.lexsort((g, st, key))
-            if len(_runs(key[order], st[order])) != len(_runs(key[order], st[order], g[order])):
-                # A conversation's stratum in two groups (two candidates; a null and an empty stratum): the
-                # verdicts' path weighs each group's counts before adding them, these would add them first (other
-                # last bits). From the verdicts, then.
-                return None
+            # (a conversation whose stratum is in two groups weighed over both, as the verdicts' path does)
             every = _weighted(np.zeros(len(t), dtype=np.int64), key, st, units, weight, [""], in_order,
                               [("", *rest) for _, *rest in counts_rows], None, "")  # fmt: skip
             if every is None:

@@ -138,11 +138,13 @@ def test_the_total_from_the_grouped_pass_is_the_total_of_its_own(rows: list[dict
     assert total.clusters.tolist() == alone.clusters.tolist()
     assert (total.counts, total.error_losses, total.weighted, total.pairs) == (
         alone.counts, alone.error_losses, alone.weighted, alone.pairs)  # fmt: skip
+    # The same doubles, to the last bit: a conversation in two groups (a null and an empty stratum) is weighed
+    # over its rows of both, as over every row alone.
     for name in ("a", "ta", "b", "tb", "iid"):
-        np.testing.assert_allclose(getattr(total.sums, name), getattr(alone.sums, name), rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(getattr(total.sums, name), getattr(alone.sums, name))
     np.testing.assert_array_equal(total.sums.seen, alone.sums.seen)
     np.testing.assert_array_equal(total.sums.strata, alone.sums.strata)
-    np.testing.assert_allclose(total.balance, alone.balance, atol=1e-12)
+    np.testing.assert_array_equal(total.balance, alone.balance)
 
 
 @pytest.mark.parametrize(("weights", "varies"), [
@@ -249,3 +251,20 @@ def test_a_conversation_found_in_two_strata_is_one_cluster_as_on_rows() -> None:
                 np.testing.assert_allclose(getattr(sql.sums, name), getattr(mine.sums, name))
             assert sql.pairs == mine.pairs
         assert total.clusters.tolist() == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("e", [Estimand(weighted=True), Estimand(soft=True, weighted=True)])
+def test_a_conversation_in_two_groups_is_weighed_over_both_in_the_total(e: Estimand) -> None:
+    """Conversation a has one verdict under a null stratum and five under an empty one (two groups by stratum, one
+    stratum of the total): its weighted sums in the total are those of its six verdicts, to the last bit, as over
+    every row alone (0.1 * 6), not each group's added (0.1 * 1 + 0.1 * 5 is another double)."""
+    rows = [{"pair_id": f"p{i}", "outcome": "candidate", "conversation_id": "a", "stratum": None if i == 0 else "",
+             "weight": 0.1} for i in range(6)]  # fmt: skip
+    rows.append({"pair_id": "q", "outcome": "baseline", "conversation_id": "b", "stratum": "s", "weight": 1.0})
+    table = pa.Table.from_pylist(rows)
+    total, _ = counted_with_total(table, e, by="stratum")
+    alone = counted(table, e)[""]
+    assert 0.1 * 1 + 0.1 * 5 != 0.1 * 6  # (what the example rests on)
+    for name in ("a", "ta", "b", "tb", "iid"):
+        np.testing.assert_array_equal(getattr(total.sums, name), getattr(alone.sums, name))
+    np.testing.assert_array_equal(total.balance, alone.balance)

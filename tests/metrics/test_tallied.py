@@ -85,17 +85,14 @@ def test_sums_from_tallies_are_the_sums_over_the_verdicts(
     theirs = counted(table, e, by=by, null="None", per_conversation=weighs, total=theirs_total)
     if mine is None:
         # Only where tallies cannot serve: no verdict at all, a counted verdict without a conversation, or weighted
-        # sums of a conversation with two weights in one stratum (of a group, or of the total over the groups), or
-        # a weighted total over groups of which two hold one conversation's stratum (null and "" are one).
+        # sums of a conversation with two weights in one stratum (of a group, or of the total over the groups).
         weights: dict[tuple[Any, ...], set[float]] = {}
-        groups: dict[tuple[Any, ...], set[Any]] = {}
         for r in kept:
             cell = (r["conversation_id"], r["stratum"] or "")
-            groups.setdefault(cell, set()).add(r.get(by) if by else "")
             for group in {r.get(by) if by else "", "(every group)"}:
                 weights.setdefault((group, *cell), set()).add(r["weight"] or 1.0)
         unserved = (not rows or any(not r["conversation_id"] for r in kept)
-                    or (weighs and any(len(w) > 1 for w in [*weights.values(), *groups.values()])))  # fmt: skip
+                    or (weighs and any(len(w) > 1 for w in weights.values())))  # fmt: skip
         assert unserved
         return
     assert mine.keys() == theirs.keys()
@@ -158,10 +155,10 @@ def test_tallies_serve_a_plain_run_and_decline_what_they_cannot_give() -> None:
 
 
 @pytest.mark.parametrize("by", ["candidate", "stratum"])
-def test_a_weighted_total_over_two_groups_of_one_conversations_stratum_is_read_from_the_verdicts(by: str) -> None:
+def test_a_weighted_total_over_two_groups_of_one_conversations_stratum_is_the_verdicts(by: str) -> None:
     """A conversation whose stratum is in two groups (two candidates; a null and an empty stratum, one stratum):
-    the verdicts' path weighs each group's counts before adding them up (0.1 * 2 + 0.1 * 5 is not 0.1 * 7 to the
-    last bit), so tallies, which would add them first, leave the weighted total to it; the groups they serve."""
+    its weighted total weighs its counts of both groups added up (0.1 * 7, not 0.1 * 2 + 0.1 * 5: another double),
+    from tallies as from the verdicts; and each group alone."""
     rows, i = [], 0
     for group, wins, losses in (("A", 2, 1), ("B", 5, 3)):
         where = {"candidate": group, "stratum": "s"} if by == "candidate" else {"stratum": None if group == "A" else ""}
@@ -183,12 +180,15 @@ def test_a_weighted_total_over_two_groups_of_one_conversations_stratum_is_read_f
     table, e = _verdicts(rows), Estimand(weighted=True)
     theirs_total: dict[str, Any] = {}
     theirs = counted(table, e, by=by, null="None", per_conversation=True, total=theirs_total)
-    assert tallied(tally(table), e, by=by, null="None", total={}) is None
-    mine = tallied(tally(table), e, by=by, null="None")  # each group alone: served, the same
+    total: dict[str, Any] = {}
+    mine = tallied(tally(table), e, by=by, null="None", total=total)
     assert mine is not None
     assert mine.keys() == theirs.keys()
     for g in mine:
         _same_weighted(mine[g], theirs[g], e)
+    _same_weighted(total[""], theirs_total[""], e)
+    alone = counted(table, e, per_conversation=True)[""]  # over every row alone: the same total
+    _same_weighted(total[""], alone, e)
 
 
 @pytest.mark.parametrize("dictionary", [False, True])
