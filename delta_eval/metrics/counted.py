@@ -344,9 +344,9 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, side=side, st="st", keys=", st")
             cols = run(sql, lambda sql: fetch_table(db, sql))
             if total is not None and by and (weighted or e.soft) and _spans_groups(cols):
-                # A conversation in two groups (two candidates; a null and an empty stratum): its total weighs its
-                # rows of every group together, as over every row alone (counted(by=None)); each group's weighted
-                # sums added up would differ in their last bits, or with the order of the groups.
+                # A conversation's stratum in two groups (two candidates; a null and an empty stratum): its total
+                # weighs its rows of every group together, as over every row alone (counted(by=None)); each group's
+                # weighted sums added up would differ in their last bits, or with the order of the groups.
                 whole_sql = clusters.format(group="''", a=a, b=b, w=w, counted=where, side=side, st="st",
                                             keys=", st")  # fmt: skip
                 whole_cols = run(whole_sql, lambda sql: fetch_table(db, sql))
@@ -383,8 +383,10 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
 
 
 def _spans_groups(cols: pa.Table) -> bool:
-    """Whether a conversation of the cluster query's rows is in two groups."""
-    return bool(cols.group_by(["grp", "cl"]).aggregate([]).num_rows > cols.group_by(["cl"]).aggregate([]).num_rows)
+    """Whether a conversation's stratum is in two groups among the cluster query's rows (a conversation in two
+    strata of two groups is not: each of its cells is summed alike over every row)."""
+    cells = cols.group_by(["cl", "st"]).aggregate([]).num_rows
+    return bool(cols.group_by(["grp", "cl", "st"]).aggregate([]).num_rows > cells)
 
 
 def _groups(cols: pa.Table, counts_rows: list[Any], by: str | None, null: str, weighted: bool, total: bool,

@@ -8,8 +8,8 @@ the last bit (both exact below 2**53). What is counted, and how much each side w
 outcome and error side by :func:`~delta_eval.metrics.estimand.contribution`, the rows' own rule.
 
 :func:`tallied` answers ``None`` where tallies cannot give those sums (soft sums, weighted sums of a conversation with
-two weights in one stratum, a weighted total over groups of which two hold one conversation's stratum, a group they
-do not hold, a counted verdict without a conversation's key): the caller reads the verdicts then.
+two weights in one stratum, a group they do not hold, a counted verdict without a conversation's key): the caller
+reads the verdicts then.
 
 Example:
     >>> import pyarrow as pa

@@ -138,8 +138,8 @@ def test_the_total_from_the_grouped_pass_is_the_total_of_its_own(rows: list[dict
     assert total.clusters.tolist() == alone.clusters.tolist()
     assert (total.counts, total.error_losses, total.weighted, total.pairs) == (
         alone.counts, alone.error_losses, alone.weighted, alone.pairs)  # fmt: skip
-    # The same doubles, to the last bit: a conversation in two groups (a null and an empty stratum) is weighed
-    # over its rows of both, as over every row alone.
+    # The same doubles, to the last bit (a conversation's stratum in two groups, which these runs never draw, is
+    # the explicit test below).
     for name in ("a", "ta", "b", "tb", "iid"):
         np.testing.assert_array_equal(getattr(total.sums, name), getattr(alone.sums, name))
     np.testing.assert_array_equal(total.sums.seen, alone.sums.seen)
