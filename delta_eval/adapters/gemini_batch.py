@@ -7,12 +7,11 @@ batch is created with its requests inline (``POST /v1beta/models/{model}:batchGe
 ``metadata`` is the batch) until its state is ``BATCH_STATE_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
 ``_EXPIRED`` (the SDK calls them ``JOB_STATE_*``). Its answers are inline in ``metadata.output.inlinedResponses``,
 each a ``response`` or an ``error`` (a ``google.rpc.Status``) with the request's ``metadata``. Inline requests
-travel in the create call, so :meth:`GeminiBatches.upload` only holds them (``stores_input`` is false); a batch a
-killed session created without hearing of it is found by its display name in the list of batches (``GET
-/v1beta/batches``, newest first). Google
-caps an inline batch at 20 MB: a batch of ``size`` requests must stay under it (lower ``size`` for long contexts;
-a batch over it is refused whole, each of its requests an error row). Gemini's file input (the Files API, up to
-2 GB) is not wired in.
+travel in the create call, so :meth:`GeminiBatches.upload` only holds them (``stores_input`` is false); a batch
+created by a call that got no answer (a kill, a timeout) is found by its display name in the list of batches
+(``GET /v1beta/batches``, newest first). Google caps an inline batch at 20 MB: a batch of ``size`` requests must
+stay under it (lower ``size`` for long contexts; a batch over it is refused whole, each of its requests an error
+row). Gemini's file input (the Files API, up to 2 GB) is not wired in.
 
 Example::
 

@@ -339,7 +339,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             # conversation, numpy adds them in a fixed order, and the same run gives the same figures.
             per_conversation = True
         clusters = _CLUSTERS_HARD[weighted] if not e.soft else _CLUSTERS
-        whole_sql: str | None = None
+        whole: pa.Table | None = None  # the cluster query over every row, where the total needs its own
         if per_conversation:
             sql = clusters.format(group=group, a=a, b=b, w=w, counted=where, side=side, st="st", keys=", st")
             cols = run(sql, lambda sql: fetch_table(db, sql))
@@ -349,7 +349,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
                 # weighted sums added up would differ in their last bits, or with the order of the groups.
                 whole_sql = clusters.format(group="''", a=a, b=b, w=w, counted=where, side=side, st="st",
                                             keys=", st")  # fmt: skip
-                whole_cols = run(whole_sql, lambda sql: fetch_table(db, sql))
+                whole = run(whole_sql, lambda sql: fetch_table(db, sql))
         else:
             # Hard outcomes, unweighted (else per_conversation, above). The conversations grouped on their keys;
             # where a counted row has none (a folder written before verdicts had keys, or a row without a
@@ -371,8 +371,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     # name of a null group matters only where there is one.
     named = null if by and any(g is None for g, *_ in counts_rows) else None
     if per_conversation:
-        whole = whole_cols if whole_sql is not None else None
-        done = run(f"-- split {named!r} {total is not None} {whole_sql is not None}\n{sql}",
+        done = run(f"-- split {named!r} {total is not None} {whole is not None}\n{sql}",
                    lambda _: _groups(cols, counts_rows, by, null, weighted, total is not None, whole))  # fmt: skip
     else:
         done = _strata_groups(cols, counts_rows, by, null, weighted, total is not None)

@@ -44,9 +44,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
-from delta_eval.testing.servers.http import JSONReply, Reply, Request, StreamReply
+from delta_eval.testing.servers.http import JSONReply, Reply, Request, StreamReply, while_set
 
 __all__ = ["FakeMessageBatch", "MessageBatchAPI"]
 
@@ -132,7 +130,7 @@ class MessageBatchAPI:
         if _BATCHES.match(request.path):
             if request.method == "POST":
                 created = self._create(request)
-                await self._stall()
+                await while_set(lambda: self.stall_create)
                 return created
             if request.method == "GET":
                 return self._list(request)
@@ -204,11 +202,6 @@ class MessageBatchAPI:
         return JSONReply({"data": [b.describe(self._base_url()) for b in page], "has_more": len(newest_first) > limit,
                           "first_id": page[0].id if page else None,
                           "last_id": page[-1].id if page else None})  # fmt: skip
-
-    async def _stall(self) -> None:
-        # A flag, not an event: the test that sets it runs in another thread than the server's loop.
-        while self.stall_create:  # noqa: ASYNC110
-            await anyio.sleep(0.01)
 
     def expire(self, batch_id: str) -> None:
         """End batch ``batch_id`` now, its requests not yet done ``expired`` (24 hours passed)."""

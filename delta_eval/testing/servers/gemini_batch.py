@@ -48,9 +48,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
-from delta_eval.testing.servers.http import JSONReply, Reply, Request
+from delta_eval.testing.servers.http import JSONReply, Reply, Request, while_set
 
 __all__ = ["FakeGeminiBatch", "GeminiBatchAPI"]
 
@@ -142,7 +140,7 @@ class GeminiBatchAPI:
         assert found is not None
         if _CREATE.match(request.path) and request.method == "POST":
             created = self._create(request, found.group("model"), found.group("version"))
-            await self._stall()
+            await while_set(lambda: self.stall_create)
             return created
         if _BATCHES.match(request.path) and request.method == "GET":
             return self._list(request)
@@ -197,11 +195,6 @@ class GeminiBatchAPI:
         if start + size < len(newest_first):
             reply["nextPageToken"] = str(start + size)
         return JSONReply(reply)
-
-    async def _stall(self) -> None:
-        # A flag, not an event: the test that sets it runs in another thread than the server's loop.
-        while self.stall_create:  # noqa: ASYNC110
-            await anyio.sleep(0.01)
 
     def expire(self, batch_id: str) -> None:
         """End batch ``batch_id`` now, unanswered (48 hours passed)."""

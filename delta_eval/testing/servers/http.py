@@ -24,7 +24,7 @@ import json
 import re
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import TracebackType
@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 import msgspec
 
-__all__ = ["FakeHTTPServer", "JSONReply", "Reply", "Request", "StreamReply"]
+__all__ = ["FakeHTTPServer", "JSONReply", "Reply", "Request", "StreamReply", "while_set"]
 
 #: Headers that carry credentials: the request log keeps that they were sent, never their value.
 SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "x-amz-security-token"})
@@ -67,6 +67,13 @@ class _ToH11:
 
 
 _TO_H11 = _ToH11()
+
+
+async def while_set(flag: Callable[[], bool]) -> None:
+    """Wait while ``flag()`` holds: a test's switch, set from its own thread (an event of the server's loop could
+    not be), such as a batch API's ``stall_create``."""
+    while flag():  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
 
 
 def parse_json(data: bytes) -> Any:
