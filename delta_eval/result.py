@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.metrics import Decision, DecisionRule, ExitCode, FailOn, decide
-from delta_eval.metrics.counted import counted
+from delta_eval.metrics.counted import counted, shared_memo
 from delta_eval.metrics.decision_sql import figures_only
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.metrics.tallied import GROUPS as TALLIED_GROUPS
@@ -29,7 +29,7 @@ from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.remote import local_run
 from delta_eval.store.views import open_run, tallies_of
 
-__all__ = ["RunResult", "open_result"]
+__all__ = ["RunResult", "open_result", "shared_tallies"]
 
 #: The counts of what was read and sampled: the same for every candidate of a run.
 _SAMPLE_COUNTS = ("read", "read_errors", "population", "excluded_by_where", "sampled", "greetings_skipped",
@@ -218,7 +218,7 @@ class RunResult:
         db = con if con is not None else self._open(("verdicts", "replays"))
         try:
             with contextlib.nullcontext() if lists else figures_only():
-                return decide("verdicts", "replays", rule, con=db, tallies=tallies_of(db))
+                return decide("verdicts", "replays", rule, con=db, tallies=shared_tallies(db))
         finally:
             if con is None:
                 db.close()
@@ -272,6 +272,20 @@ class RunResult:
     def __repr__(self) -> str:
         which = f", candidate={self.candidate!r}" if self.candidate is not None else ""
         return f"RunResult({str(self.path)!r}{which}, status={self.status!r}, pairs={self.counts.pairs})"
+
+
+def shared_tallies(con: Any) -> pa.Table | None:
+    """:func:`~delta_eval.store.views.tallies_of` the connection, read once per connection within
+    :func:`~delta_eval.metrics.counted.shared_sums` (the summary's win rates and its decision read the same table,
+    whose sums are then computed once too: see :func:`~delta_eval.metrics.tallied.tallied_or_counted`)."""
+    memo = shared_memo()
+    if memo is None:
+        return tallies_of(con)
+    key = ("tallies_of", id(con))
+    if key not in memo:
+        memo[key] = (con, tallies_of(con))  # the connection kept alive: its id names no other meanwhile
+    table: pa.Table | None = memo[key][1]
+    return table
 
 
 def open_result(path: str | Path, candidate: str | None = None) -> RunResult:

@@ -43,10 +43,9 @@ from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.tallied import tallied_or_counted
 from delta_eval.replay.points import replay_points
-from delta_eval.result import RunResult, open_result
+from delta_eval.result import RunResult, open_result, shared_tallies
 from delta_eval.store import safe_paths
 from delta_eval.store.tables import TABLES
-from delta_eval.store.views import tallies_of
 
 __all__ = ["Analysis", "saved_themes"]
 
@@ -158,7 +157,7 @@ class Analysis:
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         # Summed per stratum from the verdicts' tallies where they serve, else per conversation and stratum by
         # DuckDB over the run's files (metrics.counted): what RunResult.win_rate and the decision read too.
-        tallies = tallies_of(self.con)  # (of the connection's snapshot: what its decision reads too)
+        tallies = shared_tallies(self.con)  # (of the connection's snapshot: what its decision reads too)
         if judged:
             e = self.estimand("judged")
             return _win_rate(tallied_or_counted(tallies, "verdicts", e, con=self.con)[""]), []

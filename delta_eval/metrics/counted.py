@@ -50,6 +50,7 @@ __all__ = [
     "counted_of",
     "counted_rows",
     "counted_with_total",
+    "shared_memo",
     "shared_sums",
     "weights_vary_sql",
 ]
@@ -413,12 +414,19 @@ def shared_sums() -> Iterator[None]:
     """Within the block, :func:`counted` over a table or view named in a DuckDB connection runs each of its queries
     once: a second call with the same table, estimand and grouping reads the sums the first one fetched (the
     caller vouches that the table does not change meanwhile, as a run's views do not: the summary and the decision
-    it includes read the same sums)."""
+    it includes read the same sums). So does :func:`~delta_eval.metrics.tallied.tallied_or_counted` over the same
+    tallies (see :func:`shared_memo`)."""
     token = _SHARED.set({})
     try:
         yield
     finally:
         _SHARED.reset(token)
+
+
+def shared_memo() -> dict[tuple[Any, ...], Any] | None:
+    """The memo of the enclosing :func:`shared_sums` block (``None`` outside one): for another module's sums that
+    are read alike twice within it (:mod:`delta_eval.metrics.tallied`)."""
+    return _SHARED.get()
 
 
 def counted_with_total(verdicts: Rows, estimand: Estimand | None = None, *, by: str, null: str = "", con: Any = None,

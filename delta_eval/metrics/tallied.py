@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_eval.metrics.counted import Counted, _counts, _strata_groups, _vary, counted
+from delta_eval.metrics.counted import Counted, _counts, _strata_groups, _vary, counted, shared_memo
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, contribution
 
@@ -42,11 +42,33 @@ def tallied_or_counted(tallies: pa.Table | None, verdicts: str, estimand: Estima
                        null: str = "", total: dict[str, Counted] | None = None) -> dict[str, Counted]:  # fmt: skip
     """:func:`tallied` over ``tallies`` where given and they serve, else
     :func:`~delta_eval.metrics.counted.counted` over the verdicts named ``verdicts`` in ``con`` (summed per stratum,
-    ``per_conversation=False``): the same figures either way."""
-    mine = tallied(tallies, estimand, by=by, null=null, total=total) if tallies is not None else None
+    ``per_conversation=False``): the same figures either way. Within :func:`~delta_eval.metrics.counted.shared_sums`,
+    the same tallies summed alike a second time (the summary, then the decision it includes) are read from the first
+    call: the tallies do not change meanwhile, as the counted verdicts do not."""
+    mine = _shared_tallied(tallies, estimand, by, null, total) if tallies is not None else None
     if mine is not None:
         return mine
     return counted(verdicts, estimand, by=by, null=null, con=con, total=total, per_conversation=False)
+
+
+def _shared_tallied(tallies: pa.Table, estimand: Estimand, by: str | None, null: str,
+                    total: dict[str, Counted] | None) -> dict[str, Counted] | None:  # fmt: skip
+    """:func:`tallied`, once per table and arguments within :func:`~delta_eval.metrics.counted.shared_sums` (a new
+    dict each call: a caller may change it; the sums in it are read, never changed)."""
+    memo = shared_memo()
+    if memo is None:
+        return tallied(tallies, estimand, by=by, null=null, total=total)
+    # The null group's name matters only where the group has nulls (the summary's "None", the decision's "").
+    named = null if by in tallies.column_names and tallies.column(by).null_count else ""
+    key = ("tallied", id(tallies), estimand.model_dump_json(), by, named, total is not None)
+    if key not in memo:
+        whole: dict[str, Counted] = {}
+        found = tallied(tallies, estimand, by=by, null=null, total=whole if total is not None else None)
+        memo[key] = (tallies, found, whole)  # the table kept alive: its id names no other meanwhile
+    _, found, whole = memo[key]
+    if found is not None and total is not None:
+        total.update(whole)
+    return None if found is None else dict(found)
 
 
 def tallied(tallies: pa.Table, estimand: Estimand | None = None, *, by: str | None = None, null: str = "",

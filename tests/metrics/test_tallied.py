@@ -206,3 +206,49 @@ def test_text_read_dictionary_encoded_gives_the_same_sums(dictionary: bool) -> N
     assert got.keys() == theirs.keys() == {"None", "a", "b"}
     for g in got:
         _same(got[g], theirs[g])
+
+
+def test_within_shared_sums_the_same_tallies_are_summed_once_whatever_a_null_group_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The summary's win rates and its decision sum the same tallies alike (the null group named "None", then ""):
+    within ``shared_sums`` the second call reads the first one's sums, its total too, in a dict of its own. Where the
+    stratum has nulls, each name is summed apart (the groups differ); outside the block, every call sums."""
+    import delta_eval.metrics.tallied as module
+    from delta_eval.metrics.counted import shared_sums
+    from delta_eval.metrics.tallied import tallied_or_counted
+
+    calls: list[str] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("null", ""))
+        return tallied(*args, **kwargs)
+
+    monkeypatch.setattr(module, "tallied", counting)
+    rows = [{"pair_id": f"p{i}", "conversation_id": f"c{i % 5}", "stratum": f"s{i % 2}", "weight": 1.0,
+             "outcome": ["candidate", "baseline", "tie"][i % 3]} for i in range(30)]  # fmt: skip
+    tallies = tally(_verdicts(rows))
+    with shared_sums():
+        total: dict[str, Any] = {}
+        first = tallied_or_counted(tallies, "unused", Estimand(), con=None, by="stratum", null="None", total=total)
+        first["extra"] = first["s0"]  # a caller's change to its dict is its own
+        again_total: dict[str, Any] = {}
+        again = tallied_or_counted(tallies, "unused", Estimand(), con=None, by="stratum", null="", total=again_total)
+        judged = tallied_or_counted(tallies, "unused", Estimand(over="judged"), con=None)
+    assert calls == ["None", ""]  # the second grouping read the first's; the judged estimand summed
+    assert again.keys() == {"s0", "s1"}
+    assert all(again[g] is first[g] for g in again)
+    assert again_total[""] is total[""]
+    _same(again["s1"], tallied(tallies, by="stratum")["s1"])  # type: ignore[index]
+    assert judged[""].pairs == 30
+    nulls = tally(_verdicts([{**r, "stratum": None if i % 2 else "s"} for i, r in enumerate(rows)]))
+    calls.clear()
+    with shared_sums():
+        named = tallied_or_counted(nulls, "unused", Estimand(), con=None, by="stratum", null="")
+        renamed = tallied_or_counted(nulls, "unused", Estimand(), con=None, by="stratum", null="None")
+    assert calls == ["", "None"]
+    assert named.keys() == {"", "s"}
+    assert renamed.keys() == {"None", "s"}
+    tallied_or_counted(tallies, "unused", Estimand(), con=None)
+    tallied_or_counted(tallies, "unused", Estimand(), con=None)
+    assert len(calls) == 4

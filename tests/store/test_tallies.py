@@ -173,3 +173,29 @@ def test_a_decision_on_a_held_connection_reads_the_tallies_of_its_snapshot(tmp_p
     after = de.open_result(tmp_path).decision(rule)
     assert after.non_inferiority.win_rate.estimate < before.non_inferiority.win_rate.estimate
     assert open_run(tmp_path, datasets=["verdicts"]).execute("SELECT count(*) FROM verdicts").fetchall() == [(130,)]
+
+
+def test_the_summary_reads_the_tallies_once_and_its_decision_figures_are_the_decisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold summary reads its connection's tallies once (for its win rates and its decision, within shared_sums;
+    every call reads them outside it), and its decision is the run's decision."""
+    import delta_eval.result as result_module
+    from delta_eval.metrics.counted import shared_sums
+
+    _folder(tmp_path)
+    reads: list[object] = []
+
+    def counting(con: object) -> pa.Table | None:
+        reads.append(con)
+        return tallies_of(con)
+
+    monkeypatch.setattr(result_module, "tallies_of", counting)
+    summary = de.analyze(tmp_path).summary()
+    assert len(reads) == 1
+    assert summary["decision"]["outcome"] == de.open_result(tmp_path).decision().outcome
+    con = de.open_result(tmp_path).connect()
+    with shared_sums():
+        assert result_module.shared_tallies(con) is result_module.shared_tallies(con)
+    assert result_module.shared_tallies(con) is not result_module.shared_tallies(con)
+    con.close()
