@@ -37,10 +37,11 @@ import pyarrow.parquet as pq
 import delta_eval as de
 from delta_eval.adapters.simulated_judge import behaviour
 from delta_eval.store.conversation_key import conversation_key, pair_key
+from delta_eval.store.derived import DERIVED, DERIVED_FROM, derive
 from delta_eval.store.folder import MARKER, RunFolder, write_json_atomic
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.tables import SCHEMAS
-from delta_eval.store.tallies import DERIVED, TALLIES, tally
+from delta_eval.store.tallies import TALLIES, tally
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from targets import Figure, record  # the figures and their targets, shared by the benchmarks
@@ -169,7 +170,7 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
     replays = _table("replays", replay_columns(np.random.default_rng(seed), ids, conv, keys), 3 * pairs)
     commits = out / "_commits"
     commits.mkdir()
-    for name in ("verdicts", "replays", TALLIES):
+    for name in ("verdicts", "replays", *DERIVED_FROM):
         (out / name).mkdir()
     if batch_pairs is None:
         batches = [{"verdicts": verdicts}, {"replays": replays}]
@@ -178,8 +179,7 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
                     "replays": pa.concat_tables([replays.slice(k * pairs + i, batch_pairs) for k in range(3)])}
                    for i in range(0, pairs, batch_pairs)]  # fmt: skip
     for batch, tables in enumerate(batches, start=1):
-        if "verdicts" in tables:  # as the run's writer counts them with each batch (store/tallies.py)
-            tables = {**tables, TALLIES: tally(tables["verdicts"])}
+        tables = {**tables, **derive(tables)}  # as the run's writer derives them with each batch (store/derived.py)
         record: dict[str, Any] = {"batch": batch, "files": {}, "rows": {}, "sizes": {}}
         for name, table in tables.items():
             part = out / name / f"part-{batch:06d}.parquet"
@@ -188,8 +188,8 @@ def synthetic_run(out: Path, pairs: int, reasons: int, seed: int = 0, batch_pair
             pq.write_table(table, part, compression="zstd", row_group_size=ROW_GROUP)
             rel = f"{name}/{part.name}"
             record["sizes"][rel] = part.stat().st_size
-            if name == TALLIES:  # named apart, as the writer names them
-                record[DERIVED] = {name: [rel]}
+            if name in DERIVED_FROM:  # named apart, as the writer names them
+                record.setdefault(DERIVED, {})[name] = [rel]
                 continue
             record["files"][name] = [rel]
             record["rows"][name] = table.num_rows

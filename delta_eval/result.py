@@ -27,7 +27,7 @@ from delta_eval.metrics.winrate import win_rate_of
 from delta_eval.store.folder import Damage, RunFolder
 from delta_eval.store.manifest import RunCounts, RunManifest, RunStatus
 from delta_eval.store.remote import local_run
-from delta_eval.store.views import open_run, tallies_of
+from delta_eval.store.views import open_run, replay_tallies_of, tallies_of
 
 __all__ = ["RunResult", "open_result", "shared_tallies"]
 
@@ -218,7 +218,14 @@ class RunResult:
         db = con if con is not None else self._open(("verdicts", "replays"))
         try:
             with contextlib.nullcontext() if lists else figures_only():
-                return decide("verdicts", "replays", rule, con=db, tallies=shared_tallies(db))
+                return decide(
+                    "verdicts",
+                    "replays",
+                    rule,
+                    con=db,
+                    tallies=shared_tallies(db),
+                    replay_tallies=replay_tallies_of(db),
+                )
         finally:
             if con is None:
                 db.close()

@@ -39,6 +39,7 @@ LAYER_OF = {
             "uris",
             "installed",
             "lazy",
+            "replay_sums",
         ),
         "core",
     ),

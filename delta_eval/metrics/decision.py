@@ -197,8 +197,8 @@ class Decision(BaseModel):
         return out
 
 
-def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | None = None, *,
-           con: Any = None, tallies: pa.Table | None = None) -> Decision:  # fmt: skip
+def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | None = None, *, con: Any = None,
+           tallies: pa.Table | None = None, replay_tallies: str | None = None) -> Decision:  # fmt: skip
     """The decision on verdicts (and replays, for the sides' metrics, their gates and the rule's checks).
 
     Tables (Arrow, a DuckDB relation, a DataFrame) are decided in DuckDB, one row per conversation reaching Python;
@@ -208,12 +208,15 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     (:mod:`delta_eval.store.tallies`; :func:`~delta_eval.store.views.tallies_of` reads them from a run's connection,
     of its snapshot), which must count every verdict of ``verdicts`` and no other: the win rates are then summed
     from them where they can be (the same numbers, see :func:`~delta_eval.metrics.tallied.tallied`), not from the
-    verdicts."""
+    verdicts. Likewise ``replay_tallies`` may name the replays' tallies in ``con``
+    (:mod:`delta_eval.store.replay_tallies`; :func:`~delta_eval.store.views.replay_tallies_of` names them in a run's
+    connection), which must sum every replay of ``replays`` and no other: what the sides' metrics count of the
+    replays is then read from them where it can be (see :class:`~delta_eval.metrics.decision_sql.Source`)."""
     r = rule or DecisionRule()
     if isinstance(verdicts, str) or isinstance(replays, str):
         if con is None or not isinstance(verdicts, str) or not isinstance(replays, str | None):
             raise ValueError("table names need the DuckDB connection they are in (con=), for verdicts and replays")
-        src = Source(con, verdicts, replays)
+        src = Source(con, verdicts, replays, replay_tallies=replay_tallies)
         try:
             return _decide_source(src, r, tallies)
         finally:

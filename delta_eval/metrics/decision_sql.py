@@ -32,6 +32,7 @@ from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
 from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio_of, sorted_quantile_interval
 from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums
 from delta_eval.metrics.text_order import text_order
+from delta_eval.replay_sums import COST, COUNTS, turn_sums
 from delta_eval.sql import quote_ident, quote_literal
 
 __all__ = ["Source", "audit_of", "check_rates_of", "figures_only", "gate_results", "goal_rates_of", "side_metrics_of"]
@@ -61,11 +62,16 @@ _names = itertools.count()
 class Source:
     """Verdicts and replays in a DuckDB connection, as views of the columns the decision reads.
 
-    ``verdicts`` and ``replays`` name tables or views of ``db`` (``replays`` may be ``None``: no side metrics).
-    Views this creates are dropped by :meth:`close`."""
+    ``verdicts`` and ``replays`` name tables or views of ``db`` (``replays`` may be ``None``: no side metrics);
+    ``replay_tallies`` may name the replays' tallies (:mod:`delta_eval.store.replay_tallies`), which must sum every
+    replay of ``replays`` and no other: what is counted of the replays is then read from them, the same integers
+    (see :func:`_side_sums`). Views this creates are dropped by :meth:`close`."""
 
-    def __init__(self, db: Any, verdicts: str, replays: str | None, *, raw_replays: str | None = None) -> None:
+    def __init__(self, db: Any, verdicts: str, replays: str | None, *, raw_replays: str | None = None,
+                 replay_tallies: str | None = None) -> None:  # fmt: skip
         self.db = db
+        #: The replays' tallies, where given (with replays).
+        self.replay_tallies = replay_tallies if replays is not None else None
         self._made: list[str] = []
         self._known: dict[str, set[str]] = {}
         self._counts: dict[str, Any] | None = None
@@ -131,17 +137,19 @@ class Source:
         calls (valid or invalid) of a replayed turn that did not fail (``most_calls``, ``least_calls``: 0 without
         any)."""
         if self._replay_counts is None:
-            replayed = "side IS DISTINCT FROM 'recorded' AND error IS NULL"
-            # Sums of flags rather than filtered counts (half the time); a null flag (a null side) counts none, as
-            # a filter does.
+            flags = [k for k in COUNTS if k not in ("most_calls", "least_calls")]
+            if self.replay_tallies is not None:  # the tallies' sums of the same flags
+                read = ["sum(n) - coalesce(sum(n) FILTER (conversation_key IS NOT NULL), 0)",
+                        "sum(n) FILTER (side = 'recorded')", *(f"sum({k})" for k in flags),
+                        "max(most_calls)", "min(least_calls)"]  # fmt: skip
+            else:
+                # Sums of flags rather than filtered counts (half the time); a null flag (a null side) counts none,
+                # as a filter does.
+                read = ["count(*) - count(conversation_key)", "sum((side = 'recorded')::DOUBLE)",
+                        *(f"sum({COUNTS[k]}::DOUBLE)" for k in flags), f"max({COUNTS['most_calls']})",
+                        f"min({COUNTS['least_calls']})"]  # fmt: skip
             found = self.db.execute(
-                "SELECT count(*) - count(conversation_key), sum((side = 'recorded')::DOUBLE), "
-                f"sum(({replayed} AND no_decision IS NULL)::DOUBLE), "
-                f"sum(({replayed} AND recorded_acted IS NULL)::DOUBLE), "
-                "sum((side IN ('candidate', 'baseline') AND pair_key IS NULL)::DOUBLE), "
-                f"max(CASE WHEN {replayed} THEN greatest(n_tool_calls, invalid_tool_calls) END), "
-                f"min(CASE WHEN {replayed} THEN least(n_tool_calls, invalid_tool_calls) END) "
-                f"FROM {self.replays}"
+                f"SELECT {', '.join(read)} FROM {self.replay_tallies or self.replays}"
             ).fetchall()[0] if self.replays is not None else (0,) * 7  # fmt: skip
             names = ("unkeyed", "recorded", "undecided", "unacted", "unpaired", "most_calls", "least_calls")
             self._replay_counts = {name: int(n or 0) for name, n in zip(names, found, strict=True)}
@@ -204,7 +212,7 @@ class Source:
     def epoch(self, k: int) -> Source:
         """The rows of epoch ``k`` alone (close it after use)."""
         filtered: list[str | None] = []
-        for name in (self.verdicts, self.replays, self.raw_replays):
+        for name in (self.verdicts, self.replays, self.raw_replays, self.replay_tallies):
             if name is None:
                 filtered.append(None)
                 continue
@@ -213,7 +221,7 @@ class Source:
             self.db.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM {name} WHERE {epoch} = {int(k)}")
             self._made.append(view)
             filtered.append(view)
-        return Source(self.db, str(filtered[0]), filtered[1], raw_replays=filtered[2])
+        return Source(self.db, str(filtered[0]), filtered[1], raw_replays=filtered[2], replay_tallies=filtered[3])
 
     def raw_replays_table(self, columns: Sequence[str] | None = None) -> pa.Table | None:
         """The stored replays as an Arrow table (only ``columns``, those they have, when given)."""
@@ -372,89 +380,36 @@ _EXACT = 2**53
 def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
                ) -> tuple[dict[str, Any], dict[str, dict[str, PairedSums]]]:  # fmt: skip
     """Per side (and conversation), the sums of each side's rates over ``rows`` (the non-recorded replays with
-    ``nd`` and ``recorded_acted``) and each conversation's cost, from one GROUP BY with the fewest aggregates: what
+    ``nd`` and ``recorded_acted``) and each conversation's cost: what
     :func:`~delta_eval.metrics.sql_sums.paired_sums` gives of the same metrics (``per_conversation`` as it fills
     it), but for the invalid-tool-call rate's products, which :func:`_with_products` adds.
 
     Every rate but the invalid tool calls' is of 0/1 events over one unit a turn: its sums are two counts, and
     whether a conversation saw an event or a non-event follows from them. The turns without an error are the
     turns less the errors (no count of their own); the three flags of the invalid tool calls (an invalid call, a
-    valid one, any call seen) and whether a turn is unpriced are counts too. Counts are summed four to an
-    aggregate (:func:`_count_sums`), and the invalid calls with the calls where both stay small: the fewer
-    aggregates the faster (each costs about a tenth of the query)
+    valid one, any call seen) and whether a turn is unpriced are counts too (each turn's, as
+    :func:`delta_eval.replay_sums.turn_sums` defines them).
 
-    The conversations are grouped on their keys where every replay has one (:meth:`Source.replays_keyed`: half the
-    time of grouping on the ids' text), by side then key; their ids are read too only when ``named`` (the costs
-    listed by conversation). Otherwise on the ids, by side then id. The order changes no sum: each is of
-    integers, or (the costs) summed apart from it."""
-    ok = "error IS NULL"
+    Read from the replays' tallies where the source has them and they hold what is read here
+    (:func:`_tallied_sums`), else from one GROUP BY over the replays (:func:`_scanned_sums`). The conversations are
+    grouped on their keys where every replay has one (:meth:`Source.replays_keyed`: half the time of grouping on the
+    ids' text), by side then key; their ids are read too only when ``named`` (the costs listed by conversation).
+    Otherwise on the ids, by side then id. The order changes no sum: each is of integers, or (the costs) summed
+    apart from it."""
     texts = recorded  # without recorded rows production acted nowhere: the rate applies to no turn
     keyed = src.replays_keyed()
     src.replay_cluster = "conversation_key" if keyed else f"({_CLUSTER})::VARCHAR"
     named_too = keyed and named
-    inv = f"CASE WHEN {ok} THEN coalesce(invalid_tool_calls, 0)::DOUBLE ELSE 0.0 END"
-    calls = f"CASE WHEN {ok} THEN coalesce(n_tool_calls, 0)::DOUBLE ELSE 0.0 END"
-    cols = [
-        f"{src.replay_cluster} AS cl",
-        *([f"({_CLUSTER})::VARCHAR AS name"] if named_too else []),
-        "(side)::VARCHAR AS grp",
-        "cost_usd",
-        "(error IS NOT NULL)::DOUBLE AS fails",
-        f"{inv} AS inv",
-        f"{calls} AS calls",
-        f"({ok} AND coalesce(matches_recorded, false))::DOUBLE AS m",
-        "(nd IS NOT NULL)::DOUBLE AS nd_n",
-        "coalesce(nd, false)::DOUBLE AS nd_a",
-        "(cost_usd IS NULL)::DOUBLE AS unpriced",
-        # Whether the turn made an invalid call, a valid one, any call: what the interval reads of whether a
-        # conversation saw an event and a non-event of the rate (failed turns count none: 0 calls).
-        # (Written out, not read from the aliases above: a column of the source of the same name would be read.)
-        f"({inv} > 0)::DOUBLE AS s_inv",
-        f"({calls} - {inv} > 0)::DOUBLE AS s_valid",
-        f"({calls} > 0)::DOUBLE AS s_calls",
-    ]
-    counts = ["fails", "m", "nd_n", "nd_a", "unpriced", "s_inv", "s_valid", "s_calls"]
-    if texts:
-        cols += [f"coalesce({ok} AND recorded_acted, false)::DOUBLE AS t_n",
-                 f"coalesce({ok} AND recorded_acted AND text_instead_of_action, false)::DOUBLE AS t_a"]  # fmt: skip
-        counts += ["t_n", "t_a"]
-    found_counts = src.replay_counts()
-    # Under 2**13 calls a turn, none negative: while a conversation has under 2**13 turns of a side (packed), its
-    # invalid calls and its calls are each under 2**26, two fields of one exact sum.
-    few_calls = found_counts["least_calls"] >= 0 and found_counts["most_calls"] < 2**_FIELD
-
-    def query(packed: bool) -> pa.Table:
-        calls = ([f"sum(inv + {2 ** (2 * _FIELD)}::DOUBLE * calls) AS ic"] if packed and few_calls
-                 else ["sum(inv) AS inv", "sum(calls) AS calls"])  # fmt: skip
-        aggs = [*(["any_value(name) AS name"] if named_too else []), "count(*)::DOUBLE AS n",
-                *_count_sums(counts, packed), *calls,
-                # fsum (compensated, Kahan-Neumaier): a conversation's cost whatever order its rows are read in
-                # (threads over row groups combine plain sums in any order: a baseline against itself read a cost
-                # ratio of 1 + 2e-16); for costs, positive and of like size, the exactly rounded sum (math.fsum).
-                # Unknown (NaN, below) where a turn is unpriced.
-                "fsum(cost_usd) AS cost"]  # fmt: skip
-        return fetch_table(src.db, f"WITH rows AS (SELECT {', '.join(cols)} FROM {rows}) SELECT grp, cl, "
-                                   f"{', '.join(aggs)} FROM rows GROUP BY grp, cl")  # fmt: skip
-
-    got = query(packed=True)
-    n_all = got.column("n").to_numpy()
-    packed = not len(n_all) or float(n_all.max()) < 2**_FIELD
-    if not packed:  # a conversation of 2**13 turns of a side or more: a sum of each count
-        got = query(packed=False)
-    if keyed:  # by side, then key
-        grp = got.column("grp")
-        sides = pc.unique(grp).sort()
-        order = np.lexsort((got.column("cl").to_numpy(), pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
-    else:  # PairedSums.of's order: by side, then by name
+    # The tallies sum each turn's stored "no decision" and whether production acted (on every replayed turn that
+    # did not fail), by conversation key; no conversation's id.
+    tallied = (src.replay_tallies is not None and keyed and not named and src.acted_stored()
+               and not src.texts_read())  # fmt: skip
+    got, data, order = _tallied_sums(src) if tallied else (*_scanned_sums(src, rows, texts, named_too), None)
+    if order is None and keyed:  # by side, then key
+        order = _by_side_then_key(got)
+    elif order is None:  # PairedSums.of's order: by side, then by name
         order = text_order([got.column("grp"), got.column("cl")])
-    data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False))[order] for k in got.column_names
-            if k not in ("grp", "cl", "name")}  # fmt: skip
-    if packed:
-        data.update(_unpacked(data, counts))
-        if "ic" in data:
-            both = data["ic"].astype(np.int64)
-            data["inv"] = (both & ((1 << 2 * _FIELD) - 1)).astype(float)
-            data["calls"] = (both >> 2 * _FIELD).astype(float)
+    data = {k: v[order] for k, v in data.items()}
     bounds = _runs(pc.take(got.column("grp"), order))
     cl = pc.take(got.column("cl"), order)
     cost = np.where(data["unpriced"] > 0, np.nan, data["cost"].astype(float))
@@ -485,6 +440,88 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
         )
         out[side] = mine
     return found, out
+
+
+def _scanned_sums(src: Source, rows: str, texts: bool, named_too: bool) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    """The sums per side and conversation of :func:`_side_sums` from one GROUP BY over the replays ``rows`` (with
+    the fewest aggregates: counts are summed four to an aggregate, :func:`_count_sums`, and the invalid calls with
+    the calls where both stay small; each aggregate costs about a tenth of the query): the groups (``grp``, ``cl``,
+    ``name`` where ``named_too``), and each sum as doubles, in the groups' order."""
+    each = turn_sums(nd="nd", acted="recorded_acted")
+    counts = ["fails", "m", "nd_n", "nd_a", "unpriced", "s_inv", "s_valid", "s_calls", *(["t_n", "t_a"] if texts
+              else [])]  # fmt: skip
+    cols = [
+        f"{src.replay_cluster} AS cl",
+        *([f"({_CLUSTER})::VARCHAR AS name"] if named_too else []),
+        "(side)::VARCHAR AS grp",
+        "cost_usd",
+        *(f"({each[c]})::DOUBLE AS {c}" for c in ("inv", "calls", *counts)),
+    ]
+    found_counts = src.replay_counts()
+    # Under 2**13 calls a turn, none negative: while a conversation has under 2**13 turns of a side (packed), its
+    # invalid calls and its calls are each under 2**26, two fields of one exact sum.
+    few_calls = found_counts["least_calls"] >= 0 and found_counts["most_calls"] < 2**_FIELD
+
+    def query(packed: bool) -> pa.Table:
+        calls = ([f"sum(inv + {2 ** (2 * _FIELD)}::DOUBLE * calls) AS ic"] if packed and few_calls
+                 else ["sum(inv) AS inv", "sum(calls) AS calls"])  # fmt: skip
+        aggs = [*(["any_value(name) AS name"] if named_too else []), "count(*)::DOUBLE AS n",
+                *_count_sums(counts, packed), *calls,
+                # A conversation's cost whatever order its rows are read in (see replay_sums.COST); unknown (NaN,
+                # in _side_sums) where a turn is unpriced.
+                f"{COST} AS cost"]  # fmt: skip
+        return fetch_table(src.db, f"WITH rows AS (SELECT {', '.join(cols)} FROM {rows}) SELECT grp, cl, "
+                                   f"{', '.join(aggs)} FROM rows GROUP BY grp, cl")  # fmt: skip
+
+    got = query(packed=True)
+    n_all = got.column("n").to_numpy()
+    packed = not len(n_all) or float(n_all.max()) < 2**_FIELD
+    if not packed:  # a conversation of 2**13 turns of a side or more: a sum of each count
+        got = query(packed=False)
+    data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False)) for k in got.column_names
+            if k not in ("grp", "cl", "name")}  # fmt: skip
+    if packed:
+        data.update(_unpacked(data, counts))
+        if "ic" in data:
+            both = data.pop("ic").astype(np.int64)
+            data["inv"] = (both & ((1 << 2 * _FIELD) - 1)).astype(float)
+            data["calls"] = (both >> 2 * _FIELD).astype(float)
+        for j in range(0, len(counts), 4):
+            data.pop(f"pk{j // 4}")
+    return got, data
+
+
+#: The sums :func:`_tallied_sums` reads of the replays' tallies (every count of the side metrics' rates).
+_TALLIED = ("n", "fails", "m", "nd_n", "nd_a", "unpriced", "s_inv", "s_valid", "s_calls", "t_n", "t_a", "inv", "calls")
+
+
+def _by_side_then_key(got: pa.Table) -> np.ndarray:
+    """The order of the rows of ``got`` by side (``grp``), then conversation key (``cl``)."""
+    grp = got.column("grp")
+    sides = pc.unique(grp).sort()
+    return np.lexsort((got.column("cl").to_numpy(), pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
+
+
+def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndarray | None]:
+    """The sums per side and conversation key of :func:`_side_sums` from the replays' tallies: each tally row as
+    it is where no side's conversation has two (a run whose conversations each lie in one batch and one epoch, as
+    a compacted run's do: no GROUP BY), else summed by side and key. Integers, the same doubles either way; a
+    conversation's cost summed (compensated) over its batches and epochs. With them, the rows' order by side then
+    key where it is known (``None``: not yet)."""
+    t = src.replay_tallies
+    picked = ", ".join(_TALLIED)
+    got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {picked}, cost FROM {t} "
+                              "WHERE side <> 'recorded'")  # fmt: skip
+    found = _by_side_then_key(got)
+    order: np.ndarray | None = found
+    code, key = pc.take(got.column("grp"), found), got.column("cl").to_numpy()[found]
+    if len(found) > 1 and bool(pc.any(pc.and_(pc.equal(code[1:], code[:-1]), pa.array(key[1:] == key[:-1]))).as_py()):
+        sums = ", ".join(f"sum({c})::DOUBLE AS {c}" for c in _TALLIED)
+        got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {sums}, fsum(cost) AS cost "
+                                  f"FROM {t} WHERE side <> 'recorded' GROUP BY grp, cl")  # fmt: skip
+        order = None
+    data = {c: np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float) for c in (*_TALLIED, "cost")}
+    return got, data, order
 
 
 #: Counts of 0/1 columns are summed four to a sum, in fields of this many bits (below 2**52 in all: exact doubles)
@@ -543,11 +580,14 @@ def _products(src: Source) -> dict[str, tuple[float, float, float]]:
     units (invalid calls squared, invalid calls times calls, calls squared): what its as-if-independent variance
     reads, from one small aggregate rather than three more per conversation (or the two columns through numpy,
     which costs more than this query)."""
-    found = src.db.execute(
-        "SELECT grp, sum(i * i), sum(i * c), sum(c * c) FROM (SELECT (side)::VARCHAR AS grp, "
-        "coalesce(invalid_tool_calls, 0)::DOUBLE AS i, coalesce(n_tool_calls, 0)::DOUBLE AS c "
-        f"FROM {src.replays} WHERE error IS NULL AND side <> 'recorded') GROUP BY grp"
-    ).fetchall()
+    if src.replay_tallies is not None:  # the tallies' sums of the same products (integers: the same doubles)
+        sql = (f"SELECT (side)::VARCHAR, sum(ii)::DOUBLE, sum(ic)::DOUBLE, sum(cc)::DOUBLE FROM {src.replay_tallies} "
+               "WHERE side <> 'recorded' GROUP BY ALL")  # fmt: skip
+    else:
+        sql = ("SELECT grp, sum(i * i), sum(i * c), sum(c * c) FROM (SELECT (side)::VARCHAR AS grp, "
+               "coalesce(invalid_tool_calls, 0)::DOUBLE AS i, coalesce(n_tool_calls, 0)::DOUBLE AS c "
+               f"FROM {src.replays} WHERE error IS NULL AND side <> 'recorded') GROUP BY grp")  # fmt: skip
+    found = src.db.execute(sql).fetchall()
     return {str(g): (float(aa or 0.0), float(at or 0.0), float(tt or 0.0)) for g, aa, at, tt in found}
 
 

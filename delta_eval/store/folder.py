@@ -62,13 +62,14 @@ from delta_eval.redact import REDACTED, known_secrets, scrub_known
 from delta_eval.schema import SampledConversation
 from delta_eval.store import safe_paths
 from delta_eval.store.compaction import Keep, copy_rows, plan
+from delta_eval.store.derived import DERIVED, DERIVED_FROM, complete, derive, derived_parts, write_derived
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.live_files import PROGRESS_DIR, remove_progress
 from delta_eval.store.manifest import FORMAT, RunManifest
 from delta_eval.store.media import restore_media, split_media
 from delta_eval.store.sent import SENT_DIR, remove_journals
 from delta_eval.store.tables import DATASETS, SCHEMAS, TABLES
-from delta_eval.store.tallies import DERIVED, TALLIES, complete, derived_parts, tally, write_tallies
+from delta_eval.store.tallies import TALLIES
 
 __all__ = [
     "COMMIT_LOCK",
@@ -236,8 +237,8 @@ def _open_files_budget(wanted: int = 0) -> int:
 
 
 def _named(record: dict[str, Any], name: str) -> list[str]:
-    """The part files of dataset ``name`` a commit record names (its tallies: see :func:`derived_parts`)."""
-    return derived_parts(record) if name == TALLIES else record["files"].get(name, [])
+    """The part files of dataset ``name`` a commit record names (a derived one's: see :func:`derived_parts`)."""
+    return derived_parts(record, name) if name in DERIVED_FROM else record["files"].get(name, [])
 
 
 def _read_part(path: Path, fd: int, columns: list[str] | None, schema: pa.Schema,
@@ -433,8 +434,8 @@ class RunFolder:
         """What is wrong with the parts a record names (``None``: nothing)."""
         sizes = record.get("sizes") or {}
         for name, rels in record["files"].items():
-            if name == TALLIES:
-                continue  # derived: never damage (a record of 8f0ee1d named them among its files)
+            if name in DERIVED_FROM:
+                continue  # derived: never damage (a record of 8f0ee1d named the tallies among its files)
             for rel in rels if isinstance(rels, list) else [rels]:
                 if not isinstance(rel, str) or not _PART.match(Path(rel).name) or ".." in Path(rel).parts:
                     return f"names a file that is not a part of the folder: {rel!r}"
@@ -451,18 +452,22 @@ class RunFolder:
         return None
 
     def _without_bad_derived(self, record: dict[str, Any]) -> dict[str, Any]:
-        """``record``, or as read here without its derived parts (the tallies) where one is missing or not the size
-        recorded: the batch's rows are sound, and readers count them from the verdicts instead (a merge counts
-        them again)."""
+        """``record``, or as read here without those of its derived parts that are missing or not the size
+        recorded: the batch's rows are sound, and readers read them instead (a merge derives them again)."""
         sizes = record.get("sizes") or {}
-        for rel in derived_parts(record):
-            try:
-                whole = (self.path / rel).stat().st_size == sizes[rel]
-            except OSError:
-                whole = False
-            if not whole:
-                return {k: v for k, v in record.items() if k != DERIVED}
-        return record
+        bad = []
+        for name in DERIVED_FROM:
+            for rel in derived_parts(record, name):
+                try:
+                    whole = (self.path / rel).stat().st_size == sizes[rel]
+                except OSError:
+                    whole = False
+                if not whole:
+                    bad.append(name)
+        if not bad:
+            return record
+        kept = {name: rels for name, rels in record[DERIVED].items() if name not in bad}
+        return {**{k: v for k, v in record.items() if k != DERIVED}, **({DERIVED: kept} if kept else {})}
 
     def _counted_batches(self) -> int:
         """The batches the manifest counts as committed (0 when it says nothing, or cannot be read)."""
@@ -479,9 +484,10 @@ class RunFolder:
         files: dict[str, list[Path]] = {name: [] for name in DATASETS}
         for c in self.commits() if commits is None else commits:
             for name, rels in c["files"].items():
-                if name != TALLIES:  # (named among the files by 8f0ee1d only: see derived_parts)
+                if name not in DERIVED_FROM:  # (the tallies named among the files by 8f0ee1d only)
                     files.setdefault(name, []).extend(self.path / rel for rel in rels)
-            files[TALLIES].extend(self.path / rel for rel in derived_parts(c))
+            for name in DERIVED_FROM:
+                files[name].extend(self.path / rel for rel in derived_parts(c, name))
         return files
 
     def snapshot(self, datasets: Iterable[str] = DATASETS) -> Snapshot:
@@ -533,7 +539,7 @@ class RunFolder:
         dictionary-encoded as stored, as of one :meth:`snapshot`; ``None`` when some batch with verdicts has none
         (a folder written before tallies existed, until it is merged), so that they would not count every verdict."""
         text = [f.name for f in SCHEMAS[TALLIES] if pa.types.is_string(f.type)]
-        return self._read(TALLIES, None, dictionary=text, whole=complete)
+        return self._read(TALLIES, None, dictionary=text, whole=lambda records: complete(records, TALLIES))
 
     def _read(self, dataset: str, columns: list[str] | None, *, dictionary: list[str] | None = None,
               whole: Callable[[list[dict[str, Any]]], bool] | None = None) -> pa.Table | None:  # fmt: skip
@@ -691,7 +697,9 @@ class RunFolder:
     def recover(self) -> list[Path]:
         """Delete the library's part and temporary files that no commit names (left by a killed process, or by a
         damaged batch); return them. Files the library does not name so are never touched."""
-        committed = {rel for c in self.commits() for rels in [*c["files"].values(), derived_parts(c)] for rel in rels}
+        committed = {rel for c in self.commits()
+                     for rels in [*c["files"].values(), *(derived_parts(c, name) for name in DERIVED_FROM)]
+                     for rel in rels}  # fmt: skip
         removed = []
         for f in self._library_files(_COMMIT_TMP, _ROOT_TMP):
             if f.relative_to(self.path).as_posix() not in committed:
@@ -758,8 +766,8 @@ class RunFolder:
         staged: list[tuple[str, Path, Path, int]] = []
         try:
             for name in DATASETS:
-                if name == TALLIES:
-                    continue  # counted from the new verdicts part, below
+                if name in DERIVED_FROM:
+                    continue  # derived from the new parts, below
                 sources = [self.path / rel for r in records for rel in r["files"].get(name, [])]
                 if not sources:
                     continue
@@ -767,14 +775,16 @@ class RunFolder:
                 tmp = safe_paths.check(self.path, folder / f".part-000000.{uuid.uuid4().hex}.tmp")
                 staged.append((name, folder, tmp, 0))  # before the copy: a copy that fails leaves no file behind
                 staged[-1] = (name, folder, tmp, copy_rows(name, sources, tmp, keep))
-            # The new verdicts part's tallies counted from its rows (whatever the old batches had: none, in a folder
-            # written before tallies existed, or counts of rows a removal took out).
-            verdicts = next((s for s in staged if s[0] == "verdicts" and s[3]), None)
-            if verdicts is not None:
-                folder = safe_paths.mkdir(self.path, self.path / TALLIES)
+            # The new parts' derived datasets computed from their rows (whatever the old batches had: none, in a
+            # folder written before they existed, or sums of rows a removal took out).
+            for name, source in DERIVED_FROM.items():
+                part = next((s for s in staged if s[0] == source and s[3]), None)
+                if part is None:
+                    continue
+                folder = safe_paths.mkdir(self.path, self.path / name)
                 tmp = safe_paths.check(self.path, folder / f".part-000000.{uuid.uuid4().hex}.tmp")
-                staged.append((TALLIES, folder, tmp, 0))
-                staged[-1] = (TALLIES, folder, tmp, write_tallies(verdicts[2], tmp))
+                staged.append((name, folder, tmp, 0))
+                staged[-1] = (name, folder, tmp, write_derived(name, part[2], tmp))
             staged = [s for s in staged if s[3]]
             old = sorted(int(r["batch"]) for r in records)
             if not staged:
@@ -794,9 +804,10 @@ class RunFolder:
             _sync(folder)
         _sync(self.path / COMMITS / f"{batch:06d}.json")
         _sync(self.path / COMMITS)
-        # Their tallies by their name whatever the scan made of them (a part cut short is read as none: it goes too).
-        named = {int(r["batch"]): [*dict.fromkeys([rel for rels in r["files"].values() for rel in rels] +
-                                                  batch_parts(int(r["batch"]), [TALLIES]))]
+        # Their derived parts by their name whatever the scan made of them (one cut short is read as none: it goes
+        # too), of the datasets they have (no request for a part never written).
+        named = {int(r["batch"]): [*dict.fromkeys([rel for rels in r["files"].values() for rel in rels] + batch_parts(
+                    int(r["batch"]), [d for d, source in DERIVED_FROM.items() if r["files"].get(source)]))]
                  for r in records}  # fmt: skip
         self._empty_all([(number, {"replaced_by": batch, "reason": reason}, named[number]) for number in old])
         return batch
@@ -890,8 +901,10 @@ class RunFolder:
         A conversation's media bytes are queued apart, to the ``media`` dataset, only when the folder does not hold
         them yet; the conversation row keeps their reference (see :mod:`delta_eval.store.media`). The verdicts'
         tallies are never added: each batch's are counted from its verdicts as it is written."""
-        if dataset == TALLIES:
-            raise ValueError(f"{TALLIES} are counted from a batch's verdicts as it is written, never added")
+        if dataset in DERIVED_FROM:
+            raise ValueError(
+                f"{dataset} are derived from a batch's {DERIVED_FROM[dataset]} as it is written, never added"
+            )
         if dataset != "conversations":
             self._pending[dataset].extend(rows)
             return
@@ -924,8 +937,7 @@ class RunFolder:
         """Write ``tables`` as the next batch: its part files, then its commit file (see :meth:`_commit_staged`)."""
         staged: list[tuple[str, Path, Path, int]] = []
         tables = {name: _scrubbed(table) for name, table in tables.items()}
-        if "verdicts" in tables:  # counted from the rows as written
-            tables[TALLIES] = tally(tables["verdicts"])
+        tables.update(derive(tables))  # from the rows as written
         for name, table in tables.items():
             folder = safe_paths.mkdir(self.path, self.path / name)
             # A shared or outside-numbered folder's number is known at commit only.
@@ -955,7 +967,7 @@ class RunFolder:
                 final = safe_paths.check(self.path, folder / f"part-{batch:06d}.parquet")
                 safe_paths.replace(self.path, tmp, final)
                 sizes[f"{name}/{final.name}"] = final.stat().st_size
-                if name == TALLIES:  # apart from the files: see delta_eval.store.tallies.DERIVED
+                if name in DERIVED_FROM:  # apart from the files: see delta_eval.store.derived.DERIVED
                     derived[name] = [f"{name}/{final.name}"]
                     continue
                 files[name] = [f"{name}/{final.name}"]

@@ -58,11 +58,11 @@ import pyarrow.parquet as pq
 
 from delta_eval.exceptions import RunFolderError
 from delta_eval.store import safe_paths
+from delta_eval.store.derived import DERIVED_FROM, derived_parts
 from delta_eval.store.folder import FolderLock, RunFolder, batch_parts, moved_to, replaced_batches
 from delta_eval.store.layout import COMMITS, MANIFEST, MARKER
 from delta_eval.store.live_files import PROGRESS_DIR
 from delta_eval.store.tables import DATASETS
-from delta_eval.store.tallies import derived_parts
 from delta_eval.uris import folder_id, hide, is_uri, shown, working_copy
 
 __all__ = [
@@ -653,7 +653,7 @@ def _parts_named(record: bytes) -> list[str]:
     if not isinstance(files, dict):
         return []
     out = []
-    for rels in [*files.values(), derived_parts(data)]:
+    for rels in [*files.values(), *(derived_parts(data, name) for name in DERIVED_FROM)]:
         for rel in rels if isinstance(rels, list) else [rels]:
             match = _PART.match(rel) if isinstance(rel, str) else None
             if match is not None and match["dataset"] in DATASETS:

@@ -6,6 +6,8 @@
   a 64-bit integer: see :mod:`delta_eval.store.conversation_key`, and ``pair_key``, as the replays');
 - ``verdict_tallies``: the verdicts of each batch counted by what the win rate reads of them (see
   :mod:`delta_eval.store.tallies`), derived from the verdicts: written with them, never by hand;
+- ``replay_tallies``: the replays of each batch summed by side, epoch and conversation, as the decision's side
+  metrics read them (see :mod:`delta_eval.store.replay_tallies`), derived from the replays likewise;
 - ``judgements``: one row per judge call (stage 2 and 3), so both-order judging and panels keep every answer;
 - ``simulator_calls``: one row per call of a session's user simulator or LLM tool simulator, per side (their
   tokens and cost, apart from the sides' own);
@@ -30,6 +32,7 @@ import pyarrow as pa
 from delta_eval.schema import ErrorRecord, Judgement, Replay, SampledConversation, SimulatorCall, Stratum, Verdict
 from delta_eval.store.conversation_key import conversation_key, pair_key
 from delta_eval.store.media import StoredMedia
+from delta_eval.store.replay_tallies import REPLAY_TALLIES, REPLAY_TALLY_TABLE
 from delta_eval.store.rows import Computed, Table
 from delta_eval.store.tallies import TALLIES, TALLY_TABLE
 
@@ -58,6 +61,7 @@ TABLES: dict[str, Table[Any]] = {
         },
     ),
     TALLIES: TALLY_TABLE,
+    REPLAY_TALLIES: REPLAY_TALLY_TABLE,
     "judgements": Table(Judgement, flatten={"usage": ""}),
     "simulator_calls": Table(SimulatorCall, flatten={"usage": ""}),
     "errors": Table(ErrorRecord),

@@ -1,5 +1,5 @@
 """The verdicts of each batch counted by what the win rate reads of them: a derived dataset, ``verdict_tallies``,
-written with every batch that has verdicts, from those verdicts (see :mod:`delta_eval.store.folder`).
+written with every batch that has verdicts, from those verdicts (see :mod:`delta_eval.store.derived`).
 
 A tally row counts (``n``) a batch's verdicts that share a candidate, a conversation (its key), a stratum, an
 outcome, an error's side and a weight. The win rate and its clustered interval group a run's verdicts by
@@ -12,7 +12,7 @@ An error's side is stored resolved, as the queries over verdicts resolve it
 tally needs no error text. A batch's tallies are always computed from the same rows as its verdicts part: at its
 commit, and again whenever a rewrite (a merge, a removal of rows) writes a new verdicts part. A reader uses them
 only when every batch that has verdicts has its tallies (a folder written before tallies existed has none until
-it is merged; see :func:`complete`).
+it is merged; see :func:`delta_eval.store.derived.complete`).
 
 Example:
     >>> import pyarrow as pa
@@ -28,9 +28,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,18 +38,7 @@ from pydantic import BaseModel
 
 from delta_eval.store.rows import Table
 
-__all__ = [
-    "DERIVED",
-    "KEYS",
-    "TALLIES",
-    "TALLY_TABLE",
-    "VerdictTally",
-    "complete",
-    "derived_parts",
-    "tally",
-    "tally_batches",
-    "write_tallies",
-]
+__all__ = ["KEYS", "TALLIES", "TALLY_TABLE", "VerdictTally", "tally", "tally_batches", "write_tallies"]
 
 #: The dataset's name in a run folder.
 TALLIES = "verdict_tallies"
@@ -154,30 +142,3 @@ def write_tallies(verdicts: Path, dest: Path) -> int:
     if tallies.num_rows:
         pq.write_table(tallies, dest, compression="zstd")
     return int(tallies.num_rows)
-
-
-#: The field of a commit record that names its derived parts (the tallies), apart from its ``files``: a version of
-#: the library from before tallies reads and checks ``files`` only, so it neither fetches nor checks the tallies
-#: (a batch of a folder it reads is never damaged by them), and its rewrites write none, which readers then see
-#: (see :func:`derived_parts`).
-DERIVED = "derived"
-
-
-def derived_parts(record: Mapping[str, Any], name: str = TALLIES) -> list[str]:
-    """The part files of derived dataset ``name`` a commit record names, where they are the batch's own: named for
-    its number (a record an older version rewrote copies its old batch's fields, tallies of other rows among
-    them) and with a recorded size."""
-    derived = record.get(DERIVED)
-    rels = derived.get(name) if isinstance(derived, dict) else None
-    batch = record.get("batch")
-    own = f"{name}/part-{batch:06d}.parquet" if isinstance(batch, int) else None
-    sizes = record.get("sizes") or {}
-    if own is None or not isinstance(rels, list) or rels != [own] or own not in sizes:
-        return []
-    return [own]
-
-
-def complete(records: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether the committed batches ``records`` (their commit records) have tallies wherever they have verdicts:
-    then, and only then, the tallies count every verdict."""
-    return all(bool(derived_parts(r)) for r in records if (r.get("files") or {}).get("verdicts"))

@@ -32,12 +32,14 @@ import pyarrow as pa
 
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.sql import quote_ident, quote_literal
+from delta_eval.store.derived import DERIVED_FROM, complete
 from delta_eval.store.folder import MANIFEST, PER_PAIR, RunFolder, Snapshot, damage_message
 from delta_eval.store.remote import local_run
+from delta_eval.store.replay_tallies import REPLAY_TALLIES
 from delta_eval.store.tables import DATASETS, SCHEMAS
-from delta_eval.store.tallies import TALLIES, complete
+from delta_eval.store.tallies import TALLIES
 
-__all__ = ["open_run", "tallies_of"]
+__all__ = ["open_run", "replay_tallies_of", "tallies_of"]
 
 
 _PAIRS = """
@@ -125,6 +127,15 @@ def tallies_of(con: Any) -> pa.Table | None:
     return table
 
 
+def replay_tallies_of(con: Any) -> str | None:
+    """The name of the view of the replays' tallies in a connection of :func:`open_run` (made with ``tallies=True``,
+    of the same snapshot as its other views: they sum every replay of its ``replays`` view, and no other), or
+    ``None`` without that view (not asked for, a candidate's views, or some batch's replays not summed in them)."""
+    found = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal",
+                        [REPLAY_TALLIES]).fetchall()[0][0]  # fmt: skip
+    return REPLAY_TALLIES if found else None
+
+
 def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str | None = None,
              datasets: Collection[str] | None = None, tallies: bool = False) -> Any:  # fmt: skip
     """A DuckDB connection with views over the run folder's datasets (see the module docstring).
@@ -144,7 +155,9 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     ``datasets``: the views of these datasets alone (default: every one, and the conveniences), for a caller that
     reads one or two (each view reads its files' schemas when it is made: all of them cost more than a win rate's
     query over 200,000 verdicts). ``tallies=True`` (or ``verdict_tallies`` among ``datasets``) adds the view of the
-    verdicts' tallies, where they count every verdict of the snapshot (see :func:`tallies_of`).
+    verdicts' tallies, where they count every verdict of the snapshot (see :func:`tallies_of`), and without
+    ``candidate`` (or with ``replay_tallies`` among ``datasets``) that of the replays' tallies, where they sum every
+    replay of it (see :mod:`delta_eval.store.replay_tallies`; :func:`replay_tallies_of`).
     """
     import duckdb
 
@@ -152,9 +165,12 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
     folder.manifest()  # a damaged manifest is an error that names it
-    # A candidate's views hold its pairs: those of its verdicts. The verdicts' tallies only when asked for.
-    wanted = [name for name in DATASETS if (datasets is None and name != TALLIES) or (datasets and name in datasets)
-              or (candidate and name == "verdicts") or (tallies and name == TALLIES)]  # fmt: skip
+    # A candidate's views hold its pairs: those of its verdicts. The derived datasets only when asked for; the
+    # replays' tallies only of a run's every pair (they do not say whose pair a replay is).
+    derived = [TALLIES] + ([REPLAY_TALLIES] if candidate is None else [])
+    wanted = [name for name in DATASETS if (datasets is None and name not in DERIVED_FROM)
+              or (datasets and name in datasets) or (candidate and name == "verdicts")
+              or (tallies and name in derived)]  # fmt: skip
     snapshot = folder.snapshot(wanted)  # the files of the views made, no others
     if snapshot.damage:
         warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)
@@ -172,8 +188,9 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         snapshot.close()
     else:
         weakref.finalize(con, snapshot.close)  # the files stay readable while the connection does
-    if TALLIES in wanted and not complete(snapshot.commits):
-        wanted.remove(TALLIES)  # some verdicts are not counted in them: no view rather than a wrong one
+    for name in DERIVED_FROM:
+        if name in wanted and (not complete(snapshot.commits, name) or (candidate and name == REPLAY_TALLIES)):
+            wanted.remove(name)  # some rows are not counted in them: no view rather than a wrong one
     for name in wanted:
         files = committed[name]
         apart = candidate is not None and (name in PER_PAIR or name == TALLIES)

@@ -4,6 +4,7 @@ epochs, errors of each side, weights, the rule's own checks and the stage-2 audi
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from pathlib import Path
@@ -16,11 +17,14 @@ import pytest
 from hypothesis import Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 
+from delta_eval.metrics import decision_sql
 from delta_eval.metrics import tallied as tallied_module
 from delta_eval.metrics.checks import Check
 from delta_eval.metrics.decision import DecisionRule, decide
 from delta_eval.metrics.gates import METRICS, Gate, evaluate_gates
 from delta_eval.store.conversation_key import conversation_key, pair_key
+from delta_eval.store.replay_tallies import replay_tally
+from delta_eval.store.tables import TABLES
 from delta_eval.store.tallies import tally
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
@@ -196,6 +200,62 @@ def test_the_decision_with_the_verdicts_tallies_is_the_decision_without(run: Any
         mine = decide("verdicts", named, rule, con=con, tallies=tallies)
     assert mine.model_dump() == decide("verdicts", named, rule, con=con).model_dump()
     assert len(served) == 2  # the win rate over all pairs (and per stratum), over judged pairs
+
+
+def _replay_tallies_in(con: Any, replays: list[dict[str, Any]], cuts: int) -> str:
+    """The replays' tallies as a run writes them (one set a batch, the rows cut into ``cuts`` batches), registered
+    in ``con``: their name."""
+    table = pa.Table.from_pylist(replays, schema=TABLES["replays"].schema)
+    step = max(1, -(-table.num_rows // cuts))
+    con.register("rt", pa.concat_tables([replay_tally(table.slice(i, step))
+                                         for i in range(0, max(table.num_rows, 1), step)]))  # fmt: skip
+    return "rt"
+
+
+def _as_run(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with their conversations' and pairs' keys, as a run stores them."""
+    return [{**r, "conversation_key": conversation_key(r["conversation_id"]), "pair_key": pair_key(r["pair_id"])}
+            for r in rows]  # fmt: skip
+
+
+@seed(37)
+@settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(runs(), RULES, st.integers(1, 4), st.booleans(), st.booleans())
+def test_the_decision_with_the_replays_tallies_is_the_decision_without(
+    run: Any, rule: DecisionRule, cuts: int, acted: bool, lists: bool
+) -> None:
+    """Given the replays' tallies (a run's, summed a batch at a time), the decision reads what it counts of the
+    replays from them where they hold it: every figure is the same double as from the replays (costs of a quarter
+    dollar: exact sums in any grouping). They hold it where every replay has its conversation's key, every replayed
+    turn that did not fail its "no decision" and whether production acted, and no list by conversation's id is
+    asked for; else the replays are read, for the same figures."""
+    verdicts, replays = run
+    assume(verdicts and replays)  # (no table of no columns in DuckDB)
+    if acted:  # a run's replays: whether production acted, and "no decision", stored on every replayed turn
+        replays = [{**r, "recorded_acted": bool(i % 2), "no_decision": bool(i % 3 == 0)} if r["side"] != "recorded"
+                   else r for i, r in enumerate(replays)]  # fmt: skip
+    replays = _as_run(replays)
+    con = duckdb.connect()
+    con.register("verdicts", pa.Table.from_pylist(_as_run(verdicts)))
+    con.register("replays", pa.Table.from_pylist(replays, schema=TABLES["replays"].schema))
+    rt = _replay_tallies_in(con, replays, cuts)
+    read: list[bool] = []
+    real = decision_sql._tallied_sums
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        read.append(True)
+        return real(*args, **kwargs)
+
+    scope = contextlib.nullcontext() if lists else decision_sql.figures_only()
+    with pytest.MonkeyPatch.context() as mp, scope:
+        mp.setattr(decision_sql, "_tallied_sums", spy)
+        mine = decide("verdicts", "replays", rule, con=con, replay_tallies=rt)
+        theirs = decide("verdicts", "replays", rule, con=con)
+    assert mine.model_dump() == theirs.model_dump()
+    if lists:
+        assert not read
+    elif acted and all(r["conversation_id"] is not None for r in replays):
+        assert read  # (else only where what they hold is stored: the drawn rows may have it, or an epoch's)
 
 
 def test_the_decision_reads_no_verdict_for_its_win_rates_where_tallies_serve(monkeypatch: pytest.MonkeyPatch) -> None:

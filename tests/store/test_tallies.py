@@ -13,9 +13,10 @@ import pytest
 import delta_eval as de
 from delta_eval.metrics.estimand import Estimand
 from delta_eval.store import compaction, safe_paths
+from delta_eval.store.derived import derived_parts
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
-from delta_eval.store.tallies import KEYS, TALLIES, derived_parts, tally
+from delta_eval.store.tallies import KEYS, TALLIES, tally
 from delta_eval.store.views import open_run, tallies_of
 
 OUTCOMES = ["candidate", "baseline", "tie", "equivalent", "error"]
@@ -67,7 +68,7 @@ def test_tallies_count_the_verdicts_of_each_batch_and_again_after_a_merge_and_a_
     assert errors == {"baseline", "judge"}  # resolved from the error's text
     merged = folder.compact()
     assert len(merged) == 1
-    assert len([r for r in folder.commits() if derived_parts(r)]) == 1
+    assert len([r for r in folder.commits() if derived_parts(r, TALLIES)]) == 1
     tallies = folder.read_tallies()
     assert tallies is not None
     assert _summed(tallies) == _summed(tally(folder.read("verdicts")))
@@ -111,7 +112,7 @@ def test_a_batch_without_tallies_leaves_them_unread_until_a_merge_counts_it(
 
 def test_tallies_are_never_added_by_hand(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
-    with pytest.raises(ValueError, match="counted from a batch's verdicts"):
+    with pytest.raises(ValueError, match="derived from a batch's verdicts"):
         folder.add(TALLIES, [])
 
 
@@ -140,10 +141,10 @@ def test_older_versions_see_no_tallies_and_their_rewrites_leave_none(tmp_path: P
     folder = _folder(tmp_path, batches=2)
     record = json.loads((tmp_path / "_commits" / "000001.json").read_bytes())
     assert TALLIES not in record["files"]
-    assert derived_parts(record) == ["verdict_tallies/part-000001.parquet"]
+    assert derived_parts(record, TALLIES) == ["verdict_tallies/part-000001.parquet"]
     # An older version's removal of rows: a new batch with the old record's other fields, its files only.
     moved = {**record, "batch": 3, "files": {"verdicts": ["verdicts/part-000003.parquet"]}}
-    assert derived_parts(moved) == []
+    assert derived_parts(moved, TALLIES) == []
     (tmp_path / "verdicts" / "part-000001.parquet").rename(tmp_path / "verdicts" / "part-000003.parquet")
     (tmp_path / "_commits" / "000003.json").write_text(json.dumps({**moved, "sizes": {
         "verdicts/part-000003.parquet": (tmp_path / "verdicts" / "part-000003.parquet").stat().st_size,
