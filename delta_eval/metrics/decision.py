@@ -208,7 +208,7 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     (:mod:`delta_eval.store.tallies`; :func:`~delta_eval.store.views.tallies_of` reads them from a run's connection,
     of its snapshot), which must count every verdict of ``verdicts`` and no other: the win rates are then summed
     from them where they can be (the same numbers, see :func:`~delta_eval.metrics.tallied.tallied`), not from the
-    verdicts. Likewise ``replay_tallies`` may name the replays' tallies in ``con``
+    verdicts. Likewise (with table names only) ``replay_tallies`` may name the replays' tallies in ``con``
     (:mod:`delta_eval.store.replay_tallies`; :func:`~delta_eval.store.views.replay_tallies_of` names them in a run's
     connection), which must sum every replay of ``replays`` and no other: what the sides' metrics count of the
     replays is then read from them where it can be (see :class:`~delta_eval.metrics.decision_sql.Source`)."""

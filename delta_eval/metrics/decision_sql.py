@@ -395,7 +395,7 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
     grouped on their keys where every replay has one (:meth:`Source.replays_keyed`: half the time of grouping on the
     ids' text), by side then key; their ids are read too only when ``named`` (the costs listed by conversation).
     Otherwise on the ids, by side then id. The order changes no sum: each is of integers, or (the costs) summed
-    apart from it."""
+    apart from it (compensated: see :data:`delta_eval.replay_sums.COST`)."""
     texts = recorded  # without recorded rows production acted nowhere: the rate applies to no turn
     keyed = src.replays_keyed()
     src.replay_cluster = "conversation_key" if keyed else f"({_CLUSTER})::VARCHAR"
@@ -404,7 +404,8 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
     # did not fail), by conversation key; no conversation's id.
     tallied = (src.replay_tallies is not None and keyed and not named and src.acted_stored()
                and not src.texts_read())  # fmt: skip
-    got, data, order = _tallied_sums(src) if tallied else (*_scanned_sums(src, rows, texts, named_too), None)
+    from_tallies = _tallied_sums(src) if tallied else None
+    got, data, order = from_tallies or (*_scanned_sums(src, rows, texts, named_too), None)
     if order is None and keyed:  # by side, then key
         order = _by_side_then_key(got)
     elif order is None:  # PairedSums.of's order: by side, then by name
@@ -502,12 +503,15 @@ def _by_side_then_key(got: pa.Table) -> np.ndarray:
     return np.lexsort((got.column("cl").to_numpy(), pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
 
 
-def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndarray | None]:
+def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndarray | None] | None:
     """The sums per side and conversation key of :func:`_side_sums` from the replays' tallies: each tally row as
-    it is where no side's conversation has two (a run whose conversations each lie in one batch and one epoch, as
-    a compacted run's do: no GROUP BY), else summed by side and key. Integers, the same doubles either way; a
-    conversation's cost summed (compensated) over its batches and epochs. With them, the rows' order by side then
-    key where it is known (``None``: not yet)."""
+    it is where no side's conversation has two (a run whose conversations each lie in one batch and one epoch, as a
+    compacted run of one epoch's do: no GROUP BY), else summed by side and key. Integers: the same doubles either
+    way. A conversation's cost is its one tally row's (its turns' costs summed exactly rounded, as the scan's
+    compensated sum gives them); where it has several (batches, epochs), each rounded once, it is summed over its
+    turns instead, by the scan's own query (summing rounded sums again could differ in the last bit). With them, the
+    rows' order by side then key where it is known (``None``: not yet). ``None`` where the tallies do not hold the
+    replays' conversations (never for a run's views): the replays are read then."""
     t = src.replay_tallies
     picked = ", ".join(_TALLIED)
     got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {picked}, cost FROM {t} "
@@ -517,9 +521,17 @@ def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndar
     code, key = pc.take(got.column("grp"), found), got.column("cl").to_numpy()[found]
     if len(found) > 1 and bool(pc.any(pc.and_(pc.equal(code[1:], code[:-1]), pa.array(key[1:] == key[:-1]))).as_py()):
         sums = ", ".join(f"sum({c})::DOUBLE AS {c}" for c in _TALLIED)
-        got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {sums}, fsum(cost) AS cost "
-                                  f"FROM {t} WHERE side <> 'recorded' GROUP BY grp, cl")  # fmt: skip
-        order = None
+        got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {sums} FROM {t} "
+                                  "WHERE side <> 'recorded' GROUP BY grp, cl")  # fmt: skip
+        costs = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {COST} AS cost "
+                                    f"FROM {src.replays} WHERE side <> 'recorded' GROUP BY grp, cl")  # fmt: skip
+        order, theirs = _by_side_then_key(got), _by_side_then_key(costs)
+        if not (pc.take(got.column("grp"), order).equals(pc.take(costs.column("grp"), theirs)) and
+                pc.take(got.column("cl"), order).equals(pc.take(costs.column("cl"), theirs))):  # fmt: skip
+            return None
+        cost = np.empty(len(order))
+        cost[order] = np.asarray(costs.column("cost").to_numpy(zero_copy_only=False), dtype=float)[theirs]
+        got = got.append_column("cost", pa.array(cost))
     data = {c: np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float) for c in (*_TALLIED, "cost")}
     return got, data, order
 

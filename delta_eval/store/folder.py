@@ -899,8 +899,9 @@ class RunFolder:
         """Queue rows (instances of the dataset's schema type) for the next batch.
 
         A conversation's media bytes are queued apart, to the ``media`` dataset, only when the folder does not hold
-        them yet; the conversation row keeps their reference (see :mod:`delta_eval.store.media`). The verdicts'
-        tallies are never added: each batch's are counted from its verdicts as it is written."""
+        them yet; the conversation row keeps their reference (see :mod:`delta_eval.store.media`). The derived datasets
+        (the verdicts' and the replays' tallies) are never added: each batch's are derived from its rows as it is
+        written (see :mod:`delta_eval.store.derived`)."""
         if dataset in DERIVED_FROM:
             raise ValueError(
                 f"{dataset} are derived from a batch's {DERIVED_FROM[dataset]} as it is written, never added"

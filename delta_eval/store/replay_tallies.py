@@ -6,12 +6,12 @@ A row sums a batch's replays of one side, epoch and conversation (its key): the 
 :func:`delta_eval.replay_sums.turn_sums` and :data:`delta_eval.replay_sums.COUNTS` (integers) and the conversation's
 cost there (its turns' costs summed exactly rounded, :func:`math.fsum`). The decision reads about one row per
 conversation and side instead of one per replayed turn (two million replays of 143,000 conversations are 286,000
-rows), and every count it takes is a sum of integers, the same whichever rows it is read from. A conversation's cost
-is its batches' costs summed again (compensated: :data:`delta_eval.replay_sums.COST`), as the sum over its turns
-gives it but at worst in the last bit where its turns are in several batches (a compacted run holds each
-conversation's in one). As with the verdicts' tallies, a batch's are
-computed from the same rows as its replays part (at its commit, and again whenever a rewrite writes a new replays
-part), and a reader uses them only when every batch with replays has them.
+rows), and every count it takes is a sum of integers, the same whichever rows it is read from. A conversation with
+one tally row (a compacted run of one epoch holds each conversation's turns in one batch) has that row's cost; one
+with several (batches, epochs) has its cost summed over its turns, as without tallies: summing rounded sums again
+could differ in the last bit (see :func:`delta_eval.metrics.decision_sql._tallied_sums`). As with the verdicts'
+tallies, a batch's are computed from the same rows as its replays part (at its commit, and again whenever a rewrite
+writes a new replays part), and a reader uses them only when every batch with replays has them.
 
 Example:
     >>> import pyarrow as pa
@@ -102,8 +102,18 @@ def _query(source: str, columns: set[str]) -> str:
 def _fsum(costs: pa.ChunkedArray | pa.Array) -> pa.Array:
     """Each list of costs summed exactly rounded (:func:`math.fsum`: whatever order the turns are in), null where
     it is empty or null (no turn priced)."""
-    return pa.array([math.fsum(c) if (c := [x for x in each or () if x is not None]) else None
+    return pa.array([_exact_sum(c) if (c := [x for x in each or () if x is not None]) else None
                      for each in costs.to_pylist()], pa.float64())  # fmt: skip
+
+
+def _exact_sum(values: list[float]) -> float:
+    """:func:`math.fsum`, or where it refuses (an infinity of each sign, a sum past the largest double) the plain
+    sum, NaN or an infinity, as a compensated sum gives them: a cost that makes no sense is not a batch that cannot
+    be written."""
+    try:
+        return math.fsum(values)
+    except (ValueError, OverflowError):
+        return sum(values)
 
 
 def _run(sql: str) -> pa.Table:

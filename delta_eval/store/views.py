@@ -155,9 +155,10 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     ``datasets``: the views of these datasets alone (default: every one, and the conveniences), for a caller that
     reads one or two (each view reads its files' schemas when it is made: all of them cost more than a win rate's
     query over 200,000 verdicts). ``tallies=True`` (or ``verdict_tallies`` among ``datasets``) adds the view of the
-    verdicts' tallies, where they count every verdict of the snapshot (see :func:`tallies_of`), and without
-    ``candidate`` (or with ``replay_tallies`` among ``datasets``) that of the replays' tallies, where they sum every
-    replay of it (see :mod:`delta_eval.store.replay_tallies`; :func:`replay_tallies_of`).
+    verdicts' tallies, where they count every verdict of the snapshot (see :func:`tallies_of`), and (so does
+    ``replay_tallies`` among ``datasets``) that of the replays' tallies, where they sum every replay of it (see
+    :mod:`delta_eval.store.replay_tallies`; :func:`replay_tallies_of`), but never with ``candidate``: they do not
+    say whose pair a replay is.
     """
     import duckdb
 

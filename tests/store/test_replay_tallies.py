@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,64 @@ def test_the_decision_read_from_the_replay_tallies_is_the_decision_read_from_the
         mp.setattr("delta_eval.result.replay_tallies_of", lambda con: None)
         theirs = de.open_result(tmp_path).decision().model_dump()
     assert mine == theirs
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_token_priced_costs_of_conversations_across_batches_and_epochs_are_the_same_to_the_bit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, epochs: int
+) -> None:
+    """Costs priced by tokens (whose sums are not exact): a conversation's turns in several batches and epochs get
+    their cost summed over the turns, as without tallies (each tally row's is rounded once: summed again, 6 of 30
+    such runs differed in the last bit of the cost ratio and the costs per conversation); so does the same run
+    compacted into one batch; the baseline against itself costs exactly as much."""
+    monkeypatch.setattr(compaction, "MIN_BATCHES", 4)
+    for run in range(6):
+        rnd = random.Random(run)
+        out = tmp_path / f"r{run}"
+        folder = RunFolder(out)
+        folder.write_manifest(_manifest())
+        for b in range(6):
+            for i in range(8):
+                k, conversation, epoch = b * 8 + i, f"c{rnd.randrange(10)}", 1 + rnd.randrange(epochs)
+                cost = {"baseline": rnd.randrange(200, 4000) * 3e-6 + rnd.randrange(20, 900) * 15e-6,
+                        "candidate": rnd.randrange(200, 4000) * 2.5e-6 + rnd.randrange(20, 900) * 1e-5}  # fmt: skip
+                if run % 2:  # the baseline against itself
+                    cost["candidate"] = cost["baseline"]
+                folder.add("verdicts", [de.Verdict(pair_id=f"p{k}", conversation_id=conversation, turn_index=k,
+                                                   epoch=epoch, stage="judge", outcome="tie")])  # fmt: skip
+                folder.add("replays", [_replay(k, side, epoch).model_copy(update={
+                    "conversation_id": conversation, "cost_usd": cost.get(side), "error": None,
+                    "no_decision": None if side == "recorded" else k % 5 == 0,
+                    "recorded_acted": None if side == "recorded" else k % 2 == 0})
+                    for side in ("baseline", "candidate", "recorded")])  # fmt: skip
+            folder.commit()
+        for _ in range(2):  # as written, then compacted
+            mine, read = _decisions(out)
+            assert read
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr("delta_eval.result.replay_tallies_of", lambda con: None)
+                theirs = de.open_result(out).decision().model_dump()
+            assert mine == theirs, run
+            ratio = next(g for g in mine["gates"] if g["gate"]["metric"] == "cost_ratio")["value"]
+            if run % 2:
+                assert ratio == 1.0
+            folder.compact()
+
+
+def test_a_cost_that_makes_no_sum_still_commits_its_batch(tmp_path: Path) -> None:
+    """Costs whose exact sum has no double (an infinity of each sign; past the largest double): the batch is
+    written, its tallies' cost the plain sum, as the replays' own sum gives it."""
+    folder = RunFolder(tmp_path)
+    folder.write_manifest(_manifest())
+    costs = {"p0": [math.inf, -math.inf], "p1": [1e308, 1e308]}
+    for pair, (a, b) in costs.items():
+        folder.add("replays", [_replay(0, "candidate").model_copy(update={"pair_id": f"{pair}{j}", "cost_usd": c,
+                                                                          "conversation_id": pair, "error": None})
+                               for j, c in enumerate((a, b))])  # fmt: skip
+        assert folder.commit() is not None
+    tallies = folder.read(REPLAY_TALLIES).column("cost").to_pylist()
+    assert sum(math.isnan(c) for c in tallies) == 1  # inf - inf
+    assert [c for c in tallies if not math.isnan(c)] == [math.inf]  # 1e308 + 1e308
 
 
 def test_a_damaged_replay_tallies_part_costs_no_replay_and_no_verdict_tally(tmp_path: Path) -> None:
