@@ -503,35 +503,21 @@ def _by_side_then_key(got: pa.Table) -> np.ndarray:
     return np.lexsort((got.column("cl").to_numpy(), pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
 
 
-def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndarray | None] | None:
-    """The sums per side and conversation key of :func:`_side_sums` from the replays' tallies: each tally row as
-    it is where no side's conversation has two (a run whose conversations each lie in one batch and one epoch, as a
-    compacted run of one epoch's do: no GROUP BY), else summed by side and key. Integers: the same doubles either
-    way. A conversation's cost is its one tally row's (its turns' costs summed exactly rounded, as the scan's
-    compensated sum gives them); where it has several (batches, epochs), each rounded once, it is summed over its
-    turns instead, by the scan's own query (summing rounded sums again could differ in the last bit). With them, the
-    rows' order by side then key where it is known (``None``: not yet). ``None`` where the tallies do not hold the
-    replays' conversations (never for a run's views): the replays are read then."""
+def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndarray] | None:
+    """The sums per side and conversation key of :func:`_side_sums` from the replays' tallies, where no side's
+    conversation has two tally rows (a compacted run of one epoch: each conversation's turns in one batch), with the
+    rows' order by side then key; ``None`` otherwise, and the replays are read. Integers: the same doubles as over
+    the replays. A conversation's cost is its one row's, its turns' costs summed exactly rounded (the replays' scan
+    gives them compensated: the same double but in pathological cases); summed again over several rows, each rounded
+    once, it could differ in the last bit (and regrouping the rows and the costs costs as much as the scan)."""
     t = src.replay_tallies
     picked = ", ".join(_TALLIED)
     got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {picked}, cost FROM {t} "
                               "WHERE side <> 'recorded'")  # fmt: skip
-    found = _by_side_then_key(got)
-    order: np.ndarray | None = found
-    code, key = pc.take(got.column("grp"), found), got.column("cl").to_numpy()[found]
-    if len(found) > 1 and bool(pc.any(pc.and_(pc.equal(code[1:], code[:-1]), pa.array(key[1:] == key[:-1]))).as_py()):
-        sums = ", ".join(f"sum({c})::DOUBLE AS {c}" for c in _TALLIED)
-        got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {sums} FROM {t} "
-                                  "WHERE side <> 'recorded' GROUP BY grp, cl")  # fmt: skip
-        costs = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {COST} AS cost "
-                                    f"FROM {src.replays} WHERE side <> 'recorded' GROUP BY grp, cl")  # fmt: skip
-        order, theirs = _by_side_then_key(got), _by_side_then_key(costs)
-        if not (pc.take(got.column("grp"), order).equals(pc.take(costs.column("grp"), theirs)) and
-                pc.take(got.column("cl"), order).equals(pc.take(costs.column("cl"), theirs))):  # fmt: skip
-            return None
-        cost = np.empty(len(order))
-        cost[order] = np.asarray(costs.column("cost").to_numpy(zero_copy_only=False), dtype=float)[theirs]
-        got = got.append_column("cost", pa.array(cost))
+    order = _by_side_then_key(got)
+    code, key = pc.take(got.column("grp"), order), got.column("cl").to_numpy()[order]
+    if len(order) > 1 and bool(pc.any(pc.and_(pc.equal(code[1:], code[:-1]), pa.array(key[1:] == key[:-1]))).as_py()):
+        return None
     data = {c: np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float) for c in (*_TALLIED, "cost")}
     return got, data, order
 

@@ -6,10 +6,12 @@ A row sums a batch's replays of one side, epoch and conversation (its key): the 
 :func:`delta_eval.replay_sums.turn_sums` and :data:`delta_eval.replay_sums.COUNTS` (integers) and the conversation's
 cost there (its turns' costs summed exactly rounded, :func:`math.fsum`). The decision reads about one row per
 conversation and side instead of one per replayed turn (two million replays of 143,000 conversations are 286,000
-rows), and every count it takes is a sum of integers, the same whichever rows it is read from. A conversation with
-one tally row (a compacted run of one epoch holds each conversation's turns in one batch) has that row's cost; one
-with several (batches, epochs) has its cost summed over its turns, as without tallies: summing rounded sums again
-could differ in the last bit (see :func:`delta_eval.metrics.decision_sql._tallied_sums`). As with the verdicts'
+rows), and every count it takes is a sum of integers, the same whichever rows it is read from. The sides' sums are
+read from them where each conversation has one tally row per side (a compacted run of one epoch holds each
+conversation's turns in one batch), with that row's cost; where some conversation has several (batches, epochs),
+the replays are read (summing rounded costs again could differ in the last bit; see
+:func:`delta_eval.metrics.decision_sql._tallied_sums`). The replays' counts and products are read from them
+whatever their rows. As with the verdicts'
 tallies, a batch's are computed from the same rows as its replays part (at its commit, and again whenever a rewrite
 writes a new replays part), and a reader uses them only when every batch with replays has them.
 
