@@ -130,12 +130,12 @@ class Source:
         return self.replays is not None and not self.replay_counts()["unkeyed"]
 
     def replay_counts(self) -> dict[str, int]:
-        """What the decision counts of the replays before reading them, from one scan (made once; none without
-        replays): the replays without a conversation's key (``unkeyed``), the ``recorded`` rows, the replayed
-        turns that did not fail without a stored ``no_decision`` (``undecided``) or ``recorded_acted``
-        (``unacted``), the replays of either side without a pair's key (``unpaired``), and the most and least tool
-        calls (valid or invalid) of a replayed turn that did not fail (``most_calls``, ``least_calls``: 0 without
-        any)."""
+        """What the decision counts of the replays before reading them, from one scan (of the replays' tallies where
+        given: the same sums; made once; none without replays): the replays without a conversation's key
+        (``unkeyed``), the ``recorded`` rows, the replayed turns that did not fail without a stored ``no_decision``
+        (``undecided``) or ``recorded_acted`` (``unacted``), the replays of either side without a pair's key
+        (``unpaired``), and the most and least tool calls (valid or invalid) of a replayed turn that did not fail
+        (``most_calls``, ``least_calls``: 0 without any)."""
         if self._replay_counts is None:
             flags = [k for k in COUNTS if k not in ("most_calls", "least_calls")]
             if self.replay_tallies is not None:  # the tallies' sums of the same flags

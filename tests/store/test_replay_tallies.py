@@ -124,14 +124,16 @@ def test_replay_tallies_are_never_added_by_hand(tmp_path: Path) -> None:
         RunFolder(tmp_path).add(REPLAY_TALLIES, [])
 
 
-def _decisions(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """The run's decision, and which of its sums were read from the replays' tallies."""
-    read: list[str] = []
+def _decisions(path: Path) -> tuple[dict[str, Any], list[bool]]:
+    """The run's decision, and for each source (the run's, then each epoch's) whose sides' sums the replays'
+    tallies were asked for, whether they gave them."""
+    read: list[bool] = []
     real = decision_sql._tallied_sums
 
     def spy(src: Any) -> Any:
-        read.append(str(src.replay_tallies))
-        return real(src)
+        found = real(src)
+        read.append(found is not None)
+        return found
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(decision_sql, "_tallied_sums", spy)
@@ -144,14 +146,20 @@ def test_the_decision_read_from_the_replay_tallies_is_the_decision_read_from_the
     tmp_path: Path, epochs: int
 ) -> None:
     """Through the run's views: the decision with the replays' tallies (each epoch's too) is the one without, to
-    the last bit (a conversation's cost summed over its batches here is its sum over its turns)."""
-    _folder(tmp_path, epochs=epochs)
-    mine, read = _decisions(tmp_path)
-    assert len(read) == 1 + (epochs if epochs > 1 else 0)  # the whole run's, then each epoch's
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("delta_eval.result.replay_tallies_of", lambda con: None)
-        theirs = de.open_result(tmp_path).decision().model_dump()
-    assert mine == theirs
+    the last bit, as written (conversations in several batches: the sides' sums read from the replays, the counts
+    from the tallies) and compacted into one batch (the sides' sums from the tallies too, but for a run of two
+    epochs: each epoch's alone)."""
+    folder = _folder(tmp_path, epochs=epochs)
+    for compacted in (False, True):
+        mine, read = _decisions(tmp_path)
+        assert read == [compacted and epochs == 1] + [compacted] * (epochs if epochs > 1 else 0)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("delta_eval.result.replay_tallies_of", lambda con: None)
+            theirs = de.open_result(tmp_path).decision().model_dump()
+        assert mine == theirs
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(compaction, "MIN_BATCHES", 8)
+            folder.compact()
 
 
 @pytest.mark.parametrize("epochs", [1, 2])
