@@ -11,9 +11,9 @@ read from them where each conversation has one tally row per side (a compacted r
 conversation's turns in one batch), with that row's cost; where some conversation has several (batches, epochs),
 the replays are read (summing rounded costs again could differ in the last bit; see
 :func:`delta_eval.metrics.decision_sql._tallied_sums`). The replays' counts and products are read from them
-whatever their rows. As with the verdicts'
-tallies, a batch's are computed from the same rows as its replays part (at its commit, and again whenever a rewrite
-writes a new replays part), and a reader uses them only when every batch with replays has them.
+whatever their rows. As with the verdicts' tallies, a batch's are computed from the same rows as its replays part (at
+its commit, and again whenever a rewrite writes a new replays part), and a reader uses them only when every batch
+with replays has them.
 
 Example:
     >>> import pyarrow as pa
@@ -38,6 +38,7 @@ from pydantic import BaseModel
 from delta_eval.replay_sums import COUNTS, turn_sums
 from delta_eval.sql import quote_ident, quote_literal
 from delta_eval.store.rows import Table
+from delta_eval.store.tallies import _column
 
 __all__ = ["REPLAY_TALLIES", "REPLAY_TALLY_TABLE", "ReplayTally", "replay_tally", "write_replay_tallies"]
 
@@ -74,7 +75,7 @@ class ReplayTally(BaseModel):
     unpaired: int
     most_calls: int | None = None
     least_calls: int | None = None
-    #: The turns' cost summed (compensated); null where none is priced.
+    #: The turns' cost summed exactly rounded; null where none is priced.
     cost: float | None = None
 
 
@@ -128,13 +129,8 @@ def _run(sql: str) -> pa.Table:
     return pa.table([found.column(f.name).cast(f.type) for f in schema], schema=schema)
 
 
-def _column(table: pa.Table, name: str) -> pa.Array:
-    """A column of ``table`` as one array of the type the sums read it as; nulls where the table has none."""
-    kind = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_()}[READS[name]]
-    if name not in table.column_names:
-        return pa.nulls(table.num_rows, kind)
-    column = table.column(name).combine_chunks()
-    return column.cast(kind) if column.type != kind else column
+#: The Arrow type of each SQL type of :data:`READS`.
+_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_()}
 
 
 def _false_if_null(x: pa.Array) -> pa.Array:
@@ -153,7 +149,7 @@ def replay_tally(replays: pa.Table) -> pa.Table:
     schema = REPLAY_TALLY_TABLE.schema
     if not replays.num_rows:
         return schema.empty_table()
-    c = {name: _column(replays, name) for name in READS}
+    c = {name: _column(replays, name, _ARROW[kind]) for name, kind in READS.items()}
     size = replays.num_rows
     ok = pc.is_null(c["error"])
     side = c["side"]

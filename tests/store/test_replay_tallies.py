@@ -220,6 +220,18 @@ def test_a_cost_that_makes_no_sum_still_commits_its_batch(tmp_path: Path) -> Non
     assert [c for c in tallies if not math.isnan(c)] == [math.inf]  # 1e308 + 1e308
 
 
+def _read_without_replay_tallies(path: Path, before: dict[str, Any]) -> None:
+    """The run's views have no replays' tallies but the verdicts' still, and its decision, read from the replays, is
+    ``before``."""
+    con = open_run(path, tallies=True)
+    assert replay_tallies_of(con) is None
+    assert tallies_of(con) is not None
+    con.close()
+    after, read = _decisions(path)
+    assert read == []
+    assert after == before
+
+
 def test_a_damaged_replay_tallies_part_costs_no_replay_and_no_verdict_tally(tmp_path: Path) -> None:
     """A replay tallies part cut short: the folder reads as it is without it (no damage, no view of the replays'
     tallies: the decision reads the replays), the verdicts' tallies still read; a merge sums them again."""
@@ -228,13 +240,7 @@ def test_a_damaged_replay_tallies_part_costs_no_replay_and_no_verdict_tally(tmp_
     part = tmp_path / REPLAY_TALLIES / "part-000002.parquet"
     part.write_bytes(part.read_bytes()[:-10])
     assert folder.damage() == []
-    con = open_run(tmp_path, tallies=True)
-    assert replay_tallies_of(con) is None
-    assert tallies_of(con) is not None
-    con.close()
-    after, read = _decisions(tmp_path)
-    assert read == []
-    assert after == before
+    _read_without_replay_tallies(tmp_path, before)
 
 
 def test_an_older_versions_batch_without_replay_tallies_leaves_them_unread(tmp_path: Path) -> None:
@@ -246,13 +252,7 @@ def test_an_older_versions_batch_without_replay_tallies_leaves_them_unread(tmp_p
     record = json.loads(path.read_bytes())
     record[DERIVED] = {TALLIES: record[DERIVED][TALLIES]}
     path.write_text(json.dumps(record))
-    con = open_run(tmp_path, tallies=True)
-    assert replay_tallies_of(con) is None
-    assert tallies_of(con) is not None
-    con.close()
-    after, read = _decisions(tmp_path)
-    assert read == []
-    assert after == before
+    _read_without_replay_tallies(tmp_path, before)
 
 
 def test_a_candidates_views_have_no_replay_tallies(tmp_path: Path) -> None:
