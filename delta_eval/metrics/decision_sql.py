@@ -405,17 +405,19 @@ def _side_sums(src: Source, rows: str, recorded: bool, *, named: bool = True
     tallied = (src.replay_tallies is not None and keyed and not named and src.acted_stored()
                and not src.texts_read())  # fmt: skip
     from_tallies = _tallied_sums(src) if tallied else None
-    got, data, order = from_tallies or (*_scanned_sums(src, rows, texts, named_too), None)
-    if order is None and keyed:  # by side, then key
-        order = _by_side_then_key(got)
-    elif order is None:  # PairedSums.of's order: by side, then by name
-        order = text_order([got.column("grp"), got.column("cl")])
-    data = {k: v[order] for k, v in data.items()}
-    bounds = _runs(pc.take(got.column("grp"), order))
-    cl = pc.take(got.column("cl"), order)
+    if from_tallies is not None:
+        (got, data), order = from_tallies, None  # (in order)
+    else:
+        got, data = _scanned_sums(src, rows, texts, named_too)
+        # By side, then key; else PairedSums.of's order: by side, then by name.
+        order = _by_side_then_key(got) if keyed else text_order([got.column("grp"), got.column("cl")])
+    if order is not None:  # (None: in that order already)
+        got = got.take(order)
+        data = {k: v[order] for k, v in data.items()}
+    bounds = _runs(got.column("grp"))
+    cl = got.column("cl")
     cost = np.where(data["unpriced"] > 0, np.nan, data["cost"].astype(float))
-    found = {"runs": bounds, "cl": cl, "cost": cost,
-             "names": pc.take(got.column("name"), order) if named_too else cl}  # fmt: skip
+    found = {"runs": bounds, "cl": cl, "cost": cost, "names": got.column("name") if named_too else cl}
     out: dict[str, dict[str, PairedSums]] = {}
     for side, (lo, hi) in bounds.items():
         n, fails = data["n"][lo:hi].astype(float), data["fails"][lo:hi].astype(float)
@@ -496,17 +498,25 @@ def _scanned_sums(src: Source, rows: str, texts: bool, named_too: bool) -> tuple
 _TALLIED = ("n", "fails", "m", "nd_n", "nd_a", "unpriced", "s_inv", "s_valid", "s_calls", "t_n", "t_a", "inv", "calls")
 
 
-def _by_side_then_key(got: pa.Table) -> np.ndarray:
-    """The order of the rows of ``got`` by side (``grp``), then conversation key (``cl``)."""
-    grp = got.column("grp")
+def _by_side_then_key(got: pa.Table) -> np.ndarray | None:
+    """The order of the rows of ``got`` by side (``grp``, never null), then conversation key (``cl``): ``None``
+    where they are in it already (the replays' tallies are written in it: one pass to check, not a sort)."""
+    grp, key = got.column("grp").combine_chunks(), got.column("cl").to_numpy()
+    if len(key) < 2:
+        return None
+    before, after = grp.slice(0, len(key) - 1), grp.slice(1)
+    if not pc.any(pc.greater(before, after)).as_py():
+        same = pc.equal(before, after).to_numpy(zero_copy_only=False)
+        if not np.any(same & (key[1:] < key[:-1])):
+            return None
     sides = pc.unique(grp).sort()
-    return np.lexsort((got.column("cl").to_numpy(), pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
+    return np.lexsort((key, pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
 
 
-def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndarray] | None:
+def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray]] | None:
     """The sums per side and conversation key of :func:`_side_sums` from the replays' tallies, where no side's
-    conversation has two tally rows (a compacted run of one epoch: each conversation's turns in one batch), with the
-    rows' order by side then key; ``None`` otherwise, and the replays are read. Integers: the same doubles as over
+    conversation has two tally rows (a compacted run of one epoch: each conversation's turns in one batch), in order
+    by side then key; ``None`` otherwise, and the replays are read. Integers: the same doubles as over
     the replays. A conversation's cost is its one row's, its turns' costs summed exactly rounded (the replays' scan
     gives them compensated: the same double but in pathological cases); summed again over several rows, each rounded
     once, it could differ in the last bit (and regrouping the rows and the costs costs as much as the scan)."""
@@ -515,11 +525,14 @@ def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray], np.ndar
     got = fetch_table(src.db, f"SELECT (side)::VARCHAR AS grp, conversation_key AS cl, {picked}, cost FROM {t} "
                               "WHERE side <> 'recorded'")  # fmt: skip
     order = _by_side_then_key(got)
-    code, key = pc.take(got.column("grp"), order), got.column("cl").to_numpy()[order]
-    if len(order) > 1 and bool(pc.any(pc.and_(pc.equal(code[1:], code[:-1]), pa.array(key[1:] == key[:-1]))).as_py()):
+    if order is not None:
+        got = got.take(order)
+    grp, key = got.column("grp").combine_chunks(), got.column("cl").to_numpy()
+    if len(key) > 1 and np.any(pc.equal(grp.slice(0, len(key) - 1), grp.slice(1)).to_numpy(zero_copy_only=False)
+                               & (key[1:] == key[:-1])):  # fmt: skip
         return None
     data = {c: np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float) for c in (*_TALLIED, "cost")}
-    return got, data, order
+    return got, data
 
 
 #: Counts of 0/1 columns are summed four to a sum, in fields of this many bits (below 2**52 in all: exact doubles)
@@ -723,34 +736,35 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
     """The error-rate gate's sums without grouping the pairs of replays by conversation, when every candidate replay
     has exactly one baseline replay of its pair (a complete run; ``None`` otherwise, or before the sides' metrics):
     each conversation's pairs and candidate errors are then the candidate side's turns and errors
-    (:attr:`Source.turns`), and only the pairs whose baseline failed are joined to their candidate (on the pairs'
-    keys where every replay has one: :meth:`Source.pairs_keyed`). The sums are those of :func:`_replay_gates`
-    (counts: the same doubles), unweighted."""
+    (:attr:`Source.turns`), and one join of the two sides (on the pairs' keys where every replay has one:
+    :meth:`Source.pairs_keyed`) says both whether the run is complete and which pairs' baselines failed, grouped by
+    conversation only for those. The sums are those of :func:`_replay_gates` (counts: the same doubles),
+    unweighted."""
     if "candidate" not in src.turns or "candidate" not in src.costs:
         return None
     r = src.replays
     n, fails = src.turns["candidate"]
     pair = "pair_key" if src.pairs_keyed() else "pair_id"  # (a join on numbers: a third of the time)
-    # Each candidate replay with exactly one baseline replay: the rows of a left join are the candidate replays
-    # (none has two partners) and so are its matches (none has none).
-    rows, matched = src.db.execute(
-        f"SELECT count(*), count(b.{pair}) FROM (SELECT {pair} FROM {r} WHERE side = 'candidate') c "
-        f"LEFT JOIN (SELECT {pair} FROM {r} WHERE side = 'baseline') b ON b.{pair} = c.{pair}"
-    ).fetchall()[0]  # fmt: skip
+    # One join of each candidate replay to the baseline replays of its pair, grouped by the candidate's conversation
+    # where the baseline failed (one null group otherwise: a conversation is never null here). Each candidate replay
+    # has exactly one baseline replay of its pair where the join's rows are the candidate replays (none has two
+    # partners) and so are its matches (none has none); the pairs whose baseline failed are then the groups'.
+    found = fetch_table(
+        src.db,
+        f"SELECT CASE WHEN b.failed THEN c.cl END AS cl, count(*)::DOUBLE AS b, count(b.{pair})::DOUBLE AS matched, "
+        "sum(c.failed::DOUBLE) AS ab "
+        f"FROM (SELECT {pair}, {src.replay_cluster} AS cl, error IS NOT NULL AS failed FROM {r} "
+        f"WHERE side = 'candidate') c LEFT JOIN (SELECT {pair}, error IS NOT NULL AS failed FROM {r} "
+        f"WHERE side = 'baseline') b ON b.{pair} = c.{pair} GROUP BY ALL",
+    )  # fmt: skip
     total = int(n.sum())
+    rows, matched = (float(pc.sum(found.column(c)).as_py() or 0.0) for c in ("b", "matched"))
     if not (rows == matched == total):
         return None
     names = src.costs["candidate"][0]
     b, ab = np.zeros(len(n)), 0.0
-    # No baseline replay failed (the sides' metrics counted them): no pair to join.
-    baseline_failed = "baseline" in src.turns and bool(src.turns["baseline"][1].any())
-    failed = fetch_table(
-        src.db,
-        f"SELECT {src.replay_cluster} AS cl, count(*)::DOUBLE AS b, sum((error IS NOT NULL)::DOUBLE) AS ab "
-        f"FROM {r} c SEMI JOIN (SELECT {pair} FROM {r} WHERE side = 'baseline' AND error IS NOT NULL) f "
-        f"ON f.{pair} = c.{pair} WHERE c.side = 'candidate' GROUP BY cl",
-    ) if baseline_failed else None  # fmt: skip
-    if failed is not None and failed.num_rows:
+    failed = found.filter(pc.is_valid(found.column("cl")))
+    if failed.num_rows:
         at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False)
         b[at.astype(np.int64)] = failed.column("b").to_numpy()
         ab = float(failed.column("ab").to_numpy().sum())

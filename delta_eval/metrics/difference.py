@@ -270,9 +270,11 @@ class PairedSums:
         cols = {"a": self.a, "ta": self.ta, "b": self.b, "tb": self.tb}
         if not len(self.a):
             return None
+        # An array given as two columns (a rate's units on both sides) is read once, below too.
+        distinct = {id(x): x for x in cols.values()}
         # Whole numbers (a NaN or an infinity is not) whose products and totals stay below 2**52.
-        big = max(max(float(x.max()), -float(x.min())) for x in cols.values())
-        if not big * big * len(self.a) < 2.0**52 or not all(np.array_equal(x, np.trunc(x)) for x in cols.values()):
+        big = max(max(float(x.max()), -float(x.min())) for x in distinct.values())
+        if not big * big * len(self.a) < 2.0**52 or not all(np.array_equal(x, np.trunc(x)) for x in distinct.values()):
             return None
         ta_sum, tb_sum = float(self.ta.sum()), float(self.tb.sum())
         if not keep.any() or ta_sum <= 0 or tb_sum <= 0:
@@ -285,16 +287,27 @@ class PairedSums:
         else:
             names, which = strata_codes(strata)
         k = len(names)
-        a, ta, b, tb = (x if every else x[keep] for x in cols.values())
+        picked = {i: x if every else x[keep] for i, x in distinct.items()}
+        zero = {id(x): not x.any() for x in picked.values()}
+        a, ta, b, tb = (picked[id(x)] for x in cols.values())
         # Whole numbers below 2**53: every total is exact, in any order (a dot product's too). Products summed by
-        # numpy, not BLAS: a threaded BLAS dot waits on a busy core (40x slower on a loaded 2-core machine).
+        # numpy, not BLAS: a threaded BLAS dot waits on a busy core (40x slower on a loaded 2-core machine). Each
+        # distinct product once (a one-sided rate has no b and the same units on both sides: 3 of the 10).
+        known: dict[tuple[int, ...], np.ndarray] = {}
+
+        def total(*xs: np.ndarray) -> np.ndarray:
+            key = tuple(sorted(id(x) for x in xs))
+            if key not in known:
+                if any(zero[id(x)] for x in xs):
+                    known[key] = np.zeros(k)
+                elif k == 1:
+                    known[key] = np.array([float((xs[0] if len(xs) == 1 else np.multiply(*xs)).sum())])
+                else:
+                    known[key] = np.bincount(which, weights=xs[0] if len(xs) == 1 else xs[0] * xs[1], minlength=k)
+            return known[key]
+
         pairs = ((a, a), (a, ta), (ta, ta), (b, b), (b, tb), (tb, tb), (a, b), (a, tb), (ta, b), (ta, tb))
-        if k == 1:
-            totals = [np.array([float(x.sum())]) for x in (a, ta, b, tb)] + [
-                np.array([float(np.multiply(x, y).sum())]) for x, y in pairs]  # fmt: skip
-        else:
-            totals = [np.bincount(which, weights=x, minlength=k) for x in (a, ta, b, tb)] + [
-                np.bincount(which, weights=x * y, minlength=k) for x, y in pairs]  # fmt: skip
+        totals = [total(x) for x in (a, ta, b, tb)] + [total(x, y) for x, y in pairs]
         m = np.bincount(which, minlength=k)
         sums, squares = np.zeros((2, k)), np.zeros((3, k))
         columns = np.vstack(totals).T.tolist()  # a stratum's totals, as Python floats

@@ -180,7 +180,7 @@ class ClusterSums:
     ``w``, ``w^2 y^2``, ``w^2 y`` and ``w^2`` over its pairs; ``n`` is the number of pairs. A query engine can
     compute these in one pass (see :mod:`delta_eval.analysis.analyze`), so a million pairs need not be loaded."""
 
-    strata: Sequence[str]
+    strata: Sequence[str] | np.ndarray
     wy: np.ndarray
     w: np.ndarray
     w2y2: np.ndarray

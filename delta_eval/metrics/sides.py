@@ -29,6 +29,7 @@ from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.distributions import binom_ppf
 from delta_eval.metrics.frames import Rows, rows_of
 from delta_eval.metrics.intervals import ClusteredMean, ClusterSums, t_interval
+from delta_eval.metrics.key_order import by_key_then
 
 __all__ = [
     "SIDE_COLUMNS",
@@ -293,8 +294,8 @@ def _one_per_cluster_mean(values: np.ndarray, weights: np.ndarray) -> ClusteredM
     """:func:`~delta_eval.metrics.intervals.clustered_mean` of values each in a cluster of its own, one stratum,
     summed in an order of their own (by value, then weight): the same clusters in any order (of their names, of
     their keys, of a run's files) give the same sums to the last bit, with no name read or sorted."""
-    order = np.lexsort((weights, values))
+    order = by_key_then(values, weights)  # (lexsort's order of the values: sorting most once, not twice)
     y, w = values[order], weights[order]
     # + 0.0: the per-cluster sums of clustered_mean start from 0.0 (a -0.0 becomes 0.0 there too).
-    return ClusterSums(strata=[""] * len(y), wy=w * y + 0.0, w=w + 0.0, w2y2=w * w * y * y + 0.0,
+    return ClusterSums(strata=np.full(len(y), "", dtype=str), wy=w * y + 0.0, w=w + 0.0, w2y2=w * w * y * y + 0.0,
                        w2y=w * w * y + 0.0, w2=w * w + 0.0, n=len(y)).mean()  # fmt: skip

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from delta_eval.metrics.counted import Counted, _counts, _strata_groups, _vary, counted, shared_memo
 from delta_eval.metrics.difference import PairedSums
 from delta_eval.metrics.estimand import Estimand, contribution
+from delta_eval.metrics.key_order import by_key_then
 
 __all__ = ["GROUPS", "tallied", "tallied_or_counted"]
 
@@ -145,7 +146,7 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
     from the verdicts then)."""
     # Sorted by key, then by group and stratum (one code for the two): each conversation of a group a run, its
     # strata in their order.
-    order = _by_key_then(key, groups * (int(stratum.max(initial=0)) + 1) + stratum)
+    order = by_key_then(key, groups * (int(stratum.max(initial=0)) + 1) + stratum)
     g, k, s, w = groups[order], key[order], stratum[order], weight[order]
     starts = _runs(g, k, s)
     if len(_runs(g, k, s, w)) != len(starts):
@@ -191,24 +192,6 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
     return out
 
 
-def _by_key_then(key: np.ndarray, then: np.ndarray) -> np.ndarray:
-    """The order of rows by ``key``, then by ``then``: ``np.lexsort((then, key))``, in a third of its time where
-    most keys have one row (a conversation's tallies: one row each, mostly), sorting only the runs of keys of
-    several rows by ``then``."""
-    order = np.argsort(key)
-    if len(order) < 2:
-        return order
-    k = key[order]
-    new = np.ones(len(k), dtype=bool)
-    new[1:] = k[1:] != k[:-1]
-    run = np.cumsum(new) - 1
-    several = np.bincount(run)[run] > 1
-    if several.any():
-        at = np.flatnonzero(several)
-        order[at] = order[at][np.lexsort((then[order[at]], run[at]))]
-    return order
-
-
 def _stable_order(codes: np.ndarray) -> np.ndarray:
     """A stable order of small whole numbers (a radix sort where they fit in 16 bits)."""
     small = codes.size and int(codes.min()) >= 0 and int(codes.max()) < 1 << 15
@@ -245,7 +228,7 @@ def _per_stratum(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units
     ``_STRATA``), named as it names them: from the counted tallies' group, conversation key, stratum (its rank in
     text order) and units (``t``, ``ua``, ``ub`` a row), each conversation of a group in the largest stratum it has."""
     # Sorted by conversation and group, each (group, conversation) a run of rows: its sums over the run.
-    order = _by_key_then(key, groups)
+    order = by_key_then(key, groups)
     g, k = groups[order], key[order]
     starts = _runs(g, k)
     t, ua, ub = np.add.reduceat(units[:, order], starts, axis=1) if len(order) else units

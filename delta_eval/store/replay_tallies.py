@@ -126,7 +126,16 @@ def _run(sql: str) -> pa.Table:
         found = db.sql(sql).to_arrow_table()
     found = found.append_column("cost", _fsum(found.column("costs")))
     schema = REPLAY_TALLY_TABLE.schema
-    return pa.table([found.column(f.name).cast(f.type) for f in schema], schema=schema)
+    return _in_order(pa.table([found.column(f.name).cast(f.type) for f in schema], schema=schema))
+
+
+#: The order tallies are written in: by side, then conversation key (the order the decision reads them in, which it
+#: then need not sort them into: see ``metrics.decision_sql``), then epoch.
+ORDER = (("side", "ascending"), ("conversation_key", "ascending"), ("epoch", "ascending"))
+
+
+def _in_order(tallies: pa.Table) -> pa.Table:
+    return tallies.sort_by(list(ORDER)) if tallies.num_rows > 1 else tallies
 
 
 #: The Arrow type of each SQL type of :data:`READS`.
@@ -139,7 +148,7 @@ def _false_if_null(x: pa.Array) -> pa.Array:
 
 def replay_tally(replays: pa.Table) -> pa.Table:
     """The tallies of ``replays`` (a batch's rows, with the replays' columns): one row per side, epoch and
-    conversation key.
+    conversation key, in the order of :data:`ORDER`.
 
     In Arrow, a batch at a time as the run writes it (a DuckDB query costs tens of milliseconds to start, more than
     the batch's own writing): the same sums as :func:`delta_eval.replay_sums.turn_sums` and
@@ -194,7 +203,7 @@ def replay_tally(replays: pa.Table) -> pa.Table:
     columns = {**{k: summed.column(k) for k in KEYS}, **{name: summed.column(f"{name}_sum") for name in counts},
                "most_calls": summed.column("most_calls_max"), "least_calls": summed.column("least_calls_min"),
                "cost": _fsum(summed.column("cost_usd_list"))}  # fmt: skip
-    return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
+    return _in_order(pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema))
 
 
 def write_replay_tallies(replays: Path, dest: Path) -> int:

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from delta_eval.metrics.intervals import ClusterSums
+from delta_eval.metrics.key_order import by_key_then
+from delta_eval.metrics.sides import _one_per_cluster_mean
+
+# Few distinct values, so that keys and pairs of key and second value tie often; signed zeros, infinities.
+VALUES = st.sampled_from([0.0, -0.0, 1.0, 1.5, -2.0, 3.25, 1e-300, 7e10, np.inf, -np.inf])
+KEYS = st.one_of(VALUES, st.floats(allow_nan=False, width=64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(KEYS, VALUES), max_size=80))
+def test_the_values_come_in_lexsorts_order(rows: list[tuple[float, float]]) -> None:
+    key = np.array([k for k, _ in rows], dtype=float)
+    then = np.array([t for _, t in rows], dtype=float)
+    order = by_key_then(key, then)
+    want = np.lexsort((then, key))
+    assert sorted(order.tolist()) == list(range(len(rows)))
+    # The same sequence of values (rows equal in both may swap: nothing tells them apart).
+    assert np.array_equal(key[order], key[want])
+    assert np.array_equal(then[order], then[want])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 1.25, 2.0, 1 / 3]), st.floats(0.01, 100.0)), min_size=1,
+                max_size=60), st.randoms(use_true_random=False))  # fmt: skip
+def test_the_cost_ratios_mean_is_lexsorts_to_the_bit(rows: list[tuple[float, float]], rng: object) -> None:
+    """The cost ratio's mean (one conversation a cluster) sums in the order lexsort gives, in any input order."""
+    values = np.array([v for v, _ in rows])
+    weights = np.array([w for _, w in rows])
+    order = np.lexsort((weights, values))
+    y, w = values[order], weights[order]
+    want = ClusterSums(strata=[""] * len(y), wy=w * y + 0.0, w=w + 0.0, w2y2=w * w * y * y + 0.0,
+                       w2y=w * w * y + 0.0, w2=w * w + 0.0, n=len(y)).mean()  # fmt: skip
+    shuffled = list(range(len(rows)))
+    rng.shuffle(shuffled)  # type: ignore[attr-defined]
+    assert _one_per_cluster_mean(values[shuffled], weights[shuffled]) == want
