@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -255,11 +256,12 @@ class RunResult:
             return ExitCode.INCOMPLETE
         return (decision or self.decision()).exit_code_at(fail_on)
 
-    def connect(self) -> Any:
+    def connect(self, datasets: Collection[str] | None = None) -> Any:
         """A DuckDB connection with views ``replays``, ``verdicts``, ``judgements``, ``errors``, ``conversations``,
         ``strata``, ``media``, ``pairs`` and ``tool_calls`` (see :func:`delta_eval.open_run`), and ``verdict_tallies``
-        where they count every verdict."""
-        return self._open()
+        where they count every verdict. ``datasets``: the views of these alone (and their tallies), for a caller
+        that reads one or two (each view reads its files' footers when it is made)."""
+        return self._open(None if datasets is None else tuple(datasets))
 
     def _open(self, datasets: tuple[str, ...] | None = None) -> Any:
         # A damaged folder's warning once per result, however many connections it opens (the decision's, then

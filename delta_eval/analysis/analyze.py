@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from delta_eval.analysis.changes import changes, pair_behaviours
@@ -33,12 +35,13 @@ from delta_eval.analysis.evidence import decision_view
 from delta_eval.analysis.naming import LLMNamer
 from delta_eval.analysis.pair_filter import PairFilter, create_index
 from delta_eval.analysis.sections import diff_sections, prompt_sections
-from delta_eval.analysis.spend import SideSpend, side_spend
+from delta_eval.analysis.spend import SideSpend, SpendRow, side_spend, spend_rows
 from delta_eval.analysis.themes import attribute, find_themes
 from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.metrics.counted import Counted, shared_sums, weights_vary_sql
 from delta_eval.metrics.decision import DecisionRule
+from delta_eval.metrics.decision_sql import shared_latencies, sorted_latencies
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.tallied import tallied_or_counted
@@ -60,6 +63,27 @@ def _cache_figures(spend: SideSpend | None) -> dict[str, Any]:
         "cache_write_tokens": spend.cache_write_tokens,
         "cost_usd_at_full_price": round(spend.full_price_usd, 6) if spend.full_price_usd is not None else None,
         "saved_by_caching_usd": round(saved, 6) if saved is not None else None,
+    }
+
+
+def _side_figures(rows: list[SpendRow], latencies: np.ndarray, spend: SideSpend | None) -> dict[str, Any]:
+    """A side's figures for the summary from its replays added up per model (:func:`spend_rows`) and its sorted
+    latencies of the turns that did not fail (:func:`sorted_latencies`)."""
+    n = sum(r.replays for r in rows)
+    priced = all(r.unpriced == 0 for r in rows)
+    counted = all(r.unknown_usage == 0 for r in rows)  # a replay without usage: the side's tokens unknown (null)
+    known_cap = sum(r.tool_cap_known for r in rows)
+    p50, p90 = (float(q) for q in np.quantile(latencies, [0.5, 0.9])) if len(latencies) else (0.0, 0.0)
+    return {
+        "replays": n,
+        "cost_usd": round(math.fsum(r.cost_usd or 0.0 for r in rows), 6) if priced else None,
+        "input_tokens": sum(int(r.input_tokens or 0) for r in rows) if counted else None,
+        "output_tokens": sum(int(r.output_tokens or 0) for r in rows) if counted else None,
+        **_cache_figures(spend),
+        "latency_ms_p50": round(p50, 1),
+        "latency_ms_p90": round(p90, 1),
+        "hit_tool_cap": round(sum(int(r.hit_tool_cap or 0) for r in rows) / known_cap, 4) if known_cap else 0.0,
+        "errors": sum(r.errors for r in rows),
     }
 
 
@@ -87,6 +111,7 @@ class Analysis:
         self.path = self.result.path
         self.cache = self.result.analysis_dir
         self._con: Any = None
+        self._figures_con: Any = None
         self._indexed = False
         self._fresh_cache()
 
@@ -133,6 +158,17 @@ class Analysis:
             self._con = self.result.connect()
         return self._con
 
+    @property
+    def _figures(self) -> Any:
+        """The connection the figures (the summary, the decision, the win rates) are read from: :attr:`con` where
+        it is open, else one of the verdicts and replays alone (the views of every dataset cost a summary of a
+        million pairs a twentieth of its time; what else it reads opens :attr:`con`)."""
+        if self._con is not None:
+            return self._con
+        if self._figures_con is None:
+            self._figures_con = self.result.connect(("verdicts", "replays"))
+        return self._figures_con
+
     # -- summary -----------------------------------------------------------------------------------------------
 
     @property
@@ -146,27 +182,28 @@ class Analysis:
         e = self._rule_estimand if over is None else self._rule_estimand.model_copy(update={"over": over})
         if e.weighted == "auto":
             _, _, counted_where = sql_contribution(e, has_error_side=self._error_side_column)
-            e = e.model_copy(update={"weighted": weights_vary_sql(self.con, "verdicts", counted_where)})
+            e = e.model_copy(update={"weighted": weights_vary_sql(self._figures, "verdicts", counted_where)})
         return e
 
     @functools.cached_property
     def _error_side_column(self) -> bool:
         # Folders written before verdicts said which side failed have no such column (the SQL reads the text).
-        return "error_side" in {row[0] for row in self.con.execute("DESCRIBE verdicts").fetchall()}
+        return "error_side" in {row[0] for row in self._figures.execute("DESCRIBE verdicts").fetchall()}
 
     def _win_rates(self, *, judged: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         # Summed per stratum from the verdicts' tallies where they serve, else per conversation and stratum by
         # DuckDB over the run's files (metrics.counted): what RunResult.win_rate and the decision read too.
-        tallies = shared_tallies(self.con)  # (of the connection's snapshot: what its decision reads too)
+        con = self._figures
+        tallies = shared_tallies(con)  # (of the connection's snapshot: what its decision reads too)
         if judged:
             e = self.estimand("judged")
-            return _win_rate(tallied_or_counted(tallies, "verdicts", e, con=self.con)[""]), []
+            return _win_rate(tallied_or_counted(tallies, "verdicts", e, con=con)[""]), []
         # Over all pairs, weighted="auto" is left to counted, which settles it as estimand() does (on the counted
         # rows' weights, from the counts query it runs anyway): the decision's very queries, run once within
         # shared_sums. Tallies settle it alike (on the counted tallies' weights).
         e = self._rule_estimand.model_copy(update={"over": "all"})
         whole: dict[str, Any] = {}
-        groups = tallied_or_counted(tallies, "verdicts", e, con=self.con, by="stratum", null="None", total=whole)
+        groups = tallied_or_counted(tallies, "verdicts", e, con=con, by="stratum", null="None", total=whole)
         total = whole[""]
         per = [{"stratum": h, **rate} for h, c in sorted(groups.items()) if (rate := _win_rate(c)) is not None]
         return _win_rate(total), per
@@ -189,7 +226,7 @@ class Analysis:
 
     def _summary(self, decision: bool) -> dict[str, Any]:
         m = self.result.manifest
-        con = self.con
+        con = self._figures
         overall, by_stratum = self._win_rates(judged=False)
         # The pairs by stage and by outcome from one scan of the verdicts (grouping sets), each in its order.
         funnel: dict[Any, int] = {}
@@ -202,15 +239,17 @@ class Analysis:
                 outcomes[outcome] = n
             else:
                 funnel[stage] = n
-        # Both latency quantiles from one sort of each side's latencies (a list, null when the side has none).
-        sides = con.execute(
-            "SELECT side, n, cost, priced, counted, tin, tout, q[1], q[2], cap, errs FROM (SELECT side, count(*) AS n, "
-            "fsum(cost_usd) AS cost, count(cost_usd) AS priced, count(input_tokens) AS counted, "
-            "sum(input_tokens) AS tin, sum(output_tokens) AS tout, quantile_cont(latency_ms, [0.5, 0.9]) AS q, "
-            "avg(hit_tool_cap::INT) AS cap, sum((error IS NOT NULL)::INT) AS errs FROM replays "
-            "WHERE side <> 'recorded' GROUP BY side) ORDER BY side"
-        ).fetchall()
-        cache = {x.side: x for x in side_spend(con, m.config.get("prices"))}
+        # Each side's replays added up per model, from one scan: its figures and its spend. Its latencies are the
+        # turns' the decision reads (that did not fail): read by the decision, when it is computed here, first.
+        spent = spend_rows(con)
+        cache = {x.side: x for x in side_spend(con, m.config.get("prices"), rows=spent)}
+        decided = self.decision() if decision else None
+        rows: dict[str, list[SpendRow]] = {}
+        for row in spent:
+            rows.setdefault(row.side, []).append(row)
+        latencies = shared_latencies(con)
+        if latencies is None or not set(rows) <= set(latencies):
+            latencies = sorted_latencies(con, "replays", sorted(rows))
         data: dict[str, Any] = {
             "run": str(self.path),
             "status": m.status,
@@ -222,27 +261,13 @@ class Analysis:
             "outcomes": outcomes,
             "win_rate": {"all": overall, "judged": self._win_rates(judged=True)[0]},
             "by_stratum": by_stratum,
-            "sides": {
-                side: {
-                    "replays": n,
-                    "cost_usd": round(cost, 6) if priced == n and cost is not None else None,
-                    # A replay without usage makes the side's tokens unknown (null), never a partial sum.
-                    "input_tokens": int(tin or 0) if counted == n else None,
-                    "output_tokens": int(tout or 0) if counted == n else None,
-                    **_cache_figures(cache.get(side)),
-                    "latency_ms_p50": round(p50 or 0.0, 1),
-                    "latency_ms_p90": round(p90 or 0.0, 1),
-                    "hit_tool_cap": round(cap or 0.0, 4),
-                    "errors": int(errs or 0),
-                }
-                for side, n, cost, priced, counted, tin, tout, p50, p90, cap, errs in sides
-            },
+            "sides": {side: _side_figures(mine, latencies[side], cache.get(side)) for side, mine in rows.items()},
             "judging": {stage: spend.model_dump() for stage, spend in m.counts.judging.items()},
             "simulating": {role: spend.model_dump() for role, spend in m.counts.simulating.items()},
             "damage": [str(d) for d in self.result.damage],
         }
-        if decision:
-            data["decision"] = self.decision()
+        if decided is not None:
+            data["decision"] = decided
         return data
 
     def decision(self) -> dict[str, Any]:
@@ -251,7 +276,7 @@ class Analysis:
         cached = self._load("decision.json")
         if cached is not None:
             return dict(cached)
-        d = self.result.decision(con=self.con)  # figures only: no list of every latency and every cost
+        d = self.result.decision(con=self._figures)  # figures only: no list of every latency and every cost
         view = decision_view(d)
         evidence = {"tests": [{"text": text, "links": [list(x) for x in links]} for text, links in view["tests"]],
                     "gates": view["gates"], "strata": view["strata"]}  # fmt: skip

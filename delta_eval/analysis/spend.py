@@ -14,14 +14,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from delta_eval.pricing import Price, cost, price_for, total_cost
 from delta_eval.schema import Usage
 
-__all__ = ["SideSpend", "side_spend", "spend_lines"]
+__all__ = ["SideSpend", "SpendRow", "side_spend", "spend_lines", "spend_rows"]
 
 
 @dataclass(frozen=True)
@@ -57,31 +57,66 @@ class SideSpend:
         return asdict(self)
 
 
+class SpendRow(NamedTuple):
+    """What the replays of one side and model add up to (see :func:`spend_rows`): sums are ``None`` where no replay
+    has the column's value."""
+
+    side: str
+    model: str | None
+    replays: int
+    unknown_usage: int
+    input_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    output_tokens: int | None
+    unpriced: int
+    cost_usd: float | None
+    hit_tool_cap: int | None
+    tool_cap_known: int
+    errors: int
+
+
 _QUERY = """
     SELECT side, model, count(*), count(*) - count(input_tokens), sum(input_tokens), sum(cached_input_tokens),
-           sum(cache_write_tokens), sum(output_tokens), count(*) - count(cost_usd), fsum(cost_usd)
-    FROM replays WHERE side <> 'recorded' GROUP BY side, model ORDER BY side, model
+           sum(cache_write_tokens), sum(output_tokens), count(*) - count(cost_usd), fsum(cost_usd),
+           sum(hit_tool_cap::INT), count(hit_tool_cap), sum((error IS NOT NULL)::INT)
+    FROM (SELECT {columns} FROM replays) WHERE side <> 'recorded' GROUP BY side, model ORDER BY side, model
 """
+#: The replays' columns read, each with its type (null where a table has none: a run's have each).
+_READS = {"side": "VARCHAR", "model": "VARCHAR", "input_tokens": "BIGINT", "cached_input_tokens": "BIGINT",
+          "cache_write_tokens": "BIGINT", "output_tokens": "BIGINT", "cost_usd": "DOUBLE", "hit_tool_cap": "BOOLEAN",
+          "error": "VARCHAR"}  # fmt: skip
 
 
-def side_spend(con: Any, prices: Mapping[str, Any] | None = None) -> list[SideSpend]:
+def spend_rows(con: Any) -> list[SpendRow]:
+    """Per side and model, the replays of the run open on DuckDB connection ``con`` (its ``replays`` view) added
+    up, from one scan: what :func:`side_spend` and the analysis' summary of each side read."""
+    have = {str(c) for c in con.sql("SELECT * FROM replays LIMIT 0").columns}
+    columns = ", ".join(f"{c if c in have else 'NULL'}::{t} AS {c}" for c, t in _READS.items())
+    return [SpendRow(*row) for row in con.execute(_QUERY.format(columns=columns)).fetchall()]
+
+
+def side_spend(con: Any, prices: Mapping[str, Any] | None = None, *,
+               rows: Sequence[SpendRow] | None = None) -> list[SideSpend]:  # fmt: skip
     """The spend of each side of the run open on DuckDB connection ``con`` (with its ``replays`` view), at the
-    run's ``prices`` (model -> :class:`~delta_eval.pricing.Price` or its dict)."""
+    run's ``prices`` (model -> :class:`~delta_eval.pricing.Price` or its dict); from its :func:`spend_rows` when
+    given (read otherwise)."""
     table = {k: v if isinstance(v, Price) else Price.model_validate(v) for k, v in (prices or {}).items()}
-    groups: dict[str, list[tuple[Any, ...]]] = {}
-    for row in con.execute(_QUERY).fetchall():
-        groups.setdefault(row[0], []).append(row)
+    groups: dict[str, list[SpendRow]] = {}
+    for row in spend_rows(con) if rows is None else rows:
+        groups.setdefault(row.side, []).append(row)
     out = []
-    for side, rows in groups.items():
-        replays = sum(r[2] for r in rows)
-        unknown = sum(r[3] for r in rows)
+    for side, mine in groups.items():
+        replays = sum(r.replays for r in mine)
+        unknown = sum(r.unknown_usage for r in mine)
         known = unknown == 0
-        usages = [Usage(input_tokens=int(r[4] or 0), cached_input_tokens=int(r[5] or 0),
-                        cache_write_tokens=int(r[6] or 0), output_tokens=int(r[7] or 0)) for r in rows]  # fmt: skip
-        costs = [float(r[9] or 0.0) if r[8] == 0 else None for r in rows]
+        usages = [Usage(input_tokens=int(r.input_tokens or 0), cached_input_tokens=int(r.cache_read_tokens or 0),
+                        cache_write_tokens=int(r.cache_write_tokens or 0), output_tokens=int(r.output_tokens or 0))
+                  for r in mine]  # fmt: skip
+        costs = [float(r.cost_usd or 0.0) if r.unpriced == 0 else None for r in mine]
         full, actual = [], []
-        for r, u in zip(rows, usages, strict=True):
-            price = price_for(str(r[1]), table)
+        for r, u in zip(mine, usages, strict=True):
+            price = price_for(str(r.model), table)
             # What caching changed is the input's price only: the same tokens, every input token at full price.
             full.append(cost(u.model_copy(update={"cached_input_tokens": 0, "cache_write_tokens": 0}), price))
             actual.append(cost(u, price))

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_eval.metrics.consistency import Consistency, consistency
-from delta_eval.metrics.counted import Counted
+from delta_eval.metrics.counted import Counted, shared_memo
 from delta_eval.metrics.difference import PRODUCTS, PairedSums, StratumSums
 from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import fetch_table, to_arrow
@@ -35,7 +35,17 @@ from delta_eval.metrics.text_order import text_order
 from delta_eval.replay_sums import COST, COUNTS, turn_sums
 from delta_eval.sql import quote_ident, quote_literal
 
-__all__ = ["Source", "audit_of", "check_rates_of", "figures_only", "gate_results", "goal_rates_of", "side_metrics_of"]
+__all__ = [
+    "Source",
+    "audit_of",
+    "check_rates_of",
+    "figures_only",
+    "gate_results",
+    "goal_rates_of",
+    "shared_latencies",
+    "side_metrics_of",
+    "sorted_latencies",
+]
 
 _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
                   "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
@@ -331,15 +341,14 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         known_costs[side] = mine[~np.isnan(mine)].tolist()
         src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
-    # Every side's latencies from one scan.
     sides = sorted(conversations)
-    timed = _timed(src, sides)
-    which = timed.column("k").to_numpy(zero_copy_only=False)
-    every = np.asarray(timed.column("x").to_numpy(zero_copy_only=False), dtype=float)
+    timed = sorted_latencies(src.db, src.replays, sides)
+    memo = shared_memo()
+    if memo is not None:  # what the summary's latency figures read too (see shared_latencies)
+        memo[("latencies", id(src.db), src.raw_replays)] = (src.db, timed)
     products = _products(src)
-    for k, side in enumerate(sides, start=1):
-        latencies = every[which == k]  # a copy already: sorted in place, once (for the quantiles, and as the rows
-        latencies.sort()  # path lists them)
+    for side in sides:
+        latencies = timed[side]
         p50 = float(np.median(latencies)) if len(latencies) else None
         p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
         own, count = costs[side], conversations[side]
@@ -575,15 +584,33 @@ def _binary(n: np.ndarray, events: np.ndarray) -> PairedSums:
                                     iid=np.array([sa, sa, st, 0.0, 0.0, st, 0.0, sa, 0.0, st]))  # fmt: skip
 
 
-def _timed(src: Source, sides: Sequence[str]) -> pa.Table:
-    """Every replayed turn that did not fail, as its side (``k``: its place in ``sides``, from 1) and latency
-    (``x``), from one scan (through Arrow: no copy of two million values, as numpy's fetch makes)."""
-    return fetch_table(
-        src.db,
+def sorted_latencies(db: Any, replays: str, sides: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each of ``sides``' latencies (ms) of its replayed turns that did not fail, sorted (a missing one is 0, as
+    :func:`~delta_eval.metrics.sides.side_metrics` reads it), from one scan of the table ``replays`` in ``db``
+    (through Arrow: no copy of two million values, as numpy's fetch makes): what a side's latency figures are read
+    from."""
+    timed = fetch_table(
+        db,
         "SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
-        f"FROM {src.replays} WHERE error IS NULL AND side <> 'recorded'",
+        f"FROM {replays} WHERE error IS NULL AND side <> 'recorded'",
         [list(sides)],
     )
+    which = timed.column("k").to_numpy(zero_copy_only=False)
+    every = np.asarray(timed.column("x").to_numpy(zero_copy_only=False), dtype=float)
+    out = {}
+    for k, side in enumerate(sides, start=1):
+        out[side] = every[which == k]  # a copy already: sorted in place, once
+        out[side].sort()
+    return out
+
+
+def shared_latencies(db: Any, replays: str = "replays") -> dict[str, np.ndarray] | None:
+    """The sides' :func:`sorted_latencies` that a decision on the replays ``replays`` in ``db`` read within the
+    enclosing :func:`~delta_eval.metrics.counted.shared_sums` block (``None`` if none did): the summary's latency
+    figures are of the same turns, so the decision it includes spares it a scan and a sort of every latency."""
+    memo = shared_memo()
+    found = memo.get(("latencies", id(db), replays)) if memo is not None else None
+    return None if found is None else dict(found[1])
 
 
 def _products(src: Source) -> dict[str, tuple[float, float, float]]:

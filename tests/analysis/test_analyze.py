@@ -382,3 +382,48 @@ def test_a_sides_spend_is_summed_exactly_rounded_whatever_the_order() -> None:
                                               "input_tokens": [1] * 3, "cached_input_tokens": [0] * 3,
                                               "cache_write_tokens": [0] * 3, "output_tokens": [1] * 3}))  # fmt: skip
             assert [s.cost_usd for s in side_spend(con)] == [0.6]
+
+
+def test_a_sides_latency_figures_are_the_decisions_turns_with_or_without_the_decision(tmp_path: Path) -> None:
+    """The summary's latency quantiles are of the turns that did not fail (a failed turn's time to its error is no
+    latency of an answer), a missing latency 0, as the decision's latency gate reads them: the same figures whether
+    the summary includes the decision (whose scan of the latencies it then reads) or not, and the same as SQL's over
+    the same turns; the other figures of a side summed over its models."""
+    import duckdb
+    import numpy as np
+
+    from delta_eval.store.manifest import RunManifest
+
+    folder = RunFolder(tmp_path / "run")
+    folder.write_manifest(RunManifest(status="completed", fingerprint={}, config={}, source="s", baseline="b",
+                                      candidate="c"))  # type: ignore[arg-type]  # fmt: skip
+    for k in range(40):
+        folder.add("verdicts", [de.Verdict(pair_id=f"p{k}", conversation_id=f"c{k % 9}", turn_index=k, stage="judge",
+                                           outcome=["candidate", "baseline", "tie"][k % 3])])  # fmt: skip
+        for side in ("baseline", "candidate", "recorded"):
+            failed = side != "recorded" and k % 7 == 2
+            folder.add("replays", [de.Replay(
+                pair_id=f"p{k}", conversation_id=f"c{k % 9}", turn_index=k, side=side, variant="v",
+                model=f"m{k % 2}", output=de.TurnOutput(final_text="ok"), finish_reason="stop", cost_usd=0.01 * (k % 5),
+                latency_ms=90_000.0 if failed else 10.0 * k + (side == "candidate"),
+                hit_tool_cap=k % 6 == 1, error="timeout" if failed else None,
+            )])  # fmt: skip
+        if k % 10 == 9:
+            folder.commit()
+    with_decision = de.analyze(folder.path).summary()
+    without = de.analyze(folder.path).summary(decision=False)
+    assert with_decision["sides"] == without["sides"]
+    with duckdb.connect() as con:
+        con.execute(f"CREATE VIEW r AS SELECT * FROM read_parquet('{folder.path}/replays/*.parquet')")
+        for side, got in without["sides"].items():
+            q = con.execute("SELECT quantile_cont(coalesce(latency_ms, 0.0), [0.5, 0.9]) FROM r "
+                            "WHERE side = ? AND error IS NULL", [side]).fetchall()[0][0]  # fmt: skip
+            assert (got["latency_ms_p50"], got["latency_ms_p90"]) == (round(q[0], 1), round(q[1], 1))
+            n, errors, cap, cost = con.execute("SELECT count(*), count(error), avg(hit_tool_cap::INT), sum(cost_usd) "
+                                               "FROM r WHERE side = ?", [side]).fetchall()[0]  # fmt: skip
+            assert (got["replays"], got["errors"], got["hit_tool_cap"]) == (n, errors, round(cap, 4))
+            assert got["cost_usd"] == pytest.approx(cost, abs=1e-9)
+            assert got["latency_ms_p90"] < 90_000.0  # no failed turn's time
+    lists = de.open_result(folder.path).decision(lists=True).sides
+    for side, got in with_decision["sides"].items():
+        assert got["latency_ms_p50"] == round(float(np.quantile(lists[side].latencies_ms, 0.5)), 1)
