@@ -40,6 +40,7 @@ LAYER_OF = {
             "installed",
             "lazy",
             "replay_sums",
+            "duckdb_connect",
         ),
         "core",
     ),
@@ -187,3 +188,20 @@ def test_the_checks_can_fail() -> None:
     assert "judges" not in ALLOWED["adapters"]
     assert layer("delta_eval.replay.render") == "replay"
     assert layer("delta_eval.ingest") == "ingest"
+
+
+def _connect_calls(path: Path) -> list[int]:
+    """The lines where a file calls ``duckdb.connect`` (code, not a docstring's example)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "connect"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "duckdb"]  # fmt: skip
+
+
+def test_every_duckdb_connection_is_opened_quiet() -> None:
+    # DuckDB prints a progress bar into a run's output for any query over two seconds: every connection the
+    # library opens goes through delta_eval.duckdb_connect, which turns it off.
+    found = sorted(f"{p.relative_to(PACKAGE.parent)}:{n}" for p in PACKAGE.rglob("*.py")
+                   if p.name != "duckdb_connect.py" for n in _connect_calls(p))  # fmt: skip
+    assert found == []
+    assert _connect_calls(PACKAGE / "duckdb_connect.py")  # (the check finds what it looks for)

@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from delta_eval.duckdb_connect import connect
 from delta_eval.exceptions import ConfigError
 from delta_eval.metrics import wilson_interval
 from delta_eval.result import RunResult
@@ -144,7 +145,7 @@ def _label_rows(labels: Any) -> tuple[list[tuple[str, Any]], str]:
         import duckdb
 
         reader = "read_parquet(?)" if path.suffix.lower() in (".parquet", ".pq") else "read_csv(?, all_varchar = true)"
-        con = duckdb.connect()
+        con = connect()
         try:
             rel = con.sql(f"SELECT * FROM {reader}", params=[str(path)])
             columns, rows = rel.columns, rel.fetchall()

@@ -24,6 +24,7 @@ from typing import Any, overload
 import pyarrow as pa
 
 from delta_eval.analysis.analyze import Analysis
+from delta_eval.duckdb_connect import connect
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.intervals import wilson_interval
 from delta_eval.result import RunResult
@@ -51,10 +52,8 @@ class PairOutcomes:
     """
 
     def __init__(self, tables: Sequence[pa.Table]) -> None:
-        import duckdb
-
         self.runs = len(tables)
-        self._con = duckdb.connect()
+        self._con = connect()
         self._lock = threading.Lock()
         for i, table in enumerate(tables):
             self._con.register(f"_run{i}", pa.table({"pair_id": table["pair_id"], f"o{i}": table["outcome"]}))

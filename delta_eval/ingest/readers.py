@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from delta_eval.duckdb_connect import connect
 from delta_eval.exceptions import ConfigError, RecordError
 
 __all__ = [
@@ -161,7 +162,7 @@ def iter_sql(query: str, database: str | None = None) -> Iterator[RawRecord]:
     """Rows of a DuckDB query (over any file DuckDB reads, or tables of ``database``), one batch at a time."""
     import duckdb
 
-    con = duckdb.connect(database or ":memory:", read_only=database is not None)
+    con = connect(database or ":memory:", read_only=database is not None)
     try:
         try:
             relation = con.sql(query)

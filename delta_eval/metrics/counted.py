@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from delta_eval.duckdb_connect import connect
 from delta_eval.metrics.difference import PRODUCTS, PairedSums, StratumSums, exact_residuals
 from delta_eval.metrics.estimand import (
     VERDICT_COLUMNS,
@@ -270,8 +271,6 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
     test, a row per stratum reaching Python) instead of a row per conversation (what only the cluster bootstrap
     needs). Weighted or soft sums stay per conversation: added up in a fixed order, they are the same to the last
     bit whatever order the rows are stored in."""
-    import duckdb
-
     e = estimand or Estimand()
     if isinstance(verdicts, str):
         if con is None:
@@ -290,7 +289,7 @@ def counted(verdicts: Rows, estimand: Estimand | None = None, *, by: str | None 
             table = table.append_column(by, pa.nulls(table.num_rows, pa.string()))
         table = table.append_column("_row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
         names = set(table.column_names)
-        db = duckdb.connect()
+        db = connect()
         db.register("src", _with_columns(table))
     memo = _SHARED.get() if isinstance(verdicts, str) else None
 

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
+from delta_eval.duckdb_connect import connect
 from delta_eval.metrics.checks import check_results
 from delta_eval.metrics.consistency import Consistency, consistency
 from delta_eval.metrics.counted import Counted, counted_rows
@@ -225,9 +226,7 @@ def decide(verdicts: Rows, replays: Rows | None = None, rule: DecisionRule | Non
     replay_table = _table(replays) if replays is not None else None
     if table is None or (replays is not None and replay_table is None):
         return _decide_rows(verdicts, replays, r)
-    import duckdb
-
-    db = duckdb.connect()
+    db = connect()
     try:
         # Each row's position names it where it has no conversation, as the rows path does.
         if "_row" in table.column_names:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from delta_eval.allocation import allocate
 from delta_eval.callables import callable_name, resolve_callable
+from delta_eval.duckdb_connect import connect
 from delta_eval.exceptions import ConfigError, SampleWarning
 from delta_eval.schema import Conversation, Stratum
 from delta_eval.sql import quote_ident
@@ -211,7 +212,7 @@ def draw_sample(population: pa.Table, spec: Stratified) -> SampleResult:
     import duckdb
     import pyarrow as pa
 
-    con = duckdb.connect()
+    con = connect()
     try:
         # Views over the Arrow table, not copies of it: DuckDB reads the population where it is, once, for the
         # strata (each copy held the whole table again, and memory grew with the source).

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from delta_eval.duckdb_connect import connect
 from delta_eval.replay_sums import COUNTS, turn_sums
 from delta_eval.sql import quote_ident, quote_literal
 from delta_eval.store.rows import Table
@@ -120,9 +121,7 @@ def _exact_sum(values: list[float]) -> float:
 
 
 def _run(sql: str) -> pa.Table:
-    import duckdb
-
-    with duckdb.connect() as db:
+    with connect() as db:
         found = db.sql(sql).to_arrow_table()
     found = found.append_column("cost", _fsum(found.column("costs")))
     schema = REPLAY_TALLY_TABLE.schema

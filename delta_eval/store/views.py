@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from delta_eval.duckdb_connect import connect
 from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.sql import quote_ident, quote_literal
 from delta_eval.store.derived import DERIVED_FROM, complete
@@ -176,7 +177,7 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     if snapshot.damage:
         warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)
     try:
-        con = duckdb.connect(database)
+        con = connect(database)
         # Each query over a view reads its files' footers again unless kept: a run of a few hundred batches spent
         # a quarter of its decision there. The files of a snapshot do not change under it.
         con.execute("SET parquet_metadata_cache = true")
