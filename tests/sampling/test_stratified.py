@@ -226,7 +226,7 @@ def test_a_sample_of_everything_is_drawn_without_duckdb_as_sql_draws_it(
     in_sql = draw_sample(population, spec)
     monkeypatch.undo()
 
-    def refuse() -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("DuckDB started")
 
     monkeypatch.setattr(duckdb, "connect", refuse)
