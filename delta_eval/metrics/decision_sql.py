@@ -508,18 +508,21 @@ _TALLIED = ("n", "fails", "m", "nd_n", "nd_a", "unpriced", "s_inv", "s_valid", "
 
 
 def _by_side_then_key(got: pa.Table) -> np.ndarray | None:
-    """The order of the rows of ``got`` by side (``grp``, never null), then conversation key (``cl``): ``None``
-    where they are in it already (the replays' tallies are written in it: one pass to check, not a sort)."""
-    grp, key = got.column("grp").combine_chunks(), got.column("cl").to_numpy()
-    if len(key) < 2:
+    """The order of the rows of ``got`` by side (``grp``), then conversation key (``cl``): ``None`` where they are
+    in it already (the replays' tallies are written in it: one pass to check, not a sort)."""
+    grp, cl = got.column("grp").combine_chunks(), got.column("cl")
+    if len(grp) < 2:
         return None
-    before, after = grp.slice(0, len(key) - 1), grp.slice(1)
-    if not pc.any(pc.greater(before, after)).as_py():
-        same = pc.equal(before, after).to_numpy(zero_copy_only=False)
-        if not np.any(same & (key[1:] < key[:-1])):
-            return None
+    # (No caller's rows have a null side or key; were there one, they are sorted as before.)
+    if not grp.null_count and not cl.null_count:
+        key = cl.to_numpy()
+        before, after = grp.slice(0, len(key) - 1), grp.slice(1)
+        if not pc.any(pc.greater(before, after)).as_py():
+            same = pc.equal(before, after).to_numpy(zero_copy_only=False)
+            if not np.any(same & (key[1:] < key[:-1])):
+                return None
     sides = pc.unique(grp).sort()
-    return np.lexsort((key, pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
+    return np.lexsort((cl.to_numpy(zero_copy_only=False), pc.index_in(grp, sides).to_numpy(zero_copy_only=False)))
 
 
 def _tallied_sums(src: Source) -> tuple[pa.Table, dict[str, np.ndarray]] | None:

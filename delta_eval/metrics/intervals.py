@@ -197,7 +197,9 @@ class ClusterSums:
         zc = (self.wy - theta * self.w) / total  # each cluster's sum of w (y - theta) / total
         (var, _, _), df, n_strata = stratified_moments(np.asarray(self.strata, dtype=str), zc, zc)
         # As if every pair were independent: each pair its own cluster, one stratum (the z sum to 0).
-        sum_z2 = float((self.w2y2 - 2 * theta * self.w2y + theta * theta * self.w2).sum()) / (total * total)
+        square = total * total  # (past the doubles' range for subnormal or huge weights: divided twice then)
+        sum_z2 = float((self.w2y2 - 2 * theta * self.w2y + theta * theta * self.w2).sum())
+        sum_z2 = sum_z2 / square if square and math.isfinite(square) else sum_z2 / total / total
         var_iid = self.n / (self.n - 1) * max(sum_z2, 0.0) if self.n > 1 else 0.0
         return ClusteredMean(theta, math.sqrt(var), math.sqrt(var_iid), self.n, len(self.strata), n_strata, df)
 

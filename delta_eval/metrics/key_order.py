@@ -18,14 +18,18 @@ __all__ = ["by_key_then"]
 
 
 def by_key_then(key: np.ndarray, then: np.ndarray) -> np.ndarray:
-    """Indices that order the rows by ``key``, then by ``then`` (numeric arrays of the same length). Rows equal in
-    both come in no particular order: their values are the same either way (what a sum in this order reads)."""
+    """Indices that order the rows by ``key``, then by ``then`` (numeric arrays of the same length), NaNs last and
+    together as lexsort orders them. Rows equal in both come in no particular order: their values compare equal
+    either way (0.0 and -0.0 may swap, as may NaNs of other signs: what a sum in this order reads is the same but
+    for the sign of a zero or of a NaN)."""
     order = np.argsort(key)
     if len(order) < 2:
         return order
     k = key[order]
     new = np.ones(len(k), dtype=bool)
     new[1:] = k[1:] != k[:-1]
+    if k.dtype.kind == "f":
+        new[1:] &= ~(np.isnan(k[1:]) & np.isnan(k[:-1]))  # NaNs are one run, ordered by ``then``, as lexsort has them
     if new.all():
         return order  # every key distinct
     run = np.cumsum(new) - 1

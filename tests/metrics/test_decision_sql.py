@@ -448,3 +448,21 @@ def test_a_runs_side_rates_are_the_same_to_the_bit_keyed_or_not(seed_: int) -> N
         rule = DecisionRule(gates=tuple(Gate(metric=m, max=0.05) for m in gates))
         plain = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule).model_dump()
         assert decide(pa.Table.from_pylist(verdicts), keyed, rule).model_dump() == plain
+
+
+def test_the_sides_order_is_checked_not_sorted_where_the_rows_come_in_it() -> None:
+    """By side (text order), then key: rows in that order need no sort (None); others, and rows with a null side
+    or key (no caller's have one), get lexsort's order."""
+    import pyarrow as pa
+
+    from delta_eval.metrics.decision_sql import _by_side_then_key
+
+    def order(grp: list[str | None], cl: list[int | None]) -> list[int] | None:
+        found = _by_side_then_key(pa.table({"grp": pa.array(grp, pa.string()), "cl": pa.array(cl, pa.int64())}))
+        return None if found is None else found.tolist()
+
+    assert order(["baseline", "baseline", "candidate", "é"], [1, 5, -3, 0]) is None
+    assert order(["baseline", "candidate", "baseline"], [1, 2, 0]) == [2, 0, 1]
+    assert order(["candidate", "candidate", "baseline"], [5, 1, 9]) == [2, 1, 0]
+    assert order(["baseline", None, "baseline"], [2, 1, 1]) == [2, 0, 1]
+    assert order(["baseline", "baseline"], [None, 1]) is not None

@@ -9,8 +9,8 @@ from delta_eval.metrics.key_order import by_key_then
 from delta_eval.metrics.sides import _one_per_cluster_mean
 
 # Few distinct values, so that keys and pairs of key and second value tie often; signed zeros, infinities.
-VALUES = st.sampled_from([0.0, -0.0, 1.0, 1.5, -2.0, 3.25, 1e-300, 7e10, np.inf, -np.inf])
-KEYS = st.one_of(VALUES, st.floats(allow_nan=False, width=64))
+VALUES = st.sampled_from([0.0, -0.0, 1.0, 1.5, -2.0, 3.25, 1e-300, 7e10, np.inf, -np.inf, np.nan, -np.nan])
+KEYS = st.one_of(VALUES, st.floats(width=64))
 
 
 @settings(max_examples=300, deadline=None)
@@ -21,9 +21,9 @@ def test_the_values_come_in_lexsorts_order(rows: list[tuple[float, float]]) -> N
     order = by_key_then(key, then)
     want = np.lexsort((then, key))
     assert sorted(order.tolist()) == list(range(len(rows)))
-    # The same sequence of values (rows equal in both may swap: nothing tells them apart).
-    assert np.array_equal(key[order], key[want])
-    assert np.array_equal(then[order], then[want])
+    # The same sequence of values (rows equal in both may swap: nothing tells them apart but a sign), NaNs too.
+    assert np.array_equal(key[order], key[want], equal_nan=True)
+    assert np.array_equal(then[order], then[want], equal_nan=True)
 
 
 @settings(max_examples=200, deadline=None)
@@ -40,3 +40,19 @@ def test_the_cost_ratios_mean_is_lexsorts_to_the_bit(rows: list[tuple[float, flo
     shuffled = list(range(len(rows)))
     rng.shuffle(shuffled)  # type: ignore[attr-defined]
     assert _one_per_cluster_mean(values[shuffled], weights[shuffled]) == want
+
+
+def test_integer_keys_and_a_cost_ratio_of_subnormal_costs() -> None:
+    """Keys of any numeric type; a cost ratio whose weights square to zero (subnormal baseline costs) still has an
+    interval (the square of their total is no longer divided by)."""
+    import pyarrow as pa
+
+    from delta_eval.metrics.sides import cost_ratio_of
+
+    key = np.array([3, -(2**63), 3, 2**63 - 1, 0], dtype=np.int64)
+    then = np.array([2.0, 1.0, 1.0, 0.0, 5.0])
+    order = by_key_then(key, then)
+    assert order.tolist() == np.lexsort((then, key)).tolist()
+    ratio = cost_ratio_of(pa.array([1e-310, 2e-310, 3e-310]), pa.array([1e-310, 1e-310, 2e-310]))
+    assert ratio.value is not None
+    assert abs(ratio.value - 1.5) < 1e-9
