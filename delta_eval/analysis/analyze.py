@@ -23,6 +23,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -85,6 +86,23 @@ def _side_figures(rows: list[SpendRow], latencies: np.ndarray, spend: SideSpend 
         "hit_tool_cap": round(sum(int(r.hit_tool_cap or 0) for r in rows) / known_cap, 4) if known_cap else 0.0,
         "errors": sum(r.errors for r in rows),
     }
+
+
+def _scans(con: Any) -> tuple[dict[Any, int], dict[Any, int], list[SpendRow]]:
+    """The summary's scans of the run open on ``con``: the pairs by stage and by outcome (one scan of the verdicts,
+    grouping sets, each in its order), and each side's replays added up per model (:func:`spend_rows`: its figures
+    and its spend)."""
+    funnel: dict[Any, int] = {}
+    outcomes: dict[Any, int] = {}
+    for by_outcome, stage, outcome, n in con.execute(
+        "SELECT GROUPING(stage) AS g, stage, outcome, count(*) FROM verdicts "
+        "GROUP BY GROUPING SETS ((stage), (outcome)) ORDER BY g, stage, outcome"
+    ).fetchall():
+        if by_outcome:
+            outcomes[outcome] = n
+        else:
+            funnel[stage] = n
+    return funnel, outcomes, spend_rows(con)
 
 
 def _win_rate(c: Counted) -> dict[str, Any] | None:
@@ -227,23 +245,18 @@ class Analysis:
     def _summary(self, decision: bool) -> dict[str, Any]:
         m = self.result.manifest
         con = self._figures
-        overall, by_stratum = self._win_rates(judged=False)
-        # The pairs by stage and by outcome from one scan of the verdicts (grouping sets), each in its order.
-        funnel: dict[Any, int] = {}
-        outcomes: dict[Any, int] = {}
-        for by_outcome, stage, outcome, n in con.execute(
-            "SELECT GROUPING(stage) AS g, stage, outcome, count(*) FROM verdicts "
-            "GROUP BY GROUPING SETS ((stage), (outcome)) ORDER BY g, stage, outcome"
-        ).fetchall():
-            if by_outcome:
-                outcomes[outcome] = n
-            else:
-                funnel[stage] = n
-        # Each side's replays added up per model, from one scan: its figures and its spend. Its latencies are the
-        # turns' the decision reads (that did not fail): read by the decision, when it is computed here, first.
-        spent = spend_rows(con)
+        # The scans of the funnel and of the spend run on a cursor of their own, in a thread, while the win rates
+        # and the decision compute (mostly in Python: the scans have a core the while); DuckDB releases the GIL.
+        cursor = con.cursor()
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                scans = pool.submit(_scans, cursor)
+                overall, by_stratum = self._win_rates(judged=False)
+                decided = self.decision() if decision else None  # (first: the sides' latencies are its)
+                funnel, outcomes, spent = scans.result()
+        finally:
+            cursor.close()
         cache = {x.side: x for x in side_spend(con, m.config.get("prices"), rows=spent)}
-        decided = self.decision() if decision else None
         rows: dict[str, list[SpendRow]] = {}
         for row in spent:
             rows.setdefault(row.side, []).append(row)
