@@ -54,6 +54,11 @@ from delta_eval.store.tables import TABLES
 __all__ = ["Analysis", "saved_themes"]
 
 
+#: The definition of the summary's figures, in the name of its cached file: a run's summary cached where they were
+#: defined otherwise (unnumbered: the sides' latencies of every replay, failed ones too) is computed again.
+_SUMMARY_VERSION = 2
+
+
 def _cache_figures(spend: SideSpend | None) -> dict[str, Any]:
     """A side's prompt-cache figures for the summary (``None`` where unknown)."""
     if spend is None:
@@ -232,14 +237,15 @@ class Analysis:
         too, cost, tokens and latency per side, judge spend per stage, a session run's simulator spend per role, and
         the decision with its gates (:meth:`decision`; ``decision=False`` leaves it out). Everything is computed in
         DuckDB over the run's files, whatever its size."""
-        cached = self._load(f"summary-{int(decision)}.json")
+        name = f"summary-{int(decision)}-v{_SUMMARY_VERSION}.json"  # (a summary of another version's figures: unread)
+        cached = self._load(name)
         if cached is not None:
             return dict(cached)
         # The decision reads the same sums as the win rates (over all pairs, per stratum, over judged pairs): the
         # run's views do not change, so each query runs once.
         with shared_sums():
             data = self._summary(decision)
-        self._save(f"summary-{int(decision)}.json", data)
+        self._save(name, data)
         return data
 
     def _summary(self, decision: bool) -> dict[str, Any]:

@@ -427,3 +427,12 @@ def test_a_sides_latency_figures_are_the_decisions_turns_with_or_without_the_dec
     lists = de.open_result(folder.path).decision(lists=True).sides
     for side, got in with_decision["sides"].items():
         assert got["latency_ms_p50"] == round(float(np.quantile(lists[side].latencies_ms, 0.5)), 1)
+
+
+def test_a_summary_cached_under_another_definition_of_its_figures_is_computed_again(run: de.RunResult) -> None:
+    """A run's summary cached by a version whose figures meant otherwise (an unnumbered file: the sides' latencies
+    of failed replays too) is not read: the figures are computed again."""
+    a = de.analyze(run.path)
+    fresh = a.summary()
+    (a.cache / "summary-1.json").write_text(json.dumps({**fresh, "pairs": -1}), encoding="utf-8")
+    assert de.analyze(run.path).summary()["pairs"] == fresh["pairs"] == run.counts.pairs
