@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -72,24 +71,21 @@ def _cache_figures(spend: SideSpend | None) -> dict[str, Any]:
     }
 
 
-def _side_figures(rows: list[SpendRow], latencies: np.ndarray, spend: SideSpend | None) -> dict[str, Any]:
-    """A side's figures for the summary from its replays added up per model (:func:`spend_rows`) and its sorted
-    latencies of the turns that did not fail (:func:`sorted_latencies`)."""
-    n = sum(r.replays for r in rows)
-    priced = all(r.unpriced == 0 for r in rows)
-    counted = all(r.unknown_usage == 0 for r in rows)  # a replay without usage: the side's tokens unknown (null)
-    known_cap = sum(r.tool_cap_known for r in rows)
+def _side_figures(row: SpendRow, latencies: np.ndarray, spend: SideSpend | None) -> dict[str, Any]:
+    """A side's figures for the summary from its replays added up (the ``whole_side`` row of :func:`spend_rows`)
+    and its sorted latencies of the turns that did not fail (:func:`sorted_latencies`)."""
     p50, p90 = (float(q) for q in np.quantile(latencies, [0.5, 0.9])) if len(latencies) else (0.0, 0.0)
+    counted = row.unknown_usage == 0  # a replay without usage: the side's tokens unknown (null), never a partial sum
     return {
-        "replays": n,
-        "cost_usd": round(math.fsum(r.cost_usd or 0.0 for r in rows), 6) if priced else None,
-        "input_tokens": sum(int(r.input_tokens or 0) for r in rows) if counted else None,
-        "output_tokens": sum(int(r.output_tokens or 0) for r in rows) if counted else None,
+        "replays": row.replays,
+        "cost_usd": round(row.cost_usd, 6) if row.unpriced == 0 and row.cost_usd is not None else None,
+        "input_tokens": int(row.input_tokens or 0) if counted else None,
+        "output_tokens": int(row.output_tokens or 0) if counted else None,
         **_cache_figures(spend),
         "latency_ms_p50": round(p50, 1),
         "latency_ms_p90": round(p90, 1),
-        "hit_tool_cap": round(sum(int(r.hit_tool_cap or 0) for r in rows) / known_cap, 4) if known_cap else 0.0,
-        "errors": sum(r.errors for r in rows),
+        "hit_tool_cap": round(int(row.hit_tool_cap or 0) / row.tool_cap_known, 4) if row.tool_cap_known else 0.0,
+        "errors": row.errors,
     }
 
 
@@ -97,6 +93,7 @@ def _scans(con: Any) -> tuple[dict[Any, int], dict[Any, int], list[SpendRow]]:
     """The summary's scans of the run open on ``con``: the pairs by stage and by outcome (one scan of the verdicts,
     grouping sets, each in its order), and each side's replays added up per model (:func:`spend_rows`: its figures
     and its spend)."""
+    con.execute("SET parquet_metadata_cache = true")  # (a cursor does not inherit its connection's setting)
     funnel: dict[Any, int] = {}
     outcomes: dict[Any, int] = {}
     for by_outcome, stage, outcome, n in con.execute(
@@ -179,6 +176,9 @@ class Analysis:
         """The run's DuckDB connection (views over its datasets, see :func:`delta_eval.open_run`)."""
         if self._con is None:
             self._con = self.result.connect()
+            if self._figures_con is not None:  # the figures are read from this one now: the other is closed
+                self._figures_con.close()
+                self._figures_con = None
         return self._con
 
     @property
@@ -263,9 +263,7 @@ class Analysis:
         finally:
             cursor.close()
         cache = {x.side: x for x in side_spend(con, m.config.get("prices"), rows=spent)}
-        rows: dict[str, list[SpendRow]] = {}
-        for row in spent:
-            rows.setdefault(row.side, []).append(row)
+        rows = {row.side: row for row in spent if row.whole_side}
         latencies = shared_latencies(con)
         if latencies is None or not set(rows) <= set(latencies):
             latencies = sorted_latencies(con, "replays", sorted(rows))

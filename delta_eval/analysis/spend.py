@@ -74,13 +74,16 @@ class SpendRow(NamedTuple):
     hit_tool_cap: int | None
     tool_cap_known: int
     errors: int
+    #: Whether the row adds up every model of its side (``model`` is then ``None``), not one model.
+    whole_side: bool = False
 
 
 _QUERY = """
     SELECT side, model, count(*), count(*) - count(input_tokens), sum(input_tokens), sum(cached_input_tokens),
            sum(cache_write_tokens), sum(output_tokens), count(*) - count(cost_usd), fsum(cost_usd),
-           sum(hit_tool_cap::INT), count(hit_tool_cap), sum((error IS NOT NULL)::INT)
-    FROM (SELECT {columns} FROM replays) WHERE side <> 'recorded' GROUP BY side, model ORDER BY side, model
+           sum(hit_tool_cap::INT), count(hit_tool_cap), sum((error IS NOT NULL)::INT), GROUPING(model) = 1 AS whole
+    FROM (SELECT {columns} FROM replays) WHERE side <> 'recorded'
+    GROUP BY GROUPING SETS ((side, model), (side)) ORDER BY side, whole, model
 """
 #: The replays' columns read, each with its type (null where a table has none: a run's have each).
 _READS = {"side": "VARCHAR", "model": "VARCHAR", "input_tokens": "BIGINT", "cached_input_tokens": "BIGINT",
@@ -90,7 +93,9 @@ _READS = {"side": "VARCHAR", "model": "VARCHAR", "input_tokens": "BIGINT", "cach
 
 def spend_rows(con: Any) -> list[SpendRow]:
     """Per side and model, the replays of the run open on DuckDB connection ``con`` (its ``replays`` view) added
-    up, from one scan: what :func:`side_spend` and the analysis' summary of each side read."""
+    up, and per side (``whole_side``: every model's replays summed as one, its cost a sum of every replay's, not of
+    the models' rounded sums), from one scan: what :func:`side_spend` and the analysis' summary of each side
+    read."""
     have = {str(c) for c in con.sql("SELECT * FROM replays LIMIT 0").columns}
     columns = ", ".join(f"{c if c in have else 'NULL'}::{t} AS {c}" for c, t in _READS.items())
     return [SpendRow(*row) for row in con.execute(_QUERY.format(columns=columns)).fetchall()]
@@ -104,7 +109,8 @@ def side_spend(con: Any, prices: Mapping[str, Any] | None = None, *,
     table = {k: v if isinstance(v, Price) else Price.model_validate(v) for k, v in (prices or {}).items()}
     groups: dict[str, list[SpendRow]] = {}
     for row in spend_rows(con) if rows is None else rows:
-        groups.setdefault(row.side, []).append(row)
+        if not row.whole_side:
+            groups.setdefault(row.side, []).append(row)
     out = []
     for side, mine in groups.items():
         replays = sum(r.replays for r in mine)

@@ -86,6 +86,8 @@ class Source:
         self._known: dict[str, set[str]] = {}
         self._counts: dict[str, Any] | None = None
         self._replay_counts: dict[str, int] | None = None
+        #: Whether these are the rows of one epoch of another source (:meth:`epoch`).
+        self.part = False
         #: Each side's conversations (an Arrow array of their keys, or of their ids where a replay has no key, in
         #: order) and their costs (NaN where unpriced), as :func:`side_metrics_of` found them: what the cost gate
         #: reads, without rebuilding them from the sides.
@@ -231,7 +233,9 @@ class Source:
             self.db.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM {name} WHERE {epoch} = {int(k)}")
             self._made.append(view)
             filtered.append(view)
-        return Source(self.db, str(filtered[0]), filtered[1], raw_replays=filtered[2], replay_tallies=filtered[3])
+        part = Source(self.db, str(filtered[0]), filtered[1], raw_replays=filtered[2], replay_tallies=filtered[3])
+        part.part = True
+        return part
 
     def raw_replays_table(self, columns: Sequence[str] | None = None) -> pa.Table | None:
         """The stored replays as an Arrow table (only ``columns``, those they have, when given)."""
@@ -344,7 +348,7 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     sides = sorted(conversations)
     timed = sorted_latencies(src.db, src.replays, sides)
     memo = shared_memo()
-    if memo is not None:  # what the summary's latency figures read too (see shared_latencies)
+    if memo is not None and not src.part:  # what the summary's latency figures read too (see shared_latencies)
         memo[("latencies", id(src.db), src.raw_replays)] = (src.db, timed)
     products = _products(src)
     for side in sides:

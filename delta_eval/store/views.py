@@ -202,8 +202,13 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
             by_name = "false" if _one_schema(files) else "true"
             con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{paths}], union_by_name = {by_name})")
         else:
-            con.register(f"_{name}_empty", SCHEMAS[name].empty_table())
-            con.execute(f"CREATE VIEW {view} AS SELECT * FROM {quote_ident('_' + name + '_empty')}")
+            # An empty table of the dataset's columns: a table of the database (a registered Arrow table is seen by
+            # its own connection alone, not by a cursor of it, which the summary's scans run on).
+            empty = quote_ident(f"_{name}_empty")
+            con.register("_empty_arrow", SCHEMAS[name].empty_table())
+            con.execute(f"CREATE TABLE {empty} AS SELECT * FROM _empty_arrow")
+            con.unregister("_empty_arrow")
+            con.execute(f"CREATE VIEW {view} AS SELECT * FROM {empty}")
     if candidate is not None:
         mine = quote_literal(candidate)
         con.execute(f"CREATE VIEW verdicts AS SELECT * FROM all_verdicts WHERE candidate = {mine}")
