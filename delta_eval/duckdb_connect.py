@@ -22,6 +22,9 @@ def connect(database: str = ":memory:", *, read_only: bool = False) -> Any:
     con = duckdb.connect(database, read_only=read_only)
     try:
         con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:
+        # In Jupyter without ipywidgets DuckDB refuses any change of the setting (it cannot draw its bar there).
+        pass
     except BaseException:
         con.close()
         raise

@@ -71,7 +71,9 @@ def detect_format(record: Any, mapping: FieldMapping) -> str:
         contents = [m["content"] for m in found if isinstance(m, Mapping) and isinstance(m.get("content"), list)]
         blocks = [b for content in contents for b in content]
         roles = {m["role"] for m in found if isinstance(m, Mapping) and isinstance(m.get("role"), str)}
-        native = any(isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_BLOCKS for b in blocks)
+        native = any(
+            isinstance(b, Mapping) and isinstance(b.get("type"), str) and b["type"] in _ANTHROPIC_BLOCKS for b in blocks
+        )  # (a type of a list or an object names no block: not hashed)
         if (native or "system" in record) and not roles & {"system", "tool", "developer", "function"}:
             return "anthropic"
         return "openai"

@@ -365,3 +365,12 @@ def test_a_native_export_is_pseudonymised_as_it_is_read(tmp_path: Path) -> None:
     assert "@" in fake
     assert fake in (conv.messages[1].content or "")
     assert fake in (conv.messages[3].content or "")
+
+
+def test_a_block_whose_type_is_not_text_names_no_anthropic_block() -> None:
+    """A content block's ``type`` of a list or an object (a malformed export) is no Anthropic block's: the format is
+    told from the rest, never an error of hashing it (hypothesis found ``{"type": []}``)."""
+    for odd in ([], {}, 3):
+        record = {"messages": [{"role": "user", "content": [{"type": odd}]}]}
+        assert detect_format(record, FieldMapping()) == "openai"
+        assert detect_format({**record, "system": "be brief"}, FieldMapping()) == "anthropic"
