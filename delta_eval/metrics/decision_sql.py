@@ -876,7 +876,9 @@ def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, c
         if m.startswith("check:") and checks is None:
             a = ta = b = tb = "0.0"
         binary = m == "error_rate"  # failed or not, on every pair
-        wanted[m] = Metric(a=a, ta=ta, b=b, tb=tb, where=f"({ta})::DOUBLE > 0 OR ({tb})::DOUBLE > 0", binary=binary)
+        # (Every other one counts tool calls or flags: whole numbers.)
+        wanted[m] = Metric(a=a, ta=ta, b=b, tb=tb, where=f"({ta})::DOUBLE > 0 OR ({tb})::DOUBLE > 0", binary=binary,
+                           integral=True)  # fmt: skip
     sums = paired_sums(src.db, source, wanted, cluster="coalesce(c_cl, 'None')", weight="w" if weighted else "1.0")[""]
     return {m: (s, "") if s.pairs else (None, "no pair where the metric applies") for m, s in sums.items()}
 

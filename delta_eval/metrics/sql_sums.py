@@ -51,6 +51,9 @@ class Metric:
     #: ``a`` and ``b`` are never both nonzero on a row (a loss of one side or of the other): their products add
     #: up to 0, with no aggregate.
     exclusive: bool = False
+    #: ``a``, ``ta``, ``b`` and ``tb`` are whole numbers on every row (counts, flags; as ``binary`` ones are): their
+    #: plain sums are exact in any order, so weighted sums are made from them (see :func:`paired_sums`).
+    integral: bool = False
 
 
 def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster: str, weight: str = "1.0",
@@ -67,6 +70,14 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     and ``runs`` each group's rows, ``{group: (start, end)}``."""
     names = list(metrics)
     unit = weight.strip() in ("1", "1.0")  # no weight: the sums need no multiplication by it
+    # Weighted, with whole-number values: each conversation's plain sums per weight (exact in any order of its rows),
+    # each multiplied by its weight in numpy and added up in the order of the weights. A compensated sum per
+    # conversation of the weighted values (fsum, below) costs about twice as much and is exact to a few bits only.
+    by_weight = (
+        not unit
+        and not extra
+        and all(m.binary or m.integral or m.where.strip().lower() == "false" for m in metrics.values())
+    )
     cols = [f"({cluster})::VARCHAR AS cl", f"{'(' + group + ')::VARCHAR' if group else chr(39) * 2} AS grp"]
     if not unit:
         cols.append(f"({weight})::DOUBLE AS w")
@@ -76,7 +87,14 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     def agg(expr: str) -> str:
         return aggs.setdefault(expr, f"g{len(aggs)}")
 
+    # What each weighted figure is made of by weight (by_weight): its name -> (the plain sum's, the weight's power).
+    powers: dict[str, tuple[str, int]] = {}
+
     def weighed(term: str, power: int) -> str:
+        if by_weight:
+            plain = agg(f"sum({term})")
+            powers[f"{plain}w{power}"] = (plain, power)
+            return f"{plain}w{power}"
         # Weighted: fsum (compensated), as a conversation's rows come in any order and a plain sum of weights
         # differs in its last bits with it (a decision taken twice on the same run differed).
         return agg(f"sum({term})" if unit else f"fsum({' * '.join(['w'] * power)} * {term})")
@@ -159,12 +177,17 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
         agg("count(*)::DOUBLE")  # every metric counts no row: the query still names each group's conversations
     listed = ", ".join([f"{expr} AS {alias}" for expr, alias in aggs.items()] +
                        [f"{expr} AS x_{name}" for name, expr in (extra or {}).items()])  # fmt: skip
-    sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT grp, cl, {listed} FROM rows GROUP BY grp, cl"
+    keys = "grp, cl, w" if by_weight else "grp, cl"
+    sql = f"WITH rows AS (SELECT {', '.join(cols)} FROM {source}) SELECT {keys}, {listed} FROM rows GROUP BY {keys}"
     got = fetch_table(db, sql, params)
     # The conversations in PairedSums.of's order (its one stratum, then by name: by their UTF-8 bytes, which is
     # Python's order of code points). Without groups the names alone are sorted; each column is then put in that
     # order as a numpy array (no copy of the text).
-    order = text_order([got.column("grp"), got.column("cl")] if group else [got.column("cl")])
+    if by_weight:
+        got = _by_conversation(got, powers, group is not None)  # (in that order)
+        order = np.arange(got.num_rows)
+    else:
+        order = text_order([got.column("grp"), got.column("cl")] if group else [got.column("cl")])
     data = {k: np.asarray(got.column(k).to_numpy(zero_copy_only=False))[order] for k in got.column_names
             if k not in ("grp", "cl")}  # fmt: skip
     grp = pc.take(got.column("grp"), order) if group else None
@@ -198,6 +221,43 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
             out[g][name] = PairedSums.from_clusters(strata, a, ta, b, tb, pairs=int(pick("n").sum()), seen=seen,
                                                     iid=iid)  # fmt: skip
     return out
+
+
+def _by_conversation(got: pa.Table, powers: Mapping[str, tuple[str, int]], grouped: bool) -> pa.Table:
+    """The rows of ``got`` (per group, conversation and weight ``w``: plain sums of whole numbers, counts, flags)
+    merged into one per group and conversation: each plain sum, flag (any) and count added up, and each weighted
+    figure of ``powers`` (name: its plain sum's column and the weight's power) the sum over the conversation's
+    weights, in their order, of the plain sum times the weight to that power: the same doubles whatever the order of
+    the rows was. The rows come out in the order of their group, then conversation (as :func:`text_order` sorts
+    them)."""
+    w = got.column("w").to_numpy(zero_copy_only=False)
+    by_w = np.argsort(w, kind="stable")  # (NaN weights last)
+    keys = [got.column("grp").take(by_w), got.column("cl").take(by_w)] if grouped else [got.column("cl").take(by_w)]
+    order = by_w[text_order(keys)]  # (stable: a conversation's rows by weight)
+    n = len(order)
+    new = np.ones(n, dtype=bool)
+    for column in ("grp", "cl") if grouped else ("cl",):
+        if n > 1:
+            flat = got.column(column).combine_chunks().take(pa.array(order))
+            same = pc.fill_null(pc.equal(flat[1:], flat[:-1]), False)
+            both_null = pc.and_(pc.is_null(flat[1:]), pc.is_null(flat[:-1]))
+            new[1:] &= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(new) if n else np.zeros(0, dtype=np.int64)
+    first = pa.array(order[starts])
+    out: dict[str, Any] = {"grp": got.column("grp").take(first), "cl": got.column("cl").take(first)}
+    weights = w[order]
+    squares = weights * weights
+    for name in got.column_names:
+        if name in ("grp", "cl", "w"):
+            continue
+        values = np.asarray(got.column(name).to_numpy(zero_copy_only=False))[order]
+        reduce = np.logical_or if values.dtype == bool else np.add
+        out[name] = reduce.reduceat(values, starts) if n else values
+    for name, (plain, power) in powers.items():
+        values = np.asarray(got.column(plain).to_numpy(zero_copy_only=False), dtype=float)[order]
+        values = values * (weights if power == 1 else squares)
+        out[name] = np.add.reduceat(values, starts) if n else values
+    return pa.table(out)
 
 
 def _runs(values: pa.ChunkedArray) -> dict[str, tuple[int, int]]:
