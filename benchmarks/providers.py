@@ -22,6 +22,14 @@ medians are printed, with the ratios:
     python benchmarks/providers.py                            # both scenarios, 3 repeats each
     python benchmarks/providers.py --scenarios 1000:256       # latency_ms:concurrency, any number of them
     python benchmarks/providers.py --processes 2              # and the pipeline on 2 processes (ProcessExecutor)
+    python benchmarks/providers.py --floor                    # and what the SDK, and HTTP alone, cost per call
+
+``--floor`` makes as many calls again, each scenario, through two layers of the pipeline's stack alone (the same
+event loop, collector thresholds and HTTP client; the first request of every turn of the export, for each model, in
+turn, at the same concurrency): ``sdk``, the SDK's ``request()`` as the adapter makes it and the answer read into
+its type, no more; ``http``, the same bytes POSTed through aiohttp with no SDK. The pipeline's CPU per call less the
+SDK's is what delta_eval adds to a call (cache, limiter, retries, the canonical types, replay, judging, storage); the
+SDK's less HTTP's is the SDK's own request machinery.
 
 The pipeline's client runs on the leanest stack installed (printed first): aiohttp's transport under the SDK
 (``openai[aiohttp]``), uvloop's event loop (the ``fast`` extra) and fewer garbage collections during the run. On
@@ -181,9 +189,69 @@ def run_bare(path: Path, base_url: str, concurrency: int) -> dict[str, Any]:
     }
 
 
+def run_floor(path: Path, base_url: str, concurrency: int, calls: int, layer: str) -> dict[str, Any]:
+    """``calls`` calls through one layer of the pipeline's client stack (see ``--floor``): ``sdk`` or ``http``."""
+    import aiohttp
+    import anyio
+    import httpx2
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    from delta_eval.adapters.base import sdk_http_client, typed_body
+    from delta_eval.adapters.openai_chat import encode_messages, encode_tools
+    from delta_eval.adapters.openai_common import post_options
+    from delta_eval.replay.points import replay_points
+    from delta_eval.sync import run_loop
+
+    conversations, _ = source(path).load()
+    bodies = [
+        json.dumps({"model": m, "messages": encode_messages(p.context), "tools": encode_tools(p.tools)}).encode()
+        for c in conversations
+        for p in replay_points(c)
+        for m in MODELS
+    ]
+    bodies = (bodies * -(-calls // len(bodies)))[:calls]
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
+    start, cpu = time.perf_counter(), cpu_seconds()
+
+    async def main() -> None:
+        limiter = anyio.Semaphore(concurrency)
+        if layer == "sdk":
+            client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=600.0,
+                                        http_client=sdk_http_client(openai, base_url, timeout=600.0))  # fmt: skip
+
+            async def one(body: bytes) -> None:
+                async with limiter:
+                    response = await client.request(httpx2.Response, post_options("/chat/completions", body))
+                typed_body(ChatCompletion, response.content, model="bench")
+
+            async with client, anyio.create_task_group() as tg:
+                for body in bodies:
+                    tg.start_soon(one, body)
+            return
+        url = base_url.rstrip("/") + "/chat/completions"
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(600)) as session:
+
+            async def post(body: bytes) -> None:
+                async with limiter, session.post(url, data=body, headers=headers) as response:
+                    response.raise_for_status()
+                    await response.read()
+
+            async with anyio.create_task_group() as tg:
+                for body in bodies:
+                    tg.start_soon(post, body)
+
+    run_loop(main)
+    return {"calls": len(bodies), "errors": 0, "seconds": time.perf_counter() - start, "cpu": cpu_seconds() - cpu,
+            "rss_mb": peak_rss_mb()}  # fmt: skip
+
+
 def child(args: argparse.Namespace) -> None:
     path = Path(args.export)
-    if args.child in ("pipeline", "processes"):
+    if args.child in ("sdk", "http"):
+        out = run_floor(path, args.base_url, args.concurrency, args.calls, args.child)
+    elif args.child in ("pipeline", "processes"):
         processes = args.processes if args.child == "processes" else 0
         out = run_pipeline(path, Path(args.out), args.base_url, args.concurrency, processes)
     else:
@@ -212,9 +280,11 @@ class Server:
             self.proc.stdout.close()
 
 
-def measure(kind: str, export: Path, base_url: str, concurrency: int, out: Path, processes: int) -> dict[str, Any]:
+def measure(kind: str, export: Path, base_url: str, concurrency: int, out: Path, processes: int, calls: int = 0
+            ) -> dict[str, Any]:  # fmt: skip
     cmd = [sys.executable, __file__, "--child", kind, "--export", str(export), "--base-url", base_url,
-           "--concurrency", str(concurrency), "--out", str(out), "--processes", str(processes)]  # fmt: skip
+           "--concurrency", str(concurrency), "--out", str(out), "--processes", str(processes),
+           "--calls", str(calls)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:  # say why, not just that it failed
         raise RuntimeError(f"the {kind} child failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -230,17 +300,22 @@ def scenario(
     folder: Path,
     processes: int = 0,
     figures: str | None = None,
+    floor: bool = False,
 ) -> dict[str, Any]:
     server = Server(latency_ms)
     runs: dict[str, list[dict[str, Any]]] = {"bare": [], "pipeline": []}
     if processes:
         runs["processes"] = []
+    if floor:
+        runs.update(sdk=[], http=[])
     try:
         for k in range(repeats):
             for kind in runs:
                 before = server.cpu_seconds()
                 out = folder / f"run-{latency_ms}-{kind}-{k}"
-                run = measure(kind, export, server.base_url, concurrency, out, processes)
+                # The layers make as many calls as the pipeline did (its median so far).
+                calls = int(statistics.median(r["calls"] for r in runs["pipeline"])) if kind in ("sdk", "http") else 0
+                run = measure(kind, export, server.base_url, concurrency, out, processes, calls)
                 runs[kind].append({**run, "server_cpu": server.cpu_seconds() - before})
     finally:
         server.close()
@@ -266,12 +341,23 @@ def scenario(
             f"  (runs: {each} req/s)"
         )
     pipe, bare = medians["pipeline"], medians["bare"]
+    at = f"{latency_ms:g} ms / {concurrency}"
     ratio = pipe["rate"] / bare["rate"]
     print(f"  pipeline / bare: throughput {ratio:.2f}{target(ratio, THROUGHPUT_TARGET, at_least=True)}, "
           f"wall time {pipe['seconds'] / bare['seconds']:.2f}")  # fmt: skip
     cpu_ms = pipe["cpu_per_1000"]  # s per 1,000 calls is ms per call
     print(f"  client CPU per call: pipeline {cpu_ms:.2f} ms{target(cpu_ms, CPU_TARGET_MS)}, bare SDK loop "
           f"{bare['cpu_per_1000']:.2f} ms, pipeline / bare {cpu_ms / bare['cpu_per_1000']:.2f}")  # fmt: skip
+    if floor:
+        sdk, http = medians["sdk"]["cpu_per_1000"], medians["http"]["cpu_per_1000"]
+        record(
+            figures,
+            Figure("providers", f"SDK request alone CPU per call, {at}", sdk, "ms"),
+            Figure("providers", f"HTTP alone (aiohttp) CPU per call, {at}", http, "ms"),
+        )
+        print(f"  client CPU per call by layer: the SDK's request and typed answer {sdk:.2f} ms, of which HTTP "
+              f"(aiohttp alone) {http:.2f} ms; the pipeline adds {cpu_ms - sdk:.2f} ms to the SDK's "
+              f"({(cpu_ms - sdk) / cpu_ms:.0%} of its {cpu_ms:.2f} ms)")  # fmt: skip
     print(f"  fake server CPU per call: during the pipeline {pipe['server_cpu_per_1000']:.2f} ms, during the bare loop "
           f"{bare['server_cpu_per_1000']:.2f} ms")  # fmt: skip
     for kind in ("pipeline", "processes"):
@@ -284,7 +370,6 @@ def scenario(
         spread = medians["processes"]
         print(f"  pipeline on {processes} processes: client CPU per call {spread['cpu_per_1000']:.2f} ms (every "
               f"process's), wall time / one process's {spread['seconds'] / pipe['seconds']:.2f}")  # fmt: skip
-    at = f"{latency_ms:g} ms / {concurrency}"
     record(
         figures,
         Figure("providers", f"client CPU per call, {at}", cpu_ms, "ms", CPU_TARGET_MS),
@@ -293,7 +378,7 @@ def scenario(
     if not latency_ms:
         record(figures, Figure("providers", "pipeline / bare throughput", ratio, "", THROUGHPUT_TARGET, at_least=True))
     if latency_ms:
-        for kind in medians:
+        for kind in [k for k in medians if k in ("bare", "pipeline", "processes")]:  # (not the layers of --floor)
             ideal = medians[kind]["calls"] * latency_ms / 1000 / concurrency
             over = medians[kind]["seconds"] / ideal
             mark = target(over, IDEAL_TARGET) if kind != "bare" else ""
@@ -310,7 +395,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scale", type=int, default=1, help="repeat the 200-conversation export this many times")
     parser.add_argument("--conversations", type=int, help="only the first N conversations of the export")
-    parser.add_argument("--child", choices=["pipeline", "bare", "processes"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["pipeline", "bare", "processes", "sdk", "http"], help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=64, help=argparse.SUPPRESS)
@@ -327,6 +412,8 @@ def main() -> None:
         help="latency_ms:concurrency pairs, comma separated (default 0:64,200:256)",
     )
     parser.add_argument("--figures", help="append the figures and their targets to this file (JSON lines)")
+    parser.add_argument("--floor", action="store_true", help="and the client CPU per call of the SDK alone, and HTTP")
+    parser.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -340,7 +427,8 @@ def main() -> None:
         print(f"pipeline client: {client_stack()}")
         for item in args.scenarios.split(","):
             latency, concurrency = item.split(":")
-            scenario(float(latency), int(concurrency), export, args.repeats, folder, args.processes, args.figures)
+            scenario(float(latency), int(concurrency), export, args.repeats, folder, args.processes, args.figures,
+                     args.floor)  # fmt: skip
 
 
 if __name__ == "__main__":

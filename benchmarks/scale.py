@@ -2,7 +2,8 @@
 of every figure beside its target.
 
 - ``providers.py``: the client's CPU per call and the wall time over the ideal at 200 ms / 256 in flight, one
-  process and two (``de.ProcessExecutor``), beside a bare ``AsyncOpenAI`` loop (targets: <= 1.5 ms, <= 2x);
+  process and two (``de.ProcessExecutor``), beside a bare ``AsyncOpenAI`` loop (targets: <= 1.5 ms, <= 2x), and
+  the CPU per call of the layers under the pipeline: the SDK's request alone, HTTP alone (``--floor``);
 - ``sampling_memory.py``: peak RSS sampling from 10k / 50k / 100k source conversations (< 300 MB each);
 - ``analysis.py``: the win rate over a plain DuckDB query, the decision and a cold summary at 200k and 1M verdicts
   (<= 3x; < 1 s at 1M), and the decision over the same verdicts in a run's batches, then compacted as a completed
@@ -36,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 
 #: Each benchmark's arguments for the issue's conditions, and for a quick look.
 FULL: dict[str, list[str]] = {
-    "providers": ["--repeats", "3", "--scenarios", "200:256", "--processes", "2"],
+    "providers": ["--repeats", "3", "--scenarios", "200:256", "--processes", "2", "--floor"],
     "sampling_memory": [],
     "analysis": ["--reasons", "1000", "--no-themes", "--batched"],
     "long_conversation": ["--replay", "--sizes", "1000", "--repeats", "3"],

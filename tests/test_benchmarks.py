@@ -252,7 +252,8 @@ def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytes
     import sys
 
     argv = sys.argv
-    sys.argv = ["providers.py", "--conversations", "4", "--repeats", "1", "--scenarios", "0:4,50:8", "--processes", "2"]
+    sys.argv = ["providers.py", "--conversations", "4", "--repeats", "1", "--scenarios", "0:4,50:8", "--processes", "2",
+                "--floor"]  # fmt: skip
     try:
         providers.main()
     finally:
@@ -270,6 +271,13 @@ def test_providers_benchmark_prints_each_figure_against_its_target(capsys: pytes
     calls = re.findall(r"  (pipeline|processes) +(\d+) calls", out)
     assert len(calls) == 4
     assert {kind: n for kind, n in calls[:2]}["pipeline"] == {kind: n for kind, n in calls[:2]}["processes"]
+    # The layers under the pipeline (--floor) made as many calls as it did, the SDK's costing more than HTTP's.
+    assert out.count("client CPU per call by layer: the SDK's request and typed answer") == 2
+    layers = re.findall(r"  (pipeline|sdk|http) +(\d+) calls .* CPU +([\d.]+) s/1000", out)
+    for scenario in (layers[:3], layers[3:]):
+        made = {kind: (int(n), float(cpu)) for kind, n, cpu in scenario}
+        assert made["pipeline"][0] == made["sdk"][0] == made["http"][0]
+        assert made["sdk"][1] > made["http"][1]
 
 
 @pytest.mark.slow
