@@ -230,18 +230,20 @@ def _by_conversation(got: pa.Table, powers: Mapping[str, tuple[str, int]], group
     weights, in their order, of the plain sum times the weight to that power: the same doubles whatever the order of
     the rows was. The rows come out in the order of their group, then conversation (as :func:`text_order` sorts
     them)."""
-    w = got.column("w").to_numpy(zero_copy_only=False)
+    # (A null weight adds nothing, as fsum skips the null products it makes.)
+    w = pc.fill_null(got.column("w"), 0.0).to_numpy(zero_copy_only=False)
     by_w = np.argsort(w, kind="stable")  # (NaN weights last)
     keys = [got.column("grp").take(by_w), got.column("cl").take(by_w)] if grouped else [got.column("cl").take(by_w)]
     order = by_w[text_order(keys)]  # (stable: a conversation's rows by weight)
     n = len(order)
-    new = np.ones(n, dtype=bool)
+    new = np.zeros(n, dtype=bool)  # where a (group, conversation) begins: where either column changes
+    new[:1] = True
     for column in ("grp", "cl") if grouped else ("cl",):
         if n > 1:
             flat = got.column(column).combine_chunks().take(pa.array(order))
             same = pc.fill_null(pc.equal(flat[1:], flat[:-1]), False)
             both_null = pc.and_(pc.is_null(flat[1:]), pc.is_null(flat[:-1]))
-            new[1:] &= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
+            new[1:] |= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(new) if n else np.zeros(0, dtype=np.int64)
     first = pa.array(order[starts])
     out: dict[str, Any] = {"grp": got.column("grp").take(first), "cl": got.column("cl").take(first)}

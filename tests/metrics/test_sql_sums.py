@@ -112,3 +112,48 @@ def test_weighted_sums_of_other_values_are_compensated_sums_per_conversation() -
     s = _sums(rows, frac)["m"]
     assert np.allclose(s.a, [0.5 / 3 + 1.5, 0.0])
     assert np.allclose(s.ta, [0.5 * 2 + 1.5, 8.0])
+
+
+@seed(43)
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["x", "y", None]),
+            st.sampled_from([None, 0.0, 0.5, 3.0, -1.0]),  # null weights too
+            st.booleans(),
+            st.integers(0, 3),
+            st.sampled_from(["g", "h", None]),
+        ),
+        max_size=30,
+    )
+)
+def test_weighted_sums_by_weight_are_the_compensated_sums_with_null_weights_and_groups(
+    rows: list[tuple[Any, ...]],
+) -> None:
+    """The sums of whole numbers by weight are those fsum gives row by row (the same metric, not declared whole),
+    in every group, with null conversations, groups and weights (a null weight adds nothing to a weighted sum)."""
+    db = duckdb.connect()
+    try:
+        schema = pa.schema([("c", pa.string()), ("w", pa.float64()), ("f", pa.bool_()), ("k", pa.int64()),
+                            ("g", pa.string())])  # fmt: skip
+        db.register("t", pa.table({n: [r[i] for r in rows] for i, n in enumerate(schema.names)}, schema=schema))
+        whole = {"m": Metric(a="k", ta="3", b="f::INT", tb="3", where="k > 0 OR f", integral=True)}
+        plain = {"m": Metric(a="k", ta="3", b="f::INT", tb="3", where="k > 0 OR f")}
+        by_weight = paired_sums(db, "t", whole, cluster="c", weight="w", group="g")
+        fsum = paired_sums(db, "t", plain, cluster="c", weight="w", group="g")
+    finally:
+        db.close()
+    assert by_weight.keys() == fsum.keys()
+    for g in fsum:
+        s, r = by_weight[g]["m"], fsum[g]["m"]
+        assert s.pairs == r.pairs
+        assert np.array_equal(s.seen, r.seen)
+        # (fsum of nothing but nulls is null: NaN there, and in the totals over conversations; no weight adds
+        # nothing here)
+        for x, y in ((s.a, r.a), (s.ta, r.ta), (s.b, r.b), (s.tb, r.tb)):
+            known = ~np.isnan(y)
+            assert np.allclose(x[known], y[known], rtol=1e-12, atol=1e-12)
+            assert not x[~known].any()
+        if not np.isnan(r.iid).any():
+            assert np.allclose(s.iid, r.iid, rtol=1e-12, atol=1e-12)
