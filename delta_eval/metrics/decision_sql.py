@@ -78,7 +78,7 @@ class Source:
     (see :func:`_side_sums`). Views this creates are dropped by :meth:`close`."""
 
     def __init__(self, db: Any, verdicts: str, replays: str | None, *, raw_replays: str | None = None,
-                 replay_tallies: str | None = None) -> None:  # fmt: skip
+                 replay_tallies: str | None = None, part: bool = False) -> None:  # fmt: skip
         self.db = db
         #: The replays' tallies, where given (with replays).
         self.replay_tallies = replay_tallies if replays is not None else None
@@ -87,7 +87,7 @@ class Source:
         self._counts: dict[str, Any] | None = None
         self._replay_counts: dict[str, int] | None = None
         #: Whether these are the rows of one epoch of another source (:meth:`epoch`).
-        self.part = False
+        self.part = part
         #: Each side's conversations (an Arrow array of their keys, or of their ids where a replay has no key, in
         #: order) and their costs (NaN where unpriced), as :func:`side_metrics_of` found them: what the cost gate
         #: reads, without rebuilding them from the sides.
@@ -233,9 +233,8 @@ class Source:
             self.db.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM {name} WHERE {epoch} = {int(k)}")
             self._made.append(view)
             filtered.append(view)
-        part = Source(self.db, str(filtered[0]), filtered[1], raw_replays=filtered[2], replay_tallies=filtered[3])
-        part.part = True
-        return part
+        return Source(self.db, str(filtered[0]), filtered[1], raw_replays=filtered[2], replay_tallies=filtered[3],
+                      part=True)  # fmt: skip
 
     def raw_replays_table(self, columns: Sequence[str] | None = None) -> pa.Table | None:
         """The stored replays as an Arrow table (only ``columns``, those they have, when given)."""
