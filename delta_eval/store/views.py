@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 import weakref
 from collections.abc import Collection
@@ -153,6 +154,12 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     the run's command repairs them. A folder that keeps changing while it is opened raises
     :class:`~delta_eval.exceptions.RunFolderChangedError`: opening it again succeeds.
 
+    ``database``: a DuckDB file of your own, to keep what you make of the run (``CREATE TABLE ... AS SELECT ...
+    FROM verdicts``): it is attached under its stem (``analysis.duckdb`` as ``analysis``) as the connection's
+    default database, so what you create goes there; the run's views stay in memory, found after the file's own
+    tables, and the file never holds them (they name this process's open files), so it opens again, with the run
+    as it is then.
+
     ``datasets``: the views of these datasets alone (default: every one, and the conveniences), for a caller that
     reads one or two (each view reads its files' schemas when it is made: all of them cost more than a win rate's
     query over 200,000 verdicts). ``tallies=True`` (or ``verdict_tallies`` among ``datasets``) adds the view of the
@@ -177,10 +184,15 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     if snapshot.damage:
         warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)
     try:
-        con = connect(database)
+        con = connect(":memory:")
         # Each query over a view reads its files' footers again unless kept: a run of a few hundred batches spent
         # a quarter of its decision there. The files of a snapshot do not change under it.
-        con.execute("SET parquet_metadata_cache = true")
+        try:
+            con.execute("SET parquet_metadata_cache = true")
+            attached = _attach(con, database)
+        except BaseException:
+            con.close()
+            raise
     except BaseException:
         snapshot.close()
         raise
@@ -222,11 +234,52 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         if "errors" in wanted:
             con.execute("CREATE VIEW errors AS SELECT * FROM all_errors "
                         "WHERE pair_id IS NULL OR pair_id IN (SELECT pair_id FROM verdicts)")  # fmt: skip
-    if datasets is not None:
-        return con
-    con.execute(_PAIRS)
-    con.execute(_TOOL_CALLS)
-    # A folder written before steps carried the user's answers has no transcripts view.
-    with contextlib.suppress(duckdb.BinderException):
-        con.execute(_TRANSCRIPTS)
+    if datasets is None:
+        con.execute(_PAIRS)
+        con.execute(_TOOL_CALLS)
+        # A folder written before steps carried the user's answers has no transcripts view.
+        with contextlib.suppress(duckdb.BinderException):
+            con.execute(_TRANSCRIPTS)
+    if attached is not None:
+        _use(con, attached, database)
     return con
+
+
+#: Catalog names DuckDB keeps for itself: a database file's stem that is one of them is attached under another name.
+_RESERVED = {"memory", "temp", "system", "main", "information_schema", "pg_catalog"}
+
+
+def _attach(con: Any, database: str) -> str | None:
+    """Attach the user's database file ``database`` to the in-memory connection ``con`` (``None``: no file), under
+    its stem made an identifier (``analysis.duckdb``: ``analysis``), and return that name. The run's views stay in
+    memory: a file that held them would keep paths to this process's open files (``/proc/self/fd``), meaningless
+    to any later reader, and a second :func:`open_run` on the file would find them there already."""
+    if database == ":memory:" or database.startswith(":memory:"):
+        return None
+    name = re.sub(r"\W", "_", Path(database).stem) or "db"
+    if name[0].isdigit() or name.lower() in _RESERVED:
+        name = f"db_{name}"
+    con.execute(f"ATTACH {quote_literal(database)} AS {quote_ident(name)}")
+    return name
+
+
+def _use(con: Any, name: str, database: str) -> None:
+    """Make the attached file ``name`` the connection's default database (what the user creates goes there), the
+    run's views found after its own objects. A view of the file named as one of the run's (left there by a version
+    that made its views in the file) is dropped, as it would hide the run's; a table so named is an error."""
+    ours = {row[0] for row in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE database_name = 'memory' AND NOT internal").fetchall()}  # fmt: skip
+    theirs = con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                         "WHERE table_catalog = ? AND table_schema = 'main'", [name]).fetchall()  # fmt: skip
+    for table, kind in theirs:
+        if table not in ours:
+            continue
+        if kind != "VIEW":
+            con.close()
+            raise RunFolderError(
+                f"{database} has a table named {table!r}, which would hide the run's view of that name: rename it "
+                "(or open the run without database=)"
+            )
+        con.execute(f"DROP VIEW {quote_ident(name)}.main.{quote_ident(table)}")
+    con.execute(f"USE {quote_ident(name)}")
+    con.execute(f"SET search_path = '{name}.main,memory.main'")  # (name: letters, digits and underscores)

@@ -92,6 +92,38 @@ def test_open_run_views(tmp_path: Path) -> None:
     assert de.open_run(tmp_path).execute("SELECT pair_id, outcome FROM pairs").fetchall() == [("x", "tie")]
 
 
+def test_open_run_keeps_what_the_user_makes_in_their_file_and_opens_it_again(tmp_path: Path) -> None:
+    import duckdb
+
+    run, db = tmp_path / "run", tmp_path / "my-analysis.duckdb"
+    folder = RunFolder(run)
+    folder.write_manifest(manifest("completed"))
+    folder.add("verdicts", [verdict("x")])
+    folder.commit()
+    con = de.open_run(run, database=str(db))
+    con.execute("CREATE TABLE kept AS SELECT pair_id FROM pairs")
+    assert con.execute("SELECT current_database()").fetchone() == ("my_analysis",)
+    con.close()
+    # The file holds the user's table alone: none of the run's views (they name this process's open files).
+    with duckdb.connect(str(db)) as plain:
+        assert plain.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall() == [
+            ("kept", "BASE TABLE")
+        ]
+        # A view a version before put in the file, named as one of the run's, would hide the run's.
+        plain.execute("CREATE VIEW verdicts AS SELECT 'stale' AS pair_id")
+    folder.add("verdicts", [verdict("y")])
+    folder.commit()
+    again = de.open_run(run, database=str(db))  # opens again, with the run as it is now
+    assert again.execute("SELECT pair_id FROM verdicts ORDER BY 1").fetchall() == [("x",), ("y",)]
+    assert again.execute("SELECT * FROM kept").fetchall() == [("x",)]
+    assert again.cursor().execute("SELECT count(*) FROM pairs").fetchone() == (2,)  # a cursor sees the views
+    again.close()
+    with duckdb.connect(str(db)) as plain:
+        plain.execute("CREATE TABLE replays AS SELECT 1 AS n")
+    with pytest.raises(RunFolderError, match="table named 'replays'"):
+        de.open_run(run, database=str(db))
+
+
 def test_open_run_makes_the_views_asked_alone(tmp_path: Path) -> None:
     import duckdb
 
