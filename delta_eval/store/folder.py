@@ -529,9 +529,21 @@ class RunFolder:
 
     def read(self, dataset: str, columns: list[str] | None = None) -> pa.Table:
         """All committed rows of ``dataset`` (an empty table with the right schema when there are none), as of
-        one :meth:`snapshot`."""
-        table = self._read(dataset, columns)
-        assert table is not None
+        one :meth:`snapshot`. A derived dataset (``verdict_tallies``, ``replay_tallies``: see
+        :mod:`delta_eval.store.derived`) is read only where every batch has its part: else a
+        :class:`~delta_eval.exceptions.RunFolderError` says so (its rows would leave out some batches' rows)."""
+        whole = None
+        if dataset in DERIVED_FROM:
+            # (Damaged batches are left out of the rows they derive from too.)
+            whole = lambda records, damage: complete(records, dataset)  # noqa: E731
+        table = self._read(dataset, columns, whole=whole)
+        if table is None:
+            source = DERIVED_FROM[dataset]
+            raise RunFolderError(
+                f"{self.path}: some batches' {source} have no {dataset} (written before they existed, or their part "
+                f"is damaged), so they would not count every row: read {source} and derive them "
+                f"(delta_eval.store.derived.derive({{{source!r}: folder.read({source!r})}}))"
+            )
         return table
 
     def read_tallies(self) -> pa.Table | None:
@@ -539,16 +551,19 @@ class RunFolder:
         dictionary-encoded as stored, as of one :meth:`snapshot`; ``None`` when some batch with verdicts has none
         (a folder written before tallies existed, until it is merged), so that they would not count every verdict."""
         text = [f.name for f in SCHEMAS[TALLIES] if pa.types.is_string(f.type)]
-        return self._read(TALLIES, None, dictionary=text, whole=lambda records: complete(records, TALLIES))
+        return self._read(
+            TALLIES, None, dictionary=text, whole=lambda records, damage: not damage and complete(records, TALLIES)
+        )
 
     def _read(self, dataset: str, columns: list[str] | None, *, dictionary: list[str] | None = None,
-              whole: Callable[[list[dict[str, Any]]], bool] | None = None) -> pa.Table | None:  # fmt: skip
+              whole: Callable[[list[dict[str, Any]], list[Damage]], bool] | None = None
+              ) -> pa.Table | None:  # fmt: skip
         """:meth:`read`, the text ``dictionary``-encoded; ``None`` unless ``whole`` holds of the snapshot's commit
-        records, when given."""
+        records and damage, when given."""
         schema = SCHEMAS[dataset]
         for _ in range(_SNAPSHOT_TRIES):
             with self.snapshot([dataset]) as snap:
-                if whole is not None and (snap.damage or not whole(snap.commits)):
+                if whole is not None and not whole(snap.commits, snap.damage):
                     return None
                 if not snap.files[dataset]:
                     return schema.empty_table().select(columns) if columns else schema.empty_table()

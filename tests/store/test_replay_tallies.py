@@ -18,9 +18,10 @@ from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 import delta_eval as de
+from delta_eval.exceptions import RunFolderError
 from delta_eval.metrics import decision_sql
 from delta_eval.store import compaction
-from delta_eval.store.derived import DERIVED, derived_parts
+from delta_eval.store.derived import DERIVED, derive, derived_parts
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
 from delta_eval.store.replay_tallies import KEYS, ORDER, REPLAY_TALLIES, replay_tally, write_replay_tallies
@@ -253,6 +254,14 @@ def test_an_older_versions_batch_without_replay_tallies_leaves_them_unread(tmp_p
     record[DERIVED] = {TALLIES: record[DERIVED][TALLIES]}
     path.write_text(json.dumps(record))
     _read_without_replay_tallies(tmp_path, before)
+    # Read by hand, they would leave out that batch's replays: an error, which says how to get them.
+    folder = RunFolder(tmp_path)
+    with pytest.raises(RunFolderError, match=r"some batches' replays have no replay_tallies.*derive\(") as said:
+        folder.read(REPLAY_TALLIES)
+    assert "derive({'replays': folder.read('replays')})" in str(said.value)
+    derived = derive({"replays": folder.read("replays")})[REPLAY_TALLIES]
+    _same(_summed(derived), _summed(replay_tally(folder.read("replays"))))
+    assert folder.read(TALLIES).num_rows  # the verdicts' tallies cover every batch still
 
 
 def test_a_candidates_views_have_no_replay_tallies(tmp_path: Path) -> None:
