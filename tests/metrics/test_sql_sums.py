@@ -32,6 +32,25 @@ def test_a_metric_that_counts_no_row_has_the_sums_of_one_whose_rows_all_fail_its
         db.close()
 
 
+def test_a_null_group_is_the_group_named_none_as_the_rows_name_it() -> None:
+    """A null group and a group named "None" are one group (``str`` names a null "None", as the rows path does):
+    the rows of both counted, not those of one of them alone."""
+    db = duckdb.connect()
+    try:
+        rows_of = {"c": ["x", "y", "z", "x"], "g": [None, "None", None, "a"], "e": [1.0, 0.0, 1.0, 1.0]}
+        db.register("t", pa.table(rows_of))
+        for weight in ("1.0", "2.0"):
+            got = paired_sums(db, "t", {"m": Metric(a="e", binary=True)}, cluster="c", group="g", weight=weight)
+            assert got.keys() == {"None", "a"}
+            rows = PairedSums.of([1.0, 0.0, 1.0], [0.0] * 3, clusters=["x", "y", "z"], weights=[float(weight)] * 3)
+            s = got["None"]["m"]
+            assert s.pairs == 3
+            assert np.array_equal(s.a, rows.a)
+            assert np.array_equal(s.ta, rows.ta)
+    finally:
+        db.close()
+
+
 ROWS = st.lists(
     st.tuples(
         st.sampled_from(["x", "y", "z", "é", "x0"]),  # conversation
