@@ -132,18 +132,25 @@ def run_pipeline(path: Path, out: Path, base_url: str, concurrency: int, process
     }
 
 
+def export_points(path: Path) -> list[Any]:
+    """Every replay point (assistant turn) of the export at ``path``, in order: what the bare loop and the layers
+    of ``--floor`` call the models on."""
+    from delta_eval.replay.points import replay_points
+
+    conversations, _ = source(path).load()
+    return [p for c in conversations for p in replay_points(c)]
+
+
 def run_bare(path: Path, base_url: str, concurrency: int) -> dict[str, Any]:
     import anyio
     import openai
 
     from delta_eval.adapters.openai_chat import encode_messages, encode_tools
-    from delta_eval.replay.points import replay_points
     from delta_eval.replay.tools import RecordedToolSimulator, ToolContext
     from delta_eval.schema import Message, ToolCall
 
     start, cpu = time.perf_counter(), cpu_seconds()
-    conversations, _ = source(path).load()
-    points = [p for c in conversations for p in replay_points(c)]
+    points = export_points(path)
     simulate = RecordedToolSimulator()
     calls = 0
 
@@ -200,14 +207,11 @@ def run_floor(path: Path, base_url: str, concurrency: int, calls: int, layer: st
     from delta_eval.adapters.base import sdk_http_client, typed_body
     from delta_eval.adapters.openai_chat import encode_messages, encode_tools
     from delta_eval.adapters.openai_common import post_options
-    from delta_eval.replay.points import replay_points
     from delta_eval.sync import run_loop
 
-    conversations, _ = source(path).load()
     bodies = [
         json.dumps({"model": m, "messages": encode_messages(p.context), "tools": encode_tools(p.tools)}).encode()
-        for c in conversations
-        for p in replay_points(c)
+        for p in export_points(path)
         for m in MODELS
     ]
     bodies = (bodies * -(-calls // len(bodies)))[:calls]
