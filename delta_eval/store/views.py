@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import warnings
 import weakref
@@ -122,8 +123,8 @@ def tallies_of(con: Any) -> pa.Table | None:
     """The verdicts' tallies a connection of :func:`open_run` views (made with ``tallies=True``), of the same
     snapshot as its other views: they count every verdict of its ``verdicts`` view, and no other. ``None`` without
     that view (not asked for, or some batch's verdicts are not counted in them)."""
-    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal",
-                       [TALLIES]).fetchall()[0][0]:  # fmt: skip
+    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND database_name = 'memory' "
+                       "AND NOT internal", [TALLIES]).fetchall()[0][0]:  # fmt: skip
         return None
     table: pa.Table = con.sql(f"SELECT * FROM {TALLIES}").to_arrow_table()
     return table
@@ -133,12 +134,12 @@ def replay_tallies_of(con: Any) -> str | None:
     """The name of the view of the replays' tallies in a connection of :func:`open_run` (made with ``tallies=True``,
     of the same snapshot as its other views: they sum every replay of its ``replays`` view, and no other), or
     ``None`` without that view (not asked for, a candidate's views, or some batch's replays not summed in them)."""
-    found = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal",
-                        [REPLAY_TALLIES]).fetchall()[0][0]  # fmt: skip
+    found = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND database_name = 'memory' "
+                        "AND NOT internal", [REPLAY_TALLIES]).fetchall()[0][0]  # fmt: skip
     return REPLAY_TALLIES if found else None
 
 
-def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str | None = None,
+def open_run(run_dir: str | Path, database: str | Path = ":memory:", *, candidate: str | None = None,
              datasets: Collection[str] | None = None, tallies: bool = False) -> Any:  # fmt: skip
     """A DuckDB connection with views over the run folder's datasets (see the module docstring).
 
@@ -158,7 +159,9 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     FROM verdicts``): it is attached under its stem (``analysis.duckdb`` as ``analysis``) as the connection's
     default database, so what you create goes there; the run's views stay in memory, found after the file's own
     tables, and the file never holds them (they name this process's open files), so it opens again, with the run
-    as it is then.
+    as it is then. A cursor of the connection (``con.cursor()``) starts in memory: it sees the run's views, and the
+    file's tables by their full names (``analysis.main.mine``). The file must not be open in another connection of
+    this process meanwhile (an earlier ``open_run`` on it too: close that one first).
 
     ``datasets``: the views of these datasets alone (default: every one, and the conveniences), for a caller that
     reads one or two (each view reads its files' schemas when it is made: all of them cost more than a win rate's
@@ -168,8 +171,6 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
     :mod:`delta_eval.store.replay_tallies`; :func:`replay_tallies_of`), but never with ``candidate``: they do not
     say whose pair a replay is.
     """
-    import duckdb
-
     folder = RunFolder(local_run(run_dir))  # an object-store URI: its working copy, brought up to date
     if not (folder.path / MANIFEST).exists():
         raise RunFolderError(f"{folder.path} is not a delta_eval run folder (no {MANIFEST})")
@@ -185,17 +186,31 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         warnings.warn(damage_message(folder.path, snapshot.damage), RunFolderWarning, stacklevel=2)
     try:
         con = connect(":memory:")
-        # Each query over a view reads its files' footers again unless kept: a run of a few hundred batches spent
-        # a quarter of its decision there. The files of a snapshot do not change under it.
-        try:
-            con.execute("SET parquet_metadata_cache = true")
-            attached = _attach(con, database)
-        except BaseException:
-            con.close()
-            raise
     except BaseException:
         snapshot.close()
         raise
+    try:
+        # Each query over a view reads its files' footers again unless kept: a run of a few hundred batches spent
+        # a quarter of its decision there. The files of a snapshot do not change under it.
+        con.execute("SET parquet_metadata_cache = true")
+        attached = _attach(con, database)
+        _make_views(con, snapshot, wanted, candidate=candidate, conveniences=datasets is None)
+        if attached is not None:
+            _use(con, attached, database)
+    except BaseException:
+        # (Nothing kept: not the user's file, attached and so locked while the error's traceback lives on.)
+        con.close()
+        snapshot.close()
+        raise
+    return con
+
+
+def _make_views(con: Any, snapshot: Snapshot, wanted: list[str], *, candidate: str | None,
+                conveniences: bool) -> None:  # fmt: skip
+    """The views of :func:`open_run` over the ``wanted`` datasets' files of ``snapshot``, in ``con``'s in-memory
+    database (with the conveniences: ``pairs``, ``tool_calls``, ``transcripts``)."""
+    import duckdb
+
     committed = _held_paths(snapshot)
     if committed is None:  # no way to read a file by its descriptor: by name, as of the snapshot's scan
         committed = {name: [path for path, _ in held] for name, held in snapshot.files.items()}
@@ -234,52 +249,70 @@ def open_run(run_dir: str | Path, database: str = ":memory:", *, candidate: str 
         if "errors" in wanted:
             con.execute("CREATE VIEW errors AS SELECT * FROM all_errors "
                         "WHERE pair_id IS NULL OR pair_id IN (SELECT pair_id FROM verdicts)")  # fmt: skip
-    if datasets is None:
+    if conveniences:
         con.execute(_PAIRS)
         con.execute(_TOOL_CALLS)
         # A folder written before steps carried the user's answers has no transcripts view.
         with contextlib.suppress(duckdb.BinderException):
             con.execute(_TRANSCRIPTS)
-    if attached is not None:
-        _use(con, attached, database)
-    return con
 
 
 #: Catalog names DuckDB keeps for itself: a database file's stem that is one of them is attached under another name.
 _RESERVED = {"memory", "temp", "system", "main", "information_schema", "pg_catalog"}
+#: Every view :func:`open_run` can make (lower case, as DuckDB compares names), whatever it is asked for.
+_RUN_VIEWS = {*DATASETS, *(f"all_{name}" for name in DATASETS), "pairs", "tool_calls", "transcripts"}
+#: The empty tables it makes for a dataset without rows (a version before made them in the user's file).
+_EMPTY_TABLES = {f"_{name}_empty" for name in DATASETS}
 
 
-def _attach(con: Any, database: str) -> str | None:
+def _attach(con: Any, database: str | Path) -> str | None:
     """Attach the user's database file ``database`` to the in-memory connection ``con`` (``None``: no file), under
     its stem made an identifier (``analysis.duckdb``: ``analysis``), and return that name. The run's views stay in
     memory: a file that held them would keep paths to this process's open files (``/proc/self/fd``), meaningless
     to any later reader, and a second :func:`open_run` on the file would find them there already."""
-    if database == ":memory:" or database.startswith(":memory:"):
+    import duckdb
+
+    path = os.fspath(database)
+    if not path or path.startswith(":memory:"):
         return None
-    name = re.sub(r"\W", "_", Path(database).stem) or "db"
+    name = re.sub(r"\W", "_", Path(path).stem) or "db"
     if name[0].isdigit() or name.lower() in _RESERVED:
         name = f"db_{name}"
-    con.execute(f"ATTACH {quote_literal(database)} AS {quote_ident(name)}")
+    try:
+        con.execute(f"ATTACH {quote_literal(path)} AS {quote_ident(name)}")
+    except duckdb.ResourceInUseException as exc:
+        raise RunFolderError(
+            f"{path} is open in another connection of this process (an earlier open_run(..., database=) too): "
+            f"close it first (con.close()), then open the run again ({exc})"
+        ) from exc
     return name
 
 
-def _use(con: Any, name: str, database: str) -> None:
+def _use(con: Any, name: str, database: str | Path) -> None:
     """Make the attached file ``name`` the connection's default database (what the user creates goes there), the
-    run's views found after its own objects. A view of the file named as one of the run's (left there by a version
-    that made its views in the file) is dropped, as it would hide the run's; a table so named is an error."""
-    ours = {row[0] for row in con.execute(
-        "SELECT view_name FROM duckdb_views() WHERE database_name = 'memory' AND NOT internal").fetchall()}  # fmt: skip
-    theirs = con.execute("SELECT table_name, table_type FROM information_schema.tables "
-                         "WHERE table_catalog = ? AND table_schema = 'main'", [name]).fetchall()  # fmt: skip
-    for table, kind in theirs:
-        if table not in ours:
-            continue
-        if kind != "VIEW":
-            con.close()
+    run's views found after its own objects. What a version before left in the file under the names of the run's
+    views and empty tables (they read files of a process long gone) is dropped, with a warning; a table of the
+    user's with the name of one of the run's views is an error (it would hide it)."""
+    found = con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                        "WHERE table_catalog = ? AND table_schema = 'main'", [name]).fetchall()  # fmt: skip
+    dropped = []
+    for table, kind in found:
+        lower = table.lower()  # (DuckDB's names are not case-sensitive)
+        if (lower in _RUN_VIEWS and kind == "VIEW") or (lower in _EMPTY_TABLES and kind != "VIEW"):
+            what = "VIEW" if kind == "VIEW" else "TABLE"
+            con.execute(f"DROP {what} {quote_ident(name)}.main.{quote_ident(table)}")
+            dropped.append(table)
+        elif lower in _RUN_VIEWS:
             raise RunFolderError(
                 f"{database} has a table named {table!r}, which would hide the run's view of that name: rename it "
                 "(or open the run without database=)"
             )
-        con.execute(f"DROP VIEW {quote_ident(name)}.main.{quote_ident(table)}")
+    if dropped:
+        warnings.warn(
+            f"{database}: dropped {', '.join(map(repr, dropped))}, named as the run's views and tables (a version of "
+            "delta_eval before made them in the file; they read files of a process long gone)",
+            RunFolderWarning,
+            stacklevel=3,
+        )
     con.execute(f"USE {quote_ident(name)}")
     con.execute(f"SET search_path = '{name}.main,memory.main'")  # (name: letters, digits and underscores)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import delta_eval as de
-from delta_eval.exceptions import RunFolderError
+from delta_eval.exceptions import RunFolderError, RunFolderWarning
 from delta_eval.schema import Step, ToolCall, ToolResult, TurnOutput
 from delta_eval.store.folder import RunFolder
 from delta_eval.store.manifest import RunManifest
@@ -100,28 +100,65 @@ def test_open_run_keeps_what_the_user_makes_in_their_file_and_opens_it_again(tmp
     folder.write_manifest(manifest("completed"))
     folder.add("verdicts", [verdict("x")])
     folder.commit()
-    con = de.open_run(run, database=str(db))
+    con = de.open_run(run, database=db)  # (a path, or its text)
     con.execute("CREATE TABLE kept AS SELECT pair_id FROM pairs")
     assert con.execute("SELECT current_database()").fetchone() == ("my_analysis",)
+    # A cursor starts in memory: the run's views, and the file's tables by their full names.
+    assert con.cursor().execute("SELECT count(*) FROM my_analysis.main.kept").fetchone() == (1,)
     con.close()
     # The file holds the user's table alone: none of the run's views (they name this process's open files).
     with duckdb.connect(str(db)) as plain:
         assert plain.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall() == [
             ("kept", "BASE TABLE")
         ]
-        # A view a version before put in the file, named as one of the run's, would hide the run's.
-        plain.execute("CREATE VIEW verdicts AS SELECT 'stale' AS pair_id")
     folder.add("verdicts", [verdict("y")])
     folder.commit()
     again = de.open_run(run, database=str(db))  # opens again, with the run as it is now
     assert again.execute("SELECT pair_id FROM verdicts ORDER BY 1").fetchall() == [("x",), ("y",)]
     assert again.execute("SELECT * FROM kept").fetchall() == [("x",)]
     assert again.cursor().execute("SELECT count(*) FROM pairs").fetchone() == (2,)  # a cursor sees the views
-    again.close()
-    with duckdb.connect(str(db)) as plain:
-        plain.execute("CREATE TABLE replays AS SELECT 1 AS n")
-    with pytest.raises(RunFolderError, match="table named 'replays'"):
+    # Open in another connection of this process (an earlier open_run of it too): said, with what to do.
+    with pytest.raises(RunFolderError, match=r"open in another connection of this process.*close it first"):
         de.open_run(run, database=str(db))
+    again.close()
+
+
+def test_open_run_drops_what_a_version_before_left_in_the_user_s_file(tmp_path: Path) -> None:
+    """A version before made the run's views (and empty tables) in the file: they read this process's files by
+    descriptor, gone once it ended. Whatever is asked for now, they are dropped (with a warning), so that nothing
+    reads them as the run's (its tallies among them); a table of the user's named as a view of the run's is an
+    error, in any case of its name, and leaves the file free."""
+    import duckdb
+
+    from delta_eval.store.views import replay_tallies_of, tallies_of
+
+    run, db = tmp_path / "run", tmp_path / "a.duckdb"
+    folder = RunFolder(run)
+    folder.write_manifest(manifest("completed"))
+    folder.add("verdicts", [verdict("x")])
+    folder.commit()
+    gone = tmp_path / "gone.parquet"  # (what the old views read: a file of a process long gone)
+    with duckdb.connect(str(db)) as plain:
+        plain.execute(f"COPY (SELECT 'old' AS pair_id) TO '{gone}' (FORMAT parquet)")
+        plain.execute("CREATE TABLE _replays_empty (pair_id VARCHAR)")
+        for name in ("verdicts", "replay_tallies", "verdict_tallies", "Pairs"):
+            plain.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{gone}')")
+        plain.execute("CREATE TABLE mine AS SELECT 1 AS n")
+    gone.unlink()
+    with pytest.warns(RunFolderWarning, match="dropped '_replays_empty', 'Pairs', 'replay_tallies', 'verdicts'"):
+        con = de.open_run(run, database=str(db), datasets=["verdicts"])
+    assert con.execute("SELECT pair_id FROM verdicts").fetchall() == [("x",)]
+    assert (tallies_of(con), replay_tallies_of(con)) == (None, None)
+    assert con.execute("SELECT n FROM mine").fetchall() == [(1,)]
+    con.close()
+    with duckdb.connect(str(db)) as plain:
+        assert plain.execute("SELECT table_name FROM information_schema.tables").fetchall() == [("mine",)]
+        plain.execute("CREATE TABLE Replays AS SELECT 1 AS n")
+    with pytest.raises(RunFolderError, match="table named 'Replays'") as raised:
+        de.open_run(run, database=str(db))
+    with duckdb.connect(str(db)) as plain:  # (while the error lives on: the file was let go)
+        assert plain.execute("SELECT n FROM Replays").fetchall() == [(1,)]
+    assert raised.value is not None
 
 
 def test_open_run_makes_the_views_asked_alone(tmp_path: Path) -> None:
