@@ -159,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     where = run.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, metavar="N",
-                       help="shard the pairs over N processes of this machine (0: one per core)")  # fmt: skip
+                       help="shard the pairs over N processes here, this one among them (0: one per core)")  # fmt: skip
     where.add_argument("--ray", metavar="ADDRESS",
                        help="shard the pairs over the Ray cluster at ADDRESS ('auto': the one running)")  # fmt: skip
     run.add_argument("--shards", type=int, metavar="N", help="with --ray: tasks to cut the run into (default: CPUs)")

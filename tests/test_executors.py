@@ -195,7 +195,7 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     executor.prepare()
     executor._started()  # prepare starts them on a thread
     workers = [process for process, _ in executor._ready]
-    assert len(workers) == 3
+    assert len(workers) == 2  # (the first shard runs in this process)
     assert all(p.is_alive() for p in workers)
     executor.release()
     assert executor._ready == []

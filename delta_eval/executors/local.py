@@ -1,9 +1,9 @@
 """Executors on this machine: the shards as tasks of this process's event loop, or one process per core.
 
-:class:`ProcessExecutor` is what uses every core of one machine: one event loop per process, each with its share
-of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`), started with ``spawn`` (so the shard,
-its configuration and a tool simulator of yours must pickle) while the session samples, and stopped with SIGTERM,
-which makes each shard commit its finished pairs before it ends. Spawned, not forked from a fork server: a fork
+:class:`ProcessExecutor` is what uses every core of one machine: one event loop per process (this one runs the
+first shard), each with its share of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`), the
+workers started with ``spawn`` (so the shard, its configuration and a tool simulator of yours must pickle) while
+the session samples, and stopped with SIGTERM, which makes each shard commit its finished pairs before it ends. Spawned, not forked from a fork server: a fork
 server is one per program (a run could not stop it without stopping the program's own pools, and its workers
 would get its environment of when it started, not the session's API keys of now).
 """
@@ -128,10 +128,12 @@ def shard_modules(config: RunConfig | None) -> list[str]:
 
 @dataclass(frozen=True)
 class ProcessExecutor(Executor):
-    """One process per shard on this machine, ``workers`` of them (default: one per core).
+    """``workers`` shards on this machine (default: one per core), each on an event loop of its own: this process
+    runs the first, on the session's loop (it would otherwise only wait), and a worker process each of the others.
 
-    The processes start while the session samples (:meth:`prepare`) and import what a shard runs on meanwhile;
-    each gets its shard when the sample is cut. One session at a time per executor.
+    The processes start while the session samples (:meth:`prepare`) and import what a shard runs on meanwhile
+    (about 2 s of CPU each, the SDKs and the library: what running one shard here saves); each gets its shard when
+    the sample is cut. One session at a time per executor.
 
     Example::
 
@@ -156,7 +158,7 @@ class ProcessExecutor(Executor):
         modules = shard_modules(config)
 
         def start() -> None:
-            self._ready.extend(self._start(self.shard_count(), modules))
+            self._ready.extend(self._start(self.shard_count() - 1, modules))  # (the first shard runs here)
 
         thread = threading.Thread(target=start, name="delta-eval-workers", daemon=True)
         thread.start()
@@ -195,18 +197,28 @@ class ProcessExecutor(Executor):
         return started
 
     async def run(self, shards: list[Shard], limits: dict[str, ModelLimits]) -> list[ShardReport]:
-        """Give each shard to a worker (started now where :meth:`prepare` did not) and wait for every report; on
-        cancellation, stop them (each commits first)."""
+        """Run the first shard here and give each other one to a worker (started now where :meth:`prepare` did
+        not); wait for every report. On cancellation, stop the workers (each commits first; so does the shard
+        here)."""
         split = SplitLimiters(len(shards))
+        here, elsewhere = shards[:1], shards[1:]
         started: list[tuple[Any, Connection]] = []
         try:
             await anyio.to_thread.run_sync(self._started)
-            taken = min(len(shards), len(self._ready))
+            taken = min(len(elsewhere), len(self._ready))
             started, self._ready[:taken] = self._ready[:taken], []
             modules = shard_modules(shards[0].config if shards else None)
-            more = await anyio.to_thread.run_sync(self._start, len(shards) - len(started), modules)
+            more = await anyio.to_thread.run_sync(self._start, len(elsewhere) - len(started), modules)
             started += more
             results: dict[int, tuple[str, Any]] = {}
+
+            async def local(shard: Shard) -> None:
+                # As a worker reports it: a shard that fails here fails the run as one that fails there.
+                try:
+                    results[0] = ("ok", await arun_shard(replace(shard, limiters=split)))
+                except Exception as exc:
+                    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                    results[0] = ("failed", text[:2000])
 
             async def give(k: int, shard: Shard, conn: Connection) -> None:
                 # Each on its own thread: a send blocks until the worker has read the shard. A worker that died
@@ -227,7 +239,9 @@ class ProcessExecutor(Executor):
                     results[k] = ("failed", f"its worker process died (exit code {process.exitcode})")
 
             async with anyio.create_task_group() as tg:
-                for k, ((process, conn), shard) in enumerate(zip(started, shards, strict=True)):
+                for shard in here:
+                    tg.start_soon(local, shard)
+                for k, ((process, conn), shard) in enumerate(zip(started, elsewhere, strict=True), start=1):
                     tg.start_soon(give, k, shard, conn)
                     tg.start_soon(wait, k, process, conn)
         except BaseException:
@@ -246,4 +260,4 @@ class ProcessExecutor(Executor):
         failed = [f"shard {k}: {text}" for k, (status, text) in sorted(results.items()) if status != "ok"]
         if failed:
             raise ShardFailedError("; ".join(failed)[:1000] + " (rerun the same command to resume)")
-        return [results[k][1] for k in range(len(started))]
+        return [results[k][1] for k in range(len(shards))]
