@@ -80,8 +80,8 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
         and all(m.binary or m.integral or m.where.strip().lower() == "false" for m in metrics.values())
     )
     # A null group is the group "None", as the rows path names it (str): one group of both, not two of one name.
-    grp = f"coalesce(({group})::VARCHAR, 'None')" if group else "''"
-    cols = [f"({cluster})::VARCHAR AS cl", f"{grp} AS grp"]
+    named = f"coalesce(({group})::VARCHAR, 'None')" if group else "''"
+    cols = [f"({cluster})::VARCHAR AS cl", f"{named} AS grp"]
     if not unit:
         cols.append(f"({weight})::DOUBLE AS w")
     cols += [quote_ident(c) for c in carry]
