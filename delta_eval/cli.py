@@ -401,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, ExceptionGroup) and (ours := _ours(exc)) is not None:
             _print(f"delta-eval: error: {ours}", file=sys.stderr)
             return _failed(args, run_dir, sessions, str(ours))
-        from delta_eval.runner import describe_failure
+        from delta_eval.failures import describe_failure
 
         _print(f"delta-eval: error: {describe_failure(exc)} (--debug shows where)", file=sys.stderr)
         return _failed(args, run_dir, sessions, describe_failure(exc))

@@ -12,10 +12,8 @@ end.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,9 +25,10 @@ from delta_eval.adapters.pool import ModelPool
 from delta_eval.calls import CallStats
 from delta_eval.config import RunConfig
 from delta_eval.estimate import EstimateCancelled, estimate_sample
-from delta_eval.exceptions import ConfigError, DeltaEvalError
+from delta_eval.exceptions import ConfigError
 from delta_eval.executors.base import Executor, Shard, deal, shard_config
 from delta_eval.executors.live import ShardWatch
+from delta_eval.failures import describe_failure
 from delta_eval.ingest.source import ConversationSource, open_source
 from delta_eval.interrupts import deferred_signals
 from delta_eval.judges.cascade import JudgeCascade, SupportsDecide
@@ -74,27 +73,6 @@ def interrupted(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(interrupted(e) for e in exc.exceptions)
     return isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class())
-
-
-def disk_full(exc: BaseException) -> bool:
-    """Whether an error says the disk is full (an OS write, or SQLite's own words for it)."""
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
-
-
-def describe_failure(exc: BaseException) -> str:
-    """Why a run failed, in a line for its manifest and report: the first error of a group, by its type and
-    message (our errors carry no credentials; a disk found full is said so)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if disk_full(exc):
-        where = getattr(exc, "filename", None) or "the run folder"
-        return f"the disk is full (writing {where}): free space, then rerun the same command to resume"
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    if isinstance(exc, DeltaEvalError) and text:
-        return text[:500]  # our own errors say what happened in words
-    return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
 
 
 def _write_pseudonyms(config: RunConfig, source: ConversationSource) -> None:
@@ -474,15 +452,15 @@ async def execute(
             executor.prepare(c)  # its workers start while this process samples
         sample = await anyio.to_thread.run_sync(stages.sample)
         if session.manifest.estimate is None:
-            # Beside the replays, once each replay worker of this process has its first call out (a sharded run
-            # replays in other processes: at once).
+            # Beside the replays, once each replay worker has its first call out (of a sharded run, as its shards
+            # publish them; one of them may replay in this process), or at most a second after the sample.
             workers = len(sides) * c.replays_in_flight
 
             def first_out() -> bool:
                 calls = p.calls()
                 return calls.made + calls.cached >= min(workers, p.pairs_to_do)
 
-            estimate.start(sample, stages.conversations, after=None if executor is not None else first_out)
+            estimate.start(sample, stages.conversations, after=first_out)
             if any(variant.render is not None for variant in c.sides().values()):
                 # A render function of the user's is called by the estimate and by the replays: not from two
                 # threads at once (it may not be thread-safe, as a tokenizer's chat template is not).

@@ -19,6 +19,7 @@ LAYER_OF = {
     **dict.fromkeys(
         (
             "exceptions",
+            "failures",
             "schema",
             "calls",
             "matching",

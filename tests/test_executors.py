@@ -202,6 +202,34 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     assert not any(p.is_alive() for p in workers)
 
 
+@pytest.mark.slow
+def test_a_shard_that_fails_in_this_process_fails_the_run_as_a_worker_s_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ProcessExecutor runs its first shard here: its failure (a full disk, say) ends the run with
+    ShardFailedError saying what went wrong and caused by it, every worker joined; the rerun completes, with the
+    verdicts of a one-process run."""
+    import errno
+
+    from delta_eval.executors import local
+
+    async def full(shard: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "procs" / "verdicts"))
+
+    monkeypatch.setattr(local, "arun_shard", full)  # (this process's: the worker runs its own)
+    with pytest.raises(local.ShardFailedError, match=r"shard 0: the disk is full \(writing .*verdicts\)") as failed:
+        de.run(_config(tmp_path / "procs"), conversations=demo_conversations(), progress=False,
+               executor=de.ProcessExecutor(2))  # fmt: skip
+    assert isinstance(failed.value.__cause__, OSError)
+    assert multiprocessing.active_children() == []
+    monkeypatch.undo()
+    again = de.run(_config(tmp_path / "procs"), conversations=demo_conversations(), progress=False,
+                   executor=de.ProcessExecutor(2))  # fmt: skip
+    assert again.status == "completed"
+    de.run(_config(tmp_path / "one"), conversations=demo_conversations(), progress=False)
+    assert _verdicts(tmp_path / "procs") == _verdicts(tmp_path / "one")
+
+
 def test_workers_preload_the_modules_the_run_declares_not_what_the_session_happened_to_import(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,11 +1,12 @@
 """Executors on this machine: the shards as tasks of this process's event loop, or one process per core.
 
 :class:`ProcessExecutor` is what uses every core of one machine: one event loop per process (this one runs the
-first shard), each with its share of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`), the
-workers started with ``spawn`` (so the shard, its configuration and a tool simulator of yours must pickle) while
-the session samples, and stopped with SIGTERM, which makes each shard commit its finished pairs before it ends. Spawned, not forked from a fork server: a fork
-server is one per program (a run could not stop it without stopping the program's own pools, and its workers
-would get its environment of when it started, not the session's API keys of now).
+first shard), each with its share of every model's limits (:class:`~delta_eval.executors.base.SplitLimiters`),
+the workers started with ``spawn`` (so the shard, its configuration and a tool simulator of yours must pickle)
+while the session samples, and stopped with SIGTERM, which makes each shard commit its finished pairs first.
+Spawned, not forked from a fork server: a fork server is one per program (a run could not stop it without stopping
+the program's own pools, and its workers would get its environment of when it started, not the session's API keys
+of now).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import multiprocessing
 import os
 import sys
 import threading
-import traceback
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,6 +29,7 @@ from delta_eval.config import RunConfig
 from delta_eval.exceptions import DeltaEvalError
 from delta_eval.executors.base import Executor, Shard, ShardReport, SplitLimiters
 from delta_eval.executors.shard import arun_shard, run_shard
+from delta_eval.failures import describe_failure
 from delta_eval.installed import installed
 
 __all__ = ["SHARD_MODULES", "InProcessExecutor", "ProcessExecutor", "ShardFailedError", "shard_modules"]
@@ -90,8 +91,7 @@ def _child(conn: Connection, modules: list[str]) -> None:
     try:
         conn.send(("ok", run_shard(shard)))
     except BaseException as exc:
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        conn.send(("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", text[:2000]))
+        conn.send(("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", describe_failure(exc)))
     finally:
         conn.close()
     # The interpreter's teardown (freeing every object of the shard) is work the session would wait for: ended at
@@ -151,9 +151,9 @@ class ProcessExecutor(Executor):
         return max(1, self.workers or os.cpu_count() or 1)
 
     def prepare(self, config: RunConfig | None = None) -> None:
-        """Start a worker process per shard now, on a thread of its own (starting a process blocks until it runs),
-        so that their start-up (each imports what a shard of ``config`` runs on, :func:`shard_modules`) overlaps
-        the session's sampling."""
+        """Start a worker process per shard but the first (which runs here) now, on a thread of its own (starting
+        a process blocks until it runs), so that their start-up (each imports what a shard of ``config`` runs on,
+        :func:`shard_modules`) overlaps the session's sampling."""
         self.release()
         modules = shard_modules(config)
 
@@ -202,6 +202,7 @@ class ProcessExecutor(Executor):
         here)."""
         split = SplitLimiters(len(shards))
         here, elsewhere = shards[:1], shards[1:]
+        cause: Exception | None = None  # what failed the shard here
         started: list[tuple[Any, Connection]] = []
         try:
             await anyio.to_thread.run_sync(self._started)
@@ -211,25 +212,29 @@ class ProcessExecutor(Executor):
             more = await anyio.to_thread.run_sync(self._start, len(elsewhere) - len(started), modules)
             started += more
             results: dict[int, tuple[str, Any]] = {}
+            # The pipes' blocking calls on threads of their own: on anyio's default threads (40 for the process),
+            # a machine of many cores would have the shard here wait behind them for its commits.
+            pipes = anyio.CapacityLimiter(max(1, 2 * len(elsewhere)))
 
             async def local(shard: Shard) -> None:
                 # As a worker reports it: a shard that fails here fails the run as one that fails there.
+                nonlocal cause
                 try:
                     results[0] = ("ok", await arun_shard(replace(shard, limiters=split)))
                 except Exception as exc:
-                    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                    results[0] = ("failed", text[:2000])
+                    results[0], cause = ("failed", describe_failure(exc)), exc
 
             async def give(k: int, shard: Shard, conn: Connection) -> None:
                 # Each on its own thread: a send blocks until the worker has read the shard. A worker that died
                 # before it did is reported by wait().
                 with contextlib.suppress(OSError):
-                    await anyio.to_thread.run_sync(conn.send, replace(shard, limiters=split), abandon_on_cancel=True)
+                    await anyio.to_thread.run_sync(conn.send, replace(shard, limiters=split), abandon_on_cancel=True,
+                                                   limiter=pipes)  # fmt: skip
 
             async def wait(k: int, process: Any, conn: Connection) -> None:
                 # Polled, not a blocking recv: a process that dies before it took its end of the pipe leaves no
                 # end of file to see.
-                while not await anyio.to_thread.run_sync(conn.poll, 0.5, abandon_on_cancel=True):
+                while not await anyio.to_thread.run_sync(conn.poll, 0.5, abandon_on_cancel=True, limiter=pipes):
                     if not process.is_alive() and not conn.poll():
                         results[k] = ("failed", f"its worker process died (exit code {process.exitcode})")
                         return
@@ -259,5 +264,5 @@ class ProcessExecutor(Executor):
             process.join()
         failed = [f"shard {k}: {text}" for k, (status, text) in sorted(results.items()) if status != "ok"]
         if failed:
-            raise ShardFailedError("; ".join(failed)[:1000] + " (rerun the same command to resume)")
+            raise ShardFailedError("; ".join(failed)[:1000] + " (rerun the same command to resume)") from cause
         return [results[k][1] for k in range(len(shards))]
