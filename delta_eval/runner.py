@@ -246,9 +246,11 @@ async def _run_sharded(
     session: FolderSession,
     pool: ModelPool,
     tool_simulator: ToolSimulator | None,
-) -> _Sharded:
+    out: _Sharded,
+) -> None:
     """Cut the sample into shards by conversation, have ``executor`` run them, and add up their reports into the
-    session's progress (the shards commit their own batches; the session writes the manifest)."""
+    session's progress and ``out`` (the shards commit their own batches; the session writes the manifest); where
+    they fail, ``out`` gets the calls they published."""
     c, p, folder = stages.config, stages.progress, stages.folder
     n = executor.shard_count()  # here, not on a worker thread: Ray connects from the thread that runs the session
     items = stages.conversations  # kept by sampling where the source is small, else read again
@@ -306,6 +308,12 @@ async def _run_sharded(
             raise failed
         ran = True
     finally:
+        if not ran:
+            # No report comes back from a failed or interrupted sharded session: what the shards published (each
+            # once more as it ends) is what the manifest records of their calls, rather than none.
+            with contextlib.suppress(Exception):
+                watch.poll()
+            out.calls = watch.shard_calls()
         watch.restore()
         p.call_stats = own_calls
         if numbers is not None:
@@ -316,7 +324,7 @@ async def _run_sharded(
                 with contextlib.suppress(Exception):  # the run's own error is the one to see
                     _gather(folder, c.remote)
         folder.catch_up()  # the shards' batches are counted in the manifest
-    out = _Sharded()
+    out.calls = {}
     for r in reports:
         for name, value in r.counters.items():
             setattr(p, name, getattr(p, name) + value)
@@ -326,7 +334,6 @@ async def _run_sharded(
         out.cache = (out.cache[0] + r.cache[0], out.cache[1] + r.cache[1], out.cache[2] + r.cache[2])
         stages.notes += [note for note in r.notes if note not in stages.notes]
     folder.recover()  # what a shard's killed worker left uncommitted
-    return out
 
 
 def _gather(folder: RunFolder, uri: str) -> None:
@@ -469,7 +476,7 @@ async def execute(
         if c.screen is not None:
             await _screen(stages, sample, sides, cascade, session)
         if stages.candidates and executor is not None:
-            sharded = await _run_sharded(executor, stages, sample, session, pool, tool_simulator)
+            await _run_sharded(executor, stages, sample, session, pool, tool_simulator, sharded)
             session.cache.hits, session.cache.misses, session.cache.writes = sharded.cache
         elif stages.candidates:
             await run_stages(stages, sample, sides, cascade)

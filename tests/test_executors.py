@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 
 import delta_eval as de
@@ -200,6 +201,33 @@ def test_workers_started_before_the_sample_is_cut_end_with_the_run(tmp_path: Pat
     executor.release()
     assert executor._ready == []
     assert not any(p.is_alive() for p in workers)
+
+
+def test_a_failed_sharded_session_records_the_calls_its_shards_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No shard report comes back from a failed session: its manifest records the calls the shards published
+    (each once more as it ends), not none, so that what was paid for is on record."""
+    import errno
+
+    real, commits = RunFolder.commit, []
+
+    def commit(self: RunFolder, *args: Any, **kwargs: Any) -> Any:
+        commits.append(1)
+        if len(commits) > 3:  # a few batches in, the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunFolder, "commit", commit)
+    out = tmp_path / "run"
+    with pytest.raises(BaseException):  # noqa: B017, PT011 - the disk-full error, however the run wraps it
+        de.run(_config(out), conversations=demo_conversations(), progress=False, executor=de.InProcessExecutor(2))
+    monkeypatch.undo()
+    session = de.open_result(out).manifest.sessions[-1]
+    assert session.status == "failed"
+    replayed = de.open_result(out).table("replays").filter(pc.field("side") != "recorded").num_rows
+    assert replayed > 0
+    assert session.sent >= session.answered >= replayed  # each replay committed was answered (nothing cached)
 
 
 @pytest.mark.slow

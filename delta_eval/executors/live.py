@@ -128,6 +128,10 @@ class ShardWatch:
         self._shard_calls = calls
         return len(published)
 
+    def shard_calls(self) -> dict[str, CallStats]:
+        """The shards' calls by model, as they last published them (read by :meth:`poll`)."""
+        return dict(self._shard_calls)
+
     def calls(self) -> dict[str, CallStats]:
         """The session's own calls and the shards' published ones, by model (what the progress display reads)."""
         out = dict(self.own_calls())
