@@ -324,7 +324,6 @@ async def _run_sharded(
                 with contextlib.suppress(Exception):  # the run's own error is the one to see
                     _gather(folder, c.remote)
         folder.catch_up()  # the shards' batches are counted in the manifest
-    out.calls = {}
     for r in reports:
         for name, value in r.counters.items():
             setattr(p, name, getattr(p, name) + value)

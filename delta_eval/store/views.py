@@ -123,8 +123,7 @@ def tallies_of(con: Any) -> pa.Table | None:
     """The verdicts' tallies a connection of :func:`open_run` views (made with ``tallies=True``), of the same
     snapshot as its other views: they count every verdict of its ``verdicts`` view, and no other. ``None`` without
     that view (not asked for, or some batch's verdicts are not counted in them)."""
-    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND database_name = 'memory' "
-                       "AND NOT internal", [TALLIES]).fetchall()[0][0]:  # fmt: skip
+    if not _has_run_view(con, TALLIES):
         return None
     table: pa.Table = con.sql(f"SELECT * FROM {TALLIES}").to_arrow_table()
     return table
@@ -134,9 +133,15 @@ def replay_tallies_of(con: Any) -> str | None:
     """The name of the view of the replays' tallies in a connection of :func:`open_run` (made with ``tallies=True``,
     of the same snapshot as its other views: they sum every replay of its ``replays`` view, and no other), or
     ``None`` without that view (not asked for, a candidate's views, or some batch's replays not summed in them)."""
+    return REPLAY_TALLIES if _has_run_view(con, REPLAY_TALLIES) else None
+
+
+def _has_run_view(con: Any, name: str) -> bool:
+    """Whether a connection of :func:`open_run` has the run's view ``name`` (in memory: a user's file attached to it
+    may hold a view of that name of its own)."""
     found = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND database_name = 'memory' "
-                        "AND NOT internal", [REPLAY_TALLIES]).fetchall()[0][0]  # fmt: skip
-    return REPLAY_TALLIES if found else None
+                        "AND NOT internal", [name]).fetchall()[0][0]  # fmt: skip
+    return bool(found)
 
 
 def open_run(run_dir: str | Path, database: str | Path = ":memory:", *, candidate: str | None = None,
