@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,13 @@ from delta_eval.metrics.estimand import VERDICT_COLUMNS, sql_error_side
 from delta_eval.metrics.frames import fetch_table, to_arrow
 from delta_eval.metrics.gates import Gate, GateResult, gate_result, side_gate
 from delta_eval.metrics.goals import GOAL_METRIC, GOAL_SQL, NO_GOALS, goal_rates
-from delta_eval.metrics.sides import Rate, SideMetrics, cost_ratio_of, sorted_quantile_interval
+from delta_eval.metrics.sides import (
+    Rate,
+    SideMetrics,
+    cost_ratio_of,
+    partitioned_quantile_interval,
+    sorted_quantile_interval,
+)
 from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums
 from delta_eval.metrics.text_order import text_order
 from delta_eval.replay_sums import COST, COUNTS, turn_sums
@@ -51,7 +58,7 @@ _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome":
                   "weight": "DOUBLE", "preference": "DOUBLE", "error": "VARCHAR", "error_side": "VARCHAR",
                   "epoch": "BIGINT", "stage": "VARCHAR", "audit_outcome": "VARCHAR", "stratum": "VARCHAR",
                   "_row": "BIGINT", "candidate_scores": "VARCHAR", "baseline_scores": "VARCHAR",
-                  "pair_key": "BIGINT"}  # fmt: skip
+                  "pair_key": "BIGINT", "conversation_key": "BIGINT"}  # fmt: skip
 _REPLAY_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "side": "VARCHAR", "error": "VARCHAR",
                  "latency_ms": "DOUBLE", "cost_usd": "DOUBLE", "n_tool_calls": "BIGINT",
                  "invalid_tool_calls": "BIGINT", "matches_recorded": "BOOLEAN", "text_instead_of_action": "BOOLEAN",
@@ -196,7 +203,8 @@ class Source:
         """What the decision counts of the verdicts, from one scan (made once): ``total`` verdicts, judged
         ``losses`` and those ``unknown`` (without a severity), the audit of stage 2 (``stage2``, ``audited``,
         ``different``, ``candidate``, ``baseline``: see :func:`audit_of`), the ``undecided`` verdicts (an error
-        of the judge's), those without a pair's key (``unpaired``) and the ``epochs`` held."""
+        of the judge's), those without a pair's key (``unpaired``) or a conversation's (``unkeyed``) and the ``epochs``
+        held."""
         if self._counts is None:
             # The verdicts grouped by what is counted of them (a few kinds), added up here: cheaper than a filter
             # per count over every verdict.
@@ -204,18 +212,19 @@ class Source:
                 "SELECT outcome, severity IS NULL, stage = 'equivalence', "
                 "CASE WHEN stage = 'equivalence' THEN audit_outcome END, "
                 f"CASE WHEN outcome = 'error' THEN {sql_error_side()} = 'judge' END, {_EPOCH}, pair_key IS NULL, "
-                f"count(*) FROM {self.verdicts} GROUP BY ALL"
+                f"conversation_key IS NULL, count(*) FROM {self.verdicts} GROUP BY ALL"
             ).fetchall()  # fmt: skip
             counts = dict.fromkeys(("total", "losses", "unknown", "stage2", "audited", "different", "candidate",
-                                    "baseline", "undecided", "unpaired"), 0)  # fmt: skip
+                                    "baseline", "undecided", "unpaired", "unkeyed"), 0)  # fmt: skip
             epochs: set[int] = set()
-            for outcome, no_severity, stage2, audit, undecided, epoch, unpaired, n in kinds:
+            for outcome, no_severity, stage2, audit, undecided, epoch, unpaired, unkeyed, n in kinds:
                 lost = outcome in ("candidate", "baseline")
                 for name, holds in (("total", True), ("losses", lost), ("unknown", lost and no_severity),
                                     ("stage2", stage2), ("audited", audit is not None),
                                     ("different", audit in ("candidate", "baseline")),
                                     ("candidate", audit == "candidate"), ("baseline", audit == "baseline"),
-                                    ("undecided", undecided), ("unpaired", unpaired)):  # fmt: skip
+                                    ("undecided", undecided), ("unpaired", unpaired),
+                                    ("unkeyed", unkeyed)):  # fmt: skip
                     counts[name] += int(n) if holds else 0
                 epochs.add(int(epoch))
             self._counts = {**counts, "epochs": sorted(epochs)}
@@ -345,7 +354,9 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
         src.costs[side] = (found["cl"][start:end], mine)
     out: dict[str, SideMetrics] = {}
     sides = sorted(conversations)
-    timed = sorted_latencies(src.db, src.replays, sides)
+    # (Figures only: in any order, each side's quantiles are read by partitioning its latencies; see
+    # sorted_latencies.)
+    timed = sorted_latencies(src.db, src.replays, sides, sort=items)
     memo = shared_memo()
     if memo is not None and not src.part:  # what the summary's latency figures read too (see shared_latencies)
         memo[("latencies", id(src.db), src.raw_replays)] = (src.db, timed)
@@ -353,7 +364,8 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     for side in sides:
         latencies = timed[side]
         p50 = float(np.median(latencies)) if len(latencies) else None
-        p95, lo95, hi95 = sorted_quantile_interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
+        interval = sorted_quantile_interval if items else partitioned_quantile_interval
+        p95, lo95, hi95 = interval(latencies, 0.95, confidence) if len(latencies) else (None,) * 3
         own, count = costs[side], conversations[side]
         known = known_costs[side]
         mine = sums.get(side, {})
@@ -590,11 +602,13 @@ def _binary(n: np.ndarray, events: np.ndarray) -> PairedSums:
                                     iid=np.array([sa, sa, st, 0.0, 0.0, st, 0.0, sa, 0.0, st]))  # fmt: skip
 
 
-def sorted_latencies(db: Any, replays: str, sides: Sequence[str]) -> dict[str, np.ndarray]:
+def sorted_latencies(db: Any, replays: str, sides: Sequence[str], *, sort: bool = True) -> dict[str, np.ndarray]:
     """Each of ``sides``' latencies (ms) of its replayed turns that did not fail, sorted (a missing one is 0, as
     :func:`~delta_eval.metrics.sides.side_metrics` reads it), from one scan of the table ``replays`` in ``db``
     (through Arrow: no copy of two million values, as numpy's fetch makes): what a side's latency figures are read
-    from."""
+    from. Not sorted unless ``sort``, for a reader of their quantiles alone (``np.quantile`` and
+    :func:`~delta_eval.metrics.sides.partitioned_quantile_interval` take them in any order; a sort of a million
+    costs three times as much)."""
     timed = fetch_table(
         db,
         "SELECT list_position(?::VARCHAR[], side) AS k, coalesce(latency_ms, 0.0)::DOUBLE AS x "
@@ -606,14 +620,16 @@ def sorted_latencies(db: Any, replays: str, sides: Sequence[str]) -> dict[str, n
     out = {}
     for k, side in enumerate(sides, start=1):
         out[side] = every[which == k]  # a copy already: sorted in place, once
-        out[side].sort()
+        if sort:
+            out[side].sort()
     return out
 
 
 def shared_latencies(db: Any, replays: str = "replays") -> dict[str, np.ndarray] | None:
     """The sides' :func:`sorted_latencies` that a decision on the replays ``replays`` in ``db`` read within the
     enclosing :func:`~delta_eval.metrics.counted.shared_sums` block (``None`` if none did): the summary's latency
-    figures are of the same turns, so the decision it includes spares it a scan and a sort of every latency."""
+    figures are of the same turns, so the decision it includes spares it a scan of every latency. In increasing
+    order only where the decision listed them (not within :func:`figures_only`): their quantiles are the same."""
     memo = shared_memo()
     found = memo.get(("latencies", id(db), replays)) if memo is not None else None
     return None if found is None else dict(found[1])
@@ -663,13 +679,22 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
     :func:`_none_undecided`)."""
     w = _WEIGHT if weighted else "1.0"
     verdict_side = {g.metric for g in gates} & {"critical_rate", "severity_rate", "undecided_rate", GOAL_METRIC}
-    found: dict[str, tuple[Any, str]] = {}
-    if verdict_side:
-        found.update(_verdict_gates(src, verdict_side, w, counted))
     replay_side = sorted({g.metric for g in gates if g.metric in _REPLAY_METRICS or (
         g.metric.startswith("check:") and g.metric.removeprefix("check:") in check_names)})  # fmt: skip
+    errors_alone = replay_side == ["error_rate"] and src.replays is not None
+    # Weighted, each conversation's weight where its verdicts share one (a run's: see _weighted_conversations),
+    # with the verdict gates' sums from the same scan.
+    per = _weighted_conversations(src, _verdict_metrics(src, verdict_side)[1]) if weighted and (
+        verdict_side or errors_alone) else None  # fmt: skip
+    found: dict[str, tuple[Any, str]] = {}
+    if verdict_side:
+        found.update(_verdict_gates(src, verdict_side, w, counted, per))
     if replay_side and src.replays is not None:
-        errors = _error_gate(src) if replay_side == ["error_rate"] and not weighted else None
+        errors = None
+        if errors_alone and not weighted:
+            errors = _error_gate(src)
+        elif errors_alone and per is not None and _weights_are_the_pairs(src, per.names):
+            errors = _error_gate(src, per)
         found.update({"error_rate": errors} if errors else _replay_gates(src, replay_side, w, weighted, checks))
     ratio = _cost_ratio(src) if any(g.metric == "cost_ratio" for g in gates) else None
     out = []
@@ -730,28 +755,42 @@ def _none_undecided(src: Source, w: str, counted: Counted | None) -> StratumSums
                        units=(float(n), float(n)), pairs=n, iid=iid) if g else None  # fmt: skip
 
 
-def _verdict_gates(src: Source, metrics: set[str], w: str, counted: Counted | None) -> dict[str, tuple[Any, str]]:
+def _verdict_metrics(src: Source, metrics: set[str]) -> tuple[dict[str, tuple[Any, str]], dict[str, Metric]]:
+    """The verdict gates of ``metrics`` that are settled without sums (a severity rate where no loss has a
+    severity), and the others as :class:`~delta_eval.metrics.sql_sums.Metric`\\ s over the verdicts."""
     counts = src.counts()
-    total, losses, unknown = counts["total"], counts["losses"], counts["unknown"]
-    out: dict[str, tuple[Any, str]] = {}
+    losses, unknown = counts["losses"], counts["unknown"]
+    settled: dict[str, tuple[Any, str]] = {}
     wanted = {}
-    for m in metrics:
+    for m in sorted(metrics):
         if m == "undecided_rate":
-            none = _none_undecided(src, w, counted)
-            if none is not None:
-                out[m] = (none, "")
-            else:
-                wanted[m] = Metric(a=_UNDECIDED, binary=True)
+            wanted[m] = Metric(a=_UNDECIDED, binary=True)
         elif m == GOAL_METRIC:
             wanted[m] = GOAL_SQL
         elif losses and unknown == losses:
             # Not evaluated whatever its sums: none is computed.
-            out[m] = (None, f"no severity on any of the {losses} judged losses")
+            settled[m] = (None, f"no severity on any of the {losses} judged losses")
         else:
             bad = f"severity IN {_SEVERITIES[m]}"
             wanted[m] = Metric(a=f"outcome = 'baseline' AND {bad}", b=f"outcome = 'candidate' AND {bad}",
                                where="outcome IS DISTINCT FROM 'error'", binary=True, exclusive=True)  # fmt: skip
-    sums = paired_sums(src.db, src.verdicts, wanted, cluster=_CLUSTER, weight=w)[""] if wanted else {}
+    return settled, wanted
+
+
+def _verdict_gates(src: Source, metrics: set[str], w: str, counted: Counted | None,
+                   per: _Conversations | None = None) -> dict[str, tuple[Any, str]]:  # fmt: skip
+    counts = src.counts()
+    total, losses, unknown = counts["total"], counts["losses"], counts["unknown"]
+    out, wanted = _verdict_metrics(src, metrics)
+    if "undecided_rate" in wanted:
+        none = _none_undecided(src, w, counted)
+        if none is not None:
+            out["undecided_rate"] = (none, "")
+            del wanted["undecided_rate"]
+    sums = {m: per.sums[m] for m in wanted if m in per.sums} if per is not None else {}
+    rest = {m: metric for m, metric in wanted.items() if m not in sums}
+    if rest:
+        sums.update(paired_sums(src.db, src.verdicts, rest, cluster=_CLUSTER, weight=w)[""])
     for m in wanted:
         s = sums[m]
         if m == "undecided_rate":
@@ -765,14 +804,116 @@ def _verdict_gates(src: Source, metrics: set[str], w: str, counted: Counted | No
     return out
 
 
-def _error_gate(src: Source) -> tuple[Any, str] | None:
+@dataclass(frozen=True)
+class _Conversations:
+    """Each conversation's weight where every verdict of it has the same (:func:`_weighted_conversations`): the
+    conversations as the replays' sides name them (``names``: their keys or their ids' text, see
+    :attr:`Source.replay_cluster`) or by their ids' text, their ``weights``, and weighted sums of verdict metrics."""
+
+    names: pa.Array
+    weights: np.ndarray
+    by_key: bool
+    sums: dict[str, PairedSums]
+
+
+def _weighted_conversations(src: Source, metrics: Mapping[str, Metric]) -> _Conversations | None:
+    """Where every verdict of each conversation has the same sampling weight (a run's: a conversation is sampled
+    whole, with its stratum's weight), each conversation's weight and the weighted sums of the binary ``metrics``
+    (0/1 events over one unit a verdict; the others are left to :func:`paired_sums`), from one scan of the verdicts
+    grouped by conversation; ``None`` where some conversation's verdicts have two weights (or one that is not a
+    finite number).
+
+    The sums are those :func:`~delta_eval.metrics.sql_sums.paired_sums` gives weighted (each conversation's counts
+    times its weight; their products times its square, added up exactly rounded: the same doubles in any order of
+    the conversations), without grouping the verdicts by weight too or reading their conversations' text where they
+    have keys: the weighted decision at a million verdicts spent a tenth of a second on that query alone."""
+    counts = src.counts()
+    if not counts["total"]:
+        return None
+    by_key = src.replay_cluster == "conversation_key" and not counts["unkeyed"]
+    binary = {m: x for m, x in metrics.items() if x.binary and x.ta.strip() in ("1", "1.0")
+              and x.tb.strip() in ("1", "1.0") and x.a.strip() not in ("0", "0.0")}  # fmt: skip
+    aggs = ["min(w) AS w", "max(w) AS w_hi"]
+    for j, m in enumerate(binary.values()):
+        inn = f"coalesce(({m.where})::BOOLEAN, false)"
+        a = f"CASE WHEN {inn} THEN coalesce(({m.a})::DOUBLE, 0.0) ELSE 0.0 END"
+        b = f"CASE WHEN {inn} THEN coalesce(({m.b})::DOUBLE, 0.0) ELSE 0.0 END"
+        aggs += [f"sum({inn}::DOUBLE) AS n{j}", f"sum({a}) AS a{j}"]
+        if m.b.strip() not in ("0", "0.0"):
+            aggs.append(f"sum({b}) AS b{j}")
+            if not m.exclusive:
+                aggs.append(f"sum(({a}) * ({b})) AS ab{j}")
+    cl = "conversation_key" if by_key else f"({_CLUSTER})::VARCHAR"
+    got = fetch_table(src.db, f"SELECT {cl} AS cl, {', '.join(aggs)} FROM (SELECT *, ({_WEIGHT})::DOUBLE AS w "
+                              f"FROM {src.verdicts}) GROUP BY cl")  # fmt: skip
+    w = np.asarray(got.column("w").to_numpy(zero_copy_only=False), dtype=float)
+    if not np.all(np.isfinite(w)) or not np.array_equal(w, got.column("w_hi").to_numpy(zero_copy_only=False)):
+        return None
+    sums = {}
+    for j, name in enumerate(binary):
+        n = np.asarray(got.column(f"n{j}").to_numpy(zero_copy_only=False), dtype=float)
+        keep = n > 0
+        n, wk = n[keep], w[keep]
+
+        def col(c: str, keep: np.ndarray = keep) -> np.ndarray | None:
+            return np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float)[keep] if c in \
+                got.column_names else None  # fmt: skip
+
+        ua, ub, uab = col(f"a{j}"), col(f"b{j}"), col(f"ab{j}")
+        assert ua is not None
+        zero = np.zeros(len(n))
+        t = n * wk
+        # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a verdict).
+        aa, tt, bb, ab = _by_weight_squared(wk, ua, n, zero if ub is None else ub, zero if uab is None else uab)
+        seen = np.vstack([ua > 0, n - ua > 0, ub > 0 if ub is not None else zero > 0,
+                          n - (ub if ub is not None else zero) > 0]).reshape(4, -1)  # fmt: skip
+        sums[name] = PairedSums.from_clusters(
+            np.full(len(n), "", dtype=str), ua * wk, t, ub * wk if ub is not None else zero, t, pairs=int(n.sum()),
+            seen=seen, iid=np.array([aa, aa, tt, bb, bb, tt, ab, aa, bb, tt]))  # fmt: skip
+    return _Conversations(names=got.column("cl").combine_chunks(), weights=w, by_key=by_key, sums=sums)
+
+
+def _by_weight_squared(w: np.ndarray, *counts: np.ndarray) -> list[float]:
+    """Per array of ``counts`` (whole numbers, one per conversation), its total weighted by the square of each
+    conversation's weight ``w``: the counts of each weight added up (exact), each times its weight squared, added up
+    in the order of the weights. The same doubles in any order of the conversations (math.fsum's exact rounding
+    costs ten times as much over 140,000 of them)."""
+    if not len(w):
+        return [0.0 for _ in counts]
+    weights, which = np.unique(w, return_inverse=True)
+    squares = weights * weights
+    return [float((np.bincount(which, weights=c, minlength=len(weights)) * squares).sum()) for c in counts]
+
+
+def _weights_are_the_pairs(src: Source, names: pa.Array) -> bool:
+    """Whether each candidate replay's pair has the weight of its conversation's verdicts, as the replay gates join
+    it (a pair's verdict's weight; 1 without one): where the candidate replays and the verdicts name the same pairs
+    in the same conversations, as many times each. Compared as counts and sums of a hash of each (pair,
+    conversation), exact integers: two scans and no join of a million pairs (which cost the weighted replay gates
+    a third of a second). Two different collections of pairs agree on both with a probability of about 2**-64, the
+    chance two pairs' ids share a key (see :meth:`Source.pairs_keyed`)."""
+    if src.replays is None or pa.types.is_integer(names.type) != (src.replay_cluster == "conversation_key"):
+        return False
+    counts = src.counts()
+    pair = "pair_key" if src.pairs_keyed() and not counts["unpaired"] else "pair_id"
+    cl = "conversation_key" if src.replay_cluster == "conversation_key" else f"({_CLUSTER})::VARCHAR"
+    # (A hash of the two hashes: DuckDB combines a row's hashes by xor, which a sum could undo.)
+    mine = src.db.execute(f"SELECT count(*), sum(hash(hash({pair}, {cl}))) FROM {src.verdicts}").fetchall()[0]
+    theirs = src.db.execute(f"SELECT count(*), sum(hash(hash({pair}, {src.replay_cluster}))) FROM {src.replays} "
+                            "WHERE side = 'candidate'").fetchall()[0]  # fmt: skip
+    return bool(mine[0]) and tuple(mine) == tuple(theirs)
+
+
+def _error_gate(src: Source, per: _Conversations | None = None) -> tuple[Any, str] | None:
     """The error-rate gate's sums without grouping the pairs of replays by conversation, when every candidate replay
     has exactly one baseline replay of its pair (a complete run; ``None`` otherwise, or before the sides' metrics):
     each conversation's pairs and candidate errors are then the candidate side's turns and errors
     (:attr:`Source.turns`), and one join of the two sides (on the pairs' keys where every replay has one:
     :meth:`Source.pairs_keyed`) says both whether the run is complete and which pairs' baselines failed, grouped by
     conversation only for those. The sums are those of :func:`_replay_gates` (counts: the same doubles),
-    unweighted."""
+    unweighted; weighted by ``per`` (each conversation's weight, which every pair of it has: see
+    :func:`_weights_are_the_pairs`), each conversation's counts times its weight and their products times its
+    square, added up exactly rounded (the same doubles in any order of the conversations)."""
     if "candidate" not in src.turns or "candidate" not in src.costs:
         return None
     r = src.replays
@@ -795,20 +936,32 @@ def _error_gate(src: Source) -> tuple[Any, str] | None:
     if not (rows == matched == total):
         return None
     names = src.costs["candidate"][0]
-    b, ab = np.zeros(len(n)), 0.0
+    names = names.combine_chunks() if isinstance(names, pa.ChunkedArray) else names
+    w = None
+    if per is not None:
+        at = pc.index_in(names, per.names)
+        if at.null_count:
+            return None  # a conversation of candidate replays without verdicts: no weight of its own here
+        w = per.weights[at.to_numpy(zero_copy_only=False).astype(np.int64)]
+    b, ab = np.zeros(len(n)), np.zeros(len(n))
     failed = found.filter(pc.is_valid(found.column("cl")))
     if failed.num_rows:
-        at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False)
-        b[at.astype(np.int64)] = failed.column("b").to_numpy()
-        ab = float(failed.column("ab").to_numpy().sum())
+        at = pc.index_in(failed.column("cl"), names).to_numpy(zero_copy_only=False).astype(np.int64)
+        b[at] = failed.column("b").to_numpy()
+        ab[at] = failed.column("ab").to_numpy()
     if not total:
         return None, "no pair where the metric applies"
-    sa, sb, st = float(fails.sum()), float(b.sum()), float(total)
     seen = np.vstack([fails > 0, n - fails > 0, b > 0, n - b > 0]).reshape(4, -1)
-    # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a pair).
-    iid = np.array([sa, sa, st, sb, sb, st, ab, sa, sb, st])
-    return PairedSums.from_clusters(np.full(len(n), "", dtype=str), fails, n, b, n, pairs=total, seen=seen,
-                                    iid=iid), ""  # fmt: skip
+    strata = np.full(len(n), "", dtype=str)
+    if w is None:
+        sa, sb, st, sab = float(fails.sum()), float(b.sum()), float(total), float(ab.sum())
+        # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a pair).
+        iid = np.array([sa, sa, st, sb, sb, st, sab, sa, sb, st])
+        return PairedSums.from_clusters(strata, fails, n, b, n, pairs=total, seen=seen, iid=iid), ""
+    sa, sb, st, sab = _by_weight_squared(w, fails, b, n, ab)
+    iid = np.array([sa, sa, st, sb, sb, st, sab, sa, sb, st])
+    t = n * w
+    return PairedSums.from_clusters(strata, fails * w, t, b * w, t, pairs=total, seen=seen, iid=iid), ""
 
 
 def _replay_gates(src: Source, metrics: Sequence[str], w: str, weighted: bool, checks: str | None

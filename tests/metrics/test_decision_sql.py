@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,6 +23,7 @@ from delta_eval.metrics import tallied as tallied_module
 from delta_eval.metrics.checks import Check
 from delta_eval.metrics.decision import DecisionRule, decide
 from delta_eval.metrics.gates import METRICS, Gate, evaluate_gates
+from delta_eval.metrics.sides import partitioned_quantile_interval, sorted_quantile_interval
 from delta_eval.store.conversation_key import conversation_key, pair_key
 from delta_eval.store.replay_tallies import replay_tally
 from delta_eval.store.tables import TABLES
@@ -466,3 +468,135 @@ def test_the_sides_order_is_checked_not_sorted_where_the_rows_come_in_it() -> No
     assert order(["candidate", "candidate", "baseline"], [5, 1, 9]) == [2, 1, 0]
     assert order(["baseline", None, "baseline"], [2, 1, 1]) == [2, 0, 1]
     assert order(["baseline", "baseline"], [None, 1]) is not None
+
+
+def _weighted_run(seed_: int, pairs: int = 400, conversations: int = 60) -> tuple[list[dict[str, Any]], ...]:
+    """Verdicts and replays of a complete run sampled by stratum: every verdict of a conversation has its
+    stratum's weight (not sums of powers of two: the sums' last bits depend on the order they are added in),
+    severities on the losses, errors of each side."""
+    rng = random.Random(seed_)
+    weights = (0.4, 1.3, 2.2, 3.7)
+    verdicts, replays = [], []
+    for i in range(pairs):
+        c = rng.randrange(conversations)
+        pair = f"c{c}#{i}"
+        outcome = rng.choice(OUTCOMES)
+        error = rng.choice(ERRORS[1:]) if outcome == "error" else None
+        severity = rng.choice(["none", "minor", "critical"]) if outcome != "error" else None
+        verdicts.append({"pair_id": pair, "conversation_id": f"c{c}", "outcome": outcome, "stratum": f"s{c % 4}",
+                         "weight": weights[c % 4], "error": error, "stage": "judge", "severity": severity})  # fmt: skip
+        for side in ("baseline", "candidate"):
+            replays.append({"pair_id": pair, "conversation_id": f"c{c}", "side": side,
+                            "error": "boom" if rng.random() < 0.15 else None, "latency_ms": 100.0 + i,
+                            "cost_usd": 0.25, "n_tool_calls": i % 3, "invalid_tool_calls": int(i % 7 == 0),
+                            "matches_recorded": True, "text_instead_of_action": False, "no_decision": False,
+                            "recorded_acted": True})  # fmt: skip
+    return verdicts, replays
+
+
+def _keyed(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist([{**r, "conversation_key": conversation_key(r["conversation_id"]),
+                                  "pair_key": pair_key(r["pair_id"])} for r in rows])  # fmt: skip
+
+
+def _spied(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each check of the pairs' weights (``_weights_are_the_pairs``) answers, in order."""
+    taken: list[bool] = []
+    real = decision_sql._weights_are_the_pairs
+
+    def spy(*args: Any) -> bool:
+        taken.append(real(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(decision_sql, "_weights_are_the_pairs", spy)
+    return taken
+
+
+@pytest.mark.parametrize("seed_", [1, 2, 3])
+def test_the_weighted_gates_of_a_run_sampled_by_stratum_take_each_conversations_weight(
+    monkeypatch: pytest.MonkeyPatch, seed_: int
+) -> None:
+    """One weight per conversation (a run's) and every candidate replay's pair with its verdict: the weighted verdict
+    and error-rate gates read each conversation's weight (no join of every pair to its verdict, no grouping by
+    weight). Their figures are the rows path's and the joined path's to 1e-9, the same to the last bit keyed or not
+    and in any order of the rows (the conversations' sums added up in an order of their own)."""
+    verdicts, replays = _weighted_run(seed_)
+    rule = DecisionRule(weighted=True)
+    taken = _spied(monkeypatch)
+    fast = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule)
+    assert taken == [True]
+    found = {g.gate.metric for g in fast.gates if g.value is not None}
+    assert found >= {"critical_rate", "severity_rate", "error_rate", "undecided_rate"}
+    assert decide(_keyed(verdicts), _keyed(replays), rule).model_dump() == fast.model_dump()
+    shuffled = random.Random(seed_)
+    v, r = verdicts[:], replays[:]
+    shuffled.shuffle(v)
+    shuffled.shuffle(r)
+    assert decide(_keyed(v), _keyed(r), rule).model_dump() == fast.model_dump()
+    assert taken == [True, True, True]
+    _close(fast.model_dump(), decide(verdicts, replays, rule).model_dump())
+    monkeypatch.setattr(decision_sql, "_weighted_conversations", lambda *args: None)
+    joined = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule)
+    assert len(taken) == 3  # not asked: no conversation's weight
+    _close(fast.model_dump(), joined.model_dump())
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["two weights in a conversation", "a pair without its verdict", "a verdict in another conversation",
+     "a verdict of no pair", "two verdicts of a pair"],
+)  # fmt: skip
+def test_weighted_gates_join_each_pair_to_its_verdict_where_a_conversations_weight_is_not_every_pairs(
+    monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """Where a conversation's verdicts have two weights, or the candidate replays and the verdicts do not name the
+    same pairs in the same conversations, as many times each, the weighted gates join each pair to its verdict (its
+    weight, 1 without one) as the rows path does: the same figures as it. (With a conversation's weight the first
+    two kinds of damage give another error rate; the last two would not, but are not told apart.)"""
+    verdicts, replays = _weighted_run(4, pairs=120, conversations=20)
+    if damage == "two weights in a conversation":
+        verdicts[0] = {**verdicts[0], "weight": 9.5}
+    elif damage == "a pair without its verdict":
+        verdicts = verdicts[1:]
+    elif damage == "a verdict in another conversation":
+        # (with that conversation's weight: each conversation's verdicts still have one)
+        other = next(v for v in verdicts if v["weight"] != verdicts[0]["weight"])
+        verdicts[0] = {**verdicts[0], "conversation_id": other["conversation_id"], "weight": other["weight"]}
+    elif damage == "a verdict of no pair":
+        verdicts.append({**verdicts[0], "pair_id": "nowhere"})
+    else:
+        verdicts.append({**verdicts[0], "outcome": "tie"})
+    rule = DecisionRule(weighted=True, gates=(Gate(metric="error_rate", max=0.02),
+                                              Gate(metric="undecided_rate", max=0.05)))  # fmt: skip
+    taken = _spied(monkeypatch)
+    sql = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule)
+    assert taken == ([] if damage == "two weights in a conversation" else [False])
+    _close(sql.model_dump(), decide(verdicts, replays, rule).model_dump())
+    assert decide(_keyed(verdicts), _keyed(replays), rule).model_dump() == sql.model_dump()
+
+
+def test_a_weighted_error_gate_over_verdicts_and_replays_that_differ_gives_another_rate() -> None:
+    """What the check of the pairs guards: were a pair without a verdict given its conversation's weight rather than
+    1, the weighted error rate would differ (the test above would then fail)."""
+    verdicts, replays = _weighted_run(4, pairs=120, conversations=20)
+    rule = DecisionRule(weighted=True, gates=(Gate(metric="error_rate", max=0.02),))
+    failed = next(r["pair_id"] for r in replays if r["side"] == "candidate" and r["error"])
+    whole = decide(verdicts, replays, rule).gates[0].value
+    less = decide([v for v in verdicts if v["pair_id"] != failed], replays, rule).gates[0].value
+    assert whole is not None
+    assert less is not None
+    assert not math.isclose(whole, less, rel_tol=1e-9)
+
+
+@seed(37)
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=60),
+       st.sampled_from([0.05, 0.5, 0.9, 0.95, 0.99]), st.sampled_from([0.8, 0.95, 0.99]))  # fmt: skip
+def test_a_quantiles_interval_of_partitioned_values_is_that_of_the_sorted_values(
+    values: list[float], q: float, confidence: float
+) -> None:
+    """The figures only decision partitions the latencies rather than sort them: the same quantile and bounds, to
+    the bit, and the values themselves kept."""
+    x = np.array(values)
+    assert partitioned_quantile_interval(x, q, confidence) == sorted_quantile_interval(np.sort(values), q, confidence)
+    assert sorted(x.tolist()) == sorted(values)
