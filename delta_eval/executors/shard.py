@@ -103,7 +103,7 @@ async def _run(shard: Shard, folder: RunFolder, cache_path: Path, apart: RemoteF
                 counters={name: getattr(progress, name) for name in COUNTERS},
                 cost_usd=progress.cost_usd,
                 calls=models.pool.stats(),
-                cache=(cache.hits, cache.misses, cache.writes),
+                cache=cache.stats(),
                 notes=[*stages.notes, *models.pool.notes()],
             )
         finally:

@@ -339,7 +339,8 @@ class FolderSession:
             self.folder.read("simulator_calls", SIMULATOR_COLUMNS),
             **read,
         )
-        cache = CacheStats(hits=self.cache.hits, misses=self.cache.misses, writes=self.cache.writes)
+        hits, misses, writes = self.cache.stats()
+        cache = CacheStats(hits=hits, misses=misses, writes=writes)
         self.manifest.sessions[-1].sent = sent_by(self.folder.path, len(self.manifest.sessions))
         if self.cache.damaged is not None:
             notes = [*(notes or []), f"the response cache was found damaged during the session ({self.cache.damaged}); "
