@@ -41,7 +41,7 @@ from delta_eval.analysis.transcripts import transcript_entries
 from delta_eval.exceptions import RunFolderLinkError
 from delta_eval.metrics.counted import Counted, shared_sums, weights_vary_sql
 from delta_eval.metrics.decision import DecisionRule
-from delta_eval.metrics.decision_sql import shared_latencies, sorted_latencies
+from delta_eval.metrics.decision_sql import shared_latencies, side_latencies
 from delta_eval.metrics.estimand import Estimand, sql_contribution
 from delta_eval.metrics.frames import to_arrow
 from delta_eval.metrics.tallied import tallied_or_counted
@@ -73,7 +73,7 @@ def _cache_figures(spend: SideSpend | None) -> dict[str, Any]:
 
 def _side_figures(row: SpendRow, latencies: np.ndarray, spend: SideSpend | None) -> dict[str, Any]:
     """A side's figures for the summary from its replays added up (the ``whole_side`` row of :func:`spend_rows`)
-    and its latencies of the turns that did not fail, in any order (:func:`sorted_latencies`)."""
+    and its latencies of the turns that did not fail, in any order (:func:`side_latencies`)."""
     p50, p90 = (float(q) for q in np.quantile(latencies, [0.5, 0.9])) if len(latencies) else (0.0, 0.0)
     counted = row.unknown_usage == 0  # a replay without usage: the side's tokens unknown (null), never a partial sum
     return {
@@ -266,7 +266,7 @@ class Analysis:
         rows = {row.side: row for row in spent if row.whole_side}
         latencies = shared_latencies(con)
         if latencies is None or not set(rows) <= set(latencies):
-            latencies = sorted_latencies(con, "replays", sorted(rows), sort=False)  # (quantiles alone)
+            latencies = side_latencies(con, "replays", sorted(rows), sort=False)  # (quantiles alone)
         data: dict[str, Any] = {
             "run": str(self.path),
             "status": m.status,

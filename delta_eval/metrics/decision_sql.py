@@ -37,7 +37,7 @@ from delta_eval.metrics.sides import (
     partitioned_quantile_interval,
     sorted_quantile_interval,
 )
-from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums
+from delta_eval.metrics.sql_sums import Metric, _runs, paired_sums, squared_by_weight
 from delta_eval.metrics.text_order import text_order
 from delta_eval.replay_sums import COST, COUNTS, turn_sums
 from delta_eval.sql import quote_ident, quote_literal
@@ -50,8 +50,8 @@ __all__ = [
     "gate_results",
     "goal_rates_of",
     "shared_latencies",
+    "side_latencies",
     "side_metrics_of",
-    "sorted_latencies",
 ]
 
 _VERDICT_TYPES = {"pair_id": "VARCHAR", "conversation_id": "VARCHAR", "outcome": "VARCHAR", "severity": "VARCHAR",
@@ -355,8 +355,8 @@ def side_metrics_of(src: Source, confidence: float = 0.95) -> dict[str, SideMetr
     out: dict[str, SideMetrics] = {}
     sides = sorted(conversations)
     # (Figures only: in any order, each side's quantiles are read by partitioning its latencies; see
-    # sorted_latencies.)
-    timed = sorted_latencies(src.db, src.replays, sides, sort=items)
+    # side_latencies.)
+    timed = side_latencies(src.db, src.replays, sides, sort=items)
     memo = shared_memo()
     if memo is not None and not src.part:  # what the summary's latency figures read too (see shared_latencies)
         memo[("latencies", id(src.db), src.raw_replays)] = (src.db, timed)
@@ -602,11 +602,11 @@ def _binary(n: np.ndarray, events: np.ndarray) -> PairedSums:
                                     iid=np.array([sa, sa, st, 0.0, 0.0, st, 0.0, sa, 0.0, st]))  # fmt: skip
 
 
-def sorted_latencies(db: Any, replays: str, sides: Sequence[str], *, sort: bool = True) -> dict[str, np.ndarray]:
-    """Each of ``sides``' latencies (ms) of its replayed turns that did not fail, sorted (a missing one is 0, as
+def side_latencies(db: Any, replays: str, sides: Sequence[str], *, sort: bool = True) -> dict[str, np.ndarray]:
+    """Each of ``sides``' latencies (ms) of its replayed turns that did not fail (a missing one is 0, as
     :func:`~delta_eval.metrics.sides.side_metrics` reads it), from one scan of the table ``replays`` in ``db``
     (through Arrow: no copy of two million values, as numpy's fetch makes): what a side's latency figures are read
-    from. Not sorted unless ``sort``, for a reader of their quantiles alone (``np.quantile`` and
+    from, sorted unless ``sort`` is false, for a reader of their quantiles alone (``np.quantile`` and
     :func:`~delta_eval.metrics.sides.partitioned_quantile_interval` take them in any order; a sort of a million
     costs three times as much)."""
     timed = fetch_table(
@@ -626,7 +626,7 @@ def sorted_latencies(db: Any, replays: str, sides: Sequence[str], *, sort: bool 
 
 
 def shared_latencies(db: Any, replays: str = "replays") -> dict[str, np.ndarray] | None:
-    """The sides' :func:`sorted_latencies` that a decision on the replays ``replays`` in ``db`` read within the
+    """The sides' :func:`side_latencies` that a decision on the replays ``replays`` in ``db`` read within the
     enclosing :func:`~delta_eval.metrics.counted.shared_sums` block (``None`` if none did): the summary's latency
     figures are of the same turns, so the decision it includes spares it a scan of every latency. In increasing
     order only where the decision listed them (not within :func:`figures_only`): their quantiles are the same."""
@@ -684,11 +684,11 @@ def gate_results(src: Source, gates: Sequence[Gate], sides: Mapping[str, SideMet
     errors_alone = replay_side == ["error_rate"] and src.replays is not None
     # Weighted, each conversation's weight where its verdicts share one (a run's: see _weighted_conversations),
     # with the verdict gates' sums from the same scan.
-    per = _weighted_conversations(src, _verdict_metrics(src, verdict_side)[1]) if weighted and (
-        verdict_side or errors_alone) else None  # fmt: skip
+    settled, wanted = _verdict_metrics(src, verdict_side)
+    per = _weighted_conversations(src, wanted) if weighted and (verdict_side or errors_alone) else None
     found: dict[str, tuple[Any, str]] = {}
     if verdict_side:
-        found.update(_verdict_gates(src, verdict_side, w, counted, per))
+        found.update(_verdict_gates(src, settled, wanted, w, counted, per))
     if replay_side and src.replays is not None:
         errors = None
         if errors_alone and not weighted:
@@ -777,11 +777,13 @@ def _verdict_metrics(src: Source, metrics: set[str]) -> tuple[dict[str, tuple[An
     return settled, wanted
 
 
-def _verdict_gates(src: Source, metrics: set[str], w: str, counted: Counted | None,
-                   per: _Conversations | None = None) -> dict[str, tuple[Any, str]]:  # fmt: skip
+def _verdict_gates(src: Source, settled: dict[str, tuple[Any, str]], wanted: dict[str, Metric], w: str,
+                   counted: Counted | None, per: _Conversations | None) -> dict[str, tuple[Any, str]]:  # fmt: skip
+    """The verdict gates' results: those ``settled`` and the sums of those ``wanted``
+    (:func:`_verdict_metrics`), from ``per`` where it has them."""
     counts = src.counts()
     total, losses, unknown = counts["total"], counts["losses"], counts["unknown"]
-    out, wanted = _verdict_metrics(src, metrics)
+    out, wanted = dict(settled), dict(wanted)
     if "undecided_rate" in wanted:
         none = _none_undecided(src, w, counted)
         if none is not None:
@@ -812,7 +814,6 @@ class _Conversations:
 
     names: pa.Array
     weights: np.ndarray
-    by_key: bool
     sums: dict[str, PairedSums]
 
 
@@ -823,10 +824,11 @@ def _weighted_conversations(src: Source, metrics: Mapping[str, Metric]) -> _Conv
     grouped by conversation; ``None`` where some conversation's verdicts have two weights (or one that is not a
     finite number).
 
-    The sums are those :func:`~delta_eval.metrics.sql_sums.paired_sums` gives weighted (each conversation's counts
-    times its weight; their products times its square, added up exactly rounded: the same doubles in any order of
-    the conversations), without grouping the verdicts by weight too or reading their conversations' text where they
-    have keys: the weighted decision at a million verdicts spent a tenth of a second on that query alone."""
+    The sums are those :func:`~delta_eval.metrics.sql_sums.paired_sums` gives weighted, to the bit (each
+    conversation's counts times its weight; their products as
+    :func:`~delta_eval.metrics.sql_sums.squared_by_weight` adds them up, in any order of the conversations), without
+    grouping the verdicts by weight too or reading their conversations' text where they have keys: the weighted
+    decision at a million verdicts spent a tenth of a second on that query alone."""
     counts = src.counts()
     if not counts["total"]:
         return None
@@ -864,25 +866,13 @@ def _weighted_conversations(src: Source, metrics: Mapping[str, Metric]) -> _Conv
         zero = np.zeros(len(n))
         t = n * wk
         # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a verdict).
-        aa, tt, bb, ab = _by_weight_squared(wk, ua, n, zero if ub is None else ub, zero if uab is None else uab)
+        aa, tt, bb, ab = squared_by_weight(wk, ua, n, zero if ub is None else ub, zero if uab is None else uab)
         seen = np.vstack([ua > 0, n - ua > 0, ub > 0 if ub is not None else zero > 0,
                           n - (ub if ub is not None else zero) > 0]).reshape(4, -1)  # fmt: skip
         sums[name] = PairedSums.from_clusters(
             np.full(len(n), "", dtype=str), ua * wk, t, ub * wk if ub is not None else zero, t, pairs=int(n.sum()),
             seen=seen, iid=np.array([aa, aa, tt, bb, bb, tt, ab, aa, bb, tt]))  # fmt: skip
-    return _Conversations(names=got.column("cl").combine_chunks(), weights=w, by_key=by_key, sums=sums)
-
-
-def _by_weight_squared(w: np.ndarray, *counts: np.ndarray) -> list[float]:
-    """Per array of ``counts`` (whole numbers, one per conversation), its total weighted by the square of each
-    conversation's weight ``w``: the counts of each weight added up (exact), each times its weight squared, added up
-    in the order of the weights. The same doubles in any order of the conversations (math.fsum's exact rounding
-    costs ten times as much over 140,000 of them)."""
-    if not len(w):
-        return [0.0 for _ in counts]
-    weights, which = np.unique(w, return_inverse=True)
-    squares = weights * weights
-    return [float((np.bincount(which, weights=c, minlength=len(weights)) * squares).sum()) for c in counts]
+    return _Conversations(names=got.column("cl").combine_chunks(), weights=w, sums=sums)
 
 
 def _weights_are_the_pairs(src: Source, names: pa.Array) -> bool:
@@ -890,8 +880,10 @@ def _weights_are_the_pairs(src: Source, names: pa.Array) -> bool:
     it (a pair's verdict's weight; 1 without one): where the candidate replays and the verdicts name the same pairs
     in the same conversations, as many times each. Compared as counts and sums of a hash of each (pair,
     conversation), exact integers: two scans and no join of a million pairs (which cost the weighted replay gates
-    a third of a second). Two different collections of pairs agree on both with a probability of about 2**-64, the
-    chance two pairs' ids share a key (see :meth:`Source.pairs_keyed`)."""
+    a third of a second). DuckDB's 64-bit hash is not a cryptographic one: collections made to agree could; two
+    that differ by accident agree with a probability of about 2**-64. A pair named in two conversations (malformed:
+    the rows path keeps one replay of each side a pair, the SQL joins every one) agrees where the verdicts name it
+    twice too."""
     if src.replays is None or pa.types.is_integer(names.type) != (src.replay_cluster == "conversation_key"):
         return False
     counts = src.counts()
@@ -912,8 +904,8 @@ def _error_gate(src: Source, per: _Conversations | None = None) -> tuple[Any, st
     :meth:`Source.pairs_keyed`) says both whether the run is complete and which pairs' baselines failed, grouped by
     conversation only for those. The sums are those of :func:`_replay_gates` (counts: the same doubles),
     unweighted; weighted by ``per`` (each conversation's weight, which every pair of it has: see
-    :func:`_weights_are_the_pairs`), each conversation's counts times its weight and their products times its
-    square, added up exactly rounded (the same doubles in any order of the conversations)."""
+    :func:`_weights_are_the_pairs`), each conversation's counts times its weight and their products as
+    :func:`~delta_eval.metrics.sql_sums.squared_by_weight` adds them up: :func:`_replay_gates`' doubles too."""
     if "candidate" not in src.turns or "candidate" not in src.costs:
         return None
     r = src.replays
@@ -958,7 +950,7 @@ def _error_gate(src: Source, per: _Conversations | None = None) -> tuple[Any, st
         # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a pair).
         iid = np.array([sa, sa, st, sb, sb, st, sab, sa, sb, st])
         return PairedSums.from_clusters(strata, fails, n, b, n, pairs=total, seen=seen, iid=iid), ""
-    sa, sb, st, sab = _by_weight_squared(w, fails, b, n, ab)
+    sa, sb, st, sab = squared_by_weight(w, fails, b, n, ab)
     iid = np.array([sa, sa, st, sb, sb, st, sab, sa, sb, st])
     t = n * w
     return PairedSums.from_clusters(strata, fails * w, t, b * w, t, pairs=total, seen=seen, iid=iid), ""

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,7 @@ from delta_eval.metrics.frames import fetch_table
 from delta_eval.metrics.text_order import text_order
 from delta_eval.sql import quote_ident
 
-__all__ = ["Metric", "paired_sums"]
+__all__ = ["Metric", "paired_sums", "squared_by_weight"]
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,9 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     # The conversations in PairedSums.of's order (its one stratum, then by name: by their UTF-8 bytes, which is
     # Python's order of code points). Without groups the names alone are sorted; each column is then put in that
     # order as a numpy array (no copy of the text).
+    per_weight: dict[str, dict[str, float]] = {}
     if by_weight:
+        per_weight = _squared_by_weight(got, [name for name, (_, p) in powers.items() if p == 2])
         got = _by_conversation(got, powers, group is not None)  # (in that order)
         order = np.arange(got.num_rows)
     else:
@@ -218,12 +221,48 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
                 return picked
 
             seen = np.vstack([pick(f"seen{k}").astype(bool) for k in range(4)]).reshape(4, -1)
-            iid = np.array([float(pick(f"p{k}").astype(float).sum()) for k in range(len(PRODUCTS))])
+            if by_weight:  # (a conversation where the metric counts no row adds 0 to each)
+                iid = np.array([per_weight.get(g, {}).get(alias.get(f"p{k}", ""), 0.0) for k in range(len(PRODUCTS))])
+            else:
+                iid = np.array([float(pick(f"p{k}").astype(float).sum()) for k in range(len(PRODUCTS))])
             a, ta, b, tb = (pick(x).astype(float) for x in ("a", "ta", "b", "tb"))
             strata = np.full(size, "", dtype=str)
             out[g][name] = PairedSums.from_clusters(strata, a, ta, b, tb, pairs=int(pick("n").sum()), seen=seen,
                                                     iid=iid)  # fmt: skip
     return out
+
+
+def _squared_by_weight(got: pa.Table, names: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Per group (``grp``), each weighted figure of ``names`` (a plain sum's column and ``w2``: its total weighted
+    by the square of each row's weight ``w``) summed over the group's rows as :func:`squared_by_weight` sums them:
+    the same doubles as a sum of each conversation's, in any order of the rows and whatever path made them."""
+    plain = {name: name.removesuffix("w2") for name in names}
+    # (A null weight adds nothing, as in _by_conversation.)
+    w = np.asarray(pc.fill_null(got.column("w"), 0.0).to_numpy(zero_copy_only=False), dtype=float)
+    grp = got.column("grp").combine_chunks() if got.num_rows else pa.array([], pa.string())
+    out: dict[str, dict[str, float]] = {}
+    for g in pc.unique(grp).to_pylist():  # (never null: the query names a null group "None")
+        rows = np.flatnonzero(pc.equal(grp, g).to_numpy(zero_copy_only=False))
+        columns = [np.asarray(got.column(plain[n]).to_numpy(zero_copy_only=False), dtype=float)[rows] for n in names]
+        out[str(g)] = dict(zip(names, squared_by_weight(w[rows], *columns), strict=True))
+    return out
+
+
+def squared_by_weight(w: np.ndarray, *totals: np.ndarray) -> list[float]:
+    """Per array of ``totals`` (whole numbers, one per row: a conversation's, or a conversation's rows of one
+    weight), its sum weighted by the square of each row's weight ``w``: the totals of each weight added up (exact),
+    each times its weight squared, those added up exactly rounded (``math.fsum``). The same doubles in any order of
+    the rows, with rows of zeros or not, and ten times cheaper than ``fsum`` over every row (140,000 conversations).
+
+    Example:
+        >>> squared_by_weight(np.array([0.5, 2.0, 0.5]), np.array([1.0, 3.0, 2.0]))
+        [12.75]
+    """
+    if not len(w):
+        return [0.0 for _ in totals]
+    weights, which = np.unique(w, return_inverse=True)
+    squares = weights * weights
+    return [math.fsum((np.bincount(which, weights=t, minlength=len(weights)) * squares).tolist()) for t in totals]
 
 
 def _by_conversation(got: pa.Table, powers: Mapping[str, tuple[str, int]], grouped: bool) -> pa.Table:

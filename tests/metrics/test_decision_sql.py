@@ -600,3 +600,29 @@ def test_a_quantiles_interval_of_partitioned_values_is_that_of_the_sorted_values
     x = np.array(values)
     assert partitioned_quantile_interval(x, q, confidence) == sorted_quantile_interval(np.sort(values), q, confidence)
     assert sorted(x.tolist()) == sorted(values)
+
+
+@pytest.mark.parametrize("seed_", range(6))
+def test_a_weighted_error_gate_is_the_same_to_the_bit_by_either_path(
+    monkeypatch: pytest.MonkeyPatch, seed_: int
+) -> None:
+    """Conversations' keys on the replays but not on every verdict (an older batch merged without them): the error
+    gate joins each pair to its verdict; without keys it takes each conversation's weight. Candidate errors in a few
+    conversations (where the interval reads the as-if-independent products): both add those up per weight, the
+    same doubles (they differed in the last bit when the joined path added them up per conversation)."""
+    verdicts, replays = _weighted_run(seed_)
+    rng = random.Random(seed_)
+    replays = [{**r, "error": "boom" if rng.random() < 0.01 else None} if r["side"] == "candidate" else r
+               for r in replays]  # fmt: skip
+    rule = DecisionRule(weighted=True, gates=(Gate(metric="error_rate", max=0.02),))
+    taken = _spied(monkeypatch)
+    fast = decide(pa.Table.from_pylist(verdicts), pa.Table.from_pylist(replays), rule)
+    partly = _keyed(verdicts)
+    keys = partly.column("conversation_key").to_pylist()
+    keys[0] = None
+    partly = partly.set_column(partly.schema.get_field_index("conversation_key"), "conversation_key",
+                               pa.array(keys, pa.int64()))  # fmt: skip
+    for v in (pa.Table.from_pylist(verdicts), partly):
+        joined = decide(v, _keyed(replays), rule)
+        assert joined.model_dump() == fast.model_dump()
+    assert taken == [True, False, False]
