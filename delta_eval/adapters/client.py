@@ -184,8 +184,9 @@ class ModelClient:
         """Cache an answer the provider gave for request ``key`` and count it."""
         if self.cache is not None and response.finish_reason != "content_filter":
             self.cache.put(key, self.model, response)
-        # Counted once cached: a session killed after this has its answer in the cache, where the next session
-        # finds the answers the killed one had not recorded (see RunManifest.begin_session).
+        # Counted once kept: the cache commits it before any record of this count (a checkpoint, a shard's
+        # counters: see SQLiteCache.flush), so the next session finds in the cache the answers a killed one had not
+        # recorded (see RunManifest.begin_session); a kill before the commit loses both.
         self.stats.answered += 1
         self.stats.no_usage += response.usage is None
 

@@ -12,12 +12,16 @@ does, once (see :mod:`delta_eval.runner`).
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from functools import partial
 from pathlib import Path
 
 import anyio
 
+from delta_eval.adapters.pool import ModelPool
+from delta_eval.calls import CallStats
 from delta_eval.executors.base import COUNTERS, Shard, ShardReport
 from delta_eval.executors.live import publish
 from delta_eval.ingest.source import ConversationSource
@@ -65,6 +69,15 @@ async def arun_shard(shard: Shard) -> ShardReport:
         return await _run(shard, folder, remote.local / CACHE_NAME if own_cache else c.cache_path, remote)
 
 
+def _counted_then_kept(pool: ModelPool, cache: SQLiteCache) -> dict[str, CallStats]:
+    """The shard's call counters, once every answer they count is committed to the cache: what it publishes, which
+    an interrupted session records (a display too: a commit that fails is the shard's own calls' to raise)."""
+    calls = {name: stats.model_copy() for name, stats in pool.stats().items()}
+    with contextlib.suppress(sqlite3.OperationalError):
+        cache.flush()
+    return calls
+
+
 async def _run(shard: Shard, folder: RunFolder, cache_path: Path, apart: RemoteFolder | None) -> ShardReport:
     """Run ``shard`` writing ``folder``, its answers in the response cache at ``cache_path``; ``apart``: the
     remote its counters are uploaded to (the folder is a working copy of its own)."""
@@ -95,7 +108,8 @@ async def _run(shard: Shard, folder: RunFolder, cache_path: Path, apart: RemoteF
             async with anyio.create_task_group() as tg:
                 # The counters the session shows while the shards run (see delta_eval.executors.live).
                 publishing = partial(publish, remote=apart)
-                tg.start_soon(publishing, folder.path, shard.session, shard.index, progress, models.pool.stats)
+                tg.start_soon(publishing, folder.path, shard.session, shard.index, progress,
+                              partial(_counted_then_kept, models.pool, cache))  # fmt: skip
                 await run_stages(stages, shard.sample, models.sides, models.cascade)
                 tg.cancel_scope.cancel()
             report = ShardReport(

@@ -9,6 +9,9 @@ An answer kept on an asyncio event loop is committed with the others kept in the
 transaction once the turn's callbacks have run (a turn of a run at 256 calls in flight hands over a few to a few
 dozen answers; a transaction a row cost ~40 us of CPU, three times a row's share of a larger one): a kill between
 the two loses the answers of that turn, as a kill a moment earlier would have. Elsewhere each is committed at once.
+Whoever records how many answers a run got commits them first (:meth:`SQLiteCache.flush`): a killed session's
+answers found in the cache are then every one it had not recorded (see
+:meth:`~delta_eval.store.manifest.RunManifest.begin_session`).
 
 Example:
     >>> import tempfile, pathlib
@@ -103,7 +106,7 @@ class SQLiteCache:
         self.writes = 0
         self._pending: dict[str, tuple[str, str, str, float]] = {}  # key -> row, kept this turn of the loop
         self._flushing: asyncio.AbstractEventLoop | None = None  # the loop a commit of them is scheduled on
-        self._failure: sqlite3.OperationalError | None = None  # why the last scheduled commit failed
+        self._failure: sqlite3.OperationalError | None = None  # why the answers kept cannot be committed
         self._lock = threading.Lock()  # one transaction at a time on the shared connection
 
     def _open(self) -> sqlite3.Connection:
@@ -158,35 +161,68 @@ class SQLiteCache:
 
     def put(self, key: str, model: str, response: ModelResponse) -> None:
         """Store ``response`` under ``key``: committed at once, or on an asyncio event loop at the end of the loop's
-        turn (see the module docstring). A commit scheduled before that failed (a full disk, a lock held too long)
-        raises here, as it would have at once."""
+        turn (see the module docstring). While answers kept before cannot be committed (a full disk, a lock held too
+        long), every put tries them again first and raises why they cannot, keeping nothing more, as a put that fails
+        at once does."""
         if self._failure is not None:
-            failure, self._failure = self._failure, None
-            raise failure  # (its answers stay kept: the next commit tries them again)
+            self.flush()  # raises while they still cannot be committed
         row = (key, model, response.model_dump_json(), time.time())
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
+        with self._lock:
+            self._pending[key] = row
         if loop is None:
-            self._commit({key: row})
-            return
-        self._pending[key] = row
-        if self._flushing is not loop:
+            self.flush()
+        elif self._flushing is not loop:
             self._flushing = loop
             loop.call_soon(self._scheduled)
 
     def _scheduled(self) -> None:
         self._flushing = None
-        try:
+        with contextlib.suppress(sqlite3.OperationalError):  # kept in _failure: raised by the next put
             self.flush()
-        except sqlite3.OperationalError as exc:
-            self._failure = exc  # raised by the next put; close() says it
 
     def flush(self) -> None:
-        """Commit the answers kept and not yet committed, in one transaction."""
-        if self._pending:
-            self._commit(self._pending)
+        """Commit the answers kept and not yet committed: in one transaction, or where that fails one by one, as
+        many as can be (the others stay kept; why they cannot be is raised, and by every put until they are). Safe
+        from any thread."""
+        sql = "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)"
+        with self._lock:
+            if not self._pending:
+                return
+            rows = list(self._pending.values())
+            try:
+                try:
+                    if len(rows) > 1:
+                        # IMMEDIATE: the write lock taken (or waited for) at once, not at the first INSERT.
+                        self._db.execute("BEGIN IMMEDIATE")
+                        try:
+                            self._db.executemany(sql, rows)
+                            self._db.execute("COMMIT")
+                        except BaseException:
+                            if self._db.in_transaction:
+                                self._db.execute("ROLLBACK")
+                            raise
+                        self.writes += len(rows)
+                        self._pending.clear()
+                        self._failure = None
+                        return
+                except sqlite3.OperationalError:
+                    pass  # one by one below: as many as fit (a nearly full disk)
+                for row in rows:
+                    self._db.execute(sql, row)
+                    self.writes += 1
+                    del self._pending[row[0]]
+                self._failure = None
+            except sqlite3.OperationalError as exc:
+                self._failure = exc
+                raise
+            except sqlite3.DatabaseError as exc:
+                self._damaged(exc)  # the answers are still used; only their keeping is lost
+                self._pending.clear()
+                self._failure = None
 
     def stats(self) -> tuple[int, int, int]:
         """Hits, misses and answers committed (:attr:`writes`), once the answers kept are committed (those that
@@ -194,31 +230,6 @@ class SQLiteCache:
         with contextlib.suppress(sqlite3.OperationalError):
             self.flush()
         return self.hits, self.misses, self.writes
-
-    def _commit(self, rows: dict[str, tuple[str, str, str, float]]) -> None:
-        """Commit ``rows`` (cleared once committed, or lost to damage; kept when the commit fails)."""
-        sql = "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)"
-        with self._lock:
-            try:
-                if len(rows) == 1:
-                    self._db.execute(sql, next(iter(rows.values())))
-                else:
-                    self._db.execute("BEGIN")
-                    try:
-                        self._db.executemany(sql, list(rows.values()))
-                        self._db.execute("COMMIT")
-                    except BaseException:
-                        if self._db.in_transaction:
-                            self._db.execute("ROLLBACK")
-                        raise
-            except sqlite3.OperationalError:
-                raise
-            except sqlite3.DatabaseError as exc:
-                self._damaged(exc)  # the answers are still used; only their keeping is lost
-                rows.clear()
-                return
-            self.writes += len(rows)
-            rows.clear()
 
     def _damaged(self, exc: sqlite3.DatabaseError) -> None:
         """A page found damaged while the run uses the cache: lookups there miss, and the next session's check at

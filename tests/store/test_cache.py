@@ -34,7 +34,7 @@ def _transactions(cache: SQLiteCache) -> list[int]:
     inside: list[int] = []
 
     def note(sql: str) -> None:
-        if sql == "BEGIN":
+        if sql.startswith("BEGIN"):
             inside.append(0)
         elif sql.startswith("INSERT") and inside:
             inside[-1] += 1
@@ -145,3 +145,70 @@ def test_a_commit_that_fails_is_raised_by_the_next_answer_kept_and_tried_again(t
         f"the response cache {path} could not keep the last 1 answers (database is locked); a rerun asks for them again"
     ]
     assert "e" not in _stored(path)
+
+
+def test_a_nearly_full_file_keeps_as_many_answers_as_fit_and_every_later_answer_raises(tmp_path: Path) -> None:
+    """A turn's answers that do not fit in one transaction are committed one by one, as many as fit (as when each
+    was committed at once); while the others cannot be, every answer kept raises why, keeping nothing more (the
+    calls fail, as they failed when each put failed at once), rather than answers paid for and held in memory."""
+    path = tmp_path / "cache.sqlite"
+    cache = SQLiteCache(path)
+    used = cache._db.execute("PRAGMA page_count").fetchone()[0]
+    cache._db.execute(f"PRAGMA max_page_count = {used + 6}")  # room for a few answers of ~2 KB
+    big = "x" * 2000
+    raised: list[str] = []
+
+    async def main() -> None:
+        for k in range(12):
+            cache.put(f"k{k}", "m", _answer(big + str(k)))
+        await asyncio.sleep(0)  # the turn's commit: too big for what is left
+        for k in range(12, 20):
+            try:
+                cache.put(f"k{k}", "m", _answer(big + str(k)))
+            except sqlite3.OperationalError as exc:
+                raised.append(str(exc))
+
+    asyncio.run(main())
+    stored = _stored(path)
+    assert 0 < len(stored) < 12  # as many as fit, one by one
+    assert cache.writes == len(stored)
+    assert raised == ["database or disk is full"] * 8  # every later answer, none of them kept
+    assert not set(stored) & {f"k{k}" for k in range(12, 20)}
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        cache.close()
+    assert [str(w.message) for w in said] == [
+        f"the response cache {path} could not keep the last {12 - len(stored)} answers (database or disk is full); "
+        "a rerun asks for them again"
+    ]
+
+
+def test_answers_kept_on_the_loop_while_another_thread_commits_are_each_committed_once(tmp_path: Path) -> None:
+    """The session's checkpoint (on a worker thread) commits the answers kept before it records their count, while
+    the loop keeps more: none is lost or counted twice."""
+    import threading
+
+    path = tmp_path / "cache.sqlite"
+    cache = SQLiteCache(path)
+    done = threading.Event()
+
+    def checkpoints() -> None:
+        while not done.is_set():
+            cache.stats()
+
+    async def main() -> None:
+        for k in range(20000):
+            cache.put(f"k{k}", "m", _answer(str(k) * 300))  # (long answers: long commits, the thread's in them)
+            if k % 500 == 0:
+                await asyncio.sleep(0)
+
+    other = threading.Thread(target=checkpoints)
+    other.start()
+    try:
+        asyncio.run(main())
+    finally:
+        done.set()
+        other.join()
+    cache.close()
+    assert len(_stored(path)) == 20000
+    assert cache.writes == 20000
