@@ -448,8 +448,7 @@ async def execute(
         # After each batch, the manifest records it and this session's calls so far: a killed session's are counted.
         # The counts first, then the answers they count committed: every answer the manifest says was got is in the
         # cache (a killed session's answers after its last record are those found there: see begin_session).
-        calls = {name: stats.model_copy() for name, stats in pool.stats().items()}
-        session.cache.flush()
+        calls = session.cache.committed_counts(pool.stats())
         with estimate.lock:  # the estimate's thread writes the manifest too
             session.checkpoint(batch, pairs_decided=p.decided, calls=calls)
 

@@ -12,7 +12,6 @@ does, once (see :mod:`delta_eval.runner`).
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import time
 from functools import partial
@@ -72,10 +71,10 @@ async def arun_shard(shard: Shard) -> ShardReport:
 def _counted_then_kept(pool: ModelPool, cache: SQLiteCache) -> dict[str, CallStats]:
     """The shard's call counters, once every answer they count is committed to the cache: what it publishes, which
     an interrupted session records (a display too: a commit that fails is the shard's own calls' to raise)."""
-    calls = {name: stats.model_copy() for name, stats in pool.stats().items()}
-    with contextlib.suppress(sqlite3.OperationalError):
-        cache.flush()
-    return calls
+    try:
+        return cache.committed_counts(pool.stats())
+    except sqlite3.OperationalError:
+        return pool.stats()
 
 
 async def _run(shard: Shard, folder: RunFolder, cache_path: Path, apart: RemoteFolder | None) -> ShardReport:

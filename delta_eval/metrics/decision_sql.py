@@ -857,21 +857,21 @@ def _weighted_conversations(src: Source, metrics: Mapping[str, Metric]) -> _Conv
         keep = n > 0
         n, wk = n[keep], w[keep]
 
-        def col(c: str, keep: np.ndarray = keep) -> np.ndarray | None:
-            return np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float)[keep] if c in \
-                got.column_names else None  # fmt: skip
+        def col(c: str, keep: np.ndarray = keep) -> np.ndarray:
+            # (0 where the metric has no such sum: no b side, or a and b never both)
+            if c not in got.column_names:
+                return np.zeros(int(keep.sum()))
+            kept: np.ndarray = np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float)[keep]
+            return kept
 
         ua, ub, uab = col(f"a{j}"), col(f"b{j}"), col(f"ab{j}")
-        assert ua is not None
-        zero = np.zeros(len(n))
         t = n * wk
         # PRODUCTS: aa, a ta, ta ta, bb, b tb, tb tb, ab, a tb, ta b, ta tb (0/1 events, one unit a verdict).
-        aa, tt, bb, ab = squared_by_weight(wk, ua, n, zero if ub is None else ub, zero if uab is None else uab)
-        seen = np.vstack([ua > 0, n - ua > 0, ub > 0 if ub is not None else zero > 0,
-                          n - (ub if ub is not None else zero) > 0]).reshape(4, -1)  # fmt: skip
-        sums[name] = PairedSums.from_clusters(
-            np.full(len(n), "", dtype=str), ua * wk, t, ub * wk if ub is not None else zero, t, pairs=int(n.sum()),
-            seen=seen, iid=np.array([aa, aa, tt, bb, bb, tt, ab, aa, bb, tt]))  # fmt: skip
+        aa, tt, bb, ab = squared_by_weight(wk, ua, n, ub, uab)
+        seen = np.vstack([ua > 0, n - ua > 0, ub > 0, n - ub > 0]).reshape(4, -1)
+        sums[name] = PairedSums.from_clusters(np.full(len(n), "", dtype=str), ua * wk, t, ub * wk, t,
+                                              pairs=int(n.sum()), seen=seen,
+                                              iid=np.array([aa, aa, tt, bb, bb, tt, ab, aa, bb, tt]))  # fmt: skip
     return _Conversations(names=got.column("cl").combine_chunks(), weights=w, sums=sums)
 
 
@@ -886,13 +886,12 @@ def _weights_are_the_pairs(src: Source, names: pa.Array) -> bool:
     twice too."""
     if src.replays is None or pa.types.is_integer(names.type) != (src.replay_cluster == "conversation_key"):
         return False
-    counts = src.counts()
-    pair = "pair_key" if src.pairs_keyed() and not counts["unpaired"] else "pair_id"
-    cl = "conversation_key" if src.replay_cluster == "conversation_key" else f"({_CLUSTER})::VARCHAR"
-    # (A hash of the two hashes: DuckDB combines a row's hashes by xor, which a sum could undo.)
-    mine = src.db.execute(f"SELECT count(*), sum(hash(hash({pair}, {cl}))) FROM {src.verdicts}").fetchall()[0]
-    theirs = src.db.execute(f"SELECT count(*), sum(hash(hash({pair}, {src.replay_cluster}))) FROM {src.replays} "
-                            "WHERE side = 'candidate'").fetchall()[0]  # fmt: skip
+    pair = "pair_key" if src.pairs_keyed() and not src.counts()["unpaired"] else "pair_id"
+    # (The same expression over each table's columns. A hash of the two hashes: DuckDB combines a row's hashes by
+    # xor, which a sum could undo.)
+    named = f"count(*), sum(hash(hash({pair}, {src.replay_cluster})))"
+    mine = src.db.execute(f"SELECT {named} FROM {src.verdicts}").fetchall()[0]
+    theirs = src.db.execute(f"SELECT {named} FROM {src.replays} WHERE side = 'candidate'").fetchall()[0]
     return bool(mine[0]) and tuple(mine) == tuple(theirs)
 
 

@@ -189,8 +189,11 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     # order as a numpy array (no copy of the text).
     per_weight: dict[str, dict[str, float]] = {}
     if by_weight:
+        # The products (the square of the weight) only summed over the rows; each conversation's figures of the
+        # weight itself (power 1) merged per conversation.
         per_weight = _squared_by_weight(got, [name for name, (_, p) in powers.items() if p == 2])
-        got = _by_conversation(got, powers, group is not None)  # (in that order)
+        once = {name: made for name, made in powers.items() if made[1] == 1}
+        got = _by_conversation(got, once, group is not None)  # (in that order)
         order = np.arange(got.num_rows)
     else:
         order = text_order([got.column("grp"), got.column("cl")] if group else [got.column("cl")])

@@ -16,7 +16,7 @@ answers found in the cache are then every one it had not recorded (see
 Example:
     >>> import tempfile, pathlib
     >>> from delta_eval.schema import Message
-    >>> from delta_eval.calls import CACHE_KEY_VERSION, ModelResponse
+    >>> from delta_eval.calls import CACHE_KEY_VERSION, CallStats, ModelResponse
     >>> cache = SQLiteCache(pathlib.Path(tempfile.mkdtemp()) / "cache.sqlite")
     >>> cache.put("k", "simulated:x", ModelResponse(message=Message(role="assistant", content="hi")))
     >>> cache.get("k").message.content
@@ -32,11 +32,12 @@ import sqlite3
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from delta_eval.calls import CACHE_KEY_VERSION, ModelResponse
+from delta_eval.calls import CACHE_KEY_VERSION, CallStats, ModelResponse
 from delta_eval.exceptions import RunFolderWarning
 from delta_eval.store import safe_paths
 
@@ -223,6 +224,14 @@ class SQLiteCache:
                 self._damaged(exc)  # the answers are still used; only their keeping is lost
                 self._pending.clear()
                 self._failure = None
+
+    def committed_counts(self, calls: Mapping[str, CallStats]) -> dict[str, CallStats]:
+        """Copies of the live call counters ``calls`` of the clients keeping their answers here, taken before the
+        answers kept are committed: every answer they count as got is then in the cache, which is what a record of
+        them (a session's checkpoint, a shard's published counters) may say. Raises as :meth:`flush` does."""
+        copied = {name: stats.model_copy() for name, stats in calls.items()}
+        self.flush()
+        return copied
 
     def stats(self) -> tuple[int, int, int]:
         """Hits, misses and answers committed (:attr:`writes`), once the answers kept are committed (those that
