@@ -248,10 +248,11 @@ class PairedSums:
         if exact is not None:
             return exact._design
         single = bool(len(self.strata)) and bool((self.strata == self.strata[0]).all())
-        # (By the strata's indices in their order: the order of their names, cheaper to sort by.)
-        order = np.lexsort((self.tb, self.b, self.ta, self.a) if single else
-                           (self.tb, self.b, self.ta, self.a, strata_codes(self.strata)[1]))  # fmt: skip
-        a, ta, b, tb, strata, kept = (x[order] for x in (self.a, self.ta, self.b, self.tb, self.strata, keep))
+        # The strata by their indices in their order (the order of their names): cheaper to sort by, to reorder and
+        # to group than the names.
+        which = np.zeros(len(self.a), dtype=np.intp) if single else strata_codes(self.strata)[1]
+        order = np.lexsort((self.tb, self.b, self.ta, self.a) if single else (self.tb, self.b, self.ta, self.a, which))
+        a, ta, b, tb, strata, kept = (x[order] for x in (self.a, self.ta, self.b, self.tb, which, keep))
         ta_sum, tb_sum = float(ta.sum()), float(tb.sum())
         if g == 0 or ta_sum <= 0 or tb_sum <= 0:
             return _Design(g, ta_sum, tb_sum, 0.0, 0.0, (0.0, 0.0, 0.0), 0.0, 0, np.zeros(4))

@@ -146,7 +146,7 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
     from the verdicts then)."""
     # Sorted by key, then by group and stratum (one code for the two): each conversation of a group a run, its
     # strata in their order.
-    order = by_key_then(key, groups * (int(stratum.max(initial=0)) + 1) + stratum)
+    order = by_key_then(key, groups * (int(stratum.max(initial=0)) + 1) + stratum, runs=True)
     g, k, s, w = groups[order], key[order], stratum[order], weight[order]
     starts = _runs(g, k, s)
     if len(_runs(g, k, s, w)) != len(starts):
@@ -228,7 +228,7 @@ def _per_stratum(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units
     ``_STRATA``), named as it names them: from the counted tallies' group, conversation key, stratum (its rank in
     text order) and units (``t``, ``ua``, ``ub`` a row), each conversation of a group in the largest stratum it has."""
     # Sorted by conversation and group, each (group, conversation) a run of rows: its sums over the run.
-    order = by_key_then(key, groups)
+    order = by_key_then(key, groups, runs=True)
     g, k = groups[order], key[order]
     starts = _runs(g, k)
     t, ua, ub = np.add.reduceat(units[:, order], starts, axis=1) if len(order) else units

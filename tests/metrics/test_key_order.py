@@ -14,11 +14,14 @@ KEYS = st.one_of(VALUES, st.floats(width=64))
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(KEYS, VALUES), max_size=80))
-def test_the_values_come_in_lexsorts_order(rows: list[tuple[float, float]]) -> None:
+@given(st.lists(st.tuples(KEYS, VALUES), max_size=80), st.booleans(), st.integers(0, 4))
+def test_the_values_come_in_lexsorts_order(rows: list[tuple[float, float]], runs: bool, parts: int) -> None:
+    """In any order of the rows, or in ``parts`` sorted runs (a run's tallies, each part by key)."""
+    if parts:
+        rows = [r for i in range(parts) for r in sorted(rows[i::parts], key=lambda r: (np.isnan(r[0]), r[0]))]
     key = np.array([k for k, _ in rows], dtype=float)
     then = np.array([t for _, t in rows], dtype=float)
-    order = by_key_then(key, then)
+    order = by_key_then(key, then, runs=runs)
     want = np.lexsort((then, key))
     assert sorted(order.tolist()) == list(range(len(rows)))
     # The same sequence of values (rows equal in both may swap: nothing tells them apart but a sign), NaNs too.

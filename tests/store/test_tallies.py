@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import delta_eval as de
@@ -79,6 +80,38 @@ def test_tallies_count_the_verdicts_of_each_batch_and_again_after_a_merge_and_a_
     assert tallies is not None
     assert sum(_summed(tallies).values()) == 97
     assert _summed(tallies) == _summed(tally(folder.read("verdicts")))
+
+
+def test_each_tallies_part_is_in_the_order_of_its_conversations_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a reader merges in one pass (a stable sort of sorted runs): each batch's part, and a merged part tallied
+    a few verdicts at a time (its tallies added up more than once), keys ascending, nulls last."""
+    from delta_eval.store import tallies as module
+
+    monkeypatch.setattr(compaction, "MIN_BATCHES", 16)
+    monkeypatch.setattr(module, "READ_ROWS", 3)
+    monkeypatch.setattr(module, "FOLD", 2)
+    folder = _folder(tmp_path)
+
+    def parts() -> list[list[int | None]]:
+        return [pq.read_table(tmp_path / rel).column("conversation_key").to_pylist()
+                for r in folder.commits() for rel in derived_parts(r, TALLIES)]  # fmt: skip
+
+    def ordered(keys: list[int | None]) -> bool:
+        known = [k for k in keys if k is not None]
+        return known == sorted(known) and keys[: len(known)] == known
+
+    assert len(parts()) == 20
+    assert all(ordered(p) for p in parts())
+    folder.compact()
+    (merged,) = parts()
+    assert ordered(merged)
+    assert len(set(merged)) == 7
+    assert len(merged) > 7  # several rows a conversation
+    keyless = tally(pa.table({"conversation_key": pa.array([5, None, 2, 5, None, 1], pa.int64()),
+                              "outcome": ["tie", "tie", "candidate", "baseline", "tie", "tie"]}))  # fmt: skip
+    assert keyless.column("conversation_key").to_pylist() == [1, 2, 5, 5, None]
 
 
 def test_a_batch_without_tallies_leaves_them_unread_until_a_merge_counts_it(
