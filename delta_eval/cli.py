@@ -496,6 +496,7 @@ def _ours(group: BaseExceptionGroup) -> DeltaEvalError | None:
 
 def _serve_fake(provider: str, port: int, latency_ms: float) -> int:
     from delta_eval.demo import WIRES, behaviours, demo_conversations
+    from delta_eval.gc_thresholds import fewer_collections
 
     conversations, _ = demo_conversations().load()
     behaviour = behaviours(latency_ms=latency_ms)["baseline"].model_copy(update={"reword_rate": 0.0})
@@ -503,10 +504,13 @@ def _serve_fake(provider: str, port: int, latency_ms: float) -> int:
     server.start(port)
     base = getattr(server, "base_url", server.url)
     _print(f"fake {provider} server on {base} (any key works; Ctrl-C stops it)", flush=True)
-    try:
-        server.serve_forever_started()
-    finally:
-        server.stop()
+    # A server under load allocates as a run does (a request's dicts and models a call, a heap of recordings and
+    # cached answers that grows): the collector as seldom as a run's.
+    with fewer_collections():
+        try:
+            server.serve_forever_started()
+        finally:
+            server.stop()
     return 0
 
 

@@ -23,7 +23,7 @@ import anyio
 from delta_eval.gc_thresholds import fewer_collections
 from delta_eval.installed import installed
 
-__all__ = ["run_loop", "run_sync"]
+__all__ = ["new_event_loop", "run_loop", "run_sync"]
 
 T = TypeVar("T")
 
@@ -33,6 +33,16 @@ def run_loop(main: Callable[[], Awaitable[T]]) -> T:
     collections while it runs (:func:`~delta_eval.gc_thresholds.fewer_collections`)."""
     with fewer_collections():
         return anyio.run(main, backend_options={"use_uvloop": installed("uvloop")})
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop for a thread of its own (a fake provider's server): uvloop's where installed, as
+    :func:`run_loop` runs on."""
+    if installed("uvloop"):
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def run_sync(main: Callable[[], Awaitable[T]]) -> T:

@@ -1,6 +1,7 @@
 """What the SDK clients run on: aiohttp's transport under the ``openai`` and ``anthropic`` SDKs where aiohttp is
 installed (httpx's default transport otherwise), httpx for google-genai in every case (its own aiohttp path would
-skip the rate-limit header hooks), and uvloop's event loop for a run where uvloop is installed."""
+skip the rate-limit header hooks), and uvloop's event loop for a run, and for a fake server, where uvloop is
+installed."""
 
 from __future__ import annotations
 
@@ -62,6 +63,20 @@ def test_a_run_loop_is_uvloops_where_installed(monkeypatch: pytest.MonkeyPatch) 
     assert run_loop(loop_module).startswith("uvloop")
     monkeypatch.setattr(sync, "installed", lambda module: module != "uvloop")
     assert run_loop(loop_module).startswith("asyncio")
+
+
+def test_a_fake_servers_loop_is_uvloops_where_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake servers' own thread runs uvloop's loop too (a benchmark's server shares the machine with the run it
+    serves), and serves the SDKs either way."""
+    pytest.importorskip("uvloop")
+    for kind in ("uvloop", "asyncio"):
+        with FakeOpenAIServer() as server:
+            assert server._loop is not None
+            assert type(server._loop).__module__.startswith(kind)
+            done = call("openai:gpt-4.1", {"base_url": server.base_url, "api_key": "k"}, request("gpt-4.1"))
+            assert done.response.message.role == "assistant"
+            assert done.response.usage is not None
+        monkeypatch.setattr(sync, "installed", lambda module: module != "uvloop")
 
 
 COMPLETION = {
