@@ -247,11 +247,14 @@ class PairedSums:
         exact = self._exact(keep)
         if exact is not None:
             return exact._design
-        single = bool(len(self.strata)) and bool((self.strata == self.strata[0]).all())
         # The strata by their indices in their order (the order of their names): cheaper to sort by, to reorder and
         # to group than the names.
-        which = np.zeros(len(self.a), dtype=np.intp) if single else strata_codes(self.strata)[1]
-        order = np.lexsort((self.tb, self.b, self.ta, self.a) if single else (self.tb, self.b, self.ta, self.a, which))
+        names, which = strata_codes(self.strata)
+        # Ordered by the values: a rate's units on both sides (the win rate's) are one key, not two (rows that tie
+        # on the rest tie on it too).
+        keys = [self.b, self.ta, self.a] if self.tb is self.ta or np.array_equal(self.tb, self.ta) else \
+            [self.tb, self.b, self.ta, self.a]  # fmt: skip
+        order = np.lexsort(keys if len(names) < 2 else [*keys, which])
         a, ta, b, tb, strata, kept = (x[order] for x in (self.a, self.ta, self.b, self.tb, which, keep))
         ta_sum, tb_sum = float(ta.sum()), float(tb.sum())
         if g == 0 or ta_sum <= 0 or tb_sum <= 0:
@@ -260,7 +263,9 @@ class PairedSums:
         za = (a[kept] - ra * ta[kept]) / ta_sum
         zb = (b[kept] - rb * tb[kept]) / tb_sum
         moments, df, n_strata = stratified_moments(strata[kept], za, zb)
-        return _Design(g, ta_sum, tb_sum, ra, rb, moments, df, n_strata, self.seen[:, keep].sum(axis=1))
+        seen = self.seen if bool(keep.all()) else self.seen[:, keep]
+        counts = np.count_nonzero(seen, axis=1) if seen.dtype == bool else seen.sum(axis=1)  # (flags: counted)
+        return _Design(g, ta_sum, tb_sum, ra, rb, moments, df, n_strata, counts)
 
     def _exact(self, keep: np.ndarray) -> StratumSums | None:
         """The sums per stratum (:class:`StratumSums`) in exact arithmetic, where every sum of the conversations is

@@ -242,11 +242,13 @@ def strata_codes(strata: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         >>> names.tolist(), which.tolist()
         (['a', 'b'], [0, 0, 1])
     """
-    if len(strata) > 1 and bool((strata[:-1] <= strata[1:]).all()):
+    if len(strata) > 1:
         new = np.empty(len(strata), dtype=bool)
         new[0] = True
         new[1:] = strata[1:] != strata[:-1]
-        return strata[new], np.cumsum(new) - 1
+        changes = np.flatnonzero(new[1:])  # sorted where each change is to a greater name: compared there only
+        if bool((strata[changes] < strata[changes + 1]).all()):
+            return strata[new], np.cumsum(new) - 1
     names, which = np.unique(strata, return_inverse=True)
     return names, which.reshape(-1)
 

@@ -170,3 +170,34 @@ def test_weighted_figures_do_not_depend_on_the_rows_order() -> None:
         x, y = counted(table, e, by=by, per_conversation=False), counted(shuffled, e, by=by, per_conversation=False)
         for name in x:
             assert x[name].sums.difference() == y[name].sums.difference()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["", "a", "b", "é", "zz"]), st.sampled_from([0.0, 0.4, 1.0, 2.5, 5.0]),
+                       st.integers(0, 3), st.integers(0, 3), st.integers(1, 4), st.integers(1, 4)), min_size=1,
+             max_size=40),
+    st.randoms(use_true_random=False),
+)  # fmt: skip
+def test_the_design_is_the_same_to_the_bit_in_any_order_with_units_given_once_or_twice(
+    rows: list[tuple[str, float, int, int, int, int]], rng: Any
+) -> None:
+    """Weighted sums (no exact path) of conversations in strata of any names: the interval is the same doubles in
+    any order of the conversations, and with the units on both sides one array or two equal ones (the win rate
+    gives one; the rows that tie on the rest then tie on both)."""
+
+    def design(rows: list[tuple[str, float, int, int, int, int]], units: str) -> Any:
+        w = np.array([r[1] for r in rows])
+        t = w * np.array([r[4] for r in rows], dtype=float)
+        a, b = w * np.array([r[2] for r in rows], dtype=float), w * np.array([r[3] for r in rows], dtype=float)
+        tb = {"one": t, "equal": t.copy(), "other": w * np.array([r[5] for r in rows], dtype=float)}[units]
+        strata = np.array([r[0] for r in rows], dtype=str)
+        # (The as-if-independent products given, as the callers give them: their sums are not the design's.)
+        return PairedSums.from_clusters(strata, a, t, b, tb, pairs=len(rows), iid=np.ones(10)).difference()
+
+    shuffled = list(rows)
+    rng.shuffle(shuffled)
+    want = design(rows, "one")
+    assert design(shuffled, "one") == want
+    assert design(shuffled, "equal") == want
+    assert design(shuffled, "other") == design(rows, "other")  # b's own units: a key of their own
