@@ -149,14 +149,30 @@ def request_blocks(request: ModelRequest) -> list[Block]:
     return [_TOOLS.get(request.tools, _tools_block), *(_MESSAGES.get(m, _message_block) for m in request.messages)]
 
 
+#: Each prefix's hash by the hash of the prefix before it and the block that ends it, with the hash's state to go on
+#: from: a conversation's requests repeat their history, whose prefixes are then hashed once, not at every request.
+_CHAIN: dict[tuple[str, str], tuple[str, Any]] = {}
+_CHAIN_MAX = 65_536
+_EMPTY = hashlib.sha256()
+
+
 def _prefixes(blocks: Iterable[Block], total: int) -> tuple[list[str], list[int]]:
-    """The hash and token count of every prefix (through block i); token counts capped at ``total``."""
-    digest = hashlib.sha256()
+    """The hash and token count of every prefix (through block i: SHA-256 of each block's key and a zero byte, in
+    order); token counts capped at ``total``."""
+    digest, prev = _EMPTY, ""
     hashes, tokens, chars = [], [], 0
     for b in blocks:
-        digest.update(b.key.encode())
-        digest.update(b"\x00")
-        hashes.append(digest.hexdigest())
+        step = _CHAIN.get((prev, b.key))
+        if step is None:
+            following = digest.copy()
+            following.update(b.key.encode())
+            following.update(b"\x00")
+            step = (following.hexdigest(), following)
+            if len(_CHAIN) >= _CHAIN_MAX:
+                _CHAIN.clear()  # (a server's recent conversations hashed again, once)
+            _CHAIN[(prev, b.key)] = step
+        prev, digest = step
+        hashes.append(prev)
         chars += b.chars
         tokens.append(min(total, math.ceil(chars / 4)))
     return hashes, tokens
