@@ -186,8 +186,8 @@ class SQLiteCache:
             self.flush()
 
     def flush(self) -> None:
-        """Commit the answers kept and not yet committed: in one transaction, or where that fails one by one, as
-        many as can be (the others stay kept; why they cannot be is raised, and by every put until they are). Safe
+        """Commit the answers kept and not yet committed: in one transaction, or where the disk is full one by one,
+        as many as fit (the others stay kept; why they cannot be is raised, and by every put until they are). Safe
         from any thread."""
         sql = "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)"
         with self._lock:
@@ -210,8 +210,10 @@ class SQLiteCache:
                         self._pending.clear()
                         self._failure = None
                         return
-                except sqlite3.OperationalError:
-                    pass  # one by one below: as many as fit (a nearly full disk)
+                except sqlite3.OperationalError as exc:
+                    if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_FULL:
+                        raise  # (a lock held past the timeout: one by one would wait as long again, for each)
+                    # One by one below: as many as fit on a nearly full disk.
                 for row in rows:
                     self._db.execute(sql, row)
                     self.writes += 1

@@ -123,7 +123,11 @@ def test_a_commit_that_fails_is_raised_by_the_next_answer_kept_and_tried_again(t
         other.execute("BEGIN IMMEDIATE")  # another process writing: SQLite's lock held
         cache.put("a", "m", _answer("a"))
         cache.put("b", "m", _answer("b"))
+        sent: list[str] = []
+        cache._db.set_trace_callback(sent.append)
         await asyncio.sleep(0)  # the commit fails: "database is locked"
+        cache._db.set_trace_callback(None)
+        assert sent == ["BEGIN IMMEDIATE"]  # tried once: not each answer again, each waiting for the lock
         with pytest.raises(sqlite3.OperationalError, match="locked"):
             cache.put("c", "m", _answer("c"))
         assert cache.get("a") is not None  # still kept
