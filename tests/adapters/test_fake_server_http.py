@@ -60,13 +60,19 @@ def exchange(fast: bool, data: bytes, queued: tuple[Reply, ...] = ()) -> tuple[b
     server.fast_path = fast
     with server:
         server.enqueue(*queued)
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            got = b""
-            while chunk := sock.recv(65536):
-                got += chunk
+        got = exchange_with(server, data)
     return got, [(r.method, r.path, r.query, r.headers, r.body, r.credentials) for r in server.requests]
+
+
+def exchange_with(server: FakeOpenAIServer, data: bytes) -> bytes:
+    """What a running server sends back to ``data`` on one connection (the client's side closed once sent)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got
 
 
 @pytest.mark.parametrize("name", list(EXCHANGES))
@@ -109,3 +115,43 @@ def test_queued_replies_with_headers_h11_has_rules_for_are_written_by_h11() -> N
 def test_queued_replies_are_written_as_h11_writes_them(reply: Reply) -> None:
     data = post(chat("hi")) + post(chat("again"))
     assert exchange(True, data, (reply,)) == exchange(False, data, (reply,))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_client_that_leaves_a_stream_is_no_error_of_the_server(fast: bool) -> None:
+    """A client gone mid-stream (closed, or reset), as a client's timeout leaves one: the server's loop reports
+    nothing (uvloop raises where the write finds the connection closed; asyncio's dropped the write) and serves on."""
+    import time
+
+    server = FakeOpenAIServer()
+    server.fast_path = fast
+    reports: list[dict[str, object]] = []
+    with server:
+        assert server._loop is not None
+        server._loop.call_soon_threadsafe(server._loop.set_exception_handler, lambda loop, ctx: reports.append(ctx))
+        for reset in (False, True):
+            server.enqueue(StreamReply([b"data: %d\n\n" % i for i in range(4)], delay_s=0.1))
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(post(chat("hi", stream=True)))
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            if reset:  # an RST, not a FIN
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            sock.close()
+        time.sleep(0.6)  # the rest of each stream written to a connection that is gone
+        got = exchange_with(server, post(chat("after")))
+    assert reports == []
+    assert got.startswith(b"HTTP/1.1 200")
+
+
+def test_a_reply_echoing_what_only_json_reads_is_written_as_json_writes_it() -> None:
+    """A request body holding a lone surrogate (which ``parse_json`` reads, as ``json.loads`` does) whose reply
+    echoes it (the Responses API echoes ``metadata``): answered, the surrogate escaped, as before msgspec wrote
+    replies."""
+    body = b'{"model": "gpt-4.1", "input": "hi", "metadata": {"k": "\\ud800"}}'
+    head = (f"POST /v1/responses HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    with FakeOpenAIServer() as server:
+        got = exchange_with(server, head + body)
+    assert got.startswith(b"HTTP/1.1 200")
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["metadata"] == {"k": "\ud800"}
+    assert http.reply_json({"k": "\ud800", True: 1}) == b'{"k": "\\ud800", "true": 1}'
