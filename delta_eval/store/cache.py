@@ -186,9 +186,9 @@ class SQLiteCache:
             self.flush()
 
     def flush(self) -> None:
-        """Commit the answers kept and not yet committed: in one transaction, or where the disk is full one by one,
-        as many as fit (the others stay kept; why they cannot be is raised, and by every put until they are). Safe
-        from any thread."""
+        """Commit the answers kept and not yet committed: in one transaction, or where that fails (but for a lock held
+        by another process) one by one, as many as fit (the others stay kept; why they cannot be is raised, and by
+        every put until they are). Safe from any thread."""
         sql = "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)"
         with self._lock:
             if not self._pending:
@@ -211,9 +211,10 @@ class SQLiteCache:
                         self._failure = None
                         return
                 except sqlite3.OperationalError as exc:
-                    if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_FULL:
+                    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                         raise  # (a lock held past the timeout: one by one would wait as long again, for each)
-                    # One by one below: as many as fit on a nearly full disk.
+                    # One by one below: as many as fit where the disk is full (SQLITE_FULL, or an I/O error where a
+                    # quota or a file-size limit is reached).
                 for row in rows:
                     self._db.execute(sql, row)
                     self.writes += 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from delta_eval.adapters.prompt_cache import add_cache_breakpoints
 from delta_eval.calls import ModelRequest
 from delta_eval.schema import Message
@@ -121,3 +123,27 @@ def test_gemini_reports_implicit_cache_hits_above_its_minimum() -> None:
     blocks = [Block("system", 8000)]  # 2,000 tokens: below Pro's minimum
     cache.gemini("gemini-2.5-pro", blocks, total=2000)
     assert cache.gemini("gemini-2.5-pro", blocks, total=2000).cached_input_tokens == 0
+
+
+def test_prefix_hashes_kept_are_the_hashes_of_the_prefixes_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each prefix's hash is SHA-256 of its blocks' keys, each followed by a zero byte, whether hashed now or kept
+    from an earlier request; a prompt cache keeps a bounded number of them (and of their keys' text), its own."""
+    import hashlib
+
+    from delta_eval.testing.servers import prompt_cache
+
+    monkeypatch.setattr(prompt_cache, "_CHAIN_MAX", 7)
+    monkeypatch.setattr(prompt_cache, "_CHAIN_CHARS", 60)
+    cache, other = prompt_cache.PromptCache(), prompt_cache.PromptCache()
+    history = [prompt_cache.Block(f"user:{'é' * (i % 5)}{i}", 10) for i in range(12)]
+    for n in [*range(1, 13), 12, 3, 12]:
+        blocks = history[:n]
+        hashes, _ = prompt_cache._prefixes(blocks, 10_000, cache._chain)
+        digest, want = hashlib.sha256(), []
+        for b in blocks:
+            digest.update(b.key.encode() + b"\x00")
+            want.append(digest.hexdigest())
+        assert hashes == want
+        assert len(cache._chain.steps) <= 7
+        assert cache._chain.chars <= 60 + max(len(b.key) for b in history)
+    assert other._chain.steps == {}

@@ -216,3 +216,48 @@ def test_answers_kept_on_the_loop_while_another_thread_commits_are_each_committe
     cache.close()
     assert len(_stored(path)) == 20000
     assert cache.writes == 20000
+
+
+_FILE_SIZE_LIMITED = """
+import asyncio, os, resource, signal, sqlite3, sys
+from delta_eval.calls import ModelResponse
+from delta_eval.schema import Message
+from delta_eval.store.cache import SQLiteCache
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+path = sys.argv[1]
+SQLiteCache(path).close()
+cache = SQLiteCache(path)
+used = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+resource.setrlimit(resource.RLIMIT_FSIZE, (used + 40_000, resource.RLIM_INFINITY))
+raised = []
+
+async def main():
+    for k in range(12):
+        cache.put(f"k{k}", "m", ModelResponse(message=Message(role="assistant", content="x" * 6000 + str(k))))
+    await asyncio.sleep(0)
+    try:
+        cache.put("last", "m", ModelResponse(message=Message(role="assistant", content="y")))
+    except sqlite3.OperationalError as exc:
+        raised.append(exc.sqlite_errorcode & 0xFF)
+
+asyncio.run(main())
+print(cache.writes, len(cache._pending), raised == [sqlite3.SQLITE_IOERR])
+"""
+
+
+def test_a_file_size_limit_keeps_as_many_answers_as_fit(tmp_path: Path) -> None:
+    """A quota or a file-size limit is an I/O error to SQLite, not a full disk: as many answers as fit are kept
+    all the same, and why the others cannot be is raised (a child process: the limit is the whole process's)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("resource")  # (POSIX)
+
+    done = subprocess.run([sys.executable, "-c", _FILE_SIZE_LIMITED, str(tmp_path / "cache.sqlite")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    writes, pending, raised = done.stdout.split()
+    assert int(writes) >= 1  # some fit (none were kept when only SQLITE_FULL was tried one by one)
+    assert int(writes) + int(pending) == 12
+    assert raised == "True"

@@ -149,28 +149,39 @@ def request_blocks(request: ModelRequest) -> list[Block]:
     return [_TOOLS.get(request.tools, _tools_block), *(_MESSAGES.get(m, _message_block) for m in request.messages)]
 
 
-#: Each prefix's hash by the hash of the prefix before it and the block that ends it, with the hash's state to go on
-#: from: a conversation's requests repeat their history, whose prefixes are then hashed once, not at every request.
-_CHAIN: dict[tuple[str, str], tuple[str, Any]] = {}
-_CHAIN_MAX = 65_536
-_EMPTY = hashlib.sha256()
+#: How many of its prefixes' hashes a prompt cache keeps (see :func:`_prefixes`) before it starts again, and how much
+#: of the blocks' text they may hold (the keys are a message's JSON).
+_CHAIN_MAX, _CHAIN_CHARS = 32_768, 8_000_000
+_EMPTY = hashlib.sha256()  # (only ever copied)
 
 
-def _prefixes(blocks: Iterable[Block], total: int) -> tuple[list[str], list[int]]:
+@dataclass
+class _Chain:
+    """Each prefix's hash by the hash of the prefix before it and the block that ends it, with the hash's state to
+    go on from; ``chars``: the length of the blocks' keys held."""
+
+    steps: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)
+    chars: int = 0
+
+
+def _prefixes(blocks: Iterable[Block], total: int, chain: _Chain) -> tuple[list[str], list[int]]:
     """The hash and token count of every prefix (through block i: SHA-256 of each block's key and a zero byte, in
-    order); token counts capped at ``total``."""
+    order); token counts capped at ``total``. The hashes are kept in ``chain``: a conversation's requests repeat its
+    history, whose prefixes are then hashed once, not at every request."""
     digest, prev = _EMPTY, ""
     hashes, tokens, chars = [], [], 0
     for b in blocks:
-        step = _CHAIN.get((prev, b.key))
+        step = chain.steps.get((prev, b.key))
         if step is None:
             following = digest.copy()
             following.update(b.key.encode())
             following.update(b"\x00")
             step = (following.hexdigest(), following)
-            if len(_CHAIN) >= _CHAIN_MAX:
-                _CHAIN.clear()  # (a server's recent conversations hashed again, once)
-            _CHAIN[(prev, b.key)] = step
+            if len(chain.steps) >= _CHAIN_MAX or chain.chars > _CHAIN_CHARS:
+                chain.steps.clear()  # (recent conversations hashed again, once)
+                chain.chars = 0
+            chain.steps[(prev, b.key)] = step
+            chain.chars += len(b.key)
         prev, digest = step
         hashes.append(prev)
         chars += b.chars
@@ -191,6 +202,7 @@ class PromptCache:
 
     clock: Callable[[], float] = time.monotonic
     _entries: dict[tuple[str, str], _Entry] = field(default_factory=dict)
+    _chain: _Chain = field(default_factory=_Chain)
 
     def _live(self, model: str, digest: str, now: float) -> _Entry | None:
         entry = self._entries.get((model, digest))
@@ -205,7 +217,7 @@ class PromptCache:
     def anthropic(self, model: str, blocks: list[Block], *, total: int, ready_in_s: float = 0.0) -> Usage:
         """Input usage of an Anthropic request with these blocks and ``total`` input tokens (reads, writes)."""
         now, minimum = self.clock(), anthropic_minimum(model)
-        hashes, tokens = _prefixes(blocks, total)
+        hashes, tokens = _prefixes(blocks, total, self._chain)
         breakpoints = [i for i, b in enumerate(blocks) if b.breakpoint]
         read_at = -1
         for bp in breakpoints:
@@ -230,7 +242,7 @@ class PromptCache:
         model's minimum, ``step=1``): the longest cached prefix, rounded down to ``step``; every prefix of a prompt
         of at least ``minimum`` tokens is cached by it."""
         now = self.clock()
-        hashes, tokens = _prefixes(blocks, total)
+        hashes, tokens = _prefixes(blocks, total, self._chain)
         matched = max((t for h, t in zip(hashes, tokens, strict=True) if self._live(model, h, now)), default=0)
         cached = (matched // step) * step if matched >= minimum else 0
         if total >= minimum:
