@@ -151,7 +151,7 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
     starts = _runs(g, k, s)
     if len(_runs(g, k, s, w)) != len(starts):
         return None  # two weights in one conversation's stratum
-    n, ua, ub = np.add.reduceat(units[:, order], starts, axis=1).astype(float) if len(starts) else units
+    n, ua, ub = _run_sums(units, order, starts)
     g, k, s, w = g[starts], k[starts], s[starts], w[starts]
     square = w * w
     cells = {"wa": w * ua, "wt": w * n, "wb": w * ub, "w2a": square * ua, "tt": square * n, "w2b": square * ub,
@@ -190,6 +190,19 @@ def _weighted(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units: n
         )
         out[name] = Counted(paired, None, pick["balance"], counts, losses, True)
     return out
+
+
+def _run_sums(units: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sums of each row of ``units`` over each run of the rows taken in ``order`` (runs beginning at ``starts``),
+    as doubles: whole numbers below 2**53, exact in any order, added up by ``bincount`` (a fifth of the time of a
+    ``reduceat`` over the rows reordered)."""
+    if not len(starts):
+        return units
+    new = np.zeros(len(order), dtype=bool)
+    new[starts] = True
+    run = np.empty(len(order), dtype=np.intp)
+    run[order] = np.cumsum(new) - 1  # each row's run, where the row is
+    return np.vstack([np.bincount(run, weights=u, minlength=len(starts)) for u in units])
 
 
 def _stable_order(codes: np.ndarray) -> np.ndarray:

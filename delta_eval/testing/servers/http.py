@@ -36,7 +36,7 @@ import msgspec
 
 from delta_eval.sync import new_event_loop
 
-__all__ = ["FakeHTTPServer", "JSONReply", "Reply", "Request", "StreamReply", "while_set"]
+__all__ = ["FakeHTTPServer", "JSONReply", "Reply", "Request", "StreamReply", "reply_json", "while_set"]
 
 #: Headers that carry credentials: the request log keeps that they were sent, never their value.
 SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "x-amz-security-token"})
