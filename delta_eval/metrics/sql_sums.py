@@ -191,7 +191,7 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     if by_weight:
         # The products (the square of the weight) only summed over the rows; each conversation's figures of the
         # weight itself (power 1) merged per conversation.
-        per_weight = _squared_by_weight(got, [name for name, (_, p) in powers.items() if p == 2])
+        per_weight = _squared_by_weight(got, {name: plain for name, (plain, p) in powers.items() if p == 2})
         once = {name: made for name, made in powers.items() if made[1] == 1}
         got = _by_conversation(got, once, group is not None)  # (in that order)
         order = np.arange(got.num_rows)
@@ -235,19 +235,18 @@ def paired_sums(db: Any, source: str, metrics: Mapping[str, Metric], *, cluster:
     return out
 
 
-def _squared_by_weight(got: pa.Table, names: Sequence[str]) -> dict[str, dict[str, float]]:
-    """Per group (``grp``), each weighted figure of ``names`` (a plain sum's column and ``w2``: its total weighted
-    by the square of each row's weight ``w``) summed over the group's rows as :func:`squared_by_weight` sums them:
-    the same doubles as a sum of each conversation's, in any order of the rows and whatever path made them."""
-    plain = {name: name.removesuffix("w2") for name in names}
+def _squared_by_weight(got: pa.Table, plain: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """Per group (``grp``), each weighted figure of ``plain`` (name: its plain sum's column, whose total weighted by
+    the square of each row's weight ``w`` it is) summed over the group's rows as :func:`squared_by_weight` sums
+    them: the same doubles as a sum of each conversation's, in any order of the rows and whatever path made them."""
     # (A null weight adds nothing, as in _by_conversation.)
     w = np.asarray(pc.fill_null(got.column("w"), 0.0).to_numpy(zero_copy_only=False), dtype=float)
+    columns = [np.asarray(got.column(c).to_numpy(zero_copy_only=False), dtype=float) for c in plain.values()]
     grp = got.column("grp").combine_chunks() if got.num_rows else pa.array([], pa.string())
     out: dict[str, dict[str, float]] = {}
     for g in pc.unique(grp).to_pylist():  # (never null: the query names a null group "None")
         rows = np.flatnonzero(pc.equal(grp, g).to_numpy(zero_copy_only=False))
-        columns = [np.asarray(got.column(plain[n]).to_numpy(zero_copy_only=False), dtype=float)[rows] for n in names]
-        out[str(g)] = dict(zip(names, squared_by_weight(w[rows], *columns), strict=True))
+        out[str(g)] = dict(zip(plain, squared_by_weight(w[rows], *(c[rows] for c in columns)), strict=True))
     return out
 
 

@@ -244,7 +244,7 @@ def _per_stratum(groups: np.ndarray, key: np.ndarray, stratum: np.ndarray, units
     order = by_key_then(key, groups, runs=True)
     g, k = groups[order], key[order]
     starts = _runs(g, k)
-    t, ua, ub = np.add.reduceat(units[:, order], starts, axis=1) if len(order) else units
+    t, ua, ub = _run_sums(units, order, starts)
     st = np.maximum.reduceat(stratum[order], starts) if len(order) else stratum
     cell = g[starts] * len(stratum_names) + st
     size = len(group_names) * len(stratum_names)

@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS responses (
     created REAL NOT NULL
 )
 """
+_INSERT = "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)"
 
 
 def refuse_linked_cache(path: Path, root: Path | None) -> None:
@@ -189,36 +190,19 @@ class SQLiteCache:
         """Commit the answers kept and not yet committed: in one transaction, or where that fails (but for a lock held
         by another process) one by one, as many as fit (the others stay kept; why they cannot be is raised, and by
         every put until they are). Safe from any thread."""
-        sql = "INSERT OR REPLACE INTO responses (key, model, response, created) VALUES (?, ?, ?, ?)"
         with self._lock:
             if not self._pending:
                 return
             rows = list(self._pending.values())
             try:
-                try:
-                    if len(rows) > 1:
-                        # IMMEDIATE: the write lock taken (or waited for) at once, not at the first INSERT.
-                        self._db.execute("BEGIN IMMEDIATE")
-                        try:
-                            self._db.executemany(sql, rows)
-                            self._db.execute("COMMIT")
-                        except BaseException:
-                            if self._db.in_transaction:
-                                self._db.execute("ROLLBACK")
-                            raise
-                        self.writes += len(rows)
-                        self._pending.clear()
-                        self._failure = None
-                        return
-                except sqlite3.OperationalError as exc:
-                    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                        raise  # (a lock held past the timeout: one by one would wait as long again, for each)
-                    # One by one below: as many as fit where the disk is full (SQLITE_FULL, or an I/O error where a
-                    # quota or a file-size limit is reached).
-                for row in rows:
-                    self._db.execute(sql, row)
-                    self.writes += 1
-                    del self._pending[row[0]]
+                if len(rows) > 1 and self._committed_together(rows):
+                    self.writes += len(rows)
+                    self._pending.clear()
+                else:  # one by one: as many as fit
+                    for row in rows:
+                        self._db.execute(_INSERT, row)
+                        self.writes += 1
+                        del self._pending[row[0]]
                 self._failure = None
             except sqlite3.OperationalError as exc:
                 self._failure = exc
@@ -227,6 +211,26 @@ class SQLiteCache:
                 self._damaged(exc)  # the answers are still used; only their keeping is lost
                 self._pending.clear()
                 self._failure = None
+
+    def _committed_together(self, rows: list[tuple[str, str, str, float]]) -> bool:
+        """Commit ``rows`` in one transaction; ``False`` where it fails but for a lock another process holds past
+        the timeout, which is raised (one by one would wait as long again, for each): a full disk (SQLITE_FULL, or
+        an I/O error where a quota or a file-size limit is reached) keeps as many as fit one by one."""
+        try:
+            # IMMEDIATE: the write lock taken (or waited for) at once, not at the first INSERT.
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(_INSERT, rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise
+            return False
+        return True
 
     def committed_counts(self, calls: Mapping[str, CallStats]) -> dict[str, CallStats]:
         """Copies of the live call counters ``calls`` of the clients keeping their answers here, taken before the

@@ -97,6 +97,11 @@ def _column(table: pa.Table | pa.RecordBatch, name: str, kind: pa.DataType) -> p
 def tally(verdicts: pa.Table | pa.RecordBatch) -> pa.Table:
     """The tallies of ``verdicts`` (a batch's rows, with the verdicts' columns): one row per distinct value of
     :data:`KEYS`, with its count, in the order of their conversations' keys."""
+    return _by_key(_counted(verdicts))
+
+
+def _counted(verdicts: pa.Table | pa.RecordBatch) -> pa.Table:
+    """:func:`tally`'s rows, in no particular order."""
     schema = TALLY_TABLE.schema
     columns = {name: _column(verdicts, name, schema.field(name).type) for name in KEYS if name != "error_side"}
     columns["error_side"] = _sides(columns["outcome"], _column(verdicts, "error_side", pa.string()),
@@ -105,8 +110,7 @@ def tally(verdicts: pa.Table | pa.RecordBatch) -> pa.Table:
     if not keyed.num_rows:
         return schema.empty_table()
     counted = keyed.group_by(list(KEYS), use_threads=False).aggregate([([], "count_all")])
-    return _by_key(pa.table({**{name: counted.column(name) for name in KEYS}, "n": counted.column("count_all")},
-                            schema=schema))  # fmt: skip
+    return pa.table({**{name: counted.column(name) for name in KEYS}, "n": counted.column("count_all")}, schema=schema)
 
 
 def _by_key(tallies: pa.Table) -> pa.Table:
@@ -117,15 +121,15 @@ def _by_key(tallies: pa.Table) -> pa.Table:
 
 def tally_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     """:func:`tally` over the rows of ``batches`` together (a part file read a record batch at a time), holding one
-    batch's rows and the tallies so far (added up every :data:`FOLD` batches)."""
+    batch's rows and the tallies so far (added up every :data:`FOLD` batches), sorted once at the end."""
     parts: list[pa.Table] = []
     for b in batches:
-        parts.append(tally(b))
+        parts.append(_counted(b))
         if len(parts) > FOLD:
             parts = [_folded(parts)]
     if not parts:
         return TALLY_TABLE.schema.empty_table()
-    return parts[0] if len(parts) == 1 else _folded(parts)
+    return _by_key(parts[0] if len(parts) == 1 else _folded(parts))
 
 
 #: Tallies of this many record batches are added up into one.
@@ -133,10 +137,10 @@ FOLD = 16
 
 
 def _folded(parts: list[pa.Table]) -> pa.Table:
-    """Tallies added up by their keys."""
+    """Tallies added up by their keys, in no particular order."""
     summed = pa.concat_tables(parts).group_by(list(KEYS), use_threads=False).aggregate([("n", "sum")])
-    return _by_key(pa.table({**{name: summed.column(name) for name in KEYS}, "n": summed.column("n_sum")},
-                            schema=TALLY_TABLE.schema))  # fmt: skip
+    return pa.table({**{name: summed.column(name) for name in KEYS}, "n": summed.column("n_sum")},
+                    schema=TALLY_TABLE.schema)  # fmt: skip
 
 
 def write_tallies(verdicts: Path, dest: Path) -> int:
